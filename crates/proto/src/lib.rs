@@ -1,0 +1,11 @@
+//! Basalt identifiers and the data-plane wire format.
+//!
+//! This crate does no I/O: it names things (objects, versions, OSDs, placement groups) and
+//! encodes/decodes the fixed binary frames that travel between clients and OSDs. The byte
+//! layout is specified in `docs/design.md` ("Data-plane wire format").
+
+pub mod frame;
+pub mod ids;
+
+pub use frame::{DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, MAX_PAYLOAD_BYTES};
+pub use ids::{InodeId, ObjectId, OsdId, PgId, PoolId, Version};
