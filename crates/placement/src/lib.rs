@@ -1,1 +1,11 @@
-//! TODO
+//! Placement: which PG an object belongs to and which OSDs hold a PG.
+//!
+//! Everything here is a pure function of the cluster map, so every client, OSD and monitor
+//! that holds the same map epoch computes the same answer.
+
+pub mod hash;
+pub mod map;
+pub mod rendezvous;
+
+pub use map::{ClusterMap, FailureDomain, MapError, OsdInfo, PoolSpec};
+pub use rendezvous::place_pg;

@@ -1,14 +1,14 @@
-//! The data-plane frame: a fixed 72-byte little-endian header, then `length` payload bytes.
+//! The data-plane frame: a fixed 80-byte little-endian header, then `length` payload bytes.
 //!
 //! Requests and replies share the header. A request carries its payload when it is a WRITE;
 //! a reply carries one when it answers a READ or ALLOCATION. Both checksums are crc32c: the
 //! header's covers bytes 0..68, the payload's covers the payload (0 when there is none).
 
-use crate::ids::{ObjectId, Version};
+use crate::ids::{ObjectId, PgId, Version};
 use thiserror::Error;
 
 /// Size of the fixed header in bytes.
-pub const HEADER_LEN: usize = 72;
+pub const HEADER_LEN: usize = 80;
 /// "BSLT" read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"BSLT");
 /// Version of the wire format; bumped on any incompatible change.
@@ -116,6 +116,8 @@ pub struct Header {
     pub version: Version,
     pub map_epoch: u32,
     pub status: Status,
+    /// The placement group the sender computed for the object; the OSD checks it is primary.
+    pub pg: PgId,
     pub payload_crc: u32,
 }
 
@@ -148,6 +150,7 @@ impl Header {
             version: Version::ZERO,
             map_epoch: 0,
             status: Status::Ok,
+            pg: PgId { pool: 0, index: 0 },
             payload_crc: 0,
         }
     }
@@ -189,9 +192,11 @@ impl Header {
         b[48..56].copy_from_slice(&self.version.counter.to_le_bytes());
         b[56..60].copy_from_slice(&self.map_epoch.to_le_bytes());
         b[60..64].copy_from_slice(&(self.status as u32).to_le_bytes());
-        b[64..68].copy_from_slice(&self.payload_crc.to_le_bytes());
-        let crc = crc32c::crc32c(&b[0..68]);
-        b[68..72].copy_from_slice(&crc.to_le_bytes());
+        b[64..68].copy_from_slice(&self.pg.pool.to_le_bytes());
+        b[68..72].copy_from_slice(&self.pg.index.to_le_bytes());
+        b[72..76].copy_from_slice(&self.payload_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[0..76]);
+        b[76..80].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -210,8 +215,8 @@ impl Header {
         if b[4] != WIRE_VERSION {
             return Err(DecodeError::BadVersion { found: b[4] });
         }
-        let stored = u32_at(68);
-        let computed = crc32c::crc32c(&b[0..68]);
+        let stored = u32_at(76);
+        let computed = crc32c::crc32c(&b[0..76]);
         if stored != computed {
             return Err(DecodeError::HeaderChecksum { stored, computed });
         }
@@ -226,7 +231,11 @@ impl Header {
             version: Version::new(u64_at(40), u64_at(48)),
             map_epoch: u32_at(56),
             status: Status::from_u32(u32_at(60)),
-            payload_crc: u32_at(64),
+            pg: PgId {
+                pool: u32_at(64),
+                index: u32_at(68),
+            },
+            payload_crc: u32_at(72),
         };
         if header.has_payload() && header.length > MAX_PAYLOAD_BYTES {
             return Err(DecodeError::PayloadTooLarge {
@@ -252,20 +261,23 @@ mod tests {
             any::<(u64, u64)>(),
             any::<u32>(),
             0u32..=6,
-            any::<u32>(),
+            any::<(u32, u32, u32)>(),
         )
-            .prop_map(|(op, flags, id, obj, (offset, length), ver, epoch, st, pcrc)| Header {
-                opcode: Opcode::from_u8(op).unwrap(),
-                flags: Flags(flags),
-                request_id: id,
-                object: ObjectId::new(obj.0, obj.1),
-                offset,
-                length: length % (MAX_PAYLOAD_BYTES + 1),
-                version: Version::new(ver.0, ver.1),
-                map_epoch: epoch,
-                status: Status::from_u32(st),
-                payload_crc: pcrc,
-            })
+            .prop_map(
+                |(op, flags, id, obj, (offset, length), ver, epoch, st, (pool, pg, pcrc))| Header {
+                    opcode: Opcode::from_u8(op).unwrap(),
+                    flags: Flags(flags),
+                    request_id: id,
+                    object: ObjectId::new(obj.0, obj.1),
+                    offset,
+                    length: length % (MAX_PAYLOAD_BYTES + 1),
+                    version: Version::new(ver.0, ver.1),
+                    map_epoch: epoch,
+                    status: Status::from_u32(st),
+                    pg: PgId { pool, index: pg },
+                    payload_crc: pcrc,
+                },
+            )
     }
 
     proptest! {

@@ -1,0 +1,197 @@
+//! The cluster map: OSDs, pools and the PG → OSD table, all tagged with one epoch.
+
+use crate::hash::hash2;
+use crate::rendezvous::place_pg;
+use basalt_proto::{ObjectId, OsdId, PgId, PoolId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Where replicas of one PG must not meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureDomain {
+    Osd,
+    Host,
+}
+
+/// One OSD as the cluster knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdInfo {
+    pub id: OsdId,
+    /// Failure-domain name of the machine it runs on.
+    pub host: String,
+    /// Data-plane address, "IP:PORT".
+    pub addr: String,
+    /// Relative share of data (capacity in GiB, at least 1).
+    pub weight: u64,
+    /// Alive right now.
+    pub up: bool,
+    /// Counted in placement (an OSD that is down but still in keeps its PGs, degraded).
+    pub is_in: bool,
+}
+
+/// A redundancy scheme and its placement settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub id: PoolId,
+    pub name: String,
+    /// Number of replicas.
+    pub size: u32,
+    /// Fewest live replicas that still accept I/O.
+    pub min_size: u32,
+    pub pg_count: u32,
+    pub failure_domain: FailureDomain,
+    /// Bytes per object of volumes in this pool.
+    pub object_size: u32,
+}
+
+/// Problems with a map or a request against it.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum MapError {
+    #[error("pool {pool} does not exist")]
+    NoSuchPool { pool: PoolId },
+    #[error("pool {pool} has {pgs} PGs; pg {index} is out of range")]
+    NoSuchPg { pool: PoolId, pgs: u32, index: u32 },
+    #[error("osd {osd} is not in the map")]
+    NoSuchOsd { osd: OsdId },
+}
+
+/// Everything a client or OSD needs to route I/O, at one epoch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub epoch: u32,
+    pub osds: BTreeMap<OsdId, OsdInfo>,
+    pub pools: BTreeMap<PoolId, PoolSpec>,
+    /// For each pool, the ordered OSD set of each PG (first is the primary).
+    pub pgs: BTreeMap<PoolId, Vec<Vec<OsdId>>>,
+}
+
+impl ClusterMap {
+    /// The PG of an object. `family` is the id shared by all layers of a volume (its own id
+    /// for a plain volume) so that every layer of an object lands in the same PG.
+    pub fn pg_of(pool: &PoolSpec, family: u64, obj: ObjectId) -> PgId {
+        let h = hash2(family, obj.index);
+        PgId {
+            pool: pool.id,
+            index: (h % pool.pg_count.max(1) as u64) as u32,
+        }
+    }
+
+    /// The ordered OSD set of a PG.
+    pub fn acting(&self, pg: PgId) -> Result<&[OsdId], MapError> {
+        let pgs = self
+            .pgs
+            .get(&pg.pool)
+            .ok_or(MapError::NoSuchPool { pool: pg.pool })?;
+        pgs.get(pg.index as usize)
+            .map(|v| v.as_slice())
+            .ok_or(MapError::NoSuchPg {
+                pool: pg.pool,
+                pgs: pgs.len() as u32,
+                index: pg.index,
+            })
+    }
+
+    pub fn osd(&self, id: OsdId) -> Result<&OsdInfo, MapError> {
+        self.osds.get(&id).ok_or(MapError::NoSuchOsd { osd: id })
+    }
+
+    /// Recompute every pool's PG table from the OSDs that are `in`, and bump the epoch.
+    pub fn recompute(&mut self) {
+        let candidates: Vec<&OsdInfo> = self.osds.values().filter(|o| o.is_in).collect();
+        let mut pgs = BTreeMap::new();
+        for pool in self.pools.values() {
+            let table = (0..pool.pg_count)
+                .map(|index| {
+                    let pg = PgId {
+                        pool: pool.id,
+                        index,
+                    };
+                    place_pg(pg, pool.size as usize, pool.failure_domain, &candidates)
+                })
+                .collect();
+            pgs.insert(pool.id, table);
+        }
+        self.pgs = pgs;
+        self.epoch += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map_with(osds: u32, pool_size: u32) -> ClusterMap {
+        let mut m = ClusterMap::default();
+        for id in 0..osds {
+            m.osds.insert(
+                id,
+                OsdInfo {
+                    id,
+                    host: "local".into(),
+                    addr: format!("127.0.0.1:{}", 7000 + id),
+                    weight: 1,
+                    up: true,
+                    is_in: true,
+                },
+            );
+        }
+        m.pools.insert(
+            1,
+            PoolSpec {
+                id: 1,
+                name: "rbd".into(),
+                size: pool_size,
+                min_size: 2,
+                pg_count: 16,
+                failure_domain: FailureDomain::Osd,
+                object_size: 128 << 10,
+            },
+        );
+        m.recompute();
+        m
+    }
+
+    /// Goal: with 3 OSDs and size 3, every PG holds all three, and primaries are spread.
+    #[test]
+    fn three_osds_three_replicas() {
+        let m = map_with(3, 3);
+        assert_eq!(m.epoch, 1);
+        let mut primaries = [0u32; 3];
+        for i in 0..16 {
+            let set = m.acting(PgId { pool: 1, index: i }).unwrap();
+            let mut sorted = set.to_vec();
+            sorted.sort();
+            assert_eq!(sorted, vec![0, 1, 2]);
+            primaries[set[0] as usize] += 1;
+        }
+        assert!(primaries.iter().all(|&n| n > 0), "{primaries:?}");
+    }
+
+    /// Goal: an unknown PG or pool is an error, not a panic.
+    #[test]
+    fn unknown_pg_is_error() {
+        let m = map_with(3, 3);
+        assert!(matches!(
+            m.acting(PgId { pool: 1, index: 99 }),
+            Err(MapError::NoSuchPg { .. })
+        ));
+        assert!(matches!(
+            m.acting(PgId { pool: 7, index: 0 }),
+            Err(MapError::NoSuchPool { pool: 7 })
+        ));
+    }
+
+    /// Goal: objects of one volume spread over all PGs.
+    #[test]
+    fn objects_spread_over_pgs() {
+        let m = map_with(3, 3);
+        let pool = &m.pools[&1];
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..1000 {
+            seen.insert(ClusterMap::pg_of(pool, 42, ObjectId::new(42, i)).index);
+        }
+        assert_eq!(seen.len(), 16);
+    }
+}
