@@ -1,1 +1,20 @@
-//! TODO
+//! The Basalt client library.
+//!
+//! [`Cluster`] holds the cluster map and one multiplexed connection per OSD; [`Volume`] turns
+//! byte-range I/O on a block volume into object requests sent to the primaries of their PGs.
+//! OSDs use the same [`conn`] module to replicate to their peers, so there is one data path.
+
+pub mod cluster;
+pub mod conn;
+pub mod error;
+pub mod frame_io;
+pub mod pool;
+pub mod volume;
+pub mod volumes;
+
+pub use cluster::Cluster;
+pub use conn::{Connection, Reply};
+pub use error::ClientError;
+pub use pool::ConnPool;
+pub use volume::{Extent, Volume};
+pub use volumes::{parse_size, VolumeInfo};

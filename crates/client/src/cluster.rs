@@ -1,0 +1,113 @@
+//! The cluster as a client sees it: the current map, metadata, and a connection per OSD.
+
+use crate::conn::{Connection, Reply};
+use crate::error::ClientError;
+use crate::pool::ConnPool;
+use basalt_meta::MetaStore;
+use basalt_placement::ClusterMap;
+use basalt_proto::{Header, ObjectId, Opcode, OsdId, PgId, Status};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest time one object request may take before the client gives up on it.
+pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// A handle on the cluster shared by every volume of one process.
+pub struct Cluster {
+    meta: Arc<dyn MetaStore>,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    conns: ConnPool,
+}
+
+impl Cluster {
+    /// A client that routes with the maps published on `map`.
+    pub fn new(meta: Arc<dyn MetaStore>, map: watch::Receiver<Arc<ClusterMap>>) -> Arc<Self> {
+        Arc::new(Self {
+            meta,
+            map,
+            conns: ConnPool::new(),
+        })
+    }
+
+    /// The metadata store.
+    pub fn meta(&self) -> &Arc<dyn MetaStore> {
+        &self.meta
+    }
+
+    /// The newest map.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.borrow().clone()
+    }
+
+    /// The live connection to `osd`, opening one if needed.
+    pub async fn connection(&self, osd: OsdId) -> Result<Arc<Connection>, ClientError> {
+        let addr = self.map().osd(osd)?.addr.clone();
+        self.conns.get(osd, &addr).await
+    }
+
+    /// The primary of `pg` under the current map.
+    pub fn primary(&self, pg: PgId) -> Result<OsdId, ClientError> {
+        let map = self.map();
+        map.acting(pg)?
+            .first()
+            .copied()
+            .ok_or(ClientError::NoPrimary { pg })
+    }
+
+    /// Send one object request to the primary of its PG and wait for a successful reply.
+    pub async fn object_request(
+        &self,
+        pg: PgId,
+        mut header: Header,
+        payload: Bytes,
+    ) -> Result<Reply, ClientError> {
+        let map = self.map();
+        let primary = *map
+            .acting(pg)?
+            .first()
+            .ok_or(ClientError::NoPrimary { pg })?;
+        header.pg = pg;
+        header.map_epoch = map.epoch;
+        let conn = self.connection(primary).await?;
+        let reply = timed(&conn, conn.start(header, payload)).await?;
+        match reply.header.status {
+            Status::Ok => Ok(reply),
+            status => Err(ClientError::Status { status }),
+        }
+    }
+
+    /// Make every write acknowledged to this client durable on every OSD that may hold it.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        let map = self.map();
+        let mut pending = Vec::with_capacity(map.osds.len());
+        for osd in map.osds.values().filter(|o| o.is_in) {
+            let conn = self.connection(osd.id).await?;
+            let header = Header::request(Opcode::Flush, 0, ObjectId::new(0, 0));
+            pending.push((conn.clone(), conn.start(header, Bytes::new())));
+        }
+        for (conn, p) in pending {
+            let reply = timed(&conn, p).await?;
+            if reply.header.status != Status::Ok {
+                return Err(ClientError::Status {
+                    status: reply.header.status,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Await a reply with the request timeout.
+pub(crate) async fn timed(
+    conn: &Connection,
+    pending: crate::conn::Pending,
+) -> Result<Reply, ClientError> {
+    tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), pending)
+        .await
+        .map_err(|_| ClientError::Timeout {
+            addr: conn.addr().to_string(),
+            timeout_ms: REQUEST_TIMEOUT_MS,
+        })?
+}

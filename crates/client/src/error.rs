@@ -1,0 +1,33 @@
+//! Client errors.
+
+use basalt_proto::Status;
+use thiserror::Error;
+
+/// What can go wrong between a client and the cluster.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("connection to {addr} failed: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("connection to {addr} closed: {reason}")]
+    Closed { addr: String, reason: String },
+    #[error("request to {addr} timed out after {timeout_ms} ms")]
+    Timeout { addr: String, timeout_ms: u64 },
+    #[error("OSD answered {status:?}")]
+    Status { status: Status },
+    #[error("reply payload checksum mismatch from {addr}")]
+    PayloadChecksum { addr: String },
+    #[error("{0}")]
+    Map(#[from] basalt_placement::MapError),
+    #[error("{0}")]
+    Meta(#[from] basalt_meta::MetaError),
+    #[error("volume \"{name}\" does not exist")]
+    NoSuchVolume { name: String },
+    #[error("volume \"{name}\" exists")]
+    VolumeExists { name: String },
+    #[error("{reason}")]
+    Invalid { reason: String },
+    #[error("I/O [{offset}, +{len}) is beyond the end of the volume ({size} bytes)")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    #[error("no OSD holds pg {pg}")]
+    NoPrimary { pg: basalt_proto::PgId },
+}

@@ -1,0 +1,52 @@
+//! A cache of live connections, one per OSD.
+
+use crate::conn::Connection;
+use crate::error::ClientError;
+use basalt_proto::OsdId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Connections to OSDs, opened on first use and replaced when they die.
+#[derive(Default)]
+pub struct ConnPool {
+    conns: Mutex<HashMap<OsdId, Arc<Connection>>>,
+    /// Serialises connection set-up so a burst of requests opens one socket per OSD.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl ConnPool {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The live connection to `osd` at `addr`, opening one if needed.
+    pub async fn get(&self, osd: OsdId, addr: &str) -> Result<Arc<Connection>, ClientError> {
+        if let Some(c) = self.cached(osd, addr) {
+            return Ok(c);
+        }
+        let _guard = self.connecting.lock().await;
+        if let Some(c) = self.cached(osd, addr) {
+            return Ok(c);
+        }
+        let conn = Arc::new(Connection::connect(addr).await?);
+        self.conns
+            .lock()
+            .expect("conns lock")
+            .insert(osd, conn.clone());
+        Ok(conn)
+    }
+
+    /// A cached live connection whose address still matches the map.
+    fn cached(&self, osd: OsdId, addr: &str) -> Option<Arc<Connection>> {
+        let conns = self.conns.lock().expect("conns lock");
+        conns
+            .get(&osd)
+            .filter(|c| !c.is_dead() && c.addr() == addr)
+            .cloned()
+    }
+
+    /// Drop every connection.
+    pub fn clear(&self) {
+        self.conns.lock().expect("conns lock").clear();
+    }
+}

@@ -1,0 +1,276 @@
+//! Byte-range I/O on one volume, split into object requests.
+
+use crate::cluster::{timed, Cluster};
+use crate::conn::Pending;
+use crate::error::ClientError;
+use crate::volumes::VolumeInfo;
+use basalt_placement::{ClusterMap, PoolSpec};
+use basalt_proto::{Flags, Header, ObjectId, Opcode, PgId, Status};
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+/// Granularity of allocation reporting.
+pub const BLOCK_BYTES: u64 = 4096;
+/// Most object requests one volume call keeps in flight (bounds fan-out of huge I/O).
+const MAX_FANOUT: usize = 64;
+/// A shared buffer of zeros for WRITE_ZEROES without trimming (largest object size).
+static ZEROS: [u8; 4 << 20] = [0; 4 << 20];
+
+/// A run of the volume that is either allocated or a hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub length: u64,
+    pub allocated: bool,
+}
+
+/// An open volume. Cheap to clone-by-Arc; all methods take `&self`.
+pub struct Volume {
+    cluster: Arc<Cluster>,
+    info: VolumeInfo,
+    pool: PoolSpec,
+}
+
+/// One object-sized piece of a byte range.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    obj: ObjectId,
+    /// Offset inside the object.
+    offset: u32,
+    len: u32,
+    /// Offset of this piece inside the caller's buffer.
+    buf_offset: usize,
+}
+
+impl Volume {
+    /// A volume handle; fails if its pool is not in the map.
+    pub fn new(cluster: Arc<Cluster>, info: VolumeInfo) -> Result<Self, ClientError> {
+        let pool = cluster
+            .map()
+            .pools
+            .get(&info.pool)
+            .cloned()
+            .ok_or(basalt_placement::MapError::NoSuchPool { pool: info.pool })?;
+        Ok(Self {
+            cluster,
+            info,
+            pool,
+        })
+    }
+
+    pub fn info(&self) -> &VolumeInfo {
+        &self.info
+    }
+
+    pub fn size(&self) -> u64 {
+        self.info.size
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.info.size => Ok(()),
+            _ => Err(ClientError::OutOfRange {
+                offset,
+                len,
+                size: self.info.size,
+            }),
+        }
+    }
+
+    /// Split [offset, offset+len) at object boundaries.
+    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
+        let os = self.info.object_size as u64;
+        let end = offset + len;
+        let mut pos = offset;
+        std::iter::from_fn(move || {
+            if pos >= end {
+                return None;
+            }
+            let index = pos / os;
+            let in_obj = pos % os;
+            let n = (os - in_obj).min(end - pos);
+            let piece = Piece {
+                obj: ObjectId::new(self.info.id, index),
+                offset: in_obj as u32,
+                len: n as u32,
+                buf_offset: (pos - offset) as usize,
+            };
+            pos += n;
+            Some(piece)
+        })
+    }
+
+    fn pg(&self, obj: ObjectId) -> PgId {
+        ClusterMap::pg_of(&self.pool, self.info.family, obj)
+    }
+
+    /// Start one object request at its primary.
+    async fn start(
+        &self,
+        opcode: Opcode,
+        piece: Piece,
+        flags: u16,
+        payload: Bytes,
+    ) -> Result<(Arc<crate::Connection>, Pending), ClientError> {
+        let pg = self.pg(piece.obj);
+        let map = self.cluster.map();
+        let primary = *map
+            .acting(pg)?
+            .first()
+            .ok_or(ClientError::NoPrimary { pg })?;
+        let conn = self.cluster.connection(primary).await?;
+        let mut h = Header::request(opcode, 0, piece.obj);
+        h.offset = piece.offset;
+        h.length = piece.len;
+        h.flags = Flags(flags);
+        h.pg = pg;
+        h.map_epoch = map.epoch;
+        let pending = conn.start(h, payload);
+        Ok((conn, pending))
+    }
+
+    async fn finish(conn: &crate::Connection, p: Pending) -> Result<Bytes, ClientError> {
+        let reply = timed(conn, p).await?;
+        match reply.header.status {
+            Status::Ok => Ok(reply.payload),
+            status => Err(ClientError::Status { status }),
+        }
+    }
+
+    /// Run `op` on every piece, at most MAX_FANOUT in flight; results in piece order.
+    async fn each_piece(
+        &self,
+        pieces: Vec<Piece>,
+        mut op: impl FnMut(Piece) -> (Opcode, u16, Bytes),
+    ) -> Result<Vec<(Piece, Bytes)>, ClientError> {
+        let mut out = Vec::with_capacity(pieces.len());
+        for chunk in pieces.chunks(MAX_FANOUT) {
+            let mut started = Vec::with_capacity(chunk.len());
+            for &piece in chunk {
+                let (opcode, flags, payload) = op(piece);
+                started.push((piece, self.start(opcode, piece, flags, payload).await?));
+            }
+            for (piece, (conn, p)) in started {
+                out.push((piece, Self::finish(&conn, p).await?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Read `len` bytes at `offset`.
+    pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, ClientError> {
+        self.check_range(offset, len as u64)?;
+        let pieces: Vec<Piece> = self.pieces(offset, len as u64).collect();
+        if pieces.len() == 1 {
+            let (conn, p) = self.start(Opcode::Read, pieces[0], 0, Bytes::new()).await?;
+            return Self::finish(&conn, p).await;
+        }
+        let mut buf = BytesMut::zeroed(len as usize);
+        for (piece, data) in self
+            .each_piece(pieces, |_| (Opcode::Read, 0, Bytes::new()))
+            .await?
+        {
+            if data.len() != piece.len as usize {
+                return Err(ClientError::Status { status: Status::Io });
+            }
+            buf[piece.buf_offset..piece.buf_offset + data.len()].copy_from_slice(&data);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Write `data` at `offset`; with `fua` it is durable when this returns.
+    pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), ClientError> {
+        self.check_range(offset, data.len() as u64)?;
+        let flags = if fua { Flags::FUA } else { 0 };
+        let pieces: Vec<Piece> = self.pieces(offset, data.len() as u64).collect();
+        self.each_piece(pieces, |p| {
+            let slice = data.slice(p.buf_offset..p.buf_offset + p.len as usize);
+            (Opcode::Write, flags, slice)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Deallocate a range: it reads back as zeros. Whole objects are deleted.
+    pub async fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
+        self.check_range(offset, len)?;
+        let flags = if fua { Flags::FUA } else { 0 };
+        let os = self.info.object_size;
+        let pieces: Vec<Piece> = self.pieces(offset, len).collect();
+        self.each_piece(pieces, |p| {
+            let op = if p.offset == 0 && p.len == os {
+                Opcode::Delete
+            } else {
+                Opcode::Trim
+            };
+            (op, flags, Bytes::new())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Write zeros; with `may_trim` the range may be deallocated instead.
+    pub async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        may_trim: bool,
+        fua: bool,
+    ) -> Result<(), ClientError> {
+        if may_trim {
+            return self.trim(offset, len, fua).await;
+        }
+        self.check_range(offset, len)?;
+        let flags = if fua { Flags::FUA } else { 0 };
+        let pieces: Vec<Piece> = self.pieces(offset, len).collect();
+        self.each_piece(pieces, |p| {
+            let zeros = Bytes::from_static(&ZEROS[..p.len as usize]);
+            (Opcode::Write, flags, zeros)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Make every acknowledged write durable.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        self.cluster.flush().await
+    }
+
+    /// Allocation of [offset, offset+len) in runs, at 4 KiB granularity.
+    pub async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ClientError> {
+        self.check_range(offset, len)?;
+        let pieces: Vec<Piece> = self.pieces(offset, len).collect();
+        let results = self
+            .each_piece(pieces, |_| (Opcode::Allocation, 0, Bytes::new()))
+            .await?;
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut push = |length: u64, allocated: bool| match extents.last_mut() {
+            Some(last) if last.allocated == allocated => last.length += length,
+            _ => extents.push(Extent { length, allocated }),
+        };
+        for (piece, bitmap) in results {
+            let mut pos = piece.offset as u64;
+            let end = pos + piece.len as u64;
+            while pos < end {
+                let block = pos / BLOCK_BYTES;
+                let block_end = ((block + 1) * BLOCK_BYTES).min(end);
+                push(block_end - pos, bit(&bitmap, block));
+                pos = block_end;
+            }
+        }
+        Ok(extents)
+    }
+
+    /// Discard every byte from `from` to the end of the volume (for shrink and remove).
+    pub async fn discard_from(&self, from: u64) -> Result<(), ClientError> {
+        if from >= self.info.size {
+            return Ok(());
+        }
+        self.trim(from, self.info.size - from, false).await
+    }
+}
+
+/// Bit `i` of a little-endian bitmap (u64 words, LSB first, as bytes).
+fn bit(bitmap: &[u8], i: u64) -> bool {
+    let byte = (i / 8) as usize;
+    byte < bitmap.len() && bitmap[byte] & (1 << (i % 8)) != 0
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what Basalt's tests need on Debian: real NBD clients, fio, filesystem tools.
+# Idempotent: does nothing when everything is present.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have fio || need+=(fio)
+have qemu-img || need+=(qemu-utils)
+have nbdinfo || need+=(libnbd-bin)
+have nbdfuse || need+=(nbdfuse)
+have nbdkit || need+=(nbdkit)
+have mkfs.ext4 || need+=(e2fsprogs)
+have fusermount3 || need+=(fuse3)
+have losetup || need+=(mount)
+have protoc || need+=(protobuf-compiler)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing test dependencies: ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! have cargo; then
+  echo "cargo not found: install Rust with rustup (https://rustup.rs), then re-run" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
