@@ -1,1 +1,10 @@
-//! TODO
+//! The OSD: one daemon serving one local store over the data-plane protocol.
+//!
+//! As the primary of a PG it orders writes (assigns versions), applies them locally and
+//! replicates them to the rest of the acting set before acknowledging; as a replica it
+//! applies what its primaries send, in the order they send it.
+
+pub mod daemon;
+pub mod handler;
+
+pub use daemon::{Osd, OsdConfig, OsdError, OsdHandle};

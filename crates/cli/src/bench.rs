@@ -1,0 +1,353 @@
+//! `basalt bench nbd`: fio against a Basalt volume and against qemu-nbd, interleaved.
+//!
+//! Both targets serve from tmpfs so the comparison measures software cost, not the (noisy)
+//! virtual disk. Rounds alternate Basalt and qemu-nbd profile by profile, so drift in the
+//! machine's speed affects both alike; the table reports medians and the ratio.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Compare NBD performance: a Basalt volume (3 replicas, stores on tmpfs) vs qemu-nbd
+    /// serving a raw file on tmpfs, with fio's nbd engine.
+    Nbd(NbdArgs),
+}
+
+#[derive(Args)]
+pub struct NbdArgs {
+    /// Rounds; each runs every profile once on each target.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds per fio run.
+    #[arg(long, default_value_t = 10)]
+    runtime: u32,
+    /// Size of the test volume / file.
+    #[arg(long, default_value = "512M")]
+    size: String,
+    /// Scratch directory on tmpfs.
+    #[arg(long, default_value = "/dev/shm")]
+    scratch: PathBuf,
+    /// Write the table (Markdown) here as well.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// One fio workload.
+struct Profile {
+    name: &'static str,
+    rw: &'static str,
+    bs: &'static str,
+    iodepth: u32,
+}
+
+const PROFILES: &[Profile] = &[
+    Profile {
+        name: "4k randread QD1",
+        rw: "randread",
+        bs: "4k",
+        iodepth: 1,
+    },
+    Profile {
+        name: "4k randread QD32",
+        rw: "randread",
+        bs: "4k",
+        iodepth: 32,
+    },
+    Profile {
+        name: "4k randwrite QD1",
+        rw: "randwrite",
+        bs: "4k",
+        iodepth: 1,
+    },
+    Profile {
+        name: "4k randwrite QD32",
+        rw: "randwrite",
+        bs: "4k",
+        iodepth: 32,
+    },
+    Profile {
+        name: "1M seq read QD8",
+        rw: "read",
+        bs: "1M",
+        iodepth: 8,
+    },
+    Profile {
+        name: "1M seq write QD8",
+        rw: "write",
+        bs: "1M",
+        iodepth: 8,
+    },
+];
+
+/// What one fio run measured.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    iops: f64,
+    mib_s: f64,
+    lat_us_mean: f64,
+}
+
+/// A child process killed when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn need(tool: &str, package: &str) -> anyhow::Result<()> {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found {
+        bail!("{tool} is not installed; install it with: apt-get install -y {package}");
+    }
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Start `basalt up` on tmpfs and return it with its NBD URI.
+fn start_basalt(dir: &Path, size: &str) -> anyhow::Result<(Guard, String)> {
+    let exe = std::env::current_exe().context("find the basalt executable")?;
+    let mut child = Command::new(exe)
+        .args([
+            "up",
+            "--nbd-listen",
+            "127.0.0.1:0",
+            "--control-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir)
+        .args([
+            "--osd-size",
+            "4G",
+            "--default-volume",
+            "bench",
+            "--default-volume-size",
+            size,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start basalt up")?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let guard = Guard(child);
+    let mut uri = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        if let Some(rest) = line.trim().strip_prefix("NBD (TCP):") {
+            uri = Some(rest.trim().to_string());
+        }
+        if line.starts_with("Press Ctrl-C") {
+            break;
+        }
+    }
+    let uri = uri.context("basalt up did not print its NBD address")?;
+    Ok((guard, uri))
+}
+
+/// Start qemu-nbd on a raw tmpfs file and return it with its NBD URI.
+fn start_qemu_nbd(file: &Path, size_bytes: u64) -> anyhow::Result<(Guard, String)> {
+    std::fs::File::create(file)?.set_len(size_bytes)?;
+    let port = free_port()?;
+    let child = Command::new("qemu-nbd")
+        .args([
+            "-f",
+            "raw",
+            "-x",
+            "bench",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .args(["--shared=8", "--persistent"])
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start qemu-nbd")?;
+    let guard = Guard(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("qemu-nbd did not start listening on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((guard, format!("nbd://127.0.0.1:{port}/bench")))
+}
+
+fn fio(
+    uri: &str,
+    rw: &str,
+    bs: &str,
+    iodepth: u32,
+    runtime: Option<u32>,
+    size: &str,
+    out: &Path,
+) -> anyhow::Result<Sample> {
+    let mut cmd = Command::new("fio");
+    cmd.args(["--name=bench", "--ioengine=nbd", "--thread"])
+        .arg(format!("--uri={uri}"))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={bs}"))
+        .arg(format!("--iodepth={iodepth}"))
+        .arg(format!("--size={size}"))
+        .args(["--output-format=json", "--randrepeat=0", "--norandommap"])
+        .arg(format!("--output={}", out.display()));
+    if let Some(rt) = runtime {
+        cmd.args(["--time_based", "--ramp_time=1"])
+            .arg(format!("--runtime={rt}"));
+    }
+    let status = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    if !status.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&status.stderr));
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out)?)
+        .with_context(|| format!("parse fio output {}", out.display()))?;
+    let job = &json["jobs"][0];
+    let dir = if rw.contains("read") || rw == "read" {
+        &job["read"]
+    } else {
+        &job["write"]
+    };
+    Ok(Sample {
+        iops: dir["iops"].as_f64().unwrap_or(0.0),
+        mib_s: dir["bw_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+        lat_us_mean: dir["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Nbd(args) => nbd(args),
+    }
+}
+
+fn nbd(args: NbdArgs) -> anyhow::Result<()> {
+    need("fio", "fio")?;
+    need("qemu-nbd", "qemu-utils")?;
+    let size_bytes = basalt_client::parse_size(&args.size)?;
+    let scratch = tempdir_in(&args.scratch)?;
+    let (_basalt, basalt_uri) = start_basalt(&scratch.join("basalt"), &args.size)?;
+    let (_qemu, qemu_uri) = start_qemu_nbd(&scratch.join("qemu.raw"), size_bytes)?;
+    let targets = [
+        ("basalt", basalt_uri.as_str()),
+        ("qemu-nbd", qemu_uri.as_str()),
+    ];
+    let out = scratch.join("fio.json");
+
+    eprintln!("preconditioning: writing {} to each target", args.size);
+    for (name, uri) in targets {
+        fio(uri, "write", "1M", 8, None, &args.size, &out)
+            .with_context(|| format!("precondition {name}"))?;
+    }
+    // samples[profile][target] = per-round samples
+    let mut samples = vec![vec![Vec::<Sample>::new(); 2]; PROFILES.len()];
+    let total = args.rounds as usize * PROFILES.len() * 2;
+    let mut step = 0;
+    for round in 0..args.rounds {
+        for (p, profile) in PROFILES.iter().enumerate() {
+            // Alternate which target goes first, so neither always runs on a warmer machine.
+            let order: [usize; 2] = if (round as usize + p) % 2 == 0 {
+                [0, 1]
+            } else {
+                [1, 0]
+            };
+            for t in order {
+                step += 1;
+                let (name, uri) = targets[t];
+                eprintln!(
+                    "[{step}/{total}] round {} {} on {name}",
+                    round + 1,
+                    profile.name
+                );
+                let s = fio(
+                    uri,
+                    profile.rw,
+                    profile.bs,
+                    profile.iodepth,
+                    Some(args.runtime),
+                    &args.size,
+                    &out,
+                )
+                .with_context(|| format!("{} on {name}", profile.name))?;
+                samples[p][t].push(s);
+            }
+        }
+    }
+    let table = render(&args, &samples);
+    println!("{table}");
+    if let Some(path) = &args.out {
+        std::fs::write(path, &table).with_context(|| format!("write {}", path.display()))?;
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+fn tempdir_in(base: &Path) -> anyhow::Result<PathBuf> {
+    let dir = base.join(format!("basalt-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn render(args: &NbdArgs, samples: &[Vec<Vec<Sample>>]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "fio ioengine=nbd, {} rounds x {} s, {} target on tmpfs; medians. Basalt: `basalt up`, 3 OSDs, 3 replicas.\n\n",
+        args.rounds, args.runtime, args.size
+    ));
+    s.push_str("| Profile | Basalt | qemu-nbd | Basalt / qemu-nbd | Basalt mean lat | qemu-nbd mean lat |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|\n");
+    for (p, profile) in PROFILES.iter().enumerate() {
+        let seq = profile.bs == "1M";
+        let metric = |t: usize| -> f64 {
+            median(
+                samples[p][t]
+                    .iter()
+                    .map(|x| if seq { x.mib_s } else { x.iops })
+                    .collect(),
+            )
+        };
+        let lat = |t: usize| median(samples[p][t].iter().map(|x| x.lat_us_mean).collect());
+        let (b, q) = (metric(0), metric(1));
+        let unit = if seq { "MiB/s" } else { "IOPS" };
+        s.push_str(&format!(
+            "| {} | {:.0} {unit} | {:.0} {unit} | {:.2}x | {:.1} us | {:.1} us |\n",
+            profile.name,
+            b,
+            q,
+            if q > 0.0 { b / q } else { 0.0 },
+            lat(0),
+            lat(1)
+        ));
+    }
+    s
+}

@@ -1,0 +1,125 @@
+//! The NBD gateway: exports every volume of the cluster under its name.
+
+use async_trait::async_trait;
+use basalt_client::{ClientError, Cluster, Volume};
+use basalt_nbd::{BlockDevice, DeviceError, ExportInfo, Exports, Extent};
+use basalt_proto::Status;
+use bytes::Bytes;
+use std::sync::Arc;
+
+/// Every volume of the cluster, by name; `""` opens the default volume.
+pub struct VolumeExports {
+    cluster: Arc<Cluster>,
+    default_volume: Option<String>,
+}
+
+impl VolumeExports {
+    pub fn new(cluster: Arc<Cluster>, default_volume: Option<String>) -> Self {
+        Self {
+            cluster,
+            default_volume,
+        }
+    }
+}
+
+fn device_error(e: ClientError) -> DeviceError {
+    match e {
+        ClientError::Status {
+            status: Status::NoSpace,
+        } => DeviceError::NoSpace,
+        ClientError::Status {
+            status: Status::Invalid,
+        }
+        | ClientError::OutOfRange { .. }
+        | ClientError::Invalid { .. } => DeviceError::Invalid(e.to_string()),
+        other => {
+            tracing::error!("volume I/O failed: {other}");
+            DeviceError::Io(other.to_string())
+        }
+    }
+}
+
+#[async_trait]
+impl Exports for VolumeExports {
+    async fn list(&self) -> Result<Vec<ExportInfo>, DeviceError> {
+        let volumes = self.cluster.list_volumes().await.map_err(device_error)?;
+        Ok(volumes
+            .into_iter()
+            .map(|v| ExportInfo {
+                description: format!("Basalt volume, {} bytes, pool {}", v.size, v.pool),
+                name: v.name,
+            })
+            .collect())
+    }
+
+    async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
+        let name = match (name, &self.default_volume) {
+            ("", Some(default)) => default.as_str(),
+            ("", None) => return Ok(None),
+            (n, _) => n,
+        };
+        match self.cluster.open_volume(name).await {
+            Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
+            Err(ClientError::NoSuchVolume { .. }) => Ok(None),
+            Err(e) => Err(device_error(e)),
+        }
+    }
+}
+
+/// One volume as an NBD block device.
+pub struct VolumeDevice(Volume);
+
+#[async_trait]
+impl BlockDevice for VolumeDevice {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes, DeviceError> {
+        self.0.read(offset, len).await.map_err(device_error)
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DeviceError> {
+        self.0.write(offset, data, fua).await.map_err(device_error)
+    }
+
+    async fn flush(&self) -> Result<(), DeviceError> {
+        self.0.flush().await.map_err(device_error)
+    }
+
+    async fn trim(&self, offset: u64, len: u32, fua: bool) -> Result<(), DeviceError> {
+        self.0
+            .trim(offset, len as u64, fua)
+            .await
+            .map_err(device_error)
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        may_trim: bool,
+        fua: bool,
+    ) -> Result<(), DeviceError> {
+        self.0
+            .write_zeroes(offset, len as u64, may_trim, fua)
+            .await
+            .map_err(device_error)
+    }
+
+    async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>, DeviceError> {
+        let extents = self
+            .0
+            .allocation(offset, len as u64)
+            .await
+            .map_err(device_error)?;
+        Ok(extents
+            .into_iter()
+            .map(|e| Extent {
+                length: e.length,
+                hole: !e.allocated,
+                zero: !e.allocated,
+            })
+            .collect())
+    }
+}

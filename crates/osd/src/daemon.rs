@@ -1,0 +1,160 @@
+//! Starting, serving and stopping an OSD.
+
+use crate::handler::serve_connection;
+use basalt_client::ConnPool;
+use basalt_placement::ClusterMap;
+use basalt_proto::{OsdId, PgId};
+use basalt_store::{Store, StoreError, StoreOptions};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Number of lock shards ordering writes per PG.
+const PG_LOCK_SHARDS: usize = 64;
+
+/// What an OSD needs to start.
+#[derive(Clone, Debug)]
+pub struct OsdConfig {
+    pub id: OsdId,
+    /// The store's data file; created with `store_options` when missing.
+    pub store_path: PathBuf,
+    pub store_options: StoreOptions,
+    /// Data-plane listen address (port 0 picks a free port).
+    pub listen: SocketAddr,
+}
+
+/// OSD start-up failures.
+#[derive(Debug, Error)]
+pub enum OsdError {
+    #[error("open store {path}: {source}")]
+    Store { path: PathBuf, source: StoreError },
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("close store: {0}")]
+    Close(StoreError),
+}
+
+/// The state shared by every connection of one OSD.
+pub struct Osd {
+    pub id: OsdId,
+    pub store: Arc<Store>,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    /// Connections to the replicas this OSD forwards to.
+    pub(crate) peers: ConnPool,
+    /// Per-PG write counters, sharded; the lock also orders a PG's writes to its replicas.
+    pub(crate) pg_counters: Box<[Mutex<HashMap<PgId, u64>>]>,
+}
+
+impl Osd {
+    /// The newest map this OSD has seen.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.borrow().clone()
+    }
+
+    pub(crate) fn pg_shard(&self, pg: PgId) -> &Mutex<HashMap<PgId, u64>> {
+        let h = (pg.pool as usize).wrapping_mul(31) ^ pg.index as usize;
+        &self.pg_counters[h % PG_LOCK_SHARDS]
+    }
+
+    /// Open the store, bind the listener and start serving.
+    pub async fn start(
+        config: OsdConfig,
+        map: watch::Receiver<Arc<ClusterMap>>,
+    ) -> Result<OsdHandle, OsdError> {
+        let path = config.store_path.clone();
+        let options = config.store_options.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open_or_create(&path, &options))
+            .await
+            .expect("store open task")
+            .map_err(|source| OsdError::Store {
+                path: config.store_path.clone(),
+                source,
+            })?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| OsdError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| OsdError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let osd = Arc::new(Osd {
+            id: config.id,
+            store: Arc::new(store),
+            map,
+            peers: ConnPool::new(),
+            pg_counters: (0..PG_LOCK_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(osd.clone(), listener, stop_rx));
+        tracing::info!(osd = config.id, %addr, "osd serving");
+        Ok(OsdHandle {
+            addr,
+            osd,
+            stop_tx,
+            task,
+        })
+    }
+}
+
+async fn accept_loop(osd: Arc<Osd>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    stream.set_nodelay(true).ok();
+                    conns.spawn(serve_connection(osd.clone(), stream, peer));
+                }
+                Err(e) => {
+                    tracing::warn!(osd = osd.id, "accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+/// A running OSD.
+pub struct OsdHandle {
+    /// The address it actually listens on.
+    pub addr: SocketAddr,
+    pub osd: Arc<Osd>,
+    stop_tx: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl OsdHandle {
+    /// Stop serving, then checkpoint and close the store.
+    pub async fn shutdown(self) -> Result<(), OsdError> {
+        let _ = self.stop_tx.send(true);
+        let _ = self.task.await;
+        self.osd.peers.clear();
+        let osd = self.osd;
+        let store = osd.store.clone();
+        drop(osd);
+        tokio::task::spawn_blocking(move || match Arc::try_unwrap(store) {
+            Ok(store) => store.close(),
+            // Someone still holds the store (a request finishing): make it durable instead.
+            Err(store) => store.flush(),
+        })
+        .await
+        .expect("store close task")
+        .map_err(OsdError::Close)
+    }
+}
