@@ -8,6 +8,8 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have fio || need+=(fio)
 have qemu-img || need+=(qemu-utils)
 have nbdinfo || need+=(libnbd-bin)
+# nbdsh is the Python shell of libnbd; it needs the system python3 module.
+[ -e /usr/bin/nbdsh ] || need+=(python3-libnbd)
 have nbdfuse || need+=(nbdfuse)
 have nbdkit || need+=(nbdkit)
 have mkfs.ext4 || need+=(e2fsprogs)

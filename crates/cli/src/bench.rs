@@ -221,7 +221,10 @@ fn fio(
     if !status.status.success() {
         bail!("fio failed: {}", String::from_utf8_lossy(&status.stderr));
     }
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out)?)
+    // fio's nbd engine prints "fio: connected to NBD server" into the output file too.
+    let text = std::fs::read_to_string(out)?;
+    let json_start = text.find('{').unwrap_or(0);
+    let json: serde_json::Value = serde_json::from_str(&text[json_start..])
         .with_context(|| format!("parse fio output {}", out.display()))?;
     let job = &json["jobs"][0];
     let dir = if rw.contains("read") || rw == "read" {
@@ -256,6 +259,7 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
     need("qemu-nbd", "qemu-utils")?;
     let size_bytes = basalt_client::parse_size(&args.size)?;
     let scratch = tempdir_in(&args.scratch)?;
+    let _cleanup = RemoveOnDrop(scratch.clone());
     let (_basalt, basalt_uri) = start_basalt(&scratch.join("basalt"), &args.size)?;
     let (_qemu, qemu_uri) = start_qemu_nbd(&scratch.join("qemu.raw"), size_bytes)?;
     let targets = [
@@ -308,8 +312,16 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         std::fs::write(path, &table).with_context(|| format!("write {}", path.display()))?;
     }
-    let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// Removes a scratch directory however the benchmark ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn tempdir_in(base: &Path) -> anyhow::Result<PathBuf> {

@@ -60,6 +60,10 @@ pub struct UpArgs {
     /// Size of the default volume.
     #[arg(long, default_value = "1G")]
     default_volume_size: String,
+    /// Send the gateway's requests to the in-process OSDs over TCP too, instead of calling
+    /// their request handlers directly (replication always uses TCP).
+    #[arg(long)]
+    no_local_path: bool,
 }
 
 /// Load the map, or create the initial one on first start.
@@ -165,6 +169,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     map_tx.send_replace(Arc::new(map.clone()));
 
     let cluster = Cluster::new(meta.clone(), map_rx.clone());
+    if !args.no_local_path {
+        for h in &osds {
+            let handler = Arc::new(basalt_osd::LocalOsd(h.osd.clone()));
+            cluster.add_local_osd(h.osd.id, &h.addr.to_string(), handler);
+        }
+    }
     if first_start && !args.default_volume.is_empty() {
         let size = parse_size(&args.default_volume_size)?;
         cluster
@@ -202,9 +212,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     wait_for_signal().await?;
     eprintln!("basalt: shutting down (finishing in-flight requests)...");
     control_task.abort();
+    let _ = control_task.await;
     nbd.shutdown();
     let _ = nbd_tcp.await;
     let _ = nbd_unix.await;
+    // Release every handle on the cluster (the exports hold one) so the stores can close.
+    drop(nbd);
     let _ = std::fs::remove_file(&socket_path);
     // Everything acknowledged becomes durable before the stores close.
     if let Err(e) = cluster.flush().await {

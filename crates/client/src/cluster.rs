@@ -47,6 +47,16 @@ impl Cluster {
         self.conns.get(osd, &addr).await
     }
 
+    /// Send requests for `osd` (at `addr`) to an OSD in this process without a socket.
+    pub fn add_local_osd(
+        &self,
+        osd: OsdId,
+        addr: &str,
+        handler: Arc<dyn crate::conn::LocalHandler>,
+    ) {
+        self.conns.add_local(osd, addr, handler);
+    }
+
     /// The primary of `pg` under the current map.
     pub fn primary(&self, pg: PgId) -> Result<OsdId, ClientError> {
         let map = self.map();

@@ -21,7 +21,11 @@ pub struct Reply {
     pub payload: Bytes,
 }
 
-type Waiter = oneshot::Sender<Result<Reply, ClientError>>;
+/// The sending half of a request's reply channel.
+pub type Waiter = oneshot::Sender<Result<Reply, ClientError>>;
+
+/// Read buffer of a connection: many small replies are taken in one syscall.
+pub const READ_BUFFER_BYTES: usize = 256 << 10;
 
 /// How long to wait for a TCP connect.
 const CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -49,10 +53,49 @@ impl Shared {
     }
 }
 
+/// Where a reply goes: back over a stream as a frame, or straight to an in-process caller.
+pub enum ReplySink {
+    /// Encode the reply as a frame on a connection's writer queue.
+    Stream(mpsc::UnboundedSender<OutFrame>),
+    /// Hand the reply to an in-process caller (see [`LocalHandler`]).
+    Direct(Waiter),
+}
+
+impl ReplySink {
+    /// Deliver the reply. A vanished receiver means the caller went away; nothing to do.
+    pub fn send(self, header: Header, payload: Bytes) {
+        match self {
+            ReplySink::Stream(tx) => {
+                let _ = tx.send(OutFrame::new(header, payload));
+            }
+            ReplySink::Direct(w) => {
+                let _ = w.send(Ok(Reply { header, payload }));
+            }
+        }
+    }
+}
+
+/// An OSD in the same process, called without a socket: the request runs through the OSD's
+/// normal request handler, only the framing and the loopback TCP hop are skipped.
+pub trait LocalHandler: Send + Sync + 'static {
+    /// Handle one request and eventually call `reply.send` exactly once.
+    fn handle(&self, header: Header, payload: Bytes, reply: ReplySink);
+}
+
+enum Transport {
+    Tcp {
+        shared: Arc<Shared>,
+        tx: mpsc::UnboundedSender<OutFrame>,
+    },
+    Local {
+        handler: Arc<dyn LocalHandler>,
+        addr: String,
+    },
+}
+
 /// A connection to one OSD. Cheap to share (`Arc`); safe to use from many tasks.
 pub struct Connection {
-    shared: Arc<Shared>,
-    tx: mpsc::UnboundedSender<OutFrame>,
+    transport: Transport,
     next_id: AtomicU64,
 }
 
@@ -71,7 +114,8 @@ impl Connection {
                 reason: e.to_string(),
             })?;
         stream.set_nodelay(true).ok();
-        let (mut rd, wr) = stream.into_split();
+        let (rd, wr) = stream.into_split();
+        let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, rd);
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
@@ -105,20 +149,37 @@ impl Connection {
             reader_shared.kill(&reason);
         });
         Ok(Connection {
-            shared,
-            tx,
+            transport: Transport::Tcp { shared, tx },
             next_id: AtomicU64::new(1),
         })
     }
 
+    /// A connection to an OSD in this process; `addr` is its data-plane address (for
+    /// matching against the map and for messages).
+    pub fn local(handler: Arc<dyn LocalHandler>, addr: &str) -> Connection {
+        Connection {
+            transport: Transport::Local {
+                handler,
+                addr: addr.to_string(),
+            },
+            next_id: AtomicU64::new(1),
+        }
+    }
+
     /// The peer's address.
     pub fn addr(&self) -> &str {
-        &self.shared.addr
+        match &self.transport {
+            Transport::Tcp { shared, .. } => &shared.addr,
+            Transport::Local { addr, .. } => addr,
+        }
     }
 
     /// Is the connection unusable (closed or failed)?
     pub fn is_dead(&self) -> bool {
-        self.shared.dead.load(Ordering::SeqCst)
+        match &self.transport {
+            Transport::Tcp { shared, .. } => shared.dead.load(Ordering::SeqCst),
+            Transport::Local { .. } => false,
+        }
     }
 
     /// Queue a request now and return a future for its reply. Queueing is synchronous, so a
@@ -127,30 +188,27 @@ impl Connection {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         header.request_id = id;
         let (wtx, wrx) = oneshot::channel();
+        let (shared, tx) = match &self.transport {
+            Transport::Local { handler, .. } => {
+                handler.handle(header, payload, ReplySink::Direct(wtx));
+                return Pending { rx: wrx };
+            }
+            Transport::Tcp { shared, tx } => (shared, tx),
+        };
         let closed = |reason: &str| ClientError::Closed {
-            addr: self.shared.addr.clone(),
+            addr: shared.addr.clone(),
             reason: reason.to_string(),
         };
         if self.is_dead() {
             let _ = wtx.send(Err(closed("connection is down")));
             return Pending { rx: wrx };
         }
-        self.shared
-            .pending
-            .lock()
-            .expect("pending lock")
-            .insert(id, wtx);
-        let sent = self.tx.send(OutFrame::new(header, payload)).is_ok();
+        shared.pending.lock().expect("pending lock").insert(id, wtx);
+        let sent = tx.send(OutFrame::new(header, payload)).is_ok();
         // The reader may have failed between our check and insert: make sure we are not left
         // waiting for a reply that will never come.
         if !sent || self.is_dead() {
-            if let Some(w) = self
-                .shared
-                .pending
-                .lock()
-                .expect("pending lock")
-                .remove(&id)
-            {
+            if let Some(w) = shared.pending.lock().expect("pending lock").remove(&id) {
                 let _ = w.send(Err(closed("connection is down")));
             }
         }
@@ -165,7 +223,9 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.shared.kill("connection dropped");
+        if let Transport::Tcp { shared, .. } = &self.transport {
+            shared.kill("connection dropped");
+        }
     }
 }
 

@@ -13,7 +13,7 @@ pub mod volume;
 pub mod volumes;
 
 pub use cluster::Cluster;
-pub use conn::{Connection, Reply};
+pub use conn::{Connection, LocalHandler, Reply, ReplySink};
 pub use error::ClientError;
 pub use pool::ConnPool;
 pub use volume::{Extent, Volume};

@@ -45,6 +45,12 @@ impl ConnPool {
             .cloned()
     }
 
+    /// Route requests for `osd` at `addr` to an in-process handler instead of TCP.
+    pub fn add_local(&self, osd: OsdId, addr: &str, handler: Arc<dyn crate::conn::LocalHandler>) {
+        let conn = Arc::new(Connection::local(handler, addr));
+        self.conns.lock().expect("conns lock").insert(osd, conn);
+    }
+
     /// Drop every connection.
     pub fn clear(&self) {
         self.conns.lock().expect("conns lock").clear();

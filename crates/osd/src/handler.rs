@@ -1,14 +1,15 @@
 //! Serving one data-plane connection: decode requests, run them, send replies.
 
 use crate::daemon::Osd;
-use basalt_client::frame_io::{read_frame, write_frames, OutFrame};
+use basalt_client::frame_io::{read_frame, write_frames};
+use basalt_client::{LocalHandler, ReplySink};
 use basalt_proto::{Flags, Header, Opcode, Status, Version, MAX_PAYLOAD_BYTES};
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Requests one connection may have in progress; the reader stops reading past this.
 const MAX_IN_FLIGHT_PER_CONN: usize = 1024;
@@ -16,11 +17,11 @@ const MAX_IN_FLIGHT_PER_CONN: usize = 1024;
 /// Longest wait for a replica's acknowledgement before the write is failed.
 const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-type ReplyTx = mpsc::UnboundedSender<OutFrame>;
 
 /// Serve requests on `stream` until it closes or sends a malformed frame.
 pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr) {
-    let (mut rd, wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    let mut rd = tokio::io::BufReader::with_capacity(basalt_client::conn::READ_BUFFER_BYTES, rd);
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_frames(wr, rx));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONN));
@@ -41,71 +42,73 @@ pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr
             Ok(p) => p,
             Err(_) => break,
         };
-        dispatch(&osd, header, payload, &tx, permit);
+        dispatch(&osd, header, payload, ReplySink::Stream(tx.clone()), Some(permit));
     }
     drop(tx);
     let _ = writer.await;
 }
 
 /// Run one request. Replica mutations are applied here, in arrival order, so replicas apply a
-/// PG's writes in the order its primary assigned their versions; everything that may wait
-/// runs in its own task.
-fn dispatch(
+/// PG's mutations in the order their primary assigned versions; everything that may wait runs
+/// in its own task. `permit` (TCP connections) bounds the requests in progress per connection.
+pub(crate) fn dispatch(
     osd: &Arc<Osd>,
     h: Header,
     payload: Bytes,
-    tx: &ReplyTx,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
 ) {
     let mutation = matches!(h.opcode, Opcode::Write | Opcode::Trim | Opcode::Delete);
     match h.opcode {
-        Opcode::Ping => reply(tx, h.reply(Status::Ok), Bytes::new()),
+        Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),
         Opcode::Read => {
             let (status, data) = read(osd, &h);
-            reply(tx, h.reply(status), data);
+            sink.send(h.reply(status), data);
         }
         Opcode::Allocation => {
             let (status, data) = allocation(osd, &h);
-            reply(tx, h.reply(status), data);
-        }
-        Opcode::Flush => {
-            let (osd, tx) = (osd.clone(), tx.clone());
-            tokio::spawn(async move {
-                let status = flush(&osd).await;
-                reply(&tx, h.reply(status), Bytes::new());
-                drop(permit);
-            });
-            return;
+            sink.send(h.reply(status), data);
         }
         _ if mutation && h.flags.has(Flags::REPLICA) => {
             let status = apply(osd, &h, &payload, h.version);
             if status == Status::Ok && h.flags.has(Flags::FUA) {
-                let (osd, tx) = (osd.clone(), tx.clone());
+                let osd = osd.clone();
                 tokio::spawn(async move {
                     let status = flush(&osd).await;
-                    reply(&tx, h.reply(status), Bytes::new());
+                    sink.send(h.reply(status), Bytes::new());
                     drop(permit);
                 });
-                return;
+            } else {
+                sink.send(h.reply(status), Bytes::new());
             }
-            reply(tx, h.reply(status), Bytes::new());
         }
-        _ => {
-            let (osd, tx) = (osd.clone(), tx.clone());
+        Opcode::Flush => {
+            let osd = osd.clone();
             tokio::spawn(async move {
-                let status = primary_mutation(&osd, h, payload).await;
-                reply(&tx, h.reply(status), Bytes::new());
+                let status = flush(&osd).await;
+                sink.send(h.reply(status), Bytes::new());
                 drop(permit);
             });
-            return;
+        }
+        _ => {
+            let osd = osd.clone();
+            tokio::spawn(async move {
+                let status = primary_mutation(&osd, h, payload).await;
+                sink.send(h.reply(status), Bytes::new());
+                drop(permit);
+            });
         }
     }
-    drop(permit);
 }
 
-fn reply(tx: &ReplyTx, header: Header, payload: Bytes) {
-    // A closed channel means the connection is going away; the reply has nowhere to go.
-    let _ = tx.send(OutFrame::new(header, payload));
+/// The in-process entry point: a client in the same process calls the OSD's request handler
+/// directly (no socket, no framing); replication to peers still goes over the data plane.
+pub struct LocalOsd(pub Arc<Osd>);
+
+impl LocalHandler for LocalOsd {
+    fn handle(&self, header: Header, payload: Bytes, reply: ReplySink) {
+        dispatch(&self.0, header, payload, reply, None);
+    }
 }
 
 fn status_of(e: &StoreError) -> Status {

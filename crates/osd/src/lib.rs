@@ -8,3 +8,4 @@ pub mod daemon;
 pub mod handler;
 
 pub use daemon::{Osd, OsdConfig, OsdError, OsdHandle};
+pub use handler::LocalOsd;

@@ -79,6 +79,9 @@ async fn replicas_identical_and_durable() {
     let (osds, tx) = start_osds(dir.path(), &mut map).await;
     let meta = Arc::new(EmbeddedMeta::in_memory());
     let cluster = Cluster::new(meta.clone(), tx.subscribe());
+    // osd.0 is reached in-process, the others over TCP: both client paths are exercised.
+    let local = Arc::new(basalt_osd::LocalOsd(osds[0].osd.clone()));
+    cluster.add_local_osd(0, &osds[0].addr.to_string(), local);
     let info = cluster.create_volume("v", 4 << 20, 1).await.unwrap();
     let volume = Arc::new(cluster.open_volume("v").await.unwrap());
 

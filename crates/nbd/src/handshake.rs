@@ -1,0 +1,438 @@
+//! The fixed newstyle handshake: greeting, client flags, then option haggling until the
+//! client enters transmission (`OPT_GO`, `OPT_EXPORT_NAME`) or leaves (`OPT_ABORT`, EOF).
+//!
+//! Reads here are unbuffered on purpose: nothing the client pipelines after its final
+//! option may be swallowed by a buffer that the transmission phase would not see.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::error::NbdError;
+use crate::export::{BlockDevice, DeviceError, Exports};
+use crate::option::{self, ClientOption, MetaMatch, OptionError, OptionHeader, OPTION_HEADER_LEN};
+use crate::request::Session;
+use crate::server::wait_for_shutdown;
+use crate::wire::{self, *};
+
+/// What the handshake hands to the transmission phase.
+pub(crate) struct Negotiated {
+    /// The export's device.
+    pub device: Arc<dyn BlockDevice>,
+    /// What requests are checked against.
+    pub session: Session,
+    /// Export name as the client gave it (for logs).
+    pub name: String,
+}
+
+/// How the handshake ended without error.
+pub(crate) enum Outcome {
+    /// Enter transmission.
+    Transmission(Negotiated),
+    /// The client aborted, went away, or the server is shutting down.
+    Closed,
+}
+
+/// Transmission flags for a device: everything is advertised except what a read-only device
+/// cannot do; `DF` only with structured replies (the protocol forbids it otherwise).
+pub fn transmission_flags(read_only: bool, structured: bool) -> u16 {
+    let mut flags = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_FUA | FLAG_SEND_CACHE;
+    // Devices make flush cover writes acknowledged on every connection (BlockDevice::flush).
+    flags |= FLAG_CAN_MULTI_CONN;
+    if read_only {
+        flags |= FLAG_READ_ONLY;
+    } else {
+        // FAST_ZERO is advertised even for devices that cannot zero fast: the protocol allows
+        // answering every fast request with an immediate ENOTSUP, which is what clients need.
+        flags |= FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES | FLAG_SEND_FAST_ZERO;
+    }
+    if structured {
+        flags |= FLAG_SEND_DF;
+    }
+    flags
+}
+
+/// Check the client's flags: only the two the server offers are allowed.
+pub fn check_client_flags(flags: u32) -> Result<bool, NbdError> {
+    if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(NbdError::ClientFlags { flags });
+    }
+    Ok(flags & FLAG_C_NO_ZEROES != 0)
+}
+
+/// Per-connection negotiation state.
+struct Haggle<'a, S> {
+    stream: &'a mut S,
+    exports: &'a dyn Exports,
+    out: BytesMut,
+    structured: bool,
+    /// Export name and whether `base:allocation` was selected by the last SET_META_CONTEXT.
+    meta: Option<(String, bool)>,
+}
+
+/// Run the handshake on `stream`.
+pub(crate) async fn negotiate<S>(
+    stream: &mut S,
+    exports: &dyn Exports,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Outcome, NbdError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut greeting = [0u8; 18];
+    greeting[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
+    greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    stream.write_all(&greeting).await?;
+    stream.flush().await?;
+
+    let client_flags = tokio::select! {
+        biased;
+        _ = wait_for_shutdown(shutdown) => return Ok(Outcome::Closed),
+        f = stream.read_u32() => f?,
+    };
+    let no_zeroes = check_client_flags(client_flags)?;
+
+    let mut h = Haggle {
+        stream,
+        exports,
+        out: BytesMut::with_capacity(1024),
+        structured: false,
+        meta: None,
+    };
+    let mut data = Vec::new();
+    for _ in 0..MAX_OPTIONS_PER_CONNECTION {
+        let mut hdr = [0u8; OPTION_HEADER_LEN];
+        tokio::select! {
+            biased;
+            // An idle negotiating client is simply dropped on shutdown.
+            _ = wait_for_shutdown(shutdown) => return Ok(Outcome::Closed),
+            r = h.stream.read_exact(&mut hdr) => match r {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(Outcome::Closed),
+                Err(e) => return Err(e.into()),
+            },
+        }
+        let header = OptionHeader::decode(&hdr).map_err(|e| match e {
+            OptionError::BadMagic(magic) => NbdError::OptionMagic { magic },
+            _ => NbdError::OptionMagic { magic: 0 },
+        })?;
+        let code = header.code;
+        if header.length > MAX_OPTION_BYTES {
+            h.skip_oversized(header).await?;
+            continue;
+        }
+        data.clear();
+        data.resize(header.length as usize, 0);
+        h.stream.read_exact(&mut data).await?;
+
+        if *shutdown.borrow() {
+            match code {
+                OPT_ABORT => h.reply(code, REP_ACK, &[]).await?,
+                OPT_EXPORT_NAME => {}
+                _ => {
+                    h.error(code, REP_ERR_SHUTDOWN, "server is shutting down")
+                        .await?;
+                    continue;
+                }
+            }
+            return Ok(Outcome::Closed);
+        }
+
+        let parsed = match option::parse_option(code, &data) {
+            Ok(opt) => opt,
+            Err(e) if code == OPT_EXPORT_NAME => {
+                return Err(NbdError::ExportRefused {
+                    name: String::from_utf8_lossy(&data[..data.len().min(256)]).into_owned(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(OptionError::TooBig) => {
+                h.error(code, REP_ERR_TOO_BIG, "too many queries").await?;
+                continue;
+            }
+            Err(e) => {
+                h.error(code, REP_ERR_INVALID, &e.to_string()).await?;
+                continue;
+            }
+        };
+        if let Some(outcome) = h.handle(parsed, no_zeroes).await? {
+            return Ok(outcome);
+        }
+    }
+    Err(NbdError::TooManyOptions {
+        limit: MAX_OPTIONS_PER_CONNECTION,
+    })
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
+    async fn send(&mut self) -> Result<(), NbdError> {
+        self.stream.write_all(&self.out).await?;
+        self.stream.flush().await?;
+        self.out.clear();
+        Ok(())
+    }
+
+    async fn reply(&mut self, code: u32, reply_type: u32, data: &[u8]) -> Result<(), NbdError> {
+        option::encode_reply(&mut self.out, code, reply_type, data);
+        self.send().await
+    }
+
+    async fn error(&mut self, code: u32, reply_type: u32, msg: &str) -> Result<(), NbdError> {
+        option::encode_error(&mut self.out, code, reply_type, msg);
+        self.send().await
+    }
+
+    /// Skip a moderately oversized option and refuse it; drop the connection for an absurd one
+    /// rather than reading gigabytes (the protocol allows a hard disconnect for abuse).
+    async fn skip_oversized(&mut self, header: OptionHeader) -> Result<(), NbdError> {
+        let err = NbdError::OptionTooLarge {
+            code: header.code,
+            length: header.length,
+        };
+        if header.code == OPT_EXPORT_NAME || header.length > MAX_OPTION_SKIP_BYTES {
+            if header.code != OPT_EXPORT_NAME {
+                self.error(header.code, REP_ERR_TOO_BIG, "option too large")
+                    .await?;
+            }
+            return Err(err);
+        }
+        let mut rest = (&mut *self.stream).take(header.length as u64);
+        let skipped = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await?;
+        if skipped != header.length as u64 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+        self.error(header.code, REP_ERR_TOO_BIG, "option too large")
+            .await
+    }
+
+    async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
+        self.exports.open(name).await
+    }
+
+    /// Handle one decoded option; `Some` ends the handshake.
+    async fn handle(
+        &mut self,
+        opt: ClientOption<'_>,
+        no_zeroes: bool,
+    ) -> Result<Option<Outcome>, NbdError> {
+        let go = matches!(opt, ClientOption::Go(_));
+        match opt {
+            ClientOption::ExportName(name) => {
+                let device = match self.open(name).await {
+                    Ok(Some(d)) => d,
+                    Ok(None) => {
+                        return Err(NbdError::ExportRefused {
+                            name: name.to_owned(),
+                            reason: "unknown export".into(),
+                        })
+                    }
+                    Err(source) => {
+                        return Err(NbdError::Open {
+                            name: name.to_owned(),
+                            source,
+                        })
+                    }
+                };
+                let neg = self.negotiated(name, device);
+                self.out.put_u64(neg.session.size);
+                self.out.put_u16(neg.session.flags);
+                if !no_zeroes {
+                    self.out.put_bytes(0, 124);
+                }
+                self.send().await?;
+                Ok(Some(Outcome::Transmission(neg)))
+            }
+            ClientOption::Abort => {
+                // The client may already have closed; the ack is best effort.
+                let _ = self.reply(OPT_ABORT, REP_ACK, &[]).await;
+                Ok(Some(Outcome::Closed))
+            }
+            ClientOption::List => {
+                match self.exports.list().await {
+                    Ok(list) => {
+                        for e in list.iter().filter(|e| e.name.len() <= MAX_STRING_BYTES) {
+                            option::encode_server(&mut self.out, &e.name, &e.description);
+                        }
+                        option::encode_reply(&mut self.out, OPT_LIST, REP_ACK, &[]);
+                        self.send().await?;
+                    }
+                    Err(e) => {
+                        self.error(OPT_LIST, open_error_reply(&e), &e.to_string())
+                            .await?
+                    }
+                }
+                Ok(None)
+            }
+            ClientOption::StartTls => {
+                self.error(OPT_STARTTLS, REP_ERR_UNSUP, "TLS is not supported")
+                    .await?;
+                Ok(None)
+            }
+            ClientOption::Info(req) | ClientOption::Go(req) => {
+                let code = if go { OPT_GO } else { OPT_INFO };
+                let device = match self.open(req.name).await {
+                    Ok(Some(d)) => d,
+                    Ok(None) => {
+                        let msg = format!("unknown export {:?}", req.name);
+                        self.error(code, REP_ERR_UNKNOWN, &msg).await?;
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        let msg = format!("cannot open export {:?}: {e}", req.name);
+                        self.error(code, open_error_reply(&e), &msg).await?;
+                        return Ok(None);
+                    }
+                };
+                let neg = self.negotiated(req.name, device);
+                option::encode_info_export(
+                    &mut self.out,
+                    code,
+                    neg.session.size,
+                    neg.session.flags,
+                );
+                if req.info.name && !req.name.is_empty() {
+                    option::encode_info_string(&mut self.out, code, INFO_NAME, req.name);
+                }
+                if req.info.description {
+                    let description = self.exports.describe(req.name).await.unwrap_or_default();
+                    if !description.is_empty() {
+                        let item = INFO_DESCRIPTION;
+                        option::encode_info_string(&mut self.out, code, item, &description);
+                    }
+                }
+                // Sent even unrequested: clients that ignore it lose nothing, and the maximum
+                // is stricter than the protocol default.
+                let (min, pref, max) = (MIN_BLOCK_BYTES, PREFERRED_BLOCK_BYTES, MAX_BLOCK_BYTES);
+                option::encode_info_block_size(&mut self.out, code, min, pref, max);
+                option::encode_reply(&mut self.out, code, REP_ACK, &[]);
+                self.send().await?;
+                Ok(go.then_some(Outcome::Transmission(neg)))
+            }
+            ClientOption::StructuredReply => {
+                self.structured = true;
+                self.reply(OPT_STRUCTURED_REPLY, REP_ACK, &[]).await?;
+                Ok(None)
+            }
+            ClientOption::ListMetaContext(req) => {
+                self.meta_context(OPT_LIST_META_CONTEXT, req).await?;
+                Ok(None)
+            }
+            ClientOption::SetMetaContext(req) => {
+                self.meta = None; // replaced even when the option fails
+                if !self.structured {
+                    let msg = "structured replies must be negotiated first";
+                    self.error(OPT_SET_META_CONTEXT, REP_ERR_INVALID, msg)
+                        .await?;
+                    return Ok(None);
+                }
+                self.meta_context(OPT_SET_META_CONTEXT, req).await?;
+                Ok(None)
+            }
+            ClientOption::Unknown(code) => {
+                self.error(code, REP_ERR_UNSUP, "option not supported")
+                    .await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// LIST or SET metadata contexts. Unknown namespaces and leaves select nothing (the
+    /// protocol forbids refusing them); `base:` lists `base:allocation` but selects nothing.
+    async fn meta_context(
+        &mut self,
+        code: u32,
+        req: option::MetaRequest<'_>,
+    ) -> Result<(), NbdError> {
+        let set = code == OPT_SET_META_CONTEXT;
+        match self.open(req.export).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let msg = format!("unknown export {:?}", req.export);
+                return self.error(code, REP_ERR_UNKNOWN, &msg).await;
+            }
+            Err(e) => return self.error(code, open_error_reply(&e), &e.to_string()).await,
+        }
+        let mut allocation = !set && req.queries.is_empty();
+        for q in &req.queries {
+            match option::match_meta_query(q) {
+                MetaMatch::BaseAllocation => allocation = true,
+                MetaMatch::BaseWildcard => allocation |= !set,
+                MetaMatch::Nothing => {}
+                MetaMatch::Malformed => {
+                    let msg = format!("query {q:?} is not namespace:leaf");
+                    return self.error(code, REP_ERR_INVALID, &msg).await;
+                }
+            }
+        }
+        if allocation {
+            // Listed contexts carry id 0, as the protocol recommends.
+            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+            option::encode_meta_context(&mut self.out, code, id, BASE_ALLOCATION);
+        }
+        option::encode_reply(&mut self.out, code, REP_ACK, &[]);
+        if set {
+            self.meta = Some((req.export.to_owned(), allocation));
+        }
+        self.send().await
+    }
+
+    fn negotiated(&self, name: &str, device: Arc<dyn BlockDevice>) -> Negotiated {
+        let block_status = self
+            .meta
+            .as_ref()
+            .is_some_and(|(export, selected)| *selected && export == name);
+        let session = Session {
+            size: device.size(),
+            flags: transmission_flags(device.read_only(), self.structured),
+            structured: self.structured,
+            block_status,
+            fast_zero: device.fast_zero(),
+        };
+        Negotiated {
+            device,
+            session,
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// Option error for a catalogue failure.
+fn open_error_reply(e: &DeviceError) -> u32 {
+    match e {
+        DeviceError::ShuttingDown => wire::REP_ERR_SHUTDOWN,
+        _ => wire::REP_ERR_UNKNOWN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_follow_device_and_negotiation() {
+        // Goal: read-only exports drop write features; DF appears only with structured replies.
+        let rw = transmission_flags(false, false);
+        assert_eq!(rw & FLAG_READ_ONLY, 0);
+        assert_ne!(rw & FLAG_SEND_TRIM, 0);
+        assert_ne!(rw & FLAG_CAN_MULTI_CONN, 0);
+        assert_eq!(rw & FLAG_SEND_DF, 0);
+        let ro = transmission_flags(true, true);
+        assert_ne!(ro & FLAG_READ_ONLY, 0);
+        assert_eq!(
+            ro & (FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES | FLAG_SEND_FAST_ZERO),
+            0
+        );
+        assert_ne!(ro & FLAG_SEND_DF, 0);
+    }
+
+    #[test]
+    fn client_flags_are_checked() {
+        // Goal: only FIXED_NEWSTYLE and NO_ZEROES are accepted.
+        assert!(!check_client_flags(1).unwrap());
+        assert!(check_client_flags(3).unwrap());
+        assert!(check_client_flags(4).is_err());
+    }
+}
