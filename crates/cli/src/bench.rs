@@ -280,7 +280,7 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
     for round in 0..args.rounds {
         for (p, profile) in PROFILES.iter().enumerate() {
             // Alternate which target goes first, so neither always runs on a warmer machine.
-            let order: [usize; 2] = if (round as usize + p) % 2 == 0 {
+            let order: [usize; 2] = if (round as usize + p).is_multiple_of(2) {
                 [0, 1]
             } else {
                 [1, 0]

@@ -153,6 +153,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().expect("valid address"),
+            create_if_missing: first_start,
         };
         let handle = Osd::start(config, map_rx.clone())
             .await

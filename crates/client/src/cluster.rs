@@ -3,11 +3,14 @@
 use crate::conn::{Connection, Reply};
 use crate::error::ClientError;
 use crate::pool::ConnPool;
+use crate::volume::VolumeState;
+use crate::volumes::VolumeInfo;
 use basalt_meta::MetaStore;
 use basalt_placement::ClusterMap;
-use basalt_proto::{Header, ObjectId, Opcode, OsdId, PgId, Status};
+use basalt_proto::{Header, InodeId, ObjectId, Opcode, OsdId, PgId, Status};
 use bytes::Bytes;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -19,6 +22,8 @@ pub struct Cluster {
     meta: Arc<dyn MetaStore>,
     map: watch::Receiver<Arc<ClusterMap>>,
     conns: ConnPool,
+    /// Shared state of every volume opened in this process, by inode.
+    volumes: Mutex<HashMap<InodeId, Arc<VolumeState>>>,
 }
 
 impl Cluster {
@@ -28,6 +33,7 @@ impl Cluster {
             meta,
             map,
             conns: ConnPool::new(),
+            volumes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -88,13 +94,33 @@ impl Cluster {
         }
     }
 
+    /// The state shared by every handle of volume `info` in this process.
+    pub(crate) fn volume_state(&self, info: &VolumeInfo) -> Arc<VolumeState> {
+        let mut volumes = self.volumes.lock().expect("volumes lock");
+        volumes
+            .entry(info.id)
+            .or_insert_with(|| Arc::new(VolumeState::new(info.size)))
+            .clone()
+    }
+
+    /// Delete every object of `inode` with index ≥ `from` on every OSD.
+    pub async fn purge(&self, inode: InodeId, from: u64) -> Result<(), ClientError> {
+        self.broadcast(Opcode::Purge, ObjectId::new(inode, from))
+            .await
+    }
+
     /// Make every write acknowledged to this client durable on every OSD that may hold it.
     pub async fn flush(&self) -> Result<(), ClientError> {
+        self.broadcast(Opcode::Flush, ObjectId::new(0, 0)).await
+    }
+
+    /// Send one request to every OSD that is in and wait for all to succeed.
+    async fn broadcast(&self, opcode: Opcode, object: ObjectId) -> Result<(), ClientError> {
         let map = self.map();
         let mut pending = Vec::with_capacity(map.osds.len());
         for osd in map.osds.values().filter(|o| o.is_in) {
             let conn = self.connection(osd.id).await?;
-            let header = Header::request(Opcode::Flush, 0, ObjectId::new(0, 0));
+            let header = Header::request(opcode, 0, object);
             pending.push((conn.clone(), conn.start(header, Bytes::new())));
         }
         for (conn, p) in pending {

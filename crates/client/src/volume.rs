@@ -7,6 +7,7 @@ use crate::volumes::VolumeInfo;
 use basalt_placement::{ClusterMap, PoolSpec};
 use basalt_proto::{Flags, Header, ObjectId, Opcode, PgId, Status};
 use bytes::{Bytes, BytesMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Granularity of allocation reporting.
@@ -23,11 +24,32 @@ pub struct Extent {
     pub allocated: bool,
 }
 
+/// What every open handle of one volume in this process shares: its current size, whether
+/// it was removed, and a gate that resize and remove close while they change those.
+pub struct VolumeState {
+    size: AtomicU64,
+    removed: AtomicBool,
+    /// I/O holds it shared; resize and remove hold it exclusively, so no I/O checked against
+    /// the old size can land after a shrink discarded the data past the new end.
+    gate: tokio::sync::RwLock<()>,
+}
+
+impl VolumeState {
+    pub(crate) fn new(size: u64) -> Self {
+        Self {
+            size: AtomicU64::new(size),
+            removed: AtomicBool::new(false),
+            gate: tokio::sync::RwLock::new(()),
+        }
+    }
+}
+
 /// An open volume. Cheap to clone-by-Arc; all methods take `&self`.
 pub struct Volume {
     cluster: Arc<Cluster>,
     info: VolumeInfo,
     pool: PoolSpec,
+    state: Arc<VolumeState>,
 }
 
 /// One object-sized piece of a byte range.
@@ -50,10 +72,12 @@ impl Volume {
             .get(&info.pool)
             .cloned()
             .ok_or(basalt_placement::MapError::NoSuchPool { pool: info.pool })?;
+        let state = cluster.volume_state(&info);
         Ok(Self {
             cluster,
             info,
             pool,
+            state,
         })
     }
 
@@ -61,18 +85,27 @@ impl Volume {
         &self.info
     }
 
+    /// The current size (it follows resizes made through this process).
     pub fn size(&self) -> u64 {
-        self.info.size
+        self.state.size.load(Ordering::Acquire)
     }
 
-    fn check_range(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+    /// Enter the I/O gate and check the range against the current size.
+    async fn enter(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, ClientError> {
+        let guard = self.state.gate.read().await;
+        if self.state.removed.load(Ordering::Acquire) {
+            return Err(ClientError::NoSuchVolume {
+                name: self.info.name.clone(),
+            });
+        }
+        let size = self.size();
         match offset.checked_add(len) {
-            Some(end) if end <= self.info.size => Ok(()),
-            _ => Err(ClientError::OutOfRange {
-                offset,
-                len,
-                size: self.info.size,
-            }),
+            Some(end) if end <= size => Ok(guard),
+            _ => Err(ClientError::OutOfRange { offset, len, size }),
         }
     }
 
@@ -158,7 +191,7 @@ impl Volume {
 
     /// Read `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, ClientError> {
-        self.check_range(offset, len as u64)?;
+        let _gate = self.enter(offset, len as u64).await?;
         let pieces: Vec<Piece> = self.pieces(offset, len as u64).collect();
         if pieces.len() == 1 {
             let (conn, p) = self.start(Opcode::Read, pieces[0], 0, Bytes::new()).await?;
@@ -179,7 +212,7 @@ impl Volume {
 
     /// Write `data` at `offset`; with `fua` it is durable when this returns.
     pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), ClientError> {
-        self.check_range(offset, data.len() as u64)?;
+        let _gate = self.enter(offset, data.len() as u64).await?;
         let flags = if fua { Flags::FUA } else { 0 };
         let pieces: Vec<Piece> = self.pieces(offset, data.len() as u64).collect();
         self.each_piece(pieces, |p| {
@@ -192,7 +225,11 @@ impl Volume {
 
     /// Deallocate a range: it reads back as zeros. Whole objects are deleted.
     pub async fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
-        self.check_range(offset, len)?;
+        let _gate = self.enter(offset, len).await?;
+        self.trim_unchecked(offset, len, fua).await
+    }
+
+    async fn trim_unchecked(&self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
         let flags = if fua { Flags::FUA } else { 0 };
         let os = self.info.object_size;
         let pieces: Vec<Piece> = self.pieces(offset, len).collect();
@@ -216,10 +253,10 @@ impl Volume {
         may_trim: bool,
         fua: bool,
     ) -> Result<(), ClientError> {
+        let _gate = self.enter(offset, len).await?;
         if may_trim {
-            return self.trim(offset, len, fua).await;
+            return self.trim_unchecked(offset, len, fua).await;
         }
-        self.check_range(offset, len)?;
         let flags = if fua { Flags::FUA } else { 0 };
         let pieces: Vec<Piece> = self.pieces(offset, len).collect();
         self.each_piece(pieces, |p| {
@@ -237,7 +274,7 @@ impl Volume {
 
     /// Allocation of [offset, offset+len) in runs, at 4 KiB granularity.
     pub async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ClientError> {
-        self.check_range(offset, len)?;
+        let _gate = self.enter(offset, len).await?;
         let pieces: Vec<Piece> = self.pieces(offset, len).collect();
         let results = self
             .each_piece(pieces, |_| (Opcode::Allocation, 0, Bytes::new()))
@@ -260,12 +297,47 @@ impl Volume {
         Ok(extents)
     }
 
-    /// Discard every byte from `from` to the end of the volume (for shrink and remove).
-    pub async fn discard_from(&self, from: u64) -> Result<(), ClientError> {
-        if from >= self.info.size {
-            return Ok(());
+    /// Shrink or grow to `size` bytes. `commit` records the new size durably (in metadata);
+    /// it runs with I/O paused, after the data past a new, smaller end is gone.
+    pub(crate) async fn resize<F, Fut>(&self, size: u64, commit: F) -> Result<(), ClientError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(), ClientError>>,
+    {
+        let _gate = self.state.gate.write().await;
+        let old = self.size();
+        if size < old {
+            self.discard_unchecked(size, old).await?;
         }
-        self.trim(from, self.info.size - from, false).await
+        commit().await?;
+        self.state.size.store(size, Ordering::Release);
+        Ok(())
+    }
+
+    /// Refuse all further I/O on every handle and delete all data. `commit` removes the
+    /// record; it runs after the data is gone, so a crash part-way leaves a record to retry.
+    pub(crate) async fn remove<F, Fut>(&self, commit: F) -> Result<(), ClientError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(), ClientError>>,
+    {
+        let _gate = self.state.gate.write().await;
+        self.state.removed.store(true, Ordering::Release);
+        self.cluster.purge(self.info.id, 0).await?;
+        self.cluster.flush().await?;
+        commit().await
+    }
+
+    /// Delete the data in [from, old_end): trim the partial object at `from`, purge the rest.
+    async fn discard_unchecked(&self, from: u64, old_end: u64) -> Result<(), ClientError> {
+        let os = self.info.object_size as u64;
+        let first_whole = from.div_ceil(os);
+        let partial_end = (first_whole * os).min(old_end);
+        if from < partial_end {
+            self.trim_unchecked(from, partial_end - from, false).await?;
+        }
+        self.cluster.purge(self.info.id, first_whole).await?;
+        self.cluster.flush().await
     }
 }
 

@@ -197,65 +197,57 @@ impl Cluster {
         Volume::new(self.clone(), info)
     }
 
-    /// Change a volume's size. Shrinking discards the data past the new end first.
+    /// Change a volume's size. Shrinking discards the data past the new end first; I/O on
+    /// the volume through this process pauses meanwhile.
     pub async fn resize_volume(
         self: &Arc<Self>,
         name: &str,
         size: u64,
     ) -> Result<VolumeInfo, ClientError> {
         check_size(size)?;
-        for _ in 0..CAS_RETRIES {
-            let (bytes, rev) = self
-                .meta()
-                .get(&key(name))
-                .await?
-                .ok_or_else(|| ClientError::NoSuchVolume { name: name.into() })?;
-            let mut info = decode(&bytes)?;
-            if size < info.size {
-                Volume::new(self.clone(), info.clone())?
-                    .discard_from(size)
-                    .await?;
-            }
-            info.size = size;
-            let value = serde_json::to_vec(&info).expect("volume record serialises");
-            if self
-                .meta()
-                .compare_and_swap(&key(name), rev, value)
-                .await?
-                .is_some()
-            {
-                return Ok(info);
-            }
-        }
-        Err(ClientError::Invalid {
-            reason: format!("volume \"{name}\" changed concurrently; try again"),
-        })
+        let (bytes, rev) = self
+            .meta()
+            .get(&key(name))
+            .await?
+            .ok_or_else(|| ClientError::NoSuchVolume { name: name.into() })?;
+        let mut info = decode(&bytes)?;
+        info.size = size;
+        let volume = Volume::new(self.clone(), info.clone())?;
+        let value = serde_json::to_vec(&info).expect("volume record serialises");
+        volume
+            .resize(size, || async {
+                match self.meta().compare_and_swap(&key(name), rev, value).await? {
+                    Some(_) => Ok(()),
+                    None => Err(ClientError::Invalid {
+                        reason: format!("volume \"{name}\" changed concurrently; try again"),
+                    }),
+                }
+            })
+            .await?;
+        Ok(info)
     }
 
-    /// Remove a volume and its data. Data goes first: a crash part-way leaves the record,
-    /// so `rm` can be repeated, and never leaves unreachable objects behind a missing record.
+    /// Remove a volume and its data. Open handles in this process fail from then on. Data
+    /// goes first: a crash part-way leaves the record, so `rm` can be repeated.
     pub async fn remove_volume(self: &Arc<Self>, name: &str) -> Result<(), ClientError> {
-        let (bytes, _) = self
+        let (bytes, rev) = self
             .meta()
             .get(&key(name))
             .await?
             .ok_or_else(|| ClientError::NoSuchVolume { name: name.into() })?;
         let info = decode(&bytes)?;
-        Volume::new(self.clone(), info)?.discard_from(0).await?;
-        self.flush().await?;
-        for _ in 0..CAS_RETRIES {
-            match self.meta().get(&key(name)).await? {
-                None => return Ok(()),
-                Some((_, rev)) => {
-                    if self.meta().compare_and_delete(&key(name), rev).await? {
-                        return Ok(());
-                    }
+        let volume = Volume::new(self.clone(), info)?;
+        volume
+            .remove(|| async {
+                if self.meta().compare_and_delete(&key(name), rev).await? {
+                    Ok(())
+                } else {
+                    Err(ClientError::Invalid {
+                        reason: format!("volume \"{name}\" changed concurrently; try again"),
+                    })
                 }
-            }
-        }
-        Err(ClientError::Invalid {
-            reason: format!("volume \"{name}\" changed concurrently; try again"),
-        })
+            })
+            .await
     }
 }
 

@@ -26,20 +26,29 @@ pub struct OsdConfig {
     pub store_options: StoreOptions,
     /// Data-plane listen address (port 0 picks a free port).
     pub listen: SocketAddr,
+    /// Create the store when its file is missing. False for an OSD the cluster already
+    /// knows: an empty store would serve holes where its data was.
+    pub create_if_missing: bool,
 }
 
 /// OSD start-up failures.
 #[derive(Debug, Error)]
 pub enum OsdError {
-    #[error("open store {path}: {source}")]
+    #[error("open store {path}")]
     Store { path: PathBuf, source: StoreError },
-    #[error("listen on {addr}: {source}")]
+    #[error(
+        "the store of osd.{id} is missing at {path}; the cluster already holds data on it, \
+         so it will not start with an empty one (restore the file, or remove the whole data \
+         directory to start a new cluster)"
+    )]
+    StoreMissing { id: OsdId, path: PathBuf },
+    #[error("listen on {addr}")]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("close store: {0}")]
-    Close(StoreError),
+    #[error("close store")]
+    Close(#[source] StoreError),
 }
 
 /// The state shared by every connection of one OSD.
@@ -69,6 +78,12 @@ impl Osd {
         config: OsdConfig,
         map: watch::Receiver<Arc<ClusterMap>>,
     ) -> Result<OsdHandle, OsdError> {
+        if !config.create_if_missing && !config.store_path.exists() {
+            return Err(OsdError::StoreMissing {
+                id: config.id,
+                path: config.store_path.clone(),
+            });
+        }
         let path = config.store_path.clone();
         let options = config.store_options.clone();
         let store = tokio::task::spawn_blocking(move || Store::open_or_create(&path, &options))
@@ -78,12 +93,13 @@ impl Osd {
                 path: config.store_path.clone(),
                 source,
             })?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| OsdError::Listen {
-                addr: config.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| OsdError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
         let addr = listener.local_addr().map_err(|source| OsdError::Listen {
             addr: config.listen,
             source,

@@ -17,7 +17,6 @@ const MAX_IN_FLIGHT_PER_CONN: usize = 1024;
 /// Longest wait for a replica's acknowledgement before the write is failed.
 const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-
 /// Serve requests on `stream` until it closes or sends a malformed frame.
 pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr) {
     let (rd, wr) = stream.into_split();
@@ -42,7 +41,13 @@ pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr
             Ok(p) => p,
             Err(_) => break,
         };
-        dispatch(&osd, header, payload, ReplySink::Stream(tx.clone()), Some(permit));
+        dispatch(
+            &osd,
+            header,
+            payload,
+            ReplySink::Stream(tx.clone()),
+            Some(permit),
+        );
     }
     drop(tx);
     let _ = writer.await;
@@ -81,6 +86,14 @@ pub(crate) fn dispatch(
             } else {
                 sink.send(h.reply(status), Bytes::new());
             }
+        }
+        Opcode::Purge => {
+            let osd = osd.clone();
+            tokio::spawn(async move {
+                let status = purge(&osd, h).await;
+                sink.send(h.reply(status), Bytes::new());
+                drop(permit);
+            });
         }
         Opcode::Flush => {
             let osd = osd.clone();
@@ -158,6 +171,30 @@ async fn flush(osd: &Arc<Osd>) -> Status {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(e)) => {
             tracing::error!(osd = osd.id, "flush failed: {e}");
+            status_of(&e)
+        }
+        Err(_) => Status::Io,
+    }
+}
+
+/// Delete every local object of an inode from an index on (volume removal or shrink).
+async fn purge(osd: &Arc<Osd>, h: Header) -> Status {
+    let store = osd.store.clone();
+    let (inode, from) = (h.object.inode, h.object.index);
+    let version = basalt_proto::Version::new(osd.map().epoch as u64, 0);
+    let result = tokio::task::spawn_blocking(move || {
+        for (obj, _) in store.objects() {
+            if obj.inode == inode && obj.index >= from {
+                store.delete(obj, version)?;
+            }
+        }
+        Ok::<(), StoreError>(())
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => Status::Ok,
+        Ok(Err(e)) => {
+            tracing::error!(osd = osd.id, inode, "purge failed: {e}");
             status_of(&e)
         }
         Err(_) => Status::Io,
@@ -247,7 +284,10 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
                 status = Status::Unavailable;
             }
             Err(_) => {
-                tracing::warn!(osd = osd.id, "replica did not answer in {REPLICA_TIMEOUT:?}");
+                tracing::warn!(
+                    osd = osd.id,
+                    "replica did not answer in {REPLICA_TIMEOUT:?}"
+                );
                 status = Status::Unavailable;
             }
         }

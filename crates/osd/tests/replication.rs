@@ -60,6 +60,7 @@ async fn start_osds(
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().unwrap(),
+            create_if_missing: true,
         };
         let h = Osd::start(config, rx.clone()).await.unwrap();
         map.osds.get_mut(&id).unwrap().addr = h.addr.to_string();
@@ -92,7 +93,9 @@ async fn replicas_identical_and_durable() {
         tasks.push(tokio::spawn(async move {
             let mut x = w * 7919 + 1;
             for _ in 0..64 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let offset = (x >> 20) % ((8 * OBJECT_SIZE as u64) - 20_000);
                 let len = 512 + (x >> 40) % 16_000;
                 let data = Bytes::from(vec![(x >> 56) as u8; len as usize]);
@@ -151,7 +154,10 @@ async fn range_checks_and_trim() {
 
     let err = volume.read((1 << 20) - 100, 200).await.unwrap_err();
     assert!(err.to_string().contains("beyond the end"), "{err}");
-    assert!(volume.write(1 << 20, Bytes::from_static(b"x"), false).await.is_err());
+    assert!(volume
+        .write(1 << 20, Bytes::from_static(b"x"), false)
+        .await
+        .is_err());
 
     volume
         .write(0, Bytes::from(vec![0xee; 256 << 10]), false)

@@ -34,6 +34,10 @@ pub enum Opcode {
     Flush = 6,
     /// Which 4 KiB blocks of the object hold data: reply payload is a bitmap, LSB first.
     Allocation = 7,
+    /// Delete, on this OSD only, every local object of `object.inode` whose index is at least
+    /// `object.index`. Sent to every OSD to remove or shrink a volume in time proportional to
+    /// the data it holds, not to its nominal size.
+    Purge = 8,
 }
 
 impl Opcode {
@@ -46,6 +50,7 @@ impl Opcode {
             5 => Self::Delete,
             6 => Self::Flush,
             7 => Self::Allocation,
+            8 => Self::Purge,
             _ => return None,
         })
     }
@@ -253,7 +258,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=7,
+            1u8..=8,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),

@@ -1,0 +1,675 @@
+//! Shared harness of the end-to-end tests: a real `basalt up` process per test, and helpers
+//! that run the real NBD clients (qemu-io, qemu-img, nbdcopy, nbdinfo, fio) with time bounds.
+//!
+//! Every child process is bounded in time and killed on drop, so a failing or hanging test
+//! never leaves a daemon or a client behind.
+
+// Each test file uses a different subset of the helpers.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long `basalt up` may take to print its banner.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `basalt up` may take to exit after SIGTERM.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on one client command (qemu-io, nbdinfo, `basalt volume` ...).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Capacity of each OSD store file (sparse).
+pub const OSD_SIZE: &str = "2G";
+/// Size of the default volume `vol0` (the contract's default).
+pub const VOL0_BYTES: u64 = 1 << 30;
+
+/// How long to wait for the daemon's pipes to reach end-of-file after it exited.
+const READER_JOIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The banner line printed once the cluster serves.
+const READY_LINE: &str = "Press Ctrl-C to stop.";
+
+/// A running `basalt up` with its own data directory; killed (SIGKILL) on drop.
+pub struct Cluster {
+    /// Owns the data directory (removed on drop).
+    dir: tempfile::TempDir,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+    /// Everything the daemon wrote on stderr, across restarts.
+    stderr: Arc<Mutex<Vec<u8>>>,
+    /// Everything the daemon wrote on stdout, across restarts.
+    stdout: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<JoinHandle<()>>,
+    /// NBD TCP address, e.g. `127.0.0.1:34567`.
+    pub nbd_addr: SocketAddr,
+    /// NBD unix socket path.
+    pub nbd_socket: PathBuf,
+    /// Control API address.
+    pub control: SocketAddr,
+}
+
+impl Cluster {
+    /// Start a fresh cluster (3 OSDs, 3 replicas, `vol0` of 1 GiB) on ephemeral ports.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Start a fresh cluster, adding `extra` to the `basalt up` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("basalt-e2e-")
+            .tempdir()
+            .expect("create the cluster's temporary data directory");
+        let mut cluster = Cluster {
+            dir,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            stderr: Arc::new(Mutex::new(Vec::new())),
+            stdout: Arc::new(Mutex::new(Vec::new())),
+            readers: Vec::new(),
+            nbd_addr: "0.0.0.0:0".parse().expect("valid address"),
+            nbd_socket: PathBuf::new(),
+            control: "0.0.0.0:0".parse().expect("valid address"),
+        };
+        cluster.spawn();
+        cluster
+    }
+
+    /// The data directory (`--data-dir`).
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A scratch directory for test files, inside the cluster's temporary directory.
+    pub fn scratch(&self) -> PathBuf {
+        let p = self.dir.path().join("scratch");
+        std::fs::create_dir_all(&p).expect("create scratch directory");
+        p
+    }
+
+    /// The TCP NBD URI of export `name`.
+    pub fn uri(&self, name: &str) -> String {
+        format!("nbd://{}/{}", self.nbd_addr, name)
+    }
+
+    /// The unix-socket NBD URI of export `name`.
+    pub fn unix_uri(&self, name: &str) -> String {
+        format!("nbd+unix:///{}?socket={}", name, self.nbd_socket.display())
+    }
+
+    /// The TCP NBD URI of the server (no export: for `nbdinfo --list`).
+    pub fn server_uri(&self) -> String {
+        format!("nbd://{}", self.nbd_addr)
+    }
+
+    /// The daemon's stderr so far (lossy UTF-8).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().expect("stderr buffer")).into_owned()
+    }
+
+    /// The daemon's stdout so far, across restarts (lossy UTF-8).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().expect("stdout buffer")).into_owned()
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("basalt up is running").id()
+    }
+
+    fn spawn(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "spawn while basalt up is still running"
+        );
+        let bin = env!("CARGO_BIN_EXE_basalt");
+        let mut cmd = Command::new(bin);
+        cmd.arg("up")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .args(["--nbd-listen", "127.0.0.1:0"])
+            .args(["--control-listen", "127.0.0.1:0"])
+            .args(["--osd-size", OSD_SIZE])
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {bin} up: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+
+        // Drain stderr forever so the daemon never blocks on a full pipe.
+        let err_buf = self.stderr.clone();
+        self.readers.push(std::thread::spawn(move || {
+            let mut stderr = stderr;
+            let mut chunk = [0u8; 8192];
+            loop {
+                match stderr.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => err_buf
+                        .lock()
+                        .expect("stderr buffer")
+                        .extend_from_slice(&chunk[..n]),
+                }
+            }
+        }));
+        // Stdout lines go to the channel (for the banner) and to the buffer.
+        let (tx, rx) = mpsc::channel::<String>();
+        let out_buf = self.stdout.clone();
+        self.readers.push(std::thread::spawn(move || {
+            let reader = BufReader::new(stdout);
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                {
+                    let mut b = out_buf.lock().expect("stdout buffer");
+                    b.extend_from_slice(line.as_bytes());
+                    b.push(b'\n');
+                }
+                // The receiver goes away after the banner; keep draining regardless.
+                let _ = tx.send(line);
+            }
+        }));
+        self.child = Some(child);
+
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        let mut nbd_addr = None;
+        let mut nbd_socket = None;
+        let mut control = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.fail_startup(&format!("no \"{READY_LINE}\" within {STARTUP_TIMEOUT:?}"));
+            }
+            let line = match rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // stdout closed: the daemon exited (or closed stdout) before the banner.
+                    std::thread::sleep(Duration::from_millis(200));
+                    self.fail_startup("stdout closed before the banner was complete");
+                }
+            };
+            let t = line.trim();
+            if let Some(rest) = t.strip_prefix("NBD (TCP):") {
+                let rest = rest.trim();
+                let hostport = rest
+                    .strip_prefix("nbd://")
+                    .and_then(|r| r.split('/').next())
+                    .unwrap_or("");
+                nbd_addr = Some(hostport.parse::<SocketAddr>().unwrap_or_else(|e| {
+                    self.fail_startup(&format!("bad NBD (TCP) banner line {line:?}: {e}"))
+                }));
+            } else if let Some(rest) = t.strip_prefix("NBD (unix):") {
+                let Some((_, path)) = rest.trim().split_once("?socket=") else {
+                    self.fail_startup(&format!("bad NBD (unix) banner line {line:?}"));
+                };
+                nbd_socket = Some(PathBuf::from(path.trim()));
+            } else if let Some(rest) = t.strip_prefix("Control API:") {
+                let addr = rest.split_whitespace().next().unwrap_or("");
+                control = Some(addr.parse::<SocketAddr>().unwrap_or_else(|e| {
+                    self.fail_startup(&format!("bad Control API banner line {line:?}: {e}"))
+                }));
+            } else if t == READY_LINE {
+                break;
+            }
+        }
+        match (nbd_addr, nbd_socket, control) {
+            (Some(a), Some(s), Some(c)) => {
+                self.nbd_addr = a;
+                self.nbd_socket = s;
+                self.control = c;
+            }
+            (a, s, c) => self.fail_startup(&format!(
+                "banner incomplete: nbd tcp {a:?}, unix socket {s:?}, control {c:?}"
+            )),
+        }
+    }
+
+    fn fail_startup(&mut self, why: &str) -> ! {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.join_readers();
+        panic!(
+            "basalt up failed to start: {why}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            String::from_utf8_lossy(&self.stdout.lock().expect("stdout buffer")),
+            self.stderr_text()
+        );
+    }
+
+    /// Join the pipe readers once the child is dead. Bounded: a grandchild that inherited the
+    /// pipes could keep them open; such a reader is left detached rather than waited for.
+    fn join_readers(&mut self) {
+        let deadline = Instant::now() + READER_JOIN_TIMEOUT;
+        for h in self.readers.drain(..) {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Stop with SIGTERM; assert a clean exit (status 0, "basalt: stopped cleanly").
+    pub fn stop(&mut self) {
+        let status = self.signal_and_wait("TERM");
+        let stderr = self.stderr_text();
+        assert!(
+            status.success(),
+            "basalt up exited with {status} after SIGTERM\n--- stderr ---\n{stderr}"
+        );
+        assert!(
+            stderr.contains("basalt: stopped cleanly"),
+            "no \"basalt: stopped cleanly\" on stderr after SIGTERM\n--- stderr ---\n{stderr}"
+        );
+    }
+
+    /// Send SIGTERM and return the exit status (for tests that check it themselves).
+    pub fn signal_and_wait(&mut self, signal: &str) -> ExitStatus {
+        let pid = self.pid();
+        let st = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -{signal} {pid} failed: {st}");
+        let mut child = self.child.take().expect("running");
+        let status = wait_timeout(&mut child, SHUTDOWN_TIMEOUT).unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "basalt up did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM\n--- stderr ---\n{}",
+                self.stderr_text()
+            )
+        });
+        self.join_readers();
+        status
+    }
+
+    /// Kill the daemon with SIGKILL (a crash: nothing is flushed by the daemon itself).
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("basalt up is running");
+        child.kill().expect("SIGKILL basalt up");
+        let _ = child.wait();
+        self.join_readers();
+    }
+
+    /// Start again on the same data directory (after `stop` or `kill9`); new ports.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+
+    /// Like `restart`, but a failed start (the daemon exits or never prints its banner) is
+    /// returned as the failure report instead of failing the test.
+    pub fn try_restart(&mut self) -> Result<(), String> {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.spawn()));
+        r.map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "basalt up failed to start".to_string())
+        })
+    }
+
+    /// Run `basalt volume --control ADDR ARGS...` and return its output.
+    pub fn volume(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.arg("volume")
+            .arg("--control")
+            .arg(self.control.to_string())
+            .args(args);
+        run(&mut cmd, CLIENT_TIMEOUT)
+    }
+
+    /// Run `basalt volume ...` and assert it succeeded; returns stdout.
+    pub fn volume_ok(&self, args: &[&str]) -> String {
+        let out = self.volume(args);
+        assert_ok(&out, &format!("basalt volume {}", args.join(" ")));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.join_readers();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- basalt up stderr ({}) ---\n{}\n--- end of basalt up stderr ---",
+                self.dir.path().display(),
+                self.stderr_text()
+            );
+        }
+    }
+}
+
+/// Wait for `child` at most `timeout`; `None` if it is still running.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(e) => panic!("wait for child {}: {e}", child.id()),
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Path of `tool` in PATH, if installed.
+pub fn find_tool(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    // Also look in the sbin directories, where mkfs/fsck/losetup live on Debian.
+    let extra = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from);
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Panic with a clear message unless `tool` is installed (a missing client fails the test).
+pub fn require_tool(tool: &str, package: &str) -> PathBuf {
+    find_tool(tool).unwrap_or_else(|| {
+        panic!(
+            "required client `{tool}` is not installed (Debian package {package}; \
+             the README's setup script installs it)"
+        )
+    })
+}
+
+/// Run `cmd` with stdout/stderr captured, killing it after `timeout`.
+pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {desc}: {e}"));
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = match wait_timeout(&mut child, timeout) {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out_t.join().unwrap_or_default();
+            let stderr = err_t.join().unwrap_or_default();
+            panic!(
+                "{desc} did not finish within {timeout:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                String::from_utf8_lossy(&stdout),
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+    };
+    Output {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    }
+}
+
+/// Assert `out` is a success; the message shows both streams.
+pub fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Text of both streams of `out`.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Run `qemu-io -f raw -c CMD... URI`; returns the output (not checked).
+pub fn qemu_io<S: AsRef<str>>(uri: &str, cmds: &[S]) -> Output {
+    let bin = require_tool("qemu-io", "qemu-utils");
+    let mut cmd = Command::new(bin);
+    cmd.args(["-f", "raw"]);
+    for c in cmds {
+        cmd.arg("-c").arg(c.as_ref());
+    }
+    cmd.arg(uri);
+    run(&mut cmd, CLIENT_TIMEOUT)
+}
+
+/// Run qemu-io commands and assert every one succeeded and every pattern verified.
+///
+/// qemu-io prints one line per completed command ("wrote N/N bytes", "read N/N bytes",
+/// "discard N/N bytes"); an I/O error prints a "failed" line instead. We check the count of
+/// such lines (`aio_write` prints its line on completion too), since qemu-io's exit status alone does not reflect a failed command in every
+/// version.
+pub fn qemu_io_ok<S: AsRef<str>>(uri: &str, cmds: &[S]) -> String {
+    let out = qemu_io(uri, cmds);
+    let all = text(&out);
+    let list: Vec<&str> = cmds.iter().map(|c| c.as_ref()).collect();
+    let what = format!("qemu-io {list:?} {uri}");
+    assert_ok(&out, &what);
+    assert!(
+        !all.contains("Pattern verification failed"),
+        "{what}: pattern verification failed:\n{all}"
+    );
+    assert!(
+        !all.to_lowercase().contains("failed"),
+        "{what}: a command failed:\n{all}"
+    );
+    let done = all
+        .lines()
+        .filter(|l| {
+            (l.starts_with("wrote ") || l.starts_with("read ") || l.starts_with("discard "))
+                && l.contains(" bytes at offset ")
+        })
+        .count();
+    // `flush` and `aio_flush` print nothing when they succeed.
+    let expected = list
+        .iter()
+        .filter(|c| !matches!(c.split_whitespace().next(), Some("flush" | "aio_flush")))
+        .count();
+    assert_eq!(
+        done, expected,
+        "{what}: expected {expected} completed commands:\n{all}"
+    );
+    all
+}
+
+/// A deterministic pseudo-random byte stream (xorshift64*), so failures reproduce.
+pub fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Compare two buffers; on mismatch report the first differing offset (not megabytes of hex).
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} differs from the expected {}",
+        got.len(),
+        want.len()
+    );
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let end = (i + 16).min(got.len());
+        panic!(
+            "{what}: first difference at byte {i} (0x{i:x}): got {:02x?}, want {:02x?}",
+            &got[i..end],
+            &want[i..end]
+        );
+    }
+}
+
+/// Read the first `len` bytes of export `uri` into `dest` with `qemu-img dd`.
+pub fn read_export_prefix(uri: &str, len_mib: u64, dest: &Path) -> Vec<u8> {
+    let bin = require_tool("qemu-img", "qemu-utils");
+    let _ = std::fs::remove_file(dest);
+    let out = run(
+        Command::new(bin)
+            .args(["dd", "-f", "raw", "-O", "raw", "bs=1M"])
+            .args([
+                format!("count={len_mib}"),
+                format!("if={uri}"),
+                format!("of={}", dest.display()),
+            ]),
+        CLIENT_TIMEOUT,
+    );
+    assert_ok(
+        &out,
+        &format!("qemu-img dd of the first {len_mib} MiB of {uri}"),
+    );
+    std::fs::read(dest).expect("read qemu-img dd output")
+}
+
+/// Parse the JSON that `nbdinfo --json` (or fio) printed, skipping any text before the `{`.
+pub fn parse_json(out: &[u8], what: &str) -> serde_json::Value {
+    let s = String::from_utf8_lossy(out);
+    let start = s
+        .find(['{', '['])
+        .unwrap_or_else(|| panic!("{what}: no JSON in output:\n{s}"));
+    serde_json::from_str(&s[start..]).unwrap_or_else(|e| panic!("{what}: bad JSON ({e}):\n{s}"))
+}
+
+/// Size of export `uri` as `nbdinfo --size` reports it.
+pub fn nbd_size(uri: &str) -> u64 {
+    let bin = require_tool("nbdinfo", "libnbd-bin");
+    let out = run(Command::new(bin).args(["--size", uri]), CLIENT_TIMEOUT);
+    assert_ok(&out, &format!("nbdinfo --size {uri}"));
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("nbdinfo --size {uri} printed {s:?}: {e}"))
+}
+
+/// Names of the exports `nbdinfo --list --json` shows on the server at `server_uri`.
+pub fn nbd_list(server_uri: &str) -> Vec<String> {
+    let bin = require_tool("nbdinfo", "libnbd-bin");
+    let out = run(
+        Command::new(bin).args(["--list", "--json", server_uri]),
+        CLIENT_TIMEOUT,
+    );
+    assert_ok(&out, &format!("nbdinfo --list --json {server_uri}"));
+    let v = parse_json(&out.stdout, "nbdinfo --list --json");
+    v["exports"]
+        .as_array()
+        .unwrap_or_else(|| panic!("nbdinfo --list --json has no exports array: {v}"))
+        .iter()
+        .map(|e| {
+            e["export-name"]
+                .as_str()
+                .unwrap_or_else(|| panic!("export without export-name: {e}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// An interactive `qemu-io` that keeps one NBD connection open across commands (it flushes
+/// only when it closes the image); killed on drop.
+pub struct QemuIoSession {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl QemuIoSession {
+    /// Connect to `uri`.
+    pub fn open(uri: &str) -> QemuIoSession {
+        let bin = require_tool("qemu-io", "qemu-utils");
+        let mut child = Command::new(bin)
+            .args(["-f", "raw", uri])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn qemu-io");
+        let stdin = child.stdin.take().expect("stdin");
+        let (tx, lines) = mpsc::channel::<String>();
+        for stream in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { return };
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        QemuIoSession {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Run one read/write/discard command; returns its result line: "wrote ...", "read ...",
+    /// "discard ..." on success, or the line saying it failed.
+    pub fn cmd(&mut self, cmd: &str) -> String {
+        use std::io::Write;
+        writeln!(self.stdin, "{cmd}").expect("send a command to qemu-io");
+        self.stdin.flush().expect("flush qemu-io stdin");
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            match self.lines.recv_timeout(CLIENT_TIMEOUT) {
+                Ok(line) => {
+                    let l = line.trim_start_matches("qemu-io> ").to_string();
+                    let done = ["wrote ", "read ", "discard "]
+                        .iter()
+                        .any(|p| l.starts_with(p) && l.contains(" bytes at offset "));
+                    if done || l.contains("failed") || l.contains("rror") {
+                        return l;
+                    }
+                    seen.push(l);
+                }
+                Err(e) => panic!("qemu-io `{cmd}`: no result ({e}); saw {seen:?}"),
+            }
+        }
+        panic!("qemu-io `{cmd}`: no result in 100 lines: {seen:?}");
+    }
+}
+
+impl Drop for QemuIoSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

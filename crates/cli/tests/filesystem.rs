@@ -1,0 +1,266 @@
+//! A real filesystem on a Basalt volume: nbdfuse exposes the export as a file, losetup turns
+//! it into a block device, and mkfs.ext4, mount, fsck.ext4 and a remount must all agree.
+//!
+//! Skipped, with a printed reason, where FUSE, nbdfuse, loop devices or root are unavailable.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// How long nbdfuse may take to write its pid file (it does once it serves).
+const NBDFUSE_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why this machine cannot run the test, if it cannot.
+fn skip_reason() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing (no FUSE)".into());
+    }
+    if find_tool("nbdfuse").is_none() {
+        return Some("nbdfuse is not installed (Debian package nbdfuse)".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("/dev/loop-control is missing (no loop devices)".into());
+    }
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root: losetup and mount need root".into());
+    }
+    None
+}
+
+/// The nbdfuse process serving `dir/disk`; unmounted and reaped on drop.
+struct FuseGuard {
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Drop for FuseGuard {
+    fn drop(&mut self) {
+        // Unmounting makes nbdfuse exit; fall back to killing it.
+        let _ = Command::new("umount").arg(&self.dir).output();
+        if let Some(mut child) = self.child.take() {
+            if wait_timeout(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// A loop device attached to a file; detached on drop.
+struct LoopGuard {
+    dev: String,
+}
+
+impl Drop for LoopGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).output();
+    }
+}
+
+/// A mounted filesystem; unmounted on drop unless already unmounted.
+struct MountGuard {
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl MountGuard {
+    fn mount(dev: &str, dir: &Path) -> MountGuard {
+        let out = run(Command::new("mount").arg(dev).arg(dir), CLIENT_TIMEOUT);
+        assert_ok(&out, &format!("mount {dev} {}", dir.display()));
+        MountGuard {
+            dir: dir.to_path_buf(),
+            mounted: true,
+        }
+    }
+
+    fn umount(&mut self) {
+        let out = run(Command::new("umount").arg(&self.dir), CLIENT_TIMEOUT);
+        assert_ok(&out, &format!("umount {}", self.dir.display()));
+        self.mounted = false;
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let unmounted = || {
+            Command::new("umount")
+                .arg(&self.dir)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if self.mounted && !unmounted() {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Files written to the filesystem: (relative path, content).
+fn files() -> Vec<(String, Vec<u8>)> {
+    let mut v = vec![
+        ("big.bin".to_string(), pseudo_random(1, 3 << 20)),
+        ("odd.bin".to_string(), pseudo_random(2, 4097)),
+        ("empty".to_string(), Vec::new()),
+        (
+            "dir/nested.txt".to_string(),
+            b"hello from basalt\n".to_vec(),
+        ),
+    ];
+    for i in 0..50 {
+        v.push((
+            format!("dir/many/{i}.bin"),
+            pseudo_random(100 + i, 1000 + i as usize * 37),
+        ));
+    }
+    v
+}
+
+/// The volume as a block device: nbdfuse serving `fuse_dir/disk`, and a loop device on it.
+/// Dropped in reverse order: loop device first, then the FUSE mount.
+struct Attached {
+    dev: String,
+    _loop: LoopGuard,
+    _fuse: FuseGuard,
+}
+
+/// Attach export `uri` of `size_bytes` as a loop device through nbdfuse; `None` (after a
+/// printed reason) when no loop device is free.
+fn attach(uri: &str, size_bytes: u64, work: &Path) -> Option<Attached> {
+    let nbdfuse = require_tool("nbdfuse", "nbdfuse");
+    let losetup = require_tool("losetup", "mount");
+    let fuse_dir = work.join("fuse");
+    std::fs::create_dir_all(&fuse_dir).expect("create fuse dir");
+    let pidfile = work.join("nbdfuse.pid");
+    let _ = std::fs::remove_file(&pidfile);
+    let disk = fuse_dir.join("disk");
+    let child = Command::new(nbdfuse)
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(&disk)
+        .arg(uri)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn nbdfuse");
+    let mut fuse = FuseGuard {
+        dir: fuse_dir.clone(),
+        child: Some(child),
+    };
+    let deadline = Instant::now() + NBDFUSE_READY_TIMEOUT;
+    while !pidfile.exists() {
+        if let Some(status) = fuse
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            panic!("nbdfuse exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nbdfuse did not become ready within {NBDFUSE_READY_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let meta = std::fs::metadata(&disk).expect("nbdfuse disk file");
+    assert_eq!(meta.len(), size_bytes, "size of the nbdfuse file");
+    let out = run(
+        Command::new(&losetup).args(["-f", "--show"]).arg(&disk),
+        CLIENT_TIMEOUT,
+    );
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED ext4_on_nbdfuse_loop_device: no free loop device ({})",
+            text(&out).trim()
+        );
+        return None;
+    }
+    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(dev.starts_with("/dev/loop"), "losetup printed {dev:?}");
+    Some(Attached {
+        dev: dev.clone(),
+        _loop: LoopGuard { dev },
+        _fuse: fuse,
+    })
+}
+
+fn fsck_clean(dev: &str) {
+    let fsck = require_tool("fsck.ext4", "e2fsprogs");
+    let out = run(
+        Command::new(&fsck).args(["-f", "-n"]).arg(dev),
+        CLIENT_TIMEOUT,
+    );
+    assert_ok(&out, "fsck.ext4 -fn (a clean filesystem exits 0)");
+}
+
+fn check_files(dev: &str, mnt: &Path, files: &[(String, Vec<u8>)]) {
+    let mut m = MountGuard::mount(dev, mnt);
+    for (rel, content) in files {
+        let p = mnt.join(rel);
+        let got = std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+        assert_same_bytes(&got, content, &format!("file {rel} after remount"));
+    }
+    m.umount();
+}
+
+/// mkfs.ext4 on a volume (through nbdfuse + a loop device), mount, write files, umount,
+/// fsck.ext4 -fn reports it clean, a remount reads every file back intact, and so does a
+/// fresh attachment after the cluster restarted.
+#[test]
+fn ext4_on_nbdfuse_loop_device() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("SKIPPED ext4_on_nbdfuse_loop_device: {reason}");
+        return;
+    }
+    require_tool("nbdfuse", "nbdfuse");
+    require_tool("losetup", "mount");
+    let mkfs = require_tool("mkfs.ext4", "e2fsprogs");
+    require_tool("fsck.ext4", "e2fsprogs");
+    require_tool("mount", "mount");
+    require_tool("umount", "mount");
+
+    let mut cluster = Cluster::start();
+    let size_bytes: u64 = 128 << 20;
+    cluster.volume_ok(&["create", "fs", "--size", "128M"]);
+    let scratch = cluster.scratch();
+    let mnt = scratch.join("mnt");
+    std::fs::create_dir_all(&mnt).expect("create mount dir");
+    let files = files();
+    {
+        let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch) else {
+            return;
+        };
+        let out = run(
+            Command::new(&mkfs).args(["-q", "-F"]).arg(&a.dev),
+            CLIENT_TIMEOUT,
+        );
+        assert_ok(&out, "mkfs.ext4");
+        let mut m = MountGuard::mount(&a.dev, &mnt);
+        for (rel, content) in &files {
+            let p = mnt.join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir in the fs");
+            std::fs::write(&p, content).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+        }
+        let out = run(&mut Command::new("sync"), CLIENT_TIMEOUT);
+        assert_ok(&out, "sync");
+        m.umount();
+        fsck_clean(&a.dev);
+        check_files(&a.dev, &mnt, &files);
+    }
+    // The ext4 superblock (at 1024) carries the magic 0xEF53, little-endian, at offset 56.
+    qemu_io_ok(
+        &cluster.uri("fs"),
+        &["read -P 0x53 1080 1", "read -P 0xef 1081 1"],
+    );
+
+    // Everything detached: restart the cluster and attach afresh.
+    cluster.stop();
+    cluster.restart();
+    let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch) else {
+        return;
+    };
+    fsck_clean(&a.dev);
+    check_files(&a.dev, &mnt, &files);
+}
