@@ -9,4 +9,14 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --workspace 2>&1 | tee /tmp/basalt-test.log
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run (cargo prints one per test binary).
+passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
+ignored=$(awk '/^test result:/ {s += $8} END {print s + 0}' "$log")
+echo
+echo "${passed} passed, ${failed} failed, ${ignored} skipped"
+exit "$status"

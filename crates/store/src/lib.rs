@@ -1,1 +1,27 @@
-//! TODO
+//! Basalt's local store: one data file per OSD holding fixed-size object slots, a circular
+//! write-ahead log and two alternating checkpoints, with all metadata in RAM.
+//!
+//! Small writes go through the WAL (and an in-RAM overlay until durable); whole-object writes
+//! go to a fresh slot; every 4 KiB block carries a crc32c verified on read. `docs/design.md`
+//! ("Local store") specifies every byte on disk and what is assumed of the disk.
+
+#![warn(missing_docs)]
+
+mod checkpoint;
+mod device;
+mod error;
+mod index;
+mod journal;
+mod options;
+mod recovery;
+mod store;
+mod superblock;
+pub mod wal;
+
+pub use error::StoreError;
+pub use options::{
+    StoreOptions, BLOCK_BYTES, DEFAULT_CAPACITY_BYTES, DEFAULT_OBJECT_BYTES, MAX_AUTO_WAL_BYTES,
+    MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES, MIN_WAL_BYTES,
+};
+pub use store::{Store, StoreStats};
+pub use superblock::{Layout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};

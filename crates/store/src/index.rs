@@ -1,0 +1,541 @@
+//! The in-RAM object table: object → slot and version, per-slot allocation bitmaps and block
+//! crcs, slot states and the free list, and the overlay of blocks whose WAL records are not yet
+//! copied into their slot. Pure bookkeeping (no I/O), checked by assertions on every change.
+
+use crate::checkpoint::EntryRef;
+use crate::options::BLOCK_BYTES;
+use basalt_proto::{ObjectId, Version};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// One 4 KiB block.
+pub(crate) const BLOCK: usize = BLOCK_BYTES as usize;
+/// A block buffer.
+pub(crate) type Block = [u8; BLOCK];
+/// Overlay buffers kept for reuse once their block is applied (bounds the pool at 4 MiB).
+const BLOCK_POOL_MAX: usize = 1024;
+
+/// Where an object lives and its last version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ObjectMeta {
+    pub slot: u32,
+    pub version: Version,
+}
+
+/// The life of a slot: `Free → Reserved → Used → Pending → Free`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    /// Holds nothing anyone needs; on the free list (at run time).
+    Free,
+    /// Handed to a writer that is about to attach it to an object.
+    Reserved,
+    /// Holds an object.
+    Used,
+    /// Freed by a record that is not yet confirmed durable: reusing it now could destroy data
+    /// that recovery might still need.
+    Pending,
+}
+
+/// A block's newest contents, waiting for its WAL record to become durable and be applied.
+struct OverlayBlock {
+    lsn: u64,
+    data: Box<Block>,
+}
+
+/// The object table. Not synchronized: the store wraps it in a lock.
+pub(crate) struct Index {
+    blocks_per_slot: usize,
+    words_per_slot: usize,
+    objects: HashMap<ObjectId, ObjectMeta, FastHash>,
+    state: Vec<SlotState>,
+    crcs: Vec<u32>,
+    alloc: Vec<u64>,
+    free: Vec<u32>,
+    pending_free: VecDeque<(u64, u32)>,
+    overlay: HashMap<(u32, u32), OverlayBlock, FastHash>,
+    pool: Vec<Box<Block>>,
+    used_blocks: u64,
+}
+
+impl Index {
+    /// An empty table for `slot_count` slots; call [`Index::rebuild_free_list`] before use.
+    pub fn new(slot_count: u32, blocks_per_slot: u32) -> Index {
+        let blocks = blocks_per_slot as usize;
+        let words = blocks.div_ceil(64);
+        let n = slot_count as usize;
+        Index {
+            blocks_per_slot: blocks,
+            words_per_slot: words,
+            objects: HashMap::default(),
+            state: vec![SlotState::Free; n],
+            crcs: vec![0; n * blocks],
+            alloc: vec![0; n * words],
+            free: Vec::new(),
+            pending_free: VecDeque::new(),
+            overlay: HashMap::default(),
+            pool: Vec::new(),
+            used_blocks: 0,
+        }
+    }
+
+    pub fn blocks_per_slot(&self) -> u32 {
+        self.blocks_per_slot as u32
+    }
+
+    pub fn object(&self, obj: ObjectId) -> Option<ObjectMeta> {
+        self.objects.get(&obj).copied()
+    }
+
+    pub fn is_allocated(&self, slot: u32, block: usize) -> bool {
+        debug_assert!(block < self.blocks_per_slot);
+        self.alloc[slot as usize * self.words_per_slot + block / 64] & (1 << (block % 64)) != 0
+    }
+
+    pub fn block_crc(&self, slot: u32, block: usize) -> u32 {
+        self.crcs[slot as usize * self.blocks_per_slot + block]
+    }
+
+    pub fn alloc_words(&self, slot: u32) -> &[u64] {
+        let s = slot as usize * self.words_per_slot;
+        &self.alloc[s..s + self.words_per_slot]
+    }
+
+    fn slot_crcs(&self, slot: u32) -> &[u32] {
+        let s = slot as usize * self.blocks_per_slot;
+        &self.crcs[s..s + self.blocks_per_slot]
+    }
+
+    /// The unapplied newest contents of a block, if any.
+    pub fn overlay_block(&self, slot: u32, block: usize) -> Option<&Block> {
+        if self.overlay.is_empty() {
+            return None;
+        }
+        self.overlay.get(&(slot, block as u32)).map(|o| &*o.data)
+    }
+
+    pub fn has_pending_frees(&self) -> bool {
+        !self.pending_free.is_empty()
+    }
+
+    /// Take a free slot for a writer (`Free → Reserved`).
+    pub fn reserve_free_slot(&mut self) -> Option<u32> {
+        let slot = self.free.pop()?;
+        assert_eq!(
+            self.state[slot as usize],
+            SlotState::Free,
+            "free list holds slot {slot}"
+        );
+        debug_assert!(self.alloc_words(slot).iter().all(|&w| w == 0));
+        self.state[slot as usize] = SlotState::Reserved;
+        Some(slot)
+    }
+
+    /// Give back a reserved slot that was not used (`Reserved → Free`).
+    pub fn unreserve(&mut self, slot: u32) {
+        assert_eq!(self.state[slot as usize], SlotState::Reserved);
+        self.state[slot as usize] = SlotState::Free;
+        self.free.push(slot);
+    }
+
+    /// Replay: take the slot a record names, which must be free (`Free → Reserved`).
+    pub fn claim_slot(&mut self, slot: u32) -> bool {
+        let free = self.state.get(slot as usize) == Some(&SlotState::Free);
+        if free {
+            self.state[slot as usize] = SlotState::Reserved;
+        }
+        free
+    }
+
+    /// Blocks `first..first + crcs.len()` of `obj` now hold new data with `crcs`. A new object
+    /// takes `slot`, which the caller reserved. With `overlay = (lsn, blocks)` the data is also
+    /// kept in RAM until the record at `lsn` is durable and applied.
+    pub fn write_blocks(
+        &mut self,
+        obj: ObjectId,
+        slot: u32,
+        version: Version,
+        first: u32,
+        crcs: &[u32],
+        overlay: Option<(u64, &[&[u8]])>,
+    ) {
+        match self.objects.get_mut(&obj) {
+            Some(meta) => {
+                assert_eq!(meta.slot, slot, "write record names the object's slot");
+                meta.version = version;
+            }
+            None => {
+                assert_eq!(self.state[slot as usize], SlotState::Reserved);
+                assert!(self.alloc_words(slot).iter().all(|&w| w == 0));
+                self.state[slot as usize] = SlotState::Used;
+                self.objects.insert(obj, ObjectMeta { slot, version });
+            }
+        }
+        let first = first as usize;
+        assert!(
+            first + crcs.len() <= self.blocks_per_slot,
+            "write beyond the object"
+        );
+        for (i, &crc) in crcs.iter().enumerate() {
+            self.set_block(slot, first + i, crc);
+        }
+        if let Some((lsn, blocks)) = overlay {
+            for (i, data) in blocks.iter().enumerate() {
+                self.put_overlay(slot, (first + i) as u32, lsn, data);
+            }
+        }
+    }
+
+    /// `obj` now lives whole in the reserved `slot` with `crcs`; its old slot (if any) is freed.
+    pub fn remap(
+        &mut self,
+        obj: ObjectId,
+        slot: u32,
+        version: Version,
+        crcs: &[u32],
+        free_lsn: Option<u64>,
+    ) {
+        assert_eq!(self.state[slot as usize], SlotState::Reserved);
+        assert_eq!(
+            crcs.len(),
+            self.blocks_per_slot,
+            "remap covers the whole object"
+        );
+        if let Some(old) = self.objects.get(&obj).copied() {
+            self.release_slot(old.slot, free_lsn);
+        }
+        self.state[slot as usize] = SlotState::Used;
+        for (b, &crc) in crcs.iter().enumerate() {
+            self.set_block(slot, b, crc);
+        }
+        self.objects.insert(obj, ObjectMeta { slot, version });
+    }
+
+    /// Blocks `first..first + count` of `obj` become holes. An object left with no block is
+    /// removed and its slot freed. Returns false if `obj` does not exist.
+    pub fn trim(
+        &mut self,
+        obj: ObjectId,
+        first: u32,
+        count: u32,
+        version: Version,
+        free_lsn: Option<u64>,
+    ) -> bool {
+        let Some(meta) = self.objects.get_mut(&obj) else {
+            return false;
+        };
+        meta.version = version;
+        let slot = meta.slot;
+        let (first, end) = (first as usize, (first + count) as usize);
+        assert!(end <= self.blocks_per_slot, "trim beyond the object");
+        for b in first..end {
+            if self.is_allocated(slot, b) {
+                self.alloc[slot as usize * self.words_per_slot + b / 64] &= !(1 << (b % 64));
+                self.used_blocks -= 1;
+            }
+            self.crcs[slot as usize * self.blocks_per_slot + b] = 0;
+            self.drop_overlay(slot, b as u32);
+        }
+        if self.alloc_words(slot).iter().all(|&w| w == 0) {
+            self.objects.remove(&obj);
+            self.release_slot(slot, free_lsn);
+        }
+        true
+    }
+
+    /// Remove `obj` and free its slot. Returns false if it does not exist.
+    pub fn delete(&mut self, obj: ObjectId, free_lsn: Option<u64>) -> bool {
+        let Some(meta) = self.objects.remove(&obj) else {
+            return false;
+        };
+        self.release_slot(meta.slot, free_lsn);
+        true
+    }
+
+    /// After the records up to `last_lsn` are applied in place, forget overlay blocks of
+    /// `slot` (`first..first + count`) that no later write replaced.
+    pub fn remove_applied_overlay(&mut self, slot: u32, first: u32, count: u32, last_lsn: u64) {
+        if self.overlay.is_empty() {
+            return;
+        }
+        for b in first..first + count {
+            if let Some(o) = self.overlay.get(&(slot, b)) {
+                if o.lsn <= last_lsn {
+                    self.drop_overlay(slot, b);
+                }
+            }
+        }
+    }
+
+    /// Slots freed by records up to `confirmed_lsn` (now surely durable, and followed by a
+    /// durable later batch) become reusable.
+    pub fn release_confirmed(&mut self, confirmed_lsn: u64) {
+        while let Some(&(lsn, slot)) = self.pending_free.front() {
+            if lsn > confirmed_lsn {
+                break;
+            }
+            self.pending_free.pop_front();
+            assert_eq!(self.state[slot as usize], SlotState::Pending);
+            self.state[slot as usize] = SlotState::Free;
+            self.free.push(slot);
+        }
+    }
+
+    /// Rebuild the free list from slot states (after create or recovery), lowest slot first.
+    pub fn rebuild_free_list(&mut self) {
+        assert!(self.pending_free.is_empty() && self.overlay.is_empty());
+        self.free.clear();
+        for slot in (0..self.state.len() as u32).rev() {
+            if self.state[slot as usize] == SlotState::Free {
+                self.free.push(slot);
+            }
+        }
+    }
+
+    /// Recovery: add one checkpoint entry, refusing anything a correct store never writes.
+    pub fn load_entry(&mut self, e: EntryRef<'_>) -> Result<(), String> {
+        let slot = e.slot;
+        if !self.claim_slot(slot) {
+            return Err(format!(
+                "entry for {} names used or invalid slot {slot}",
+                e.obj
+            ));
+        }
+        if self.objects.contains_key(&e.obj) {
+            return Err(format!("object {} appears twice", e.obj));
+        }
+        if e.alloc.len() != self.words_per_slot || e.crcs.len() != self.blocks_per_slot {
+            return Err("entry geometry".into());
+        }
+        let tail_bits = self.blocks_per_slot % 64;
+        let tail_ok = tail_bits == 0 || e.alloc[self.words_per_slot - 1] >> tail_bits == 0;
+        if !tail_ok || e.alloc.iter().all(|&w| w == 0) {
+            return Err(format!(
+                "object {} has an impossible allocation bitmap",
+                e.obj
+            ));
+        }
+        self.state[slot as usize] = SlotState::Used;
+        for b in 0..self.blocks_per_slot {
+            if e.alloc[b / 64] & (1 << (b % 64)) != 0 {
+                self.set_block(slot, b, e.crcs[b]);
+            }
+        }
+        self.objects.insert(
+            e.obj,
+            ObjectMeta {
+                slot,
+                version: e.version,
+            },
+        );
+        Ok(())
+    }
+
+    /// Every object as a checkpoint records it (in no particular order).
+    pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> {
+        self.objects.iter().map(move |(&obj, meta)| EntryRef {
+            obj,
+            version: meta.version,
+            slot: meta.slot,
+            alloc: self.alloc_words(meta.slot),
+            crcs: self.slot_crcs(meta.slot),
+        })
+    }
+
+    /// Every object and its version, sorted by object id.
+    pub fn objects(&self) -> Vec<(ObjectId, Version)> {
+        let mut v: Vec<_> = self.objects.iter().map(|(&o, m)| (o, m.version)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn object_count(&self) -> u64 {
+        self.objects.len() as u64
+    }
+
+    pub fn used_blocks(&self) -> u64 {
+        self.used_blocks
+    }
+
+    /// Check every cross-structure invariant (O(slots): tests and debug recovery only).
+    pub fn check_invariants(&self) {
+        let used = self.state.iter().filter(|&&s| s == SlotState::Used).count();
+        assert_eq!(used, self.objects.len(), "one used slot per object");
+        let mut blocks = 0u64;
+        for meta in self.objects.values() {
+            assert_eq!(self.state[meta.slot as usize], SlotState::Used);
+            let words = self.alloc_words(meta.slot);
+            assert!(words.iter().any(|&w| w != 0), "objects have a block");
+            blocks += words.iter().map(|w| w.count_ones() as u64).sum::<u64>();
+        }
+        assert_eq!(blocks, self.used_blocks, "used block count");
+        for &s in &self.free {
+            assert_eq!(self.state[s as usize], SlotState::Free);
+        }
+        for &(_, s) in &self.pending_free {
+            assert_eq!(self.state[s as usize], SlotState::Pending);
+        }
+        for &(slot, block) in self.overlay.keys() {
+            assert_eq!(
+                self.state[slot as usize],
+                SlotState::Used,
+                "overlay on a used slot"
+            );
+            assert!(
+                self.is_allocated(slot, block as usize),
+                "overlay on an allocated block"
+            );
+        }
+    }
+
+    fn set_block(&mut self, slot: u32, block: usize, crc: u32) {
+        let word = &mut self.alloc[slot as usize * self.words_per_slot + block / 64];
+        if *word & (1 << (block % 64)) == 0 {
+            *word |= 1 << (block % 64);
+            self.used_blocks += 1;
+        }
+        self.crcs[slot as usize * self.blocks_per_slot + block] = crc;
+    }
+
+    fn put_overlay(&mut self, slot: u32, block: u32, lsn: u64, data: &[u8]) {
+        if let Some(o) = self.overlay.get_mut(&(slot, block)) {
+            assert!(o.lsn < lsn, "overlay LSNs grow");
+            o.lsn = lsn;
+            o.data.copy_from_slice(data);
+            return;
+        }
+        let mut buf = self.pool.pop().unwrap_or_else(|| Box::new([0; BLOCK]));
+        buf.copy_from_slice(data);
+        self.overlay
+            .insert((slot, block), OverlayBlock { lsn, data: buf });
+    }
+
+    fn drop_overlay(&mut self, slot: u32, block: u32) {
+        if self.overlay.is_empty() {
+            return;
+        }
+        if let Some(o) = self.overlay.remove(&(slot, block)) {
+            if self.pool.len() < BLOCK_POOL_MAX {
+                self.pool.push(o.data);
+            }
+        }
+    }
+
+    /// The slot no longer holds an object: clear it and, at run time, park it until the
+    /// freeing record (`free_lsn`) is confirmed; during replay (`None`) free it at once.
+    fn release_slot(&mut self, slot: u32, free_lsn: Option<u64>) {
+        assert_eq!(self.state[slot as usize], SlotState::Used);
+        let w = slot as usize * self.words_per_slot;
+        for word in &mut self.alloc[w..w + self.words_per_slot] {
+            self.used_blocks -= word.count_ones() as u64;
+            *word = 0;
+        }
+        let c = slot as usize * self.blocks_per_slot;
+        self.crcs[c..c + self.blocks_per_slot].fill(0);
+        for b in 0..self.blocks_per_slot as u32 {
+            self.drop_overlay(slot, b);
+        }
+        match free_lsn {
+            Some(lsn) => {
+                debug_assert!(self.pending_free.back().is_none_or(|&(l, _)| l <= lsn));
+                self.state[slot as usize] = SlotState::Pending;
+                self.pending_free.push_back((lsn, slot));
+            }
+            None => self.state[slot as usize] = SlotState::Free,
+        }
+    }
+}
+
+/// A fast hasher for small fixed-size keys (object ids, slot/block pairs): a multiply-rotate
+/// mix, much cheaper than SipHash on the I/O path. Keys are not attacker-chosen hash floods:
+/// they come from the cluster's own object naming.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FastHasher(u64);
+
+type FastHash = BuildHasherDefault<FastHasher>;
+
+impl FastHasher {
+    fn add(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(b as u64);
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.add(v as u64);
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V: Version = Version::new(1, 1);
+
+    #[test]
+    fn slots_cycle_through_pending_before_reuse() {
+        let mut ix = Index::new(2, 4);
+        ix.rebuild_free_list();
+        let a = ObjectId::new(1, 0);
+        let s0 = ix.reserve_free_slot().expect("slot");
+        ix.write_blocks(
+            a,
+            s0,
+            V,
+            1,
+            &[7, 8],
+            Some((10, &[&[1; BLOCK], &[2; BLOCK]])),
+        );
+        assert_eq!(ix.used_blocks(), 2);
+        assert_eq!(ix.overlay_block(s0, 2).map(|b| b[0]), Some(2));
+        let s1 = ix.reserve_free_slot().expect("second slot");
+        assert!(ix.reserve_free_slot().is_none());
+        ix.remap(a, s1, V, &[1, 2, 3, 4], Some(11));
+        assert!(
+            ix.overlay_block(s0, 2).is_none(),
+            "overlay of the old slot dropped"
+        );
+        assert_eq!(ix.used_blocks(), 4);
+        assert!(ix.reserve_free_slot().is_none(), "old slot is pending");
+        ix.release_confirmed(10);
+        assert!(ix.reserve_free_slot().is_none());
+        ix.release_confirmed(11);
+        let again = ix.reserve_free_slot().expect("released");
+        assert_eq!(again, s0);
+        ix.unreserve(again);
+        assert!(ix.trim(a, 0, 4, V, Some(12)), "trim of every block");
+        assert!(ix.object(a).is_none(), "empty object removed");
+        ix.check_invariants();
+    }
+
+    #[test]
+    fn applied_overlay_is_forgotten_unless_rewritten() {
+        let mut ix = Index::new(1, 2);
+        ix.rebuild_free_list();
+        let a = ObjectId::new(1, 0);
+        let s = ix.reserve_free_slot().expect("slot");
+        ix.write_blocks(a, s, V, 0, &[1, 2], Some((5, &[&[1; BLOCK], &[2; BLOCK]])));
+        ix.write_blocks(a, s, V, 1, &[3], Some((6, &[&[3; BLOCK]])));
+        ix.remove_applied_overlay(s, 0, 2, 5);
+        assert!(ix.overlay_block(s, 0).is_none());
+        assert_eq!(
+            ix.overlay_block(s, 1).map(|b| b[0]),
+            Some(3),
+            "newer write kept"
+        );
+        ix.check_invariants();
+    }
+}

@@ -1,0 +1,422 @@
+//! The journal: the in-RAM tail of the WAL, group commit (one fdatasync for every writer
+//! waiting), copying durable records into their slots, and checkpoints.
+//!
+//! Only the *leader* (whoever holds `Store::leader`) writes the WAL region, syncs, applies and
+//! checkpoints; writers only append encoded records to [`WalBuffer`] under its mutex.
+
+use crate::checkpoint::{self, CheckpointHeader};
+use crate::error::StoreError;
+use crate::index::BLOCK;
+use crate::store::{lock, read, write, Store};
+use crate::wal::{self, WalBody, COMMIT_RECORD_BYTES};
+use basalt_proto::{ObjectId, Version};
+use std::sync::atomic::Ordering;
+
+/// Checkpoint once the written part of the WAL passes this share of its size (percent).
+pub(crate) const CHECKPOINT_TRIGGER_PERCENT: u64 = 50;
+
+/// A record did not fit in the WAL: the caller checkpoints and retries.
+pub(crate) struct WalFull;
+
+/// Records appended but not yet written, and where the log stands.
+///
+/// Positions are logical byte offsets that only grow; the file offset is
+/// `wal_offset + pos % wal_bytes`. Invariant: `tail_pos <= pending_pos <= head_pos` and
+/// `head_pos + COMMIT_RECORD_BYTES - tail_pos <= wal_bytes` (the live log fits, with room
+/// for the commit record that closes the next batch).
+pub(crate) struct WalBuffer {
+    pending: Vec<u8>,
+    next_lsn: u64,
+    head_pos: u64,
+    pending_pos: u64,
+    tail_pos: u64,
+    wal_bytes: u64,
+    store_id: u64,
+}
+
+impl WalBuffer {
+    pub fn new(store_id: u64, wal_bytes: u64, tail_pos: u64, head_pos: u64, next_lsn: u64) -> Self {
+        assert!(tail_pos <= head_pos && head_pos - tail_pos <= wal_bytes);
+        WalBuffer {
+            pending: Vec::new(),
+            next_lsn,
+            head_pos,
+            pending_pos: head_pos,
+            tail_pos,
+            wal_bytes,
+            store_id,
+        }
+    }
+
+    /// LSN of the newest appended record.
+    pub fn last_lsn(&self) -> u64 {
+        self.next_lsn - 1
+    }
+
+    /// Bytes appended but not yet handed to the leader.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.len() as u64
+    }
+
+    /// Logical position where the next batch will be written.
+    pub fn pending_pos(&self) -> u64 {
+        self.pending_pos
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_write(
+        &mut self,
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        first_block: u32,
+        crcs: &[u32],
+        blocks: &[&[u8]],
+    ) -> Result<u64, WalFull> {
+        let len = wal::write_record_bytes(blocks.len());
+        let lsn = self.reserve(len)?;
+        let (id, out) = (self.store_id, &mut self.pending);
+        wal::encode_write(out, lsn, id, obj, version, slot, first_block, crcs, blocks);
+        self.check_appended(len);
+        Ok(lsn)
+    }
+
+    pub fn append_remap(
+        &mut self,
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        crcs: &[u32],
+    ) -> Result<u64, WalFull> {
+        let len = wal::remap_record_bytes(crcs.len());
+        let lsn = self.reserve(len)?;
+        wal::encode_remap(
+            &mut self.pending,
+            lsn,
+            self.store_id,
+            obj,
+            version,
+            slot,
+            crcs,
+        );
+        self.check_appended(len);
+        Ok(lsn)
+    }
+
+    pub fn append_trim(
+        &mut self,
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        first_block: u32,
+        block_count: u32,
+    ) -> Result<u64, WalFull> {
+        let lsn = self.reserve(wal::TRIM_RECORD_BYTES)?;
+        let (id, out) = (self.store_id, &mut self.pending);
+        wal::encode_trim(out, lsn, id, obj, version, slot, first_block, block_count);
+        self.check_appended(wal::TRIM_RECORD_BYTES);
+        Ok(lsn)
+    }
+
+    pub fn append_delete(
+        &mut self,
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+    ) -> Result<u64, WalFull> {
+        let lsn = self.reserve(wal::DELETE_RECORD_BYTES)?;
+        wal::encode_delete(&mut self.pending, lsn, self.store_id, obj, version, slot);
+        self.check_appended(wal::DELETE_RECORD_BYTES);
+        Ok(lsn)
+    }
+
+    fn has_room_for_commit(&self) -> bool {
+        self.head_pos + COMMIT_RECORD_BYTES as u64 - self.tail_pos <= self.wal_bytes
+    }
+
+    /// Close the pending batch with a commit record; every appender left room for it.
+    fn append_commit(&mut self) {
+        assert!(
+            self.has_room_for_commit(),
+            "room for the commit record was reserved"
+        );
+        let lsn = self.next_lsn;
+        self.next_lsn += 1;
+        self.head_pos += COMMIT_RECORD_BYTES as u64;
+        wal::encode_commit(&mut self.pending, lsn, self.store_id);
+        self.check_appended(COMMIT_RECORD_BYTES);
+    }
+
+    /// Hand the pending records to the leader (swapping buffers, so neither side allocates).
+    /// Returns the batch's logical position and its last LSN.
+    fn take_batch(&mut self, into: &mut Vec<u8>) -> (u64, u64) {
+        assert!(into.is_empty());
+        std::mem::swap(&mut self.pending, into);
+        let start = self.pending_pos;
+        self.pending_pos = self.head_pos;
+        assert_eq!(
+            start + into.len() as u64,
+            self.head_pos,
+            "batch spans its positions"
+        );
+        (start, self.last_lsn())
+    }
+
+    fn reserve(&mut self, len: usize) -> Result<u64, WalFull> {
+        let live = self.head_pos + (len + COMMIT_RECORD_BYTES) as u64 - self.tail_pos;
+        if live > self.wal_bytes {
+            return Err(WalFull);
+        }
+        let lsn = self.next_lsn;
+        self.next_lsn += 1;
+        self.head_pos += len as u64;
+        Ok(lsn)
+    }
+
+    fn check_appended(&self, len: usize) {
+        assert_eq!(
+            self.pending_pos + self.pending.len() as u64,
+            self.head_pos,
+            "encoded record of {len} bytes matches its reservation"
+        );
+    }
+}
+
+/// State only the leader touches, kept between batches so buffers are reused.
+pub(crate) struct Leader {
+    /// Last LSN of the previous durable batch: once another batch is durable, recovery will
+    /// trust every record up to here without checks, so slots they freed may be reused.
+    prev_batch_last_lsn: u64,
+    /// Sequence number of the newest durable checkpoint.
+    checkpoint_seq: u64,
+    batch: Vec<u8>,
+    /// Write records of the batch being applied: (slot, first block, block count).
+    applied: Vec<(u32, u32, u32)>,
+    checkpoint_image: Vec<u8>,
+}
+
+impl Leader {
+    pub fn new(checkpoint_seq: u64, last_lsn: u64) -> Leader {
+        Leader {
+            prev_batch_last_lsn: last_lsn,
+            checkpoint_seq,
+            batch: Vec::new(),
+            applied: Vec::new(),
+            checkpoint_image: Vec::new(),
+        }
+    }
+}
+
+impl Store {
+    /// Group commit: make everything appended before this call durable, sharing one
+    /// fdatasync with every concurrent caller.
+    pub(crate) fn flush_inner(&self) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        let target = lock(&self.wal).last_lsn();
+        if self.durable_lsn.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        // While we wait for the leader role, its holder may write a batch that covers us.
+        let mut leader = lock(&self.leader);
+        self.file.check_writable()?;
+        if self.durable_lsn.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        self.flush_batch(&mut leader, false)
+    }
+
+    /// Make slots freed by earlier records reusable: one batch makes the freeing records
+    /// durable, a second (possibly just a commit record) confirms them.
+    pub(crate) fn reclaim_slots(&self) -> Result<(), StoreError> {
+        let mut leader = lock(&self.leader);
+        self.flush_batch(&mut leader, true)?;
+        self.flush_batch(&mut leader, true)
+    }
+
+    /// Take a checkpoint now (`clean` when closing).
+    pub(crate) fn checkpoint(&self, clean: bool) -> Result<(), StoreError> {
+        let mut leader = lock(&self.leader);
+        self.checkpoint_locked(&mut leader, clean)
+    }
+
+    /// Write, sync and apply the pending batch. `force` writes a batch even when nothing is
+    /// pending (a lone commit record), to confirm the previous one.
+    fn flush_batch(&self, leader: &mut Leader, force: bool) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        let mut batch = std::mem::take(&mut leader.batch);
+        batch.clear();
+        let taken = {
+            let mut wal = lock(&self.wal);
+            if wal.pending.is_empty() && !(force && wal.has_room_for_commit()) {
+                None
+            } else {
+                wal.append_commit();
+                self.unflushed_bytes.store(0, Ordering::Relaxed);
+                Some(wal.take_batch(&mut batch))
+            }
+        };
+        let result = match taken {
+            Some((start_pos, last_lsn)) => self.commit_batch(leader, &batch, start_pos, last_lsn),
+            None => Ok(()),
+        };
+        leader.batch = batch;
+        result?;
+        let wal_filling = {
+            let wal = lock(&self.wal);
+            (wal.pending_pos - wal.tail_pos) * 100 > wal.wal_bytes * CHECKPOINT_TRIGGER_PERCENT
+        };
+        // A forced batch with no room for its commit record means the WAL is full: a
+        // checkpoint confirms everything instead.
+        if wal_filling || (force && taken.is_none()) {
+            self.checkpoint_locked(leader, false)?;
+        }
+        Ok(())
+    }
+
+    fn commit_batch(
+        &self,
+        leader: &mut Leader,
+        batch: &[u8],
+        start_pos: u64,
+        last_lsn: u64,
+    ) -> Result<(), StoreError> {
+        self.write_wal(start_pos, batch)?;
+        // One fdatasync makes the batch durable, together with the whole-object data that
+        // writers put in fresh slots before appending their remap records.
+        self.file.sync("fdatasync WAL batch")?;
+        self.durable_lsn.store(last_lsn, Ordering::Release);
+        self.apply_batch(leader, batch, last_lsn)?;
+        let mut index = write(&self.index);
+        for &(slot, first, count) in &leader.applied {
+            index.remove_applied_overlay(slot, first, count, last_lsn);
+        }
+        index.release_confirmed(leader.prev_batch_last_lsn);
+        drop(index);
+        leader.prev_batch_last_lsn = last_lsn;
+        Ok(())
+    }
+
+    fn write_wal(&self, start_pos: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let (wal_offset, wal_bytes) = (self.layout.wal_offset, self.layout.wal_bytes);
+        let phys = start_pos % wal_bytes;
+        let first_len = ((wal_bytes - phys) as usize).min(bytes.len());
+        self.file
+            .write_at(&bytes[..first_len], wal_offset + phys, "write WAL batch")?;
+        if first_len < bytes.len() {
+            self.file
+                .write_at(&bytes[first_len..], wal_offset, "write WAL batch (wrapped)")?;
+        }
+        Ok(())
+    }
+
+    /// Copy the batch's write records into their slots. Safe only now that they are durable:
+    /// a power cut tearing these in-place writes is repaired by replaying the records.
+    fn apply_batch(
+        &self,
+        leader: &mut Leader,
+        batch: &[u8],
+        last_lsn: u64,
+    ) -> Result<(), StoreError> {
+        leader.applied.clear();
+        let _gate = read(&self.gate);
+        let mut off = 0;
+        while off < batch.len() {
+            // Our own encoding; the data crcs are re-checked in debug builds only.
+            let (rec, len) = wal::decode_record(&batch[off..], cfg!(debug_assertions))
+                .expect("a batch this process encoded decodes");
+            assert!(rec.lsn <= last_lsn && rec.lsn <= self.durable_lsn.load(Ordering::Acquire));
+            if let WalBody::Write {
+                slot,
+                first_block,
+                crcs,
+                data,
+                ..
+            } = rec.body
+            {
+                let at = self.layout.slot_offset(slot) + first_block as u64 * BLOCK as u64;
+                self.file.write_at(data, at, "apply WAL record in place")?;
+                leader.applied.push((slot, first_block, crcs.len() as u32));
+            }
+            off += len;
+        }
+        Ok(())
+    }
+
+    /// Write a checkpoint: the table as of the last appended record, after making every
+    /// record up to it durable and applied; then let the WAL reuse the space before it.
+    pub(crate) fn checkpoint_locked(
+        &self,
+        leader: &mut Leader,
+        clean: bool,
+    ) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        let mut batch = std::mem::take(&mut leader.batch);
+        batch.clear();
+        let mut image = std::mem::take(&mut leader.checkpoint_image);
+        let seq = leader.checkpoint_seq + 1;
+        let (taken, header) = {
+            // A consistent cut: writers update the table and append under the table's write
+            // lock, so holding it shared stops them between records (readers go on).
+            let index = read(&self.index);
+            let mut wal = lock(&self.wal);
+            let taken = if wal.pending.is_empty() {
+                None
+            } else {
+                wal.append_commit();
+                self.unflushed_bytes.store(0, Ordering::Relaxed);
+                Some(wal.take_batch(&mut batch))
+            };
+            let header = CheckpointHeader {
+                seq,
+                wal_pos: wal.head_pos,
+                next_lsn: wal.next_lsn,
+                entry_count: 0,
+                clean,
+            };
+            checkpoint::encode(
+                &mut image,
+                &header,
+                index.blocks_per_slot(),
+                index.entries(),
+            );
+            (taken, header)
+        };
+        let result = self.write_checkpoint(leader, &batch, taken, &image, seq);
+        leader.batch = batch;
+        leader.checkpoint_image = image;
+        result?;
+        leader.checkpoint_seq = seq;
+        let last_lsn = header.next_lsn - 1;
+        leader.prev_batch_last_lsn = last_lsn;
+        lock(&self.wal).tail_pos = header.wal_pos;
+        write(&self.index).release_confirmed(last_lsn);
+        Ok(())
+    }
+
+    fn write_checkpoint(
+        &self,
+        leader: &mut Leader,
+        batch: &[u8],
+        taken: Option<(u64, u64)>,
+        image: &[u8],
+        seq: u64,
+    ) -> Result<(), StoreError> {
+        if let Some((start_pos, last_lsn)) = taken {
+            self.commit_batch(leader, batch, start_pos, last_lsn)?;
+        }
+        // The records before the new replay position are about to be overwritable: what they
+        // put in place must be durable first.
+        self.file.sync("fdatasync before checkpoint")?;
+        assert!(
+            image.len() as u64 <= self.layout.checkpoint_bytes,
+            "checkpoint fits its area"
+        );
+        let area = (seq % 2) as usize;
+        self.file.write_at(
+            image,
+            self.layout.checkpoint_offsets[area],
+            "write checkpoint",
+        )?;
+        self.file.sync("fdatasync checkpoint")
+    }
+}

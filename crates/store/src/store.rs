@@ -1,0 +1,675 @@
+//! The store: the public API, and the read and write paths.
+//!
+//! Locks, always taken in this order: an object's stripe (serializes the writers of one
+//! object) → the leader role (`leader`) → `gate` → `index` → `wal`. The index lock is held only
+//! to look up or change metadata and append to the WAL buffer, never during slot I/O.
+
+use crate::device::DataFile;
+use crate::error::StoreError;
+use crate::index::{Block, Index, BLOCK};
+use crate::journal::{Leader, WalBuffer, WalFull};
+use crate::options::{StoreOptions, MAX_BLOCKS_PER_OBJECT};
+use crate::recovery;
+use crate::superblock::Layout;
+use crate::wal::MAX_RECORD_BLOCKS;
+use basalt_proto::{ObjectId, Version};
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Writer stripes: writers of objects hashing to one stripe run one at a time.
+const STRIPE_COUNT: usize = 256;
+/// Blocks looked up per index-lock hold on the read path (bounds stack use and hold time).
+const READ_CHUNK_BLOCKS: usize = 64;
+/// Ceiling on bytes appended to the WAL but not yet written: past it, a writer flushes first.
+/// (The effective limit is also at most an eighth of the WAL.)
+const UNFLUSHED_LIMIT_MAX_BYTES: u64 = 16 << 20;
+/// Attempts of one record append that has to free WAL space or slots first.
+const COMMIT_RETRIES_MAX: usize = 4;
+const MAX_RECORD: usize = MAX_RECORD_BLOCKS as usize;
+static ZERO_BLOCK: Block = [0; BLOCK];
+
+/// Space and object counts of a store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Size of the data file.
+    pub capacity_bytes: u64,
+    /// Allocated 4 KiB blocks, in bytes.
+    pub used_bytes: u64,
+    /// Number of object slots.
+    pub slots_total: u64,
+    /// Slots not holding an object (some may await a flush before reuse).
+    pub slots_free: u64,
+    /// Number of objects.
+    pub objects: u64,
+}
+
+/// One OSD's local store: fixed-size object slots in one file, metadata in RAM, persisted as
+/// a write-ahead log plus checkpoints. All methods take `&self` and may run concurrently.
+///
+/// Dropping a store without [`Store::close`] is like a crash: writes not yet flushed may be
+/// lost, and the next open replays the log.
+pub struct Store {
+    pub(crate) layout: Layout,
+    pub(crate) file: DataFile,
+    pub(crate) index: RwLock<Index>,
+    pub(crate) wal: Mutex<WalBuffer>,
+    pub(crate) leader: Mutex<Leader>,
+    /// Held shared by every write into the slot region, and exclusively by a reader that saw
+    /// a checksum mismatch and must tell a race with a concurrent write from real damage.
+    pub(crate) gate: RwLock<()>,
+    stripes: Box<[Mutex<()>]>,
+    /// Newest LSN known durable.
+    pub(crate) durable_lsn: AtomicU64,
+    /// Mirror of the WAL buffer's pending bytes, read without its lock.
+    pub(crate) unflushed_bytes: AtomicU64,
+    unflushed_limit_bytes: u64,
+}
+
+impl Store {
+    /// Create a new store file at `path` (which must not exist).
+    pub fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        recovery::create(path, opts)
+    }
+
+    /// Open an existing store, recovering from a crash if there was one.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        recovery::open(path)
+    }
+
+    /// Open the store at `path`, or create it with `opts` when there is no file.
+    pub fn open_or_create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        match std::fs::metadata(path) {
+            Ok(_) => Store::open(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Store::create(path, opts),
+            Err(source) => Err(StoreError::Io {
+                op: "stat store file",
+                source,
+            }),
+        }
+    }
+
+    pub(crate) fn assemble(
+        layout: Layout,
+        file: DataFile,
+        index: Index,
+        wal: WalBuffer,
+        leader: Leader,
+    ) -> Store {
+        let durable_lsn = wal.last_lsn();
+        Store {
+            layout,
+            file,
+            index: RwLock::new(index),
+            wal: Mutex::new(wal),
+            leader: Mutex::new(leader),
+            gate: RwLock::new(()),
+            stripes: (0..STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
+            durable_lsn: AtomicU64::new(durable_lsn),
+            unflushed_bytes: AtomicU64::new(0),
+            unflushed_limit_bytes: (layout.wal_bytes / 8).min(UNFLUSHED_LIMIT_MAX_BYTES),
+        }
+    }
+
+    /// Size of every object.
+    pub fn object_size(&self) -> u32 {
+        self.layout.object_size_bytes
+    }
+
+    /// Where everything lives in the file (for tools and fault-injection tests).
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// File offset where the next WAL batch will be written: the durable log ends here.
+    /// For tools and fault-injection tests.
+    pub fn wal_write_offset(&self) -> u64 {
+        let pos = lock(&self.wal).pending_pos();
+        self.layout.wal_offset + pos % self.layout.wal_bytes
+    }
+
+    /// Write `data` at byte `offset` of `obj` and set its version. Visible to reads at once,
+    /// durable once a later [`Store::flush`] returns.
+    pub fn write(
+        &self,
+        obj: ObjectId,
+        offset: u32,
+        data: &[u8],
+        version: Version,
+    ) -> Result<(), StoreError> {
+        self.check_range(offset, data.len() as u64)?;
+        self.file.check_writable()?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.unflushed_bytes.load(Ordering::Relaxed) > self.unflushed_limit_bytes {
+            self.flush()?;
+        }
+        let _stripe = self.stripe(obj);
+        if offset == 0 && data.len() == self.layout.object_size_bytes as usize {
+            self.write_whole(obj, data, version)
+        } else {
+            self.write_blocks(obj, offset as usize, data, version)
+        }
+    }
+
+    /// Fill `buf` from byte `offset` of `obj`. Absent objects and holes read as zeros; a
+    /// damaged block fails with [`StoreError::Checksum`] instead of returning its data.
+    pub fn read(&self, obj: ObjectId, offset: u32, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let start = offset as usize;
+        let (first, end) = (start / BLOCK, (start + buf.len() - 1) / BLOCK + 1);
+        let mut chunk = first;
+        while chunk < end {
+            let chunk_end = (chunk + READ_CHUNK_BLOCKS).min(end);
+            self.read_chunk(obj, start, buf, chunk..chunk_end)?;
+            chunk = chunk_end;
+        }
+        Ok(())
+    }
+
+    /// Deallocate `offset..offset + len`: whole blocks become holes, partial edge blocks are
+    /// zero-filled. An object left with no block is removed (its version forgotten too).
+    pub fn trim(
+        &self,
+        obj: ObjectId,
+        offset: u32,
+        len: u32,
+        version: Version,
+    ) -> Result<(), StoreError> {
+        self.check_range(offset, len as u64)?;
+        self.file.check_writable()?;
+        if len == 0 {
+            return Ok(());
+        }
+        let _stripe = self.stripe(obj);
+        if read(&self.index).object(obj).is_none() {
+            return Ok(());
+        }
+        let (start, end) = (offset as usize, offset as usize + len as usize);
+        let (first_full, end_full) = (start.div_ceil(BLOCK), end / BLOCK);
+        if first_full > end_full {
+            self.zero_fill(obj, start, end, version)?;
+        } else {
+            if !start.is_multiple_of(BLOCK) {
+                self.zero_fill(obj, start, first_full * BLOCK, version)?;
+            }
+            if !end.is_multiple_of(BLOCK) {
+                self.zero_fill(obj, end_full * BLOCK, end, version)?;
+            }
+        }
+        let count = end_full.saturating_sub(first_full) as u32;
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            let Some(meta) = index.object(obj) else {
+                return Ok(());
+            };
+            let mut wal = lock(&self.wal);
+            match wal.append_trim(obj, version, meta.slot, first_full as u32, count) {
+                Ok(lsn) => {
+                    self.note_unflushed(&wal);
+                    drop(wal);
+                    index.trim(obj, first_full as u32, count, version, Some(lsn));
+                    return Ok(());
+                }
+                Err(WalFull) => {
+                    drop((wal, index));
+                    self.checkpoint(false)?;
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
+    /// Remove `obj` (a no-op when absent). Its slot is reused once the removal is durable.
+    pub fn delete(&self, obj: ObjectId, version: Version) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        let _stripe = self.stripe(obj);
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            let Some(meta) = index.object(obj) else {
+                return Ok(());
+            };
+            let mut wal = lock(&self.wal);
+            match wal.append_delete(obj, version, meta.slot) {
+                Ok(lsn) => {
+                    self.note_unflushed(&wal);
+                    drop(wal);
+                    index.delete(obj, Some(lsn));
+                    return Ok(());
+                }
+                Err(WalFull) => {
+                    drop((wal, index));
+                    self.checkpoint(false)?;
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
+    /// Group commit: every write, trim and delete that returned before this call is durable
+    /// when it returns. Concurrent callers share one fdatasync.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.flush_inner()
+    }
+
+    /// Bitmap of allocated 4 KiB blocks of `obj` (block `i` is bit `i % 64` of word `i / 64`);
+    /// all zero when the object is absent.
+    pub fn allocation(&self, obj: ObjectId) -> Result<Vec<u64>, StoreError> {
+        let index = read(&self.index);
+        Ok(match index.object(obj) {
+            Some(meta) => index.alloc_words(meta.slot).to_vec(),
+            None => vec![0; self.layout.alloc_words()],
+        })
+    }
+
+    /// Version of `obj`'s last write, trim or remap; `None` when absent.
+    pub fn version(&self, obj: ObjectId) -> Option<Version> {
+        read(&self.index).object(obj).map(|m| m.version)
+    }
+
+    /// Every object and its version, sorted by object id.
+    pub fn objects(&self) -> Vec<(ObjectId, Version)> {
+        read(&self.index).objects()
+    }
+
+    /// Space and object counts.
+    pub fn stats(&self) -> StoreStats {
+        let index = read(&self.index);
+        let slots = self.layout.slot_count as u64;
+        StoreStats {
+            capacity_bytes: self.layout.capacity_bytes,
+            used_bytes: index.used_blocks() * BLOCK as u64,
+            slots_total: slots,
+            slots_free: slots - index.object_count(),
+            objects: index.object_count(),
+        }
+    }
+
+    /// Checkpoint and sync, so the next open replays nothing.
+    pub fn close(self) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        self.checkpoint(true)
+    }
+
+    /// Check the table's internal invariants (O(slots); panics on violation). For tests.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) {
+        read(&self.index).check_invariants();
+    }
+
+    fn check_range(&self, offset: u32, len: u64) -> Result<(), StoreError> {
+        let object_size = self.layout.object_size_bytes;
+        if offset as u64 + len > object_size as u64 {
+            return Err(StoreError::OutOfRange {
+                offset: offset as u64,
+                len,
+                object_size,
+            });
+        }
+        Ok(())
+    }
+
+    fn stripe(&self, obj: ObjectId) -> MutexGuard<'_, ()> {
+        const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+        let h = (obj.inode.wrapping_mul(MIX) ^ obj.index).wrapping_mul(MIX);
+        lock(&self.stripes[(h >> 32) as usize % STRIPE_COUNT])
+    }
+
+    fn note_unflushed(&self, wal: &WalBuffer) {
+        self.unflushed_bytes
+            .store(wal.pending_bytes(), Ordering::Relaxed);
+    }
+
+    /// Read blocks `blocks` (at most READ_CHUNK_BLOCKS) of a read of `buf.len()` bytes at
+    /// object offset `start`: metadata and overlay under the index lock, slot data after.
+    fn read_chunk(
+        &self,
+        obj: ObjectId,
+        start: usize,
+        buf: &mut [u8],
+        blocks: Range<usize>,
+    ) -> Result<(), StoreError> {
+        let mut crcs = [0u32; READ_CHUNK_BLOCKS];
+        let mut from_slot = 0u64;
+        let slot = {
+            let index = read(&self.index);
+            let Some(meta) = index.object(obj) else {
+                let lo = span(start, buf.len(), blocks.start).0.start;
+                let hi = span(start, buf.len(), blocks.end - 1).0.end;
+                buf[lo..hi].fill(0);
+                return Ok(());
+            };
+            for b in blocks.clone() {
+                let (in_buf, in_block) = span(start, buf.len(), b);
+                if !index.is_allocated(meta.slot, b) {
+                    buf[in_buf].fill(0);
+                } else if let Some(data) = index.overlay_block(meta.slot, b) {
+                    buf[in_buf].copy_from_slice(&data[in_block]);
+                } else {
+                    from_slot |= 1 << (b - blocks.start);
+                    crcs[b - blocks.start] = index.block_crc(meta.slot, b);
+                }
+            }
+            meta.slot
+        };
+        let base = self.layout.slot_offset(slot);
+        let wanted = |b: usize| from_slot & (1 << (b - blocks.start)) != 0;
+        let mut b = blocks.start;
+        while b < blocks.end {
+            if !wanted(b) {
+                b += 1;
+                continue;
+            }
+            let (in_buf, in_block) = span(start, buf.len(), b);
+            if in_block.len() < BLOCK {
+                let mut tmp = [0u8; BLOCK];
+                self.file
+                    .read_at(&mut tmp, base + (b * BLOCK) as u64, "read object block")?;
+                if crc32c::crc32c(&tmp) == crcs[b - blocks.start] {
+                    buf[in_buf].copy_from_slice(&tmp[in_block]);
+                } else {
+                    self.read_block_stable(obj, b, start, buf)?;
+                }
+                b += 1;
+                continue;
+            }
+            // A run of whole blocks goes straight into `buf` in one pread.
+            let mut run_end = b + 1;
+            while run_end < blocks.end
+                && wanted(run_end)
+                && span(start, buf.len(), run_end).1.len() == BLOCK
+            {
+                run_end += 1;
+            }
+            let run = in_buf.start..in_buf.start + (run_end - b) * BLOCK;
+            self.file.read_at(
+                &mut buf[run],
+                base + (b * BLOCK) as u64,
+                "read object blocks",
+            )?;
+            for k in b..run_end {
+                let at = in_buf.start + (k - b) * BLOCK;
+                if crc32c::crc32c(&buf[at..at + BLOCK]) != crcs[k - blocks.start] {
+                    self.read_block_stable(obj, k, start, buf)?;
+                }
+            }
+            b = run_end;
+        }
+        Ok(())
+    }
+
+    /// Re-read one block with every slot writer excluded and the table held still. A
+    /// mismatch seen outside the locks may be a race (the block was being rewritten, or the
+    /// object moved); a mismatch seen here is real damage.
+    fn read_block_stable(
+        &self,
+        obj: ObjectId,
+        b: usize,
+        start: usize,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let _gate = write(&self.gate);
+        let index = read(&self.index);
+        let (in_buf, in_block) = span(start, buf.len(), b);
+        let Some(meta) = index.object(obj) else {
+            buf[in_buf].fill(0);
+            return Ok(());
+        };
+        if !index.is_allocated(meta.slot, b) {
+            buf[in_buf].fill(0);
+        } else if let Some(data) = index.overlay_block(meta.slot, b) {
+            buf[in_buf].copy_from_slice(&data[in_block]);
+        } else {
+            let mut tmp = [0u8; BLOCK];
+            let at = self.layout.slot_offset(meta.slot) + (b * BLOCK) as u64;
+            self.file.read_at(&mut tmp, at, "re-read object block")?;
+            if crc32c::crc32c(&tmp) != index.block_crc(meta.slot, b) {
+                return Err(StoreError::Checksum {
+                    obj,
+                    block: b as u32,
+                });
+            }
+            buf[in_buf].copy_from_slice(&tmp[in_block]);
+        }
+        Ok(())
+    }
+
+    /// A write through the WAL: whole-block images (partial edge blocks merged with their
+    /// current contents), logged and kept in the overlay until the leader applies them.
+    /// The caller holds the object's stripe, so the merged contents cannot change under us.
+    fn write_blocks(
+        &self,
+        obj: ObjectId,
+        offset: usize,
+        data: &[u8],
+        version: Version,
+    ) -> Result<(), StoreError> {
+        let end = offset + data.len();
+        let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
+        let head_partial =
+            !offset.is_multiple_of(BLOCK) || (first == last && !end.is_multiple_of(BLOCK));
+        let tail_partial = last != first && !end.is_multiple_of(BLOCK);
+        let mut head = [0u8; BLOCK];
+        let mut tail = [0u8; BLOCK];
+        if head_partial {
+            self.merge_edge(obj, first, offset, data, &mut head)?;
+        }
+        if tail_partial {
+            self.merge_edge(obj, last, offset, data, &mut tail)?;
+        }
+        let image = WriteImage {
+            offset,
+            data,
+            head: head_partial.then_some((first, &head)),
+            tail: tail_partial.then_some((last, &tail)),
+        };
+        let mut blocks: [&[u8]; MAX_RECORD] = [&[]; MAX_RECORD];
+        let mut crcs = [0u32; MAX_RECORD];
+        let mut c0 = first;
+        while c0 <= last {
+            let n = (last + 1 - c0).min(MAX_RECORD);
+            for i in 0..n {
+                blocks[i] = image.block(c0 + i);
+                crcs[i] = crc32c::crc32c(blocks[i]);
+            }
+            self.commit_write(obj, version, c0 as u32, &crcs[..n], &blocks[..n])?;
+            c0 += n;
+        }
+        Ok(())
+    }
+
+    fn merge_edge(
+        &self,
+        obj: ObjectId,
+        b: usize,
+        offset: usize,
+        data: &[u8],
+        out: &mut Block,
+    ) -> Result<(), StoreError> {
+        self.read(obj, (b * BLOCK) as u32, out)?;
+        let (in_data, in_block) = span(offset, data.len(), b);
+        out[in_block].copy_from_slice(&data[in_data]);
+        Ok(())
+    }
+
+    /// Zero `start..end` (inside one block) if that block holds data; a hole stays a hole.
+    fn zero_fill(
+        &self,
+        obj: ObjectId,
+        start: usize,
+        end: usize,
+        version: Version,
+    ) -> Result<(), StoreError> {
+        let allocated = {
+            let index = read(&self.index);
+            index
+                .object(obj)
+                .is_some_and(|m| index.is_allocated(m.slot, start / BLOCK))
+        };
+        if allocated {
+            self.write_blocks(obj, start, &ZERO_BLOCK[..end - start], version)?;
+        }
+        Ok(())
+    }
+
+    /// Log one write record and publish it in the table and overlay, both under the index
+    /// lock, so the leader can never apply and forget a block before its overlay exists.
+    fn commit_write(
+        &self,
+        obj: ObjectId,
+        version: Version,
+        first: u32,
+        crcs: &[u32],
+        blocks: &[&[u8]],
+    ) -> Result<(), StoreError> {
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            let (slot, fresh) = match index.object(obj) {
+                Some(meta) => (meta.slot, false),
+                None => match index.reserve_free_slot() {
+                    Some(slot) => (slot, true),
+                    None => {
+                        let pending = index.has_pending_frees();
+                        drop(index);
+                        if !pending {
+                            return Err(StoreError::NoSpace);
+                        }
+                        self.reclaim_slots()?;
+                        continue;
+                    }
+                },
+            };
+            let mut wal = lock(&self.wal);
+            match wal.append_write(obj, version, slot, first, crcs, blocks) {
+                Ok(lsn) => {
+                    self.note_unflushed(&wal);
+                    drop(wal);
+                    index.write_blocks(obj, slot, version, first, crcs, Some((lsn, blocks)));
+                    return Ok(());
+                }
+                Err(WalFull) => {
+                    if fresh {
+                        index.unreserve(slot);
+                    }
+                    drop((wal, index));
+                    self.checkpoint(false)?;
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
+    /// A whole-object write: data straight into a fresh slot, then a small remap record (no
+    /// double write). Without a free slot, an existing object is rewritten through the WAL.
+    fn write_whole(&self, obj: ObjectId, data: &[u8], version: Version) -> Result<(), StoreError> {
+        let Some(slot) = self.reserve_slot()? else {
+            return self.write_blocks(obj, 0, data, version);
+        };
+        let blocks = self.layout.blocks_per_slot() as usize;
+        let mut crc_buf = [0u32; MAX_BLOCKS_PER_OBJECT as usize];
+        let crcs = &mut crc_buf[..blocks];
+        for (b, crc) in crcs.iter_mut().enumerate() {
+            *crc = crc32c::crc32c(&data[b * BLOCK..(b + 1) * BLOCK]);
+        }
+        // Data before record: one fdatasync at the next flush covers both, and recovery
+        // drops a remap whose slot does not hold the data it names.
+        let written = {
+            let _gate = read(&self.gate);
+            let at = self.layout.slot_offset(slot);
+            self.file
+                .write_at(data, at, "write object into a fresh slot")
+        };
+        if let Err(e) = written {
+            write(&self.index).unreserve(slot);
+            return Err(e);
+        }
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            let mut wal = lock(&self.wal);
+            match wal.append_remap(obj, version, slot, crcs) {
+                Ok(lsn) => {
+                    self.note_unflushed(&wal);
+                    drop(wal);
+                    index.remap(obj, slot, version, crcs, Some(lsn));
+                    return Ok(());
+                }
+                Err(WalFull) => {
+                    drop((wal, index));
+                    self.checkpoint(false)?;
+                }
+            }
+        }
+        write(&self.index).unreserve(slot);
+        Err(StoreError::NoSpace)
+    }
+
+    /// A free slot, after making freed ones reusable if needed; `None` when there is none.
+    fn reserve_slot(&self) -> Result<Option<u32>, StoreError> {
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            if let Some(slot) = index.reserve_free_slot() {
+                return Ok(Some(slot));
+            }
+            if !index.has_pending_frees() {
+                return Ok(None);
+            }
+            drop(index);
+            self.reclaim_slots()?;
+        }
+        Ok(None)
+    }
+}
+
+/// The block images of one write: whole blocks come from `data`, partial edge blocks from
+/// the merged `head`/`tail` buffers.
+struct WriteImage<'a> {
+    offset: usize,
+    data: &'a [u8],
+    head: Option<(usize, &'a Block)>,
+    tail: Option<(usize, &'a Block)>,
+}
+
+impl<'a> WriteImage<'a> {
+    fn block(&self, b: usize) -> &'a [u8] {
+        match (self.head, self.tail) {
+            (Some((h, img)), _) if h == b => img,
+            (_, Some((t, img))) if t == b => img,
+            _ => {
+                let s = b * BLOCK - self.offset;
+                &self.data[s..s + BLOCK]
+            }
+        }
+    }
+}
+
+/// Where block `b` meets the byte range `start..start + len`: (range in the caller's
+/// buffer, range within the block).
+fn span(start: usize, len: usize, b: usize) -> (Range<usize>, Range<usize>) {
+    let block_start = b * BLOCK;
+    let lo = start.max(block_start);
+    let hi = (start + len).min(block_start + BLOCK);
+    (lo - start..hi - start, lo - block_start..hi - block_start)
+}
+
+/// Lock helpers: a poisoned lock means a thread panicked mid-update, so the table may be
+/// inconsistent; propagating the panic is the only safe answer.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().expect("store mutex poisoned by an earlier panic")
+}
+
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().expect("store lock poisoned by an earlier panic")
+}
+
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().expect("store lock poisoned by an earlier panic")
+}
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

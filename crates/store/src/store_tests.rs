@@ -1,0 +1,137 @@
+//! Unit tests of the store that need its internals (the fault-injection hook).
+
+use super::*;
+use std::sync::atomic::Ordering;
+
+const A: ObjectId = ObjectId::new(1, 0);
+const B: ObjectId = ObjectId::new(1, 1);
+
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).expect("tempdir in /dev/shm")
+    } else {
+        tempfile::tempdir().expect("tempdir")
+    }
+}
+
+fn opts() -> StoreOptions {
+    StoreOptions {
+        capacity_bytes: 8 << 20,
+        object_size_bytes: 16 << 10,
+        wal_bytes: 4 << 20,
+    }
+}
+
+fn v(n: u64) -> Version {
+    Version::new(1, n)
+}
+
+#[test]
+fn a_failed_sync_stops_writes_and_flushes_but_not_reads() {
+    let dir = scratch();
+    let path = dir.path().join("store");
+    let store = Store::create(&path, &opts()).expect("create");
+    store.write(A, 0, &[1; BLOCK], v(1)).expect("write");
+    store.flush().expect("flush");
+    store
+        .write(A, BLOCK as u32, &[2; BLOCK], v(2))
+        .expect("write");
+    store.file.inject_failure.store(true, Ordering::Release);
+    assert!(matches!(store.flush(), Err(StoreError::Io { .. })));
+    // Even if the disk seems fine again, the store stays stopped.
+    store.file.inject_failure.store(false, Ordering::Release);
+    assert!(matches!(
+        store.write(A, 0, &[3; 10], v(3)),
+        Err(StoreError::Failed)
+    ));
+    assert!(matches!(
+        store.write(B, 0, &[3; 16 << 10], v(3)),
+        Err(StoreError::Failed)
+    ));
+    assert!(matches!(
+        store.trim(A, 0, 10, v(3)),
+        Err(StoreError::Failed)
+    ));
+    assert!(matches!(store.delete(A, v(3)), Err(StoreError::Failed)));
+    assert!(matches!(store.flush(), Err(StoreError::Failed)));
+    let mut buf = vec![0; 2 * BLOCK];
+    store.read(A, 0, &mut buf).expect("reads go on");
+    assert!(buf[..BLOCK].iter().all(|&b| b == 1) && buf[BLOCK..].iter().all(|&b| b == 2));
+    assert!(matches!(store.close(), Err(StoreError::Failed)));
+    let store = Store::open(&path).expect("reopen");
+    store.read(A, 0, &mut buf).expect("read");
+    assert!(
+        buf[..BLOCK].iter().all(|&b| b == 1),
+        "the flushed write survived"
+    );
+    assert!(store.version(A).is_some_and(|v| v.counter >= 1));
+    store.check_invariants();
+}
+
+#[test]
+fn a_failed_slot_write_of_a_whole_object_stops_the_store() {
+    let dir = scratch();
+    let path = dir.path().join("store");
+    let store = Store::create(&path, &opts()).expect("create");
+    store.file.inject_failure.store(true, Ordering::Release);
+    let whole = vec![7; 16 << 10];
+    assert!(matches!(
+        store.write(A, 0, &whole, v(1)),
+        Err(StoreError::Io { .. })
+    ));
+    store.file.inject_failure.store(false, Ordering::Release);
+    assert!(matches!(
+        store.write(A, 0, &whole, v(1)),
+        Err(StoreError::Failed)
+    ));
+    assert_eq!(store.version(A), None, "nothing half-done is visible");
+    store.check_invariants();
+    drop(store);
+    let store = Store::open(&path).expect("reopen");
+    assert!(store.objects().is_empty());
+    store.close().expect("close");
+}
+
+#[test]
+fn group_commit_and_checkpoints_keep_the_wal_bounded() {
+    let dir = scratch();
+    let path = dir.path().join("store");
+    let store = Store::create(&path, &opts()).expect("create");
+    let wal_bytes = store.layout().wal_bytes;
+    // Several laps of the circular log, through checkpoints and the unflushed-bytes limit.
+    for i in 0..3000u64 {
+        let obj = ObjectId::new(2, i % 7);
+        let block = (i % 4) as u32;
+        store
+            .write(obj, block * BLOCK as u32, &[i as u8; BLOCK], v(i))
+            .expect("write");
+        if i % 50 == 0 {
+            store.flush().expect("flush");
+        }
+        let wal = lock(&store.wal);
+        assert!(
+            wal.pending_bytes() <= wal_bytes / 8 + (64 << 10),
+            "unflushed bytes bounded"
+        );
+    }
+    store.flush().expect("flush");
+    let mut buf = [0u8; BLOCK];
+    for i in 3000 - 28..3000u64 {
+        store
+            .read(
+                ObjectId::new(2, i % 7),
+                (i % 4) as u32 * BLOCK as u32,
+                &mut buf,
+            )
+            .expect("read");
+        assert!(buf.iter().all(|&b| b == i as u8));
+    }
+    store.check_invariants();
+}
+
+#[test]
+fn a_store_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Store>();
+}

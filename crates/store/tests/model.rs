@@ -1,0 +1,202 @@
+//! Goal: the store behaves like a plain map of byte arrays (the reference model) across random
+//! sequences of writes, reads, trims, deletes, flushes, clean reopens and crashes (drop
+//! without close), keeping at least everything flushed across a crash.
+
+mod common;
+
+use basalt_proto::ObjectId;
+use basalt_store::{Store, StoreError};
+use common::*;
+use proptest::prelude::*;
+
+/// 8 blocks per object: small enough to hit every edge, big enough for multi-block writes.
+const OBJ: u32 = 32 << 10;
+const OBJECTS: u64 = 5;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write { obj: u64, offset: u32, len: u32 },
+    Read { obj: u64, offset: u32, len: u32 },
+    Trim { obj: u64, offset: u32, len: u32 },
+    Delete { obj: u64 },
+    Flush,
+    Reopen,
+    Crash,
+}
+
+/// Ranges biased toward the interesting shapes: arbitrary, block-aligned, whole object, and
+/// small pieces of one block.
+fn range() -> impl Strategy<Value = (u32, u32)> {
+    let b = BLOCK as u32;
+    prop_oneof![
+        3 => (0..OBJ).prop_flat_map(|o| (Just(o), 1..=OBJ - o)),
+        3 => (0..8u32, 1..=8u32).prop_map(move |(first, n)| (first * b, n.min(8 - first) * b)),
+        2 => Just((0, OBJ)),
+        2 => (0..8u32, 0..b, 1..=64u32).prop_map(move |(blk, o, n)| (blk * b + o, n.min(b - o))),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let obj = 0..OBJECTS;
+    prop_oneof![
+        8 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Write { obj, offset, len }),
+        4 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Read { obj, offset, len }),
+        3 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Trim { obj, offset, len }),
+        1 => obj.prop_map(|obj| Op::Delete { obj }),
+        2 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
+    ]
+}
+
+fn id(obj: u64) -> ObjectId {
+    ObjectId::new(9, obj)
+}
+
+/// After a crash every block (and every version) must be one the model went through since
+/// the last durable point: nothing older, nothing that was never written.
+fn check_after_crash(store: &Store, since_durable: &[Model]) -> Result<(), TestCaseError> {
+    let mut data = vec![0; OBJ as usize];
+    for n in 0..OBJECTS {
+        let obj = id(n);
+        store
+            .read(obj, 0, &mut data)
+            .map_err(|e| TestCaseError::fail(format!("read: {e}")))?;
+        let alloc = allocation_bits(store, obj);
+        for b in 0..OBJ as usize / BLOCK {
+            let got = (&data[b * BLOCK..(b + 1) * BLOCK], alloc[b]);
+            prop_assert!(
+                since_durable.iter().any(|m| m.block(obj, b) == got),
+                "object {n} block {b} after crash matches no state since the last flush"
+            );
+        }
+        let version = store.version(obj);
+        prop_assert!(since_durable.iter().any(|m| m.version(obj) == version));
+    }
+    assert_stats_consistent(store);
+    Ok(())
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let dir = scratch();
+    let path = dir.path().join("store");
+    let mut store = Some(Store::create(&path, &small_opts(OBJ, 24)).expect("create"));
+    let mut model = Model::new(OBJ);
+    let mut since_durable = vec![model.clone()];
+    for (i, op) in ops.into_iter().enumerate() {
+        let s = store.as_ref().expect("open store");
+        let v = ver(1, i as u64);
+        match op {
+            Op::Write { obj, offset, len } => {
+                let data = content(i as u64, offset as usize, len as usize);
+                s.write(id(obj), offset, &data, v).expect("write");
+                model.write(id(obj), offset as usize, &data, v);
+                since_durable.push(model.clone());
+            }
+            Op::Read { obj, offset, len } => {
+                let mut buf = vec![0xee; len as usize];
+                s.read(id(obj), offset, &mut buf).expect("read");
+                let want = model
+                    .objects
+                    .get(&id(obj))
+                    .map_or(vec![0; len as usize], |o| {
+                        o.data[offset as usize..(offset + len) as usize].to_vec()
+                    });
+                prop_assert_eq!(buf, want, "read {} at {}+{}", obj, offset, len);
+                prop_assert_eq!(
+                    allocation_bits(s, id(obj)),
+                    model
+                        .objects
+                        .get(&id(obj))
+                        .map_or(vec![false; OBJ as usize / BLOCK], |o| o.alloc.clone())
+                );
+                prop_assert_eq!(s.version(id(obj)), model.version(id(obj)));
+            }
+            Op::Trim { obj, offset, len } => {
+                s.trim(id(obj), offset, len, v).expect("trim");
+                model.trim(id(obj), offset as usize, len as usize, v);
+                since_durable.push(model.clone());
+            }
+            Op::Delete { obj } => {
+                s.delete(id(obj), v).expect("delete");
+                model.delete(id(obj));
+                since_durable.push(model.clone());
+            }
+            Op::Flush => {
+                s.flush().expect("flush");
+                since_durable = vec![model.clone()];
+            }
+            Op::Reopen => {
+                store.take().expect("store").close().expect("close");
+                let s = Store::open(&path).expect("reopen");
+                assert_store_matches(&s, &model);
+                store = Some(s);
+                since_durable = vec![model.clone()];
+            }
+            Op::Crash => {
+                drop(store.take());
+                let s = Store::open(&path).expect("recover");
+                check_after_crash(&s, &since_durable)?;
+                model = Model::read_from(&s);
+                store = Some(s);
+                since_durable = vec![model.clone()];
+            }
+        }
+        store.as_ref().expect("store").check_invariants();
+    }
+    let s = store.take().expect("store");
+    assert_store_matches(&s, &model);
+    s.close().expect("close");
+    let s = Store::open(&path).expect("final reopen");
+    assert_store_matches(&s, &model);
+    Ok(())
+}
+
+proptest! {
+    // 200 cases by default; PROPTEST_CASES overrides for longer hunts.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(200),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn store_matches_the_reference_model(ops in prop::collection::vec(op(), 1..80)) {
+        run(ops)?;
+    }
+}
+
+/// Goal: out-of-range requests are refused with OutOfRange, never a panic.
+#[test]
+fn out_of_range_is_an_error_not_a_panic() {
+    let dir = scratch();
+    let s = Store::create(&dir.path().join("store"), &small_opts(OBJ, 4)).expect("create");
+    let mut big = vec![0; OBJ as usize + 1];
+    let v = ver(1, 1);
+    assert!(matches!(
+        s.read(id(0), 0, &mut big),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.read(id(0), OBJ, &mut [0]),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.write(id(0), 1, &big[..OBJ as usize], v),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.write(id(0), u32::MAX, &[1], v),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.trim(id(0), OBJ - 1, 2, v),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.trim(id(0), u32::MAX, u32::MAX, v),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    s.read(id(0), OBJ, &mut [])
+        .expect("an empty read at the end is fine");
+    assert!(s.objects().is_empty());
+}
