@@ -68,6 +68,17 @@ pub(crate) fn dispatch(
         Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),
         Opcode::Read => {
             let (status, data) = read(osd, &h);
+            if status == Status::Io && !h.flags.has(Flags::REPLICA) {
+                // Our copy is damaged (or unreadable): serve a replica's copy instead of an
+                // error when one is good. Never serve the damaged bytes.
+                let osd = osd.clone();
+                tokio::spawn(async move {
+                    let (status, data) = read_from_replicas(&osd, h).await;
+                    sink.send(h.reply(status), data);
+                    drop(permit);
+                });
+                return;
+            }
             sink.send(h.reply(status), data);
         }
         Opcode::Allocation => {
@@ -150,6 +161,35 @@ fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
             (status_of(&e), Bytes::new())
         }
     }
+}
+
+/// Read the range from the other OSDs of the acting set, first good copy wins. Each copy is
+/// checksummed by its own store, so a copy that arrives is one its store verified.
+async fn read_from_replicas(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
+    let map = osd.map();
+    let acting = match map.acting(h.pg) {
+        Ok(a) => a.to_vec(),
+        Err(_) => return (Status::Io, Bytes::new()),
+    };
+    for &peer in acting.iter().filter(|&&p| p != osd.id) {
+        let Ok(info) = map.osd(peer) else { continue };
+        let Ok(conn) = osd.peers.get(peer, &info.addr).await else {
+            continue;
+        };
+        let mut req = h;
+        req.flags = Flags(Flags::REPLICA);
+        match tokio::time::timeout(REPLICA_TIMEOUT, conn.start(req, Bytes::new())).await {
+            Ok(Ok(r)) if r.header.status == Status::Ok && r.payload.len() == h.length as usize => {
+                tracing::warn!(
+                    osd = osd.id, peer, object = %h.object,
+                    "served a damaged read from a replica; the local copy needs repair"
+                );
+                return (Status::Ok, r.payload);
+            }
+            _ => continue,
+        }
+    }
+    (Status::Io, Bytes::new())
 }
 
 fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {

@@ -175,3 +175,66 @@ async fn range_checks_and_trim() {
         vec![(64 << 10, true), (128 << 10, false), (64 << 10, true)]
     );
 }
+
+/// Goal: a damaged block in the primary's copy is never returned: the read is served from a
+/// replica's good copy, while the primary's own store reports the damage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_primary_copy_is_served_from_a_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut map = base_map();
+    let (osds, tx) = start_osds(dir.path(), &mut map).await;
+    let meta = Arc::new(EmbeddedMeta::in_memory());
+    let cluster = Cluster::new(meta.clone(), tx.subscribe());
+    let info = cluster.create_volume("v", 1 << 20, 1).await.unwrap();
+    let volume = cluster.open_volume("v").await.unwrap();
+    // Distinct random content so the block can be found in the store file.
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let data: Vec<u8> = (0..OBJECT_SIZE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    volume
+        .write(0, Bytes::from(data.clone()), true)
+        .await
+        .unwrap();
+    drop(volume);
+    drop(cluster);
+    for h in osds {
+        h.shutdown().await.unwrap();
+    }
+
+    let obj = ObjectId::new(info.id, 0);
+    let pg = ClusterMap::pg_of(&map.pools[&1], info.family, obj);
+    let primary = map.acting(pg).unwrap()[0];
+    let path = dir.path().join(format!("osd{primary}.dat"));
+    let mut file = std::fs::read(&path).unwrap();
+    let needle = &data[4096..8192];
+    let at = file
+        .windows(4096)
+        .step_by(4096)
+        .position(|w| w == needle)
+        .expect("block 1 of the object in the primary's file")
+        * 4096;
+    file[at + 100] ^= 0x10;
+    std::fs::write(&path, &file).unwrap();
+
+    let mut map = base_map();
+    let (osds, tx) = start_osds(dir.path(), &mut map).await;
+    let mut buf = vec![0u8; 8192];
+    let direct = osds[primary as usize].osd.store.read(obj, 0, &mut buf);
+    assert!(
+        matches!(direct, Err(basalt_store::StoreError::Checksum { .. })),
+        "the primary's store must report the damage, got {direct:?}"
+    );
+    let cluster = Cluster::new(meta, tx.subscribe());
+    let volume = cluster.open_volume("v").await.unwrap();
+    let read = volume.read(0, OBJECT_SIZE).await.unwrap();
+    assert!(
+        read[..] == data[..],
+        "the volume must return the replicas' good data"
+    );
+}
