@@ -49,8 +49,9 @@ impl Cluster {
 
     /// The live connection to `osd`, opening one if needed.
     pub async fn connection(&self, osd: OsdId) -> Result<Arc<Connection>, ClientError> {
-        let addr = self.map().osd(osd)?.addr.clone();
-        self.conns.get(osd, &addr).await
+        // Keep the map alive instead of cloning the address: this runs once per request.
+        let map = self.map();
+        self.conns.get(osd, &map.osd(osd)?.addr).await
     }
 
     /// Send requests for `osd` (at `addr`) to an OSD in this process without a socket.
