@@ -16,6 +16,40 @@ pub enum BenchCommand {
     /// Compare NBD performance: a Basalt volume (3 replicas, stores on tmpfs) vs qemu-nbd
     /// serving a raw file on tmpfs, with fio's nbd engine.
     Nbd(NbdArgs),
+    /// The storage benchmark suite: local disk and network baselines, then Basalt volumes
+    /// through NBD on the same fio profiles and those of the seed reports (Torus, Vitastor),
+    /// with CPU cost; writes report.md, results.json, SVG plots and raw fio outputs.
+    Storage(StorageArgs),
+    /// Print the change of every figure between two `bench storage` results.json files.
+    Compare(CompareArgs),
+}
+
+#[derive(Args)]
+pub struct StorageArgs {
+    /// Which cluster to measure; only `local` (a `basalt up` started by the benchmark) exists.
+    #[arg(long, default_value = "local", value_parser = ["local"])]
+    cluster: String,
+    /// Short runs and small sizes: finishes in under 3 minutes on 2 cores.
+    #[arg(long)]
+    quick: bool,
+    /// Directory being measured: the disk test file and the cluster's data go into a
+    /// temporary directory under it (removed at the end).
+    #[arg(long, default_value = ".")]
+    data_dir: PathBuf,
+    /// Output directory for report.md, results.json, the plots and raw/.
+    #[arg(long, default_value = "basalt-bench-report")]
+    out: PathBuf,
+    /// Even shorter runs (1 s, 64 MiB) for the smoke test; figures mean little.
+    #[arg(long, hide = true)]
+    smoke: bool,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// results.json of the earlier run.
+    a: PathBuf,
+    /// results.json of the later run.
+    b: PathBuf,
 }
 
 #[derive(Args)]
@@ -251,7 +285,37 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Nbd(args) => nbd(args),
+        BenchCommand::Storage(args) => storage(args),
+        BenchCommand::Compare(args) => {
+            print!("{}", basalt_bench::compare_files(&args.a, &args.b)?);
+            Ok(())
+        }
     }
+}
+
+fn storage(args: StorageArgs) -> anyhow::Result<()> {
+    let mut command_line = format!("basalt bench storage --cluster {}", args.cluster);
+    if args.quick {
+        command_line.push_str(" --quick");
+    }
+    if args.smoke {
+        command_line.push_str(" --smoke");
+    }
+    command_line.push_str(&format!(
+        " --data-dir {} --out {}",
+        args.data_dir.display(),
+        args.out.display()
+    ));
+    let opts = basalt_bench::StorageOptions {
+        data_dir: args.data_dir,
+        out: args.out,
+        quick: args.quick,
+        smoke: args.smoke,
+        command_line,
+    };
+    let report = basalt_bench::run_storage(&opts).context("basalt bench storage")?;
+    println!("{}", report.display());
+    Ok(())
 }
 
 fn nbd(args: NbdArgs) -> anyhow::Result<()> {

@@ -2,7 +2,7 @@
 //!
 //! It is deliberately small: volume management for the CLI. Requests are
 //! `{"op":"create","name":N,"size":BYTES}`, `{"op":"ls"}`, `{"op":"info","name":N}`,
-//! `{"op":"resize","name":N,"size":BYTES}`, `{"op":"rm","name":N}`; replies are
+//! `{"op":"resize","name":N,"size":BYTES}`, `{"op":"rm","name":N}`, `{"op":"status"}`; replies are
 //! `{"ok":true,...}` or `{"ok":false,"error":MESSAGE}`.
 
 use anyhow::Context;
@@ -25,6 +25,7 @@ pub enum Request {
     Info { name: String },
     Resize { name: String, size: u64 },
     Rm { name: String },
+    Status,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -36,6 +37,8 @@ pub struct Response {
     pub volume: Option<VolumeInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub volumes: Option<Vec<VolumeInfo>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<crate::status::StatusReport>,
 }
 
 /// Serve the control API until the task is dropped.
@@ -124,6 +127,11 @@ async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -> Response 
             .map(Response::volume),
         Request::Rm { name } => cluster.remove_volume(&name).await.map(|_| Response {
             ok: true,
+            ..Response::default()
+        }),
+        Request::Status => crate::status::gather(cluster).await.map(|r| Response {
+            ok: true,
+            status: Some(r),
             ..Response::default()
         }),
     };

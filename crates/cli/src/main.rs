@@ -3,6 +3,7 @@
 mod bench;
 mod control;
 mod gateway;
+mod status;
 mod up;
 mod volume_cmd;
 
@@ -42,6 +43,15 @@ enum Command {
         #[command(subcommand)]
         command: volume_cmd::VolumeCommand,
     },
+    /// Show the cluster's health, OSDs, PG states and capacity (like `ceph -s`).
+    Status {
+        /// Control API address of the cluster (`basalt up --control-listen`).
+        #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
+        control: SocketAddr,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -69,6 +79,10 @@ fn main() -> std::process::ExitCode {
             init_logging("warn");
             runtime().and_then(|rt| rt.block_on(volume_cmd::run(control, command)))
         }
+        Command::Status { control, json } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(show_status(control, json)))
+        }
         Command::Bench { command } => {
             init_logging("warn");
             bench::run(command)
@@ -81,6 +95,19 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn show_status(control: SocketAddr, json: bool) -> anyhow::Result<()> {
+    let resp = control::call(control, &control::Request::Status).await?;
+    let report = resp
+        .status
+        .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        status::print(&report);
+    }
+    Ok(())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -14,6 +14,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// What an OSD reports about its store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OsdStats {
+    pub capacity_bytes: u64,
+    /// Bytes in allocated 4 KiB blocks.
+    pub used_bytes: u64,
+    pub slots_total: u64,
+    pub slots_free: u64,
+    pub objects: u64,
+}
+
 /// Longest time one object request may take before the client gives up on it.
 pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
 
@@ -113,6 +124,30 @@ impl Cluster {
     /// Make every write acknowledged to this client durable on every OSD that may hold it.
     pub async fn flush(&self) -> Result<(), ClientError> {
         self.broadcast(Opcode::Flush, ObjectId::new(0, 0)).await
+    }
+
+    /// Space and object counts of one OSD's store.
+    pub async fn osd_stats(&self, osd: OsdId) -> Result<OsdStats, ClientError> {
+        let conn = self.connection(osd).await?;
+        let header = Header::request(Opcode::Stat, 0, ObjectId::new(0, 0));
+        let reply = timed(&conn, conn.start(header, Bytes::new())).await?;
+        if reply.header.status != Status::Ok || reply.payload.len() < 40 {
+            return Err(ClientError::Status {
+                status: reply.header.status,
+            });
+        }
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&reply.payload[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(b)
+        };
+        Ok(OsdStats {
+            capacity_bytes: word(0),
+            used_bytes: word(1),
+            slots_total: word(2),
+            slots_free: word(3),
+            objects: word(4),
+        })
     }
 
     /// Send one request to every OSD that is in and wait for all to succeed.

@@ -12,7 +12,7 @@ pub mod pool;
 pub mod volume;
 pub mod volumes;
 
-pub use cluster::Cluster;
+pub use cluster::{Cluster, OsdStats};
 pub use conn::{Connection, LocalHandler, Reply, ReplySink};
 pub use error::ClientError;
 pub use pool::ConnPool;

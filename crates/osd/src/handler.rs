@@ -85,6 +85,20 @@ pub(crate) fn dispatch(
             let (status, data) = allocation(osd, &h);
             sink.send(h.reply(status), data);
         }
+        Opcode::Stat => {
+            let st = osd.store.stats();
+            let mut out = BytesMut::with_capacity(40);
+            for v in [
+                st.capacity_bytes,
+                st.used_bytes,
+                st.slots_total,
+                st.slots_free,
+                st.objects,
+            ] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            sink.send(h.reply(Status::Ok), out.freeze());
+        }
         _ if mutation && h.flags.has(Flags::REPLICA) => {
             let status = apply(osd, &h, &payload, h.version);
             if status == Status::Ok && h.flags.has(Flags::FUA) {

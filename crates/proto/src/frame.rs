@@ -38,6 +38,9 @@ pub enum Opcode {
     /// `object.index`. Sent to every OSD to remove or shrink a volume in time proportional to
     /// the data it holds, not to its nominal size.
     Purge = 8,
+    /// Space and object counts of the OSD's store: reply payload is five little-endian u64
+    /// (capacity bytes, used bytes, total slots, free slots, objects).
+    Stat = 9,
 }
 
 impl Opcode {
@@ -51,6 +54,7 @@ impl Opcode {
             6 => Self::Flush,
             7 => Self::Allocation,
             8 => Self::Purge,
+            9 => Self::Stat,
             _ => return None,
         })
     }
@@ -176,7 +180,7 @@ impl Header {
         let reply = self.flags.has(Flags::REPLY);
         match self.opcode {
             Opcode::Write => !reply,
-            Opcode::Read | Opcode::Allocation => reply && self.status == Status::Ok,
+            Opcode::Read | Opcode::Allocation | Opcode::Stat => reply && self.status == Status::Ok,
             _ => false,
         }
     }
@@ -258,7 +262,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=8,
+            1u8..=9,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),

@@ -1,0 +1,188 @@
+//! The `basalt up` process under test: started from the current executable, its NBD address
+//! read from the banner, its CPU time read from /proc, and stopped when dropped.
+
+use anyhow::{bail, Context};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long `basalt up` may take to print its banner.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `basalt up` may take to exit after SIGTERM before it is killed.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+/// The banner line printed once the cluster serves.
+const READY_LINE: &str = "Press Ctrl-C to stop.";
+/// The banner line carrying the NBD address.
+const NBD_PREFIX: &str = "NBD (TCP):";
+
+/// How the cluster is configured (passed explicitly so the report can state it).
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// OSDs.
+    pub osds: u32,
+    /// Replicas per object.
+    pub replicas: u32,
+    /// Placement groups.
+    pub pgs: u32,
+    /// Object size (`128K`).
+    pub object_size: String,
+    /// Capacity of each OSD store file (`8G`).
+    pub osd_size: String,
+    /// Size of the volume `bench` (`256M`).
+    pub volume_size: String,
+}
+
+/// A running `basalt up`; SIGTERM then SIGKILL on drop.
+pub struct Cluster {
+    child: Child,
+    /// `nbd://127.0.0.1:PORT/bench`.
+    pub uri: String,
+    /// The "Basalt is up: ..." line.
+    pub banner: Option<String>,
+}
+
+impl Cluster {
+    /// Start `basalt up` with its state in `data_dir` and its log in `log`, and wait (bounded)
+    /// until it serves.
+    pub fn start(data_dir: &Path, log: &Path, config: &ClusterConfig) -> anyhow::Result<Cluster> {
+        let exe = std::env::current_exe().context("find the basalt executable")?;
+        let log_file =
+            std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let mut child = Command::new(exe)
+            .arg("up")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--nbd-listen", "127.0.0.1:0"])
+            .args(["--control-listen", "127.0.0.1:0"])
+            .args(["--default-volume", "bench"])
+            .args(["--default-volume-size", &config.volume_size])
+            .args(["--osds", &config.osds.to_string()])
+            .args(["--replicas", &config.replicas.to_string()])
+            .args(["--pgs", &config.pgs.to_string()])
+            .args(["--object-size", &config.object_size])
+            .args(["--osd-size", &config.osd_size])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .spawn()
+            .context("start basalt up")?;
+        let stdout = child.stdout.take().context("basalt up stdout")?;
+        // From here on the guard stops the process on every error path.
+        let mut cluster = Cluster {
+            child,
+            uri: String::new(),
+            banner: None,
+        };
+        let (tx, rx) = mpsc::channel();
+        // Reads the banner, then keeps draining stdout so the daemon never blocks on it.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let t = line.trim();
+                    if t.starts_with("Basalt is up") {
+                        cluster.banner = Some(t.to_string());
+                    }
+                    if let Some(rest) = t.strip_prefix(NBD_PREFIX) {
+                        cluster.uri = rest.trim().to_string();
+                    }
+                    if t == READY_LINE {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                    "basalt up printed no banner within {} s (log: {})",
+                    STARTUP_TIMEOUT.as_secs(),
+                    log.display()
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("basalt up exited during start-up (log: {})", log.display())
+                }
+            }
+        }
+        if !cluster.uri.starts_with("nbd://") {
+            bail!("basalt up did not print its NBD address");
+        }
+        Ok(cluster)
+    }
+
+    /// Process id of `basalt up`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// CPU seconds (user + system, all threads) the process has used so far.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        cpu_seconds(self.pid())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SIGTERM first so the daemon shuts down as in normal use; SIGKILL if it lingers.
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU seconds (utime + stime) of process `pid`, from /proc/PID/stat.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let ticks = parse_stat_ticks(&stat).with_context(|| format!("parse {path}"))?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    Ok(ticks as f64 / hz)
+}
+
+/// utime + stime in clock ticks from the text of /proc/PID/stat. The command name (field 2)
+/// may contain spaces and parentheses, so fields are counted after the last `)`.
+pub fn parse_stat_ticks(stat: &str) -> anyhow::Result<u64> {
+    let rest = &stat[stat.rfind(')').context("no ')' in stat")? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
+    Ok(utime + stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat_with_odd_names() {
+        // Goal: utime + stime are found even when the command name holds ") (".
+        let stat = "1234 (bas) (t) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0";
+        assert_eq!(parse_stat_ticks(stat).unwrap(), 325);
+        assert!(parse_stat_ticks("1 (x) S 1").is_err());
+    }
+
+    #[test]
+    fn reads_own_cpu_time() {
+        // Goal: the /proc reader works on a live process (this test).
+        let t = cpu_seconds(std::process::id()).unwrap();
+        assert!(t >= 0.0);
+    }
+}

@@ -1,0 +1,23 @@
+//! The storage benchmark suite behind `basalt bench storage` and `basalt bench compare`.
+//!
+//! A run measures the baselines first (the local disk under the data directory with fio, the
+//! network with iperf3 or a built-in TCP stream), then Basalt volumes through NBD with the
+//! same fio profiles and the profiles of the seed reports (Torus, Vitastor), and writes
+//! `report.md`, `results.json`, SVG plots and every fio output under `OUT/raw/`.
+//! Each part of the report is a [`sections::Section`], so later sections (S3, clones) plug in.
+
+pub mod cluster;
+pub mod compare;
+pub mod environment;
+pub mod fio;
+pub mod progress;
+pub mod report;
+pub mod results;
+pub mod sections;
+pub mod size;
+pub mod suite;
+pub mod svg;
+
+pub use compare::compare_files;
+pub use results::Results;
+pub use suite::{run_storage, StorageOptions};

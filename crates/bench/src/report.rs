@@ -1,0 +1,556 @@
+//! `report.md` in the style of the seed reports: how it was generated, a table per section
+//! with each Basalt figure beside its baseline and as a percentage of it, CPU cost, and an
+//! Assessment that states the ratios in sentences.
+
+use crate::results::{Figure, Results, Row, SectionReport, SectionStatus};
+use crate::size;
+use crate::svg;
+use std::fmt::Write;
+
+/// A figure's value with its unit, as the tables print it.
+pub fn format_value(value: f64, unit: &str) -> String {
+    match unit {
+        "IOPS" => format!("{value:.0} IOPS"),
+        "MiB/s" => format!("{value:.2} MiB/s"),
+        "us" => format!("{value:.1} us"),
+        "retransmits" => format!("{value:.0}"),
+        _ => format!("{value:.3} {unit}"),
+    }
+}
+
+fn cell(f: &Option<Figure>, unit: &str) -> String {
+    match f {
+        None => "-".into(),
+        Some(Figure { value: Some(v), .. }) => format_value(*v, unit),
+        Some(Figure { error: Some(_), .. }) => "failed".into(),
+        Some(_) => "n/a".into(),
+    }
+}
+
+fn percent(row: &Row) -> String {
+    row.percent_of_baseline()
+        .map(|p| format!("{p:.0}%"))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Render the whole report.
+pub fn render(r: &Results) -> String {
+    let mut s = String::new();
+    let e = &r.environment;
+    let _ = writeln!(s, "# Storage Benchmarks\n");
+    let _ = writeln!(s, "Generated on {} with:\n", r.generated_utc);
+    let _ = writeln!(s, "```bash\n{}\n```\n", r.command);
+    let _ = writeln!(
+        s,
+        "Machine: {} ({} cores), kernel {}. Basalt {}{}. fio: {}. iperf3: {}.\n",
+        e.cpu_model,
+        e.cores,
+        e.kernel,
+        e.basalt_version,
+        e.git_commit
+            .as_ref()
+            .map(|c| format!(" (commit {c})"))
+            .unwrap_or_default(),
+        e.fio_version.as_deref().unwrap_or("not found"),
+        e.iperf3_version.as_deref().unwrap_or("not installed"),
+    );
+    let _ = writeln!(
+        s,
+        "Cluster: `basalt up` on this host, {} OSDs, {} replicas, {} PGs, {} objects, data in \
+         `{}`. Target size {} (disk test file and Basalt volume, each written once before the \
+         runs). {} s per timed fio run{}; the disk baseline {}.\n",
+        e.pool.osds,
+        e.pool.replicas,
+        e.pool.pgs,
+        e.pool.object_size,
+        e.data_dir,
+        size::human(e.target_size_bytes as f64),
+        r.runtime_s,
+        if r.quick { " (quick mode)" } else { "" },
+        if e.disk_direct_io {
+            "uses O_DIRECT (`direct=1`)"
+        } else {
+            "runs buffered (`direct=0`): the filesystem does not support O_DIRECT"
+        },
+    );
+    for n in &r.notes {
+        let _ = writeln!(s, "- {n}");
+    }
+    if !r.notes.is_empty() {
+        s.push('\n');
+    }
+    for sec in &r.sections {
+        render_section(&mut s, sec);
+    }
+    render_cpu(&mut s, r);
+    render_failures(&mut s, r);
+    let _ = writeln!(s, "## Plots\n");
+    let _ = writeln!(
+        s,
+        "![Latency distribution]({})\n\n![Throughput by profile]({})\n",
+        svg::LATENCY_FILE,
+        svg::THROUGHPUT_FILE
+    );
+    render_assessment(&mut s, r);
+    let _ = writeln!(s, "## Files\n");
+    let _ = writeln!(
+        s,
+        "`results.json` holds every figure, the exact command lines and the environment; \
+         `raw/` holds each step's fio output (`*.json`, `*.stderr`) and the `basalt up` log. \
+         Compare two runs with `basalt bench compare A/results.json B/results.json`."
+    );
+    s
+}
+
+fn render_section(s: &mut String, sec: &SectionReport) {
+    let _ = writeln!(s, "## {}\n", sec.title);
+    let _ = writeln!(s, "{}\n", sec.intro);
+    if let SectionStatus::NotMeasured { reason } = &sec.status {
+        let _ = writeln!(s, "**{}**\n", capitalize(reason));
+        return;
+    }
+    let compared = sec.rows.iter().any(|r| r.basalt.is_some());
+    if compared {
+        let _ = writeln!(
+            s,
+            "| Metric | {} | Basalt volume | Basalt / {} |\n|---|---:|---:|---:|",
+            sec.baseline_name,
+            sec.baseline_name.to_lowercase()
+        );
+        for r in &sec.rows {
+            let label = if r.higher_is_better {
+                r.label.clone()
+            } else {
+                format!("{} (lower is better)", r.label)
+            };
+            let _ = writeln!(
+                s,
+                "| {label} | {} | {} | {} |",
+                cell(&r.baseline, &r.unit),
+                cell(&r.basalt, &r.unit),
+                percent(r)
+            );
+        }
+    } else {
+        let _ = writeln!(s, "| Metric | Result |\n|---|---:|");
+        for r in &sec.rows {
+            let _ = writeln!(s, "| {} | {} |", r.label, cell(&r.baseline, &r.unit));
+        }
+    }
+    s.push('\n');
+    for n in &sec.notes {
+        let _ = writeln!(s, "Note: {n}\n");
+    }
+}
+
+fn capitalize(t: &str) -> String {
+    let mut c = t.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+/// The Basalt figures that carry a CPU measurement, one per fio run.
+fn cpu_runs(r: &Results) -> Vec<(String, &Figure)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for sec in &r.sections {
+        for row in &sec.rows {
+            if let Some(f) = &row.basalt {
+                if f.cpu.is_some() && seen.insert(f.raw.clone()) {
+                    let label = row
+                        .label
+                        .trim_end_matches(" (read)")
+                        .trim_end_matches(" latency");
+                    out.push((label.to_string(), f));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn render_cpu(s: &mut String, r: &Results) {
+    let _ = writeln!(s, "## CPU cost of Basalt\n");
+    let _ = writeln!(
+        s,
+        "CPU seconds (user + system, all threads) the `basalt up` process used during each \
+         Basalt step, from `/proc/PID/stat`, per GiB moved and per 1000 IOs. The process holds \
+         all OSDs, the gateway and the NBD server; fio's own CPU is not counted.\n"
+    );
+    let runs = cpu_runs(r);
+    if runs.is_empty() {
+        let _ = writeln!(
+            s,
+            "No Basalt step completed, so no CPU cost was measured.\n"
+        );
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "| Profile | CPU s | Moved | IOs | CPU s / GiB | CPU s / 1000 IOs |\n|---|---:|---:|---:|---:|---:|"
+    );
+    for (label, f) in runs {
+        let (Some(cpu), Some(fio)) = (&f.cpu, &f.fio) else {
+            continue;
+        };
+        let opt = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            s,
+            "| {label} | {:.2} | {} | {} | {} | {} |",
+            cpu.cpu_seconds,
+            size::human(fio.io_bytes as f64),
+            fio.total_ios,
+            opt(cpu.per_gib),
+            opt(cpu.per_1000_ios)
+        );
+    }
+    s.push('\n');
+}
+
+fn render_failures(s: &mut String, r: &Results) {
+    let failures = r.failures();
+    if failures.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "## Failed steps\n");
+    let _ = writeln!(s, "| Section | Step | Side | Error |\n|---|---|---|---|");
+    for (sec, label, side, err) in failures {
+        let err = err.replace('|', "\\|").replace('\n', " ");
+        let _ = writeln!(s, "| {sec} | {label} | {side} | {err} |");
+    }
+    s.push('\n');
+}
+
+fn render_assessment(s: &mut String, r: &Results) {
+    let _ = writeln!(s, "## Assessment\n");
+    let mut throughput_pcts = Vec::new();
+    for sec in &r.sections {
+        let compared: Vec<&Row> = sec
+            .rows
+            .iter()
+            .filter(|row| row.percent_of_baseline().is_some())
+            .collect();
+        if compared.is_empty() {
+            continue;
+        }
+        let mut sentences = Vec::new();
+        for row in compared {
+            let pct = row.percent_of_baseline().unwrap_or(0.0);
+            let v = row.basalt.as_ref().and_then(|f| f.value).unwrap_or(0.0);
+            let b = row.baseline.as_ref().and_then(|f| f.value).unwrap_or(0.0);
+            let base = sec.baseline_name.to_lowercase();
+            if row.higher_is_better {
+                throughput_pcts.push(pct);
+                sentences.push(format!(
+                    "{}: Basalt reaches {pct:.0}% of the {base} ({} vs {}).",
+                    row.label,
+                    format_value(v, &row.unit),
+                    format_value(b, &row.unit)
+                ));
+            } else {
+                sentences.push(format!(
+                    "{}: Basalt's latency is {pct:.0}% of the {base}'s ({} vs {}; lower is better).",
+                    row.label,
+                    format_value(v, &row.unit),
+                    format_value(b, &row.unit)
+                ));
+            }
+        }
+        let _ = writeln!(s, "**{}.** {}\n", sec.title, sentences.join(" "));
+    }
+    if !throughput_pcts.is_empty() {
+        let mut sorted = throughput_pcts.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let median = sorted[sorted.len() / 2];
+        let _ = writeln!(
+            s,
+            "Over the {} throughput and IOPS figures, Basalt's median is {median:.0}% of the \
+             local disk's (from {:.0}% to {:.0}%).\n",
+            sorted.len(),
+            sorted[0],
+            sorted[sorted.len() - 1]
+        );
+    }
+    if let Some(sentence) = network_sentence(r) {
+        let _ = writeln!(s, "{sentence}\n");
+    }
+    let runs = cpu_runs(r);
+    let per_gib: Vec<f64> = runs
+        .iter()
+        .filter_map(|(_, f)| f.cpu.as_ref()?.per_gib)
+        .collect();
+    let per_kio: Vec<f64> = runs
+        .iter()
+        .filter_map(|(_, f)| f.cpu.as_ref()?.per_1000_ios)
+        .collect();
+    if let (Some(g), Some(k)) = (range(&per_gib), range(&per_kio)) {
+        let _ = writeln!(
+            s,
+            "Basalt spent {:.3} to {:.3} CPU seconds per GiB moved and {:.4} to {:.4} CPU \
+             seconds per 1000 IOs across its steps (large blocks are cheapest per GiB, small \
+             blocks per IO).\n",
+            g.0, g.1, k.0, k.1
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Caveats: this is one host. The {} replicas of every Basalt write land on the same \
+         disk the baseline has to itself, and replication crosses loopback, so write figures \
+         include {}x write amplification; reads are served by one replica. The virtual disk of \
+         this kind of machine is noisy, so compare ratios within one run, not absolute numbers \
+         between runs.{}\n",
+        r.environment.pool.replicas,
+        r.environment.pool.replicas,
+        if r.quick {
+            format!(
+                " This was a quick run ({} s per step): treat its figures as indicative.",
+                r.runtime_s
+            )
+        } else {
+            String::new()
+        }
+    );
+    let above: Vec<String> = r
+        .sections
+        .iter()
+        .flat_map(|sec| sec.rows.iter())
+        .filter(|row| row.higher_is_better && row.percent_of_baseline().is_some_and(|p| p > 100.0))
+        .map(|row| row.label.clone())
+        .collect();
+    let _ = writeln!(
+        s,
+        "Basalt's store files go through the page cache (with an fdatasync per write batch on \
+         every replica), while the disk baseline uses {} without fsync. Basalt reads can \
+         therefore come from memory{}, and Basalt writes pay for durability the baseline's \
+         writes do not.\n",
+        if r.environment.disk_direct_io {
+            "O_DIRECT"
+        } else {
+            "buffered I/O"
+        },
+        if above.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ": the figures above 100% of the disk ({}) are page-cache reads, not a faster \
+                 disk",
+                above.join(", ")
+            )
+        }
+    );
+    for sec in &r.sections {
+        if let SectionStatus::NotMeasured { reason } = &sec.status {
+            let _ = writeln!(s, "{}: {reason}.\n", sec.title);
+        }
+    }
+    let failed = r.failures().len();
+    if failed > 0 {
+        let _ = writeln!(
+            s,
+            "{failed} step(s) failed and have no figure; see Failed steps and `raw/`.\n"
+        );
+    }
+}
+
+fn range(v: &[f64]) -> Option<(f64, f64)> {
+    let min = v.iter().copied().reduce(f64::min)?;
+    let max = v.iter().copied().reduce(f64::max)?;
+    Some((min, max))
+}
+
+/// Loopback TCP throughput against Basalt's best sequential NBD throughput.
+fn network_sentence(r: &Results) -> Option<String> {
+    let tcp = r
+        .sections
+        .iter()
+        .find(|s| s.id == "network")?
+        .rows
+        .iter()
+        .find(|row| row.key == "tcp_throughput")?
+        .baseline
+        .as_ref()?
+        .value?;
+    let (label, best) = r
+        .sections
+        .iter()
+        .flat_map(|s| s.rows.iter())
+        .filter(|row| row.unit == "MiB/s" && row.label.contains("read"))
+        .filter_map(|row| Some((row.label.clone(), row.basalt.as_ref()?.value?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    (tcp > 0.0).then(|| {
+        format!(
+            "Loopback TCP carries {}; Basalt's best read throughput through NBD ({label}, {}) \
+             is {:.0}% of it.",
+            format_value(tcp, "MiB/s"),
+            format_value(best, "MiB/s"),
+            best / tcp * 100.0
+        )
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::results::*;
+
+    fn fig(v: f64) -> Option<Figure> {
+        Some(Figure {
+            value: Some(v),
+            command: Some("fio --name=bench".into()),
+            raw: Some(format!("raw/{v}.json")),
+            fio: Some(FioSummary {
+                read_iops: v,
+                io_bytes: 1 << 30,
+                total_ios: 1000,
+                clat_percentiles_us: vec![(50.0, 20.0), (99.0, 80.0), (99.99, 300.0)],
+                ..FioSummary::default()
+            }),
+            cpu: Some(CpuCost::new(0.5, 1 << 30, 1000)),
+            ..Figure::default()
+        })
+    }
+
+    /// A small but complete set of results, shared by the report, SVG and compare tests.
+    pub(crate) fn sample() -> Results {
+        let row = |key: &str, label: &str, unit: &str, hib: bool, b: f64, v: f64| Row {
+            key: key.into(),
+            label: label.into(),
+            unit: unit.into(),
+            higher_is_better: hib,
+            baseline: fig(b),
+            basalt: fig(v),
+        };
+        Results {
+            format_version: FORMAT_VERSION,
+            generated_utc: "2026-11-22T05:30:00Z".into(),
+            command: "basalt bench storage --quick".into(),
+            quick: true,
+            duration_s: 120.0,
+            runtime_s: 3,
+            environment: Environment {
+                cpu_model: "Test CPU".into(),
+                cores: 2,
+                pool: PoolSettings {
+                    osds: 3,
+                    replicas: 3,
+                    ..PoolSettings::default()
+                },
+                ..Environment::default()
+            },
+            notes: vec![],
+            sections: vec![
+                SectionReport {
+                    id: "network".into(),
+                    title: "Network baseline".into(),
+                    intro: "Loopback.".into(),
+                    baseline_name: "Loopback TCP".into(),
+                    status: SectionStatus::Measured,
+                    notes: vec![],
+                    rows: vec![Row {
+                        basalt: None,
+                        ..row(
+                            "tcp_throughput",
+                            "TCP throughput",
+                            "MiB/s",
+                            true,
+                            4000.0,
+                            0.0,
+                        )
+                    }],
+                },
+                SectionReport {
+                    id: "disk".into(),
+                    title: "Local disk vs Basalt volume".into(),
+                    intro: "Same profiles.".into(),
+                    baseline_name: "Local disk".into(),
+                    status: SectionStatus::Measured,
+                    notes: vec![],
+                    rows: vec![
+                        row(
+                            "seqread_1m_mib_s",
+                            "Sequential read (1M, QD1)",
+                            "MiB/s",
+                            true,
+                            1000.0,
+                            500.0,
+                        ),
+                        row(
+                            "randread_4k_qd1_iops",
+                            "4k random read (QD1)",
+                            "IOPS",
+                            true,
+                            10000.0,
+                            12000.0,
+                        ),
+                        row(
+                            "t1q1_read_lat_us",
+                            "4k T1Q1 random read latency",
+                            "us",
+                            false,
+                            50.0,
+                            100.0,
+                        ),
+                        Row {
+                            basalt: Some(Figure::failed("fio exited with 1", None, None)),
+                            ..row(
+                                "randwrite_iops",
+                                "4k random write",
+                                "IOPS",
+                                true,
+                                5000.0,
+                                0.0,
+                            )
+                        },
+                    ],
+                },
+                SectionReport {
+                    id: "scaling".into(),
+                    title: "Scaling over OSD counts (Simplyblock)".into(),
+                    intro: "Sweep.".into(),
+                    baseline_name: "Linear scaling".into(),
+                    status: SectionStatus::NotMeasured {
+                        reason: "not measured: needs a multi-OSD-count cluster (issue 3)".into(),
+                    },
+                    notes: vec![],
+                    rows: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn report_has_every_section_and_ratio() {
+        // Goal: the report shows each section, baseline beside Basalt, the percentage, CPU
+        // cost, failures and an Assessment in sentences.
+        let md = render(&sample());
+        for heading in [
+            "# Storage Benchmarks",
+            "## Network baseline",
+            "## Local disk vs Basalt volume",
+            "## Scaling over OSD counts (Simplyblock)",
+            "## CPU cost of Basalt",
+            "## Failed steps",
+            "## Plots",
+            "## Assessment",
+        ] {
+            assert!(md.contains(heading), "missing {heading}:\n{md}");
+        }
+        assert!(md.contains("| Sequential read (1M, QD1) | 1000.00 MiB/s | 500.00 MiB/s | 50% |"));
+        assert!(md.contains("| 4k random read (QD1) | 10000 IOPS | 12000 IOPS | 120% |"));
+        assert!(md.contains("| 4k random write | 5000 IOPS | failed | - |"));
+        assert!(md.contains("| TCP throughput | 4000.00 MiB/s |"));
+        assert!(md.contains("Not measured: needs a multi-OSD-count cluster (issue 3)"));
+        assert!(
+            md.contains("Basalt reaches 50% of the local disk (500.00 MiB/s vs 1000.00 MiB/s).")
+        );
+        assert!(md.contains("Basalt's latency is 200% of the local disk's"));
+        assert!(md.contains("is 12% of it"), "network sentence:\n{md}");
+        assert!(md.contains("1 step(s) failed"));
+        assert!(md.contains(
+            "the figures above 100% of the disk (4k random read (QD1)) are page-cache reads"
+        ));
+        assert!(md.contains("![Latency distribution](latency.svg)"));
+    }
+}

@@ -1,0 +1,155 @@
+//! The parts of a run. Each [`Section`] plans its steps (for the progress ETA), runs them
+//! against the shared [`Ctx`] and returns its table; a failed step becomes a failed figure,
+//! never an aborted run.
+
+pub mod network;
+pub mod profiles;
+pub mod scaling;
+
+use crate::cluster::Cluster;
+use crate::fio::{self, Job, Span, Target};
+use crate::progress::Progress;
+use crate::results::{CpuCost, Figure, SectionReport};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One self-contained part of the benchmark (network, disk vs volume, Torus, ...).
+pub trait Section {
+    /// Stable id, the prefix of the section's figure keys.
+    fn id(&self) -> &'static str;
+    /// Planned seconds of each step, for the progress ETA (one entry per step).
+    fn plan(&self, ctx: &Ctx) -> Vec<f64>;
+    /// Run every step and return the section's table.
+    fn run(&self, ctx: &mut Ctx) -> SectionReport;
+}
+
+/// Settings of a run that sections read.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Seconds per timed fio run.
+    pub runtime_s: u32,
+    /// Warm-up seconds before each timed run.
+    pub ramp_s: u32,
+    /// Size of the disk test file and of the Basalt volume.
+    pub size_bytes: u64,
+    /// Parallel jobs for the multi-job profiles (sized to the machine).
+    pub jobs: u32,
+    /// Queue depth per job for the deep-queue profiles.
+    pub deep_iodepth: u32,
+}
+
+/// What sections share: settings, output paths, the targets and the progress display.
+pub struct Ctx {
+    /// Run settings.
+    pub settings: Settings,
+    /// The output directory (`report.md`, `results.json`, plots).
+    pub out_dir: PathBuf,
+    /// Where raw tool outputs go (`OUT/raw`).
+    pub raw_dir: PathBuf,
+    /// The disk baseline's test file.
+    pub disk_file: PathBuf,
+    /// Whether the disk baseline uses O_DIRECT.
+    pub disk_direct: bool,
+    /// The Basalt cluster, or why it is not running.
+    pub cluster: Result<Cluster, String>,
+    /// Progress lines and ETA.
+    pub progress: Progress,
+}
+
+/// Which side of a comparison a step measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The local disk under the data directory.
+    Disk,
+    /// The Basalt volume through NBD.
+    Basalt,
+}
+
+impl Side {
+    /// Short name used in file names and progress lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Disk => "disk",
+            Side::Basalt => "basalt",
+        }
+    }
+}
+
+impl Ctx {
+    /// Run `job` timed on `side`, keep the raw output under `raw/{name}-{side}.json`, and
+    /// (for Basalt) measure the CPU the Basalt process used meanwhile. The figure carries the
+    /// fio summary on success and the error on failure; its value is left to the caller.
+    pub fn fio_step(&mut self, name: &str, job: &Job, side: Side) -> Figure {
+        let span = Span::Timed {
+            runtime_s: self.settings.runtime_s,
+            ramp_s: self.settings.ramp_s,
+        };
+        let timeout =
+            Duration::from_secs(u64::from(self.settings.runtime_s + self.settings.ramp_s))
+                + fio::FIO_SLACK;
+        self.fio_run(name, job, side, span, timeout)
+    }
+
+    /// Run `job` once over the whole target (preconditioning), bounded by `timeout`.
+    pub fn fio_once(&mut self, name: &str, job: &Job, side: Side, timeout: Duration) -> Figure {
+        self.fio_run(name, job, side, Span::Once, timeout)
+    }
+
+    fn fio_run(
+        &mut self,
+        name: &str,
+        job: &Job,
+        side: Side,
+        span: Span,
+        timeout: Duration,
+    ) -> Figure {
+        let file = format!("{name}-{}", side.name());
+        let output = self.raw_dir.join(format!("{file}.json"));
+        let stderr = self.raw_dir.join(format!("{file}.stderr"));
+        let raw = Some(format!("raw/{file}.json"));
+        let target = match side {
+            Side::Disk => Target::File {
+                path: self.disk_file.clone(),
+                direct: self.disk_direct,
+            },
+            Side::Basalt => match &self.cluster {
+                Ok(c) => Target::Nbd { uri: c.uri.clone() },
+                Err(e) => return Figure::failed(format!("basalt up: {e}"), None, None),
+            },
+        };
+        let args = fio::args(job, &target, self.settings.size_bytes, span, &output);
+        let command = Some(fio::command_line(&args));
+        let cpu_before = self.basalt_cpu(side);
+        match fio::run(&args, &output, &stderr, timeout) {
+            Ok(summary) => {
+                let cpu = match (cpu_before, self.basalt_cpu(side)) {
+                    (Some(a), Some(b)) => Some(CpuCost::new(
+                        (b - a).max(0.0),
+                        summary.io_bytes,
+                        summary.total_ios,
+                    )),
+                    _ => None,
+                };
+                Figure {
+                    command,
+                    raw,
+                    fio: Some(summary),
+                    cpu,
+                    ..Figure::default()
+                }
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                self.progress.note(&format!("failed: {msg}"));
+                Figure::failed(msg, command, raw)
+            }
+        }
+    }
+
+    fn basalt_cpu(&self, side: Side) -> Option<f64> {
+        match (side, &self.cluster) {
+            (Side::Basalt, Ok(c)) => c.cpu_seconds().ok(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Network baseline over loopback (the local cluster's replicas talk over 127.0.0.1):
+//! iperf3 when installed, otherwise a built-in TCP stream test.
+
+use super::{Ctx, Section};
+use crate::environment;
+use crate::results::{Figure, Row, SectionReport, SectionStatus};
+use anyhow::{bail, Context};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Attempts to reach a freshly started iperf3 server (bounded start-up wait).
+const IPERF3_CONNECT_ATTEMPTS: u32 = 25;
+/// Pause between those attempts.
+const IPERF3_RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Extra time an iperf3 client may take beyond its test time.
+const IPERF3_SLACK: Duration = Duration::from_secs(30);
+/// How long the built-in receiver waits for data before giving up.
+const BUILTIN_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Write size of the built-in stream test.
+const BUILTIN_CHUNK_BYTES: usize = 1 << 20;
+
+/// The network baseline section.
+pub struct NetworkSection;
+
+/// What a network test measured.
+struct NetResult {
+    mib_s: f64,
+    retransmits: Option<u64>,
+    command: String,
+    raw: Option<String>,
+}
+
+impl Section for NetworkSection {
+    fn id(&self) -> &'static str {
+        "network"
+    }
+
+    fn plan(&self, ctx: &Ctx) -> Vec<f64> {
+        vec![f64::from(ctx.settings.runtime_s) + 1.0]
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> SectionReport {
+        let seconds = ctx.settings.runtime_s.max(1);
+        let iperf3 = environment::which("iperf3").is_some();
+        let mut notes = Vec::new();
+        let label = if iperf3 {
+            "TCP stream over loopback with iperf3"
+        } else {
+            notes.push(
+                "iperf3 is not installed (install it with `apt-get install -y fio iperf3`); \
+                 the built-in TCP stream test ran instead, and its retransmit count is the \
+                 whole machine's (`RetransSegs` in /proc/net/snmp) during the test."
+                    .to_string(),
+            );
+            ctx.progress
+                .note("iperf3 not found (apt-get install -y fio iperf3): built-in TCP test");
+            "TCP stream over loopback (built-in test)"
+        };
+        ctx.progress.step(label, self.plan(ctx)[0]);
+        let outcome = if iperf3 {
+            iperf3_loopback(ctx, seconds)
+        } else {
+            builtin_loopback(seconds)
+        };
+        let (throughput, retrans) = match outcome {
+            Ok(r) => {
+                let f = |v: Option<f64>| Figure {
+                    value: v,
+                    command: Some(r.command.clone()),
+                    raw: r.raw.clone(),
+                    error: v.is_none().then(|| "not reported".to_string()),
+                    ..Figure::default()
+                };
+                (f(Some(r.mib_s)), f(r.retransmits.map(|n| n as f64)))
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                ctx.progress.note(&format!("failed: {msg}"));
+                let f = Figure::failed(msg, None, None);
+                (f.clone(), f)
+            }
+        };
+        SectionReport {
+            id: self.id().into(),
+            title: "Network baseline".into(),
+            intro: format!(
+                "Loopback TCP on this host ({label}, {seconds} s), the path the local \
+                 cluster's replication takes."
+            ),
+            baseline_name: "Loopback TCP".into(),
+            status: SectionStatus::Measured,
+            notes,
+            rows: vec![
+                Row {
+                    key: "tcp_throughput".into(),
+                    label: "TCP throughput".into(),
+                    unit: "MiB/s".into(),
+                    higher_is_better: true,
+                    baseline: Some(throughput),
+                    basalt: None,
+                },
+                Row {
+                    key: "tcp_retransmits".into(),
+                    label: "TCP retransmits".into(),
+                    unit: "retransmits".into(),
+                    higher_is_better: false,
+                    baseline: Some(retrans),
+                    basalt: None,
+                },
+            ],
+        }
+    }
+}
+
+/// Kills the iperf3 server however the test ends.
+struct ServerGuard(Child);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn iperf3_loopback(ctx: &Ctx, seconds: u32) -> anyhow::Result<NetResult> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let _server = ServerGuard(
+        Command::new("iperf3")
+            .args(["-s", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start iperf3 server")?,
+    );
+    let args: Vec<String> = ["-c", "127.0.0.1", "-p", &port.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["-t".into(), seconds.to_string(), "-J".into()])
+        .collect();
+    let command = format!("iperf3 {}", args.join(" "));
+    let raw_path = ctx.raw_dir.join("network-iperf3.json");
+    let timeout = Duration::from_secs(u64::from(seconds)) + IPERF3_SLACK;
+    let mut last_err = String::new();
+    for _ in 0..IPERF3_CONNECT_ATTEMPTS {
+        let out = run_bounded(Command::new("iperf3").args(&args), timeout)?;
+        std::fs::write(&raw_path, &out).with_context(|| format!("write {}", raw_path.display()))?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&out).context("parse iperf3 JSON output")?;
+        if let Some(e) = json.get("error").and_then(|e| e.as_str()) {
+            // The server may not listen yet: retry a bounded number of times.
+            last_err = e.to_string();
+            std::thread::sleep(IPERF3_RETRY_PAUSE);
+            continue;
+        }
+        let (mib_s, retransmits) = parse_iperf3(&json)?;
+        return Ok(NetResult {
+            mib_s,
+            retransmits,
+            command,
+            raw: Some("raw/network-iperf3.json".into()),
+        });
+    }
+    bail!("iperf3: {last_err}")
+}
+
+/// Throughput (received, MiB/s) and retransmits from `iperf3 -J` output.
+pub fn parse_iperf3(json: &serde_json::Value) -> anyhow::Result<(f64, Option<u64>)> {
+    let end = json.get("end").context("iperf3 JSON has no `end`")?;
+    let bps = end["sum_received"]["bits_per_second"]
+        .as_f64()
+        .or_else(|| end["sum_sent"]["bits_per_second"].as_f64())
+        .context("iperf3 JSON has no throughput")?;
+    Ok((
+        bps / 8.0 / (1u64 << 20) as f64,
+        end["sum_sent"]["retransmits"].as_u64(),
+    ))
+}
+
+/// Run a command to completion within `timeout`, returning its stdout.
+fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start iperf3 client")?;
+    let mut stdout = child.stdout.take().context("iperf3 stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let deadline = Instant::now() + timeout;
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("iperf3 did not finish within {} s", timeout.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("iperf3 output reader panicked"))
+}
+
+/// System-wide TCP retransmitted segments (`RetransSegs` in /proc/net/snmp).
+fn retrans_segs() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let names: Vec<&str> = tcp.next()?.split_whitespace().collect();
+    let values: Vec<&str> = tcp.next()?.split_whitespace().collect();
+    let i = names.iter().position(|n| *n == "RetransSegs")?;
+    values.get(i)?.parse().ok()
+}
+
+/// Stream over a loopback TCP connection for `seconds` and count what arrives.
+fn builtin_loopback(seconds: u32) -> anyhow::Result<NetResult> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("bind loopback listener")?;
+    let addr = listener.local_addr()?;
+    let receiver = std::thread::spawn(move || -> anyhow::Result<u64> {
+        let (mut s, _) = listener.accept()?;
+        s.set_read_timeout(Some(BUILTIN_READ_TIMEOUT))?;
+        let mut buf = vec![0u8; BUILTIN_CHUNK_BYTES];
+        let mut total = 0u64;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n as u64;
+        }
+    });
+    let retrans_before = retrans_segs();
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr).context("connect loopback")?;
+    let chunk = vec![0x5au8; BUILTIN_CHUNK_BYTES];
+    let until = started + Duration::from_secs(u64::from(seconds));
+    while Instant::now() < until {
+        stream.write_all(&chunk).context("send")?;
+    }
+    stream.shutdown(Shutdown::Write)?;
+    let received = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    let elapsed = started.elapsed().as_secs_f64();
+    let retransmits = match (retrans_before, retrans_segs()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    Ok(NetResult {
+        mib_s: received as f64 / (1u64 << 20) as f64 / elapsed,
+        retransmits,
+        command: format!("built-in TCP stream over 127.0.0.1, {seconds} s, 1 MiB writes"),
+        raw: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_iperf3_summary() {
+        // Goal: throughput comes from the receiver's sum, retransmits from the sender's.
+        let json = serde_json::json!({"end": {
+            "sum_sent": {"bits_per_second": 16.0e9, "retransmits": 7},
+            "sum_received": {"bits_per_second": 8.0 * 1048576.0 * 1000.0}
+        }});
+        let (mib_s, retrans) = parse_iperf3(&json).unwrap();
+        assert!((mib_s - 1000.0).abs() < 1e-6);
+        assert_eq!(retrans, Some(7));
+        assert!(parse_iperf3(&serde_json::json!({"error": "x"})).is_err());
+    }
+
+    #[test]
+    fn builtin_stream_moves_data() {
+        // Goal: the fallback test measures a positive loopback throughput.
+        let r = builtin_loopback(1).unwrap();
+        assert!(r.mib_s > 1.0, "{} MiB/s", r.mib_s);
+    }
+}

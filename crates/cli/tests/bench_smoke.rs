@@ -1,0 +1,150 @@
+//! Smoke test of `basalt bench storage`: a real (very short) run against a real `basalt up`
+//! and the local disk, checking the STRUCTURE of what it writes, not its numbers.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bound on the whole benchmark run (the smoke mode takes about a minute on 2 cores).
+const RUN_TIMEOUT: Duration = Duration::from_secs(170);
+/// Bound on `basalt bench compare`.
+const COMPARE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Run `basalt` with `args`, killing it after `timeout`; returns (success, stdout).
+fn basalt(args: &[&str], cwd: &Path, timeout: Duration) -> (bool, String) {
+    let out_path = cwd.join(format!("stdout-{}.txt", args[1]));
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start basalt");
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("basalt {args:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (
+        status.success(),
+        std::fs::read_to_string(&out_path).unwrap(),
+    )
+}
+
+#[test]
+fn bench_storage_writes_a_complete_report() {
+    // Goal: `basalt bench storage` runs end to end and leaves report.md with every section,
+    // a parseable results.json with the documented keys, two SVG plots and the raw outputs.
+    if !have("fio") {
+        panic!("fio is required for this test: apt-get install -y fio iperf3");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&data).unwrap();
+    let (ok, stdout) = basalt(
+        &[
+            "bench",
+            "storage",
+            "--smoke",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+        RUN_TIMEOUT,
+    );
+    assert!(ok, "bench storage failed");
+    assert!(stdout.trim().ends_with("report.md"), "stdout: {stdout}");
+
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for heading in [
+        "# Storage Benchmarks",
+        "## Network baseline",
+        "## Local disk vs Basalt volume",
+        "## Torus profiles",
+        "## Vitastor profiles",
+        "## Scaling over OSD counts (Simplyblock)",
+        "## CPU cost of Basalt",
+        "## Assessment",
+    ] {
+        assert!(report.contains(heading), "report.md lacks {heading}");
+    }
+    assert!(report.contains("| Metric | Local disk | Basalt volume | Basalt / local disk |"));
+    assert!(report.contains("needs a multi-OSD-count cluster (issue 3)"));
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for key in [
+        "format_version",
+        "generated_utc",
+        "command",
+        "duration_s",
+        "sections",
+    ] {
+        assert!(json.get(key).is_some(), "results.json lacks {key}");
+    }
+    let env = &json["environment"];
+    for key in ["cpu_model", "cores", "kernel", "basalt_version", "pool"] {
+        assert!(env.get(key).is_some(), "environment lacks {key}");
+    }
+    assert_eq!(env["pool"]["replicas"], 3);
+    let ids: Vec<&str> = json["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["network", "disk", "torus", "vitastor", "scaling"]);
+    let disk = &json["sections"][1];
+    let row = &disk["rows"][0];
+    for side in ["baseline", "basalt"] {
+        let command = row[side]["command"].as_str().unwrap();
+        assert!(command.starts_with("fio "), "{side}: {command}");
+        let raw = row[side]["raw"].as_str().unwrap();
+        assert!(out.join(raw).is_file(), "missing {raw}");
+    }
+    assert!(row["basalt"]["command"]
+        .as_str()
+        .unwrap()
+        .contains("--ioengine=nbd"));
+
+    for svg in ["latency.svg", "throughput.svg"] {
+        let text = std::fs::read_to_string(out.join(svg)).unwrap();
+        assert!(text.starts_with("<svg"), "{svg} does not start with <svg");
+    }
+    assert!(out.join("raw/basalt-up.log").is_file());
+    let leftovers: Vec<_> = std::fs::read_dir(&data).unwrap().collect();
+    assert!(leftovers.is_empty(), "scratch left in the data dir");
+
+    // The run compares with itself: every figure present, no change.
+    let results = out.join("results.json");
+    let r = results.to_str().unwrap();
+    let (ok, table) = basalt(&["bench", "compare", r, r], dir.path(), COMPARE_TIMEOUT);
+    assert!(ok, "bench compare failed");
+    assert!(
+        table.contains("| disk/seqread_1m_mib_s/basalt | MiB/s |"),
+        "{table}"
+    );
+    assert!(!table.contains("only in"));
+}
