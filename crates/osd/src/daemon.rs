@@ -114,6 +114,7 @@ impl Osd {
                 .collect(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        let flusher = tokio::spawn(background_flush(osd.clone(), stop_rx.clone()));
         let task = tokio::spawn(accept_loop(osd.clone(), listener, stop_rx));
         tracing::info!(osd = config.id, %addr, "osd serving");
         Ok(OsdHandle {
@@ -121,7 +122,41 @@ impl Osd {
             osd,
             stop_tx,
             task,
+            flusher,
         })
+    }
+}
+
+/// How often the background flusher looks at the store.
+const BACKGROUND_FLUSH_INTERVAL_MS: u64 = 20;
+/// Unflushed bytes above which the background flusher flushes (well below the store's own
+/// bound, at which `Store::write` flushes inline on the caller's runtime thread).
+const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
+
+/// Flush the store off the runtime threads (on the blocking pool) once enough is unflushed,
+/// so writers rarely meet the store's inline flush.
+async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(
+        BACKGROUND_FLUSH_INTERVAL_MS,
+    ));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        if osd.store.unflushed_bytes() < BACKGROUND_FLUSH_BYTES {
+            continue;
+        }
+        let store = osd.store.clone();
+        match tokio::task::spawn_blocking(move || store.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                // The store is fail-stop now; requests will report it. Nothing more to do here.
+                tracing::error!(osd = osd.id, "background flush failed: {e}");
+                return;
+            }
+            Err(_) => return,
+        }
     }
 }
 
@@ -153,6 +188,7 @@ pub struct OsdHandle {
     pub osd: Arc<Osd>,
     stop_tx: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    flusher: tokio::task::JoinHandle<()>,
 }
 
 impl OsdHandle {
@@ -160,6 +196,7 @@ impl OsdHandle {
     pub async fn shutdown(self) -> Result<(), OsdError> {
         let _ = self.stop_tx.send(true);
         let _ = self.task.await;
+        let _ = self.flusher.await;
         self.osd.peers.clear();
         let osd = self.osd;
         let store = osd.store.clone();

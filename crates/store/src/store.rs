@@ -257,6 +257,12 @@ impl Store {
         self.flush_inner()
     }
 
+    /// Bytes written since the last flush started (what a crash could still lose). Lets the
+    /// owner flush in the background before `write` has to flush inline.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.unflushed_bytes.load(Ordering::Relaxed)
+    }
+
     /// Bitmap of allocated 4 KiB blocks of `obj` (block `i` is bit `i % 64` of word `i / 64`);
     /// all zero when the object is absent.
     pub fn allocation(&self, obj: ObjectId) -> Result<Vec<u64>, StoreError> {
