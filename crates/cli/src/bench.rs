@@ -255,21 +255,26 @@ fn fio(
     if !status.status.success() {
         bail!("fio failed: {}", String::from_utf8_lossy(&status.stderr));
     }
-    // fio's nbd engine prints "fio: connected to NBD server" into the output file too.
     let text = std::fs::read_to_string(out)?;
-    let json_start = text.find('{').unwrap_or(0);
-    let json: serde_json::Value = serde_json::from_str(&text[json_start..])
+    let summary = basalt_bench::fio::parse(&text)
         .with_context(|| format!("parse fio output {}", out.display()))?;
-    let job = &json["jobs"][0];
-    let dir = if rw.contains("read") || rw == "read" {
-        &job["read"]
-    } else {
-        &job["write"]
-    };
+    let read = rw.contains("read");
     Ok(Sample {
-        iops: dir["iops"].as_f64().unwrap_or(0.0),
-        mib_s: dir["bw_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
-        lat_us_mean: dir["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
+        iops: if read {
+            summary.read_iops
+        } else {
+            summary.write_iops
+        },
+        mib_s: if read {
+            summary.read_mib_s
+        } else {
+            summary.write_mib_s
+        },
+        lat_us_mean: if read {
+            summary.read_lat_mean_us
+        } else {
+            summary.write_lat_mean_us
+        },
     })
 }
 
