@@ -109,7 +109,7 @@ impl Response {
     }
 }
 
-async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -> Response {
+pub(crate) async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -> Response {
     let result = match req {
         Request::Create { name, size } => cluster
             .create_volume(&name, size, pool)

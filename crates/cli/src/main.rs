@@ -1,7 +1,9 @@
 //! `basalt`: run a Basalt cluster, manage its volumes, and measure it.
 
+mod admin;
 mod bench;
 mod control;
+mod daemons;
 mod gateway;
 mod status;
 mod up;
@@ -20,8 +22,13 @@ pub const DEFAULT_CONTROL: &str = "127.0.0.1:10810";
     version,
     about = "Basalt: replicated block volumes over NBD on a cluster of commodity disks",
     long_about = "Basalt pools disks into replicated block volumes served over NBD.\n\n\
-        Start a local cluster with `basalt up`, then attach `nbd://127.0.0.1:10809/vol0` with \
-        qemu, qemu-img, nbdcopy or fio, and manage volumes with `basalt volume`."
+        One machine: start a local cluster with `basalt up`, then attach \
+        `nbd://127.0.0.1:10809/vol0` with qemu, qemu-img, nbdcopy or fio, and manage volumes \
+        with `basalt volume`.\n\n\
+        Many machines: run etcd, then on every host `basalt osd --meta etcd://ETCD:2379 \
+        --data DIR --listen IP:PORT`, create a pool with `basalt pool create`, volumes with \
+        `basalt volume --meta ... create`, and serve them with `basalt nbd --meta ...`. \
+        `basalt status --meta ...` shows the cluster."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -36,10 +43,18 @@ enum Command {
     /// start creates the volume `vol0` (1 GiB). Stop with Ctrl-C or SIGTERM.
     Up(up::UpArgs),
     /// Create, list, inspect, resize and remove volumes of a running cluster.
+    ///
+    /// Talks to `basalt up` through its control API, or to a multi-host cluster through
+    /// its metadata with --meta.
     Volume {
         /// Control API address of the cluster (`basalt up --control-listen`).
         #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
         control: SocketAddr,
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        /// Pool of new volumes (with --meta).
+        #[arg(long, global = true, default_value = "rbd")]
+        pool: String,
         #[command(subcommand)]
         command: volume_cmd::VolumeCommand,
     },
@@ -48,9 +63,43 @@ enum Command {
         /// Control API address of the cluster (`basalt up --control-listen`).
         #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
         control: SocketAddr,
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Run one storage daemon (OSD) of a multi-host cluster, or administer OSDs.
+    ///
+    /// Example: basalt osd --meta etcd://10.0.0.1:2379 --data /var/lib/basalt/osd0 \
+    ///          --listen 10.0.0.2:6800
+    ///
+    /// The OSD registers itself (a new id on first start, kept in DATA/osd.json), holds a
+    /// liveness lease in etcd, and also runs a monitor candidate (--no-monitor to not).
+    #[command(args_conflicts_with_subcommands = true)]
+    Osd {
+        #[command(subcommand)]
+        command: Option<admin::OsdAdminCommand>,
+        #[command(flatten)]
+        args: daemons::OsdArgs,
+    },
+    /// Run a monitor candidate on its own (OSDs run one each by default).
+    Mon(daemons::MonCmdArgs),
+    /// Run an NBD gateway of a multi-host cluster: every volume, under its name.
+    Nbd(daemons::NbdArgs),
+    /// Create and list pools (redundancy schemes) of a multi-host cluster.
+    Pool {
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        #[command(subcommand)]
+        command: admin::PoolCommand,
+    },
+    /// Inspect placement groups of a multi-host cluster.
+    Pg {
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        #[command(subcommand)]
+        command: admin::PgCommand,
     },
     /// Benchmarks.
     Bench {
@@ -75,13 +124,53 @@ fn main() -> std::process::ExitCode {
             init_logging("info");
             runtime().and_then(|rt| rt.block_on(up::run(args)))
         }
-        Command::Volume { control, command } => {
+        Command::Volume {
+            control,
+            meta,
+            pool,
+            command,
+        } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(volume_cmd::run(control, command)))
+            let target = volume_cmd::Target::new(control, meta, pool);
+            runtime().and_then(|rt| rt.block_on(volume_cmd::run(target, command)))
         }
-        Command::Status { control, json } => {
+        Command::Status {
+            control,
+            meta,
+            json,
+        } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(show_status(control, json)))
+            runtime().and_then(|rt| rt.block_on(show_status(control, meta, json)))
+        }
+        Command::Osd {
+            command: Some(command),
+            args,
+        } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(admin::run_osd_admin(&args.meta, command)))
+        }
+        Command::Osd {
+            command: None,
+            args,
+        } => {
+            init_logging("info");
+            runtime().and_then(|rt| rt.block_on(daemons::run_osd(args)))
+        }
+        Command::Mon(args) => {
+            init_logging("info");
+            runtime().and_then(|rt| rt.block_on(daemons::run_mon(args)))
+        }
+        Command::Nbd(args) => {
+            init_logging("info");
+            runtime().and_then(|rt| rt.block_on(daemons::run_nbd(args)))
+        }
+        Command::Pool { meta, command } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(admin::run_pool(&meta, command)))
+        }
+        Command::Pg { meta, command } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(admin::run_pg(&meta, command)))
         }
         Command::Bench { command } => {
             init_logging("warn");
@@ -97,11 +186,19 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn show_status(control: SocketAddr, json: bool) -> anyhow::Result<()> {
-    let resp = control::call(control, &control::Request::Status).await?;
-    let report = resp
-        .status
-        .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?;
+async fn show_status(
+    control: SocketAddr,
+    meta: daemons::MetaArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let report = if meta.meta.is_some() {
+        let cluster = admin::open_cluster(&meta).await?;
+        status::gather(&cluster).await?
+    } else {
+        let resp = control::call(control, &control::Request::Status).await?;
+        resp.status
+            .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -114,6 +211,22 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+/// Check a pool name: 1–64 characters of [A-Za-z0-9._-], not starting with '.' or '-'.
+pub fn check_pool_name(name: &str) -> anyhow::Result<()> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty()
+        || name.len() > 64
+        || !name.chars().all(ok_char)
+        || name.starts_with(['.', '-'])
+    {
+        anyhow::bail!(
+            "pool name \"{name}\" must be 1 to 64 letters, digits, '.', '_' or '-', not starting \
+             with '.' or '-'"
+        );
+    }
+    Ok(())
 }
 
 /// Where `basalt up` keeps its state by default.

@@ -1,8 +1,10 @@
 //! `basalt status`: the cluster at a glance, like `ceph -s`.
 
 use basalt_client::{Cluster, OsdStats};
-use basalt_placement::PoolSpec;
+use basalt_meta::schema::{MonitorRecord, PgRecord, MONITOR_KEY, PGS_PREFIX};
+use basalt_placement::{ClusterMap, PoolSpec};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// One OSD in a status report.
 #[derive(Debug, Serialize, Deserialize)]
@@ -27,22 +29,110 @@ pub struct StatusReport {
     pub pgs_total: u64,
     /// Every OSD of the acting set is up and the set has the pool's full size.
     pub pgs_active_clean: u64,
-    /// At least min_size OSDs up, but not all.
+    /// Active with fewer OSDs than the pool's size.
     pub pgs_degraded: u64,
+    /// Active, some replica still being brought up to date.
+    #[serde(default)]
+    pub pgs_recovering: u64,
+    /// Acting set changed, not yet active under it (or incomplete: no complete copy up).
+    #[serde(default)]
+    pub pgs_peering: u64,
     /// Fewer than min_size OSDs up: I/O blocks.
     pub pgs_inactive: u64,
+    /// Object copies still to recover, over every PG.
+    #[serde(default)]
+    pub degraded_objects: u64,
+    /// Who holds the monitor role.
+    #[serde(default)]
+    pub monitor: Option<String>,
+    /// Every PG's state.
+    #[serde(default)]
+    pub pgs: Vec<PgStatus>,
     pub volumes: u64,
     pub volume_bytes: u64,
 }
 
-/// Gather a report by asking every OSD for its store's counts.
+/// One PG in a status report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PgStatus {
+    pub pg: String,
+    /// "active+clean", "active+recovering", "active+degraded", "peering" or "inactive".
+    pub state: String,
+    pub acting: Vec<u32>,
+    /// Interval of the last activation (0: never activated).
+    pub interval: u32,
+    pub degraded_objects: u64,
+}
+
+/// Every PG record, by PG key suffix ("POOL.INDEX").
+pub async fn pg_records(
+    cluster: &Cluster,
+) -> Result<HashMap<String, PgRecord>, basalt_client::ClientError> {
+    Ok(cluster
+        .meta()
+        .list(PGS_PREFIX)
+        .await?
+        .into_iter()
+        .filter_map(|(k, v, _)| {
+            let rec = serde_json::from_slice(&v).ok()?;
+            Some((k[PGS_PREFIX.len()..].to_string(), rec))
+        })
+        .collect())
+}
+
+/// The state of every PG, from the map (who should serve it) and the PG records (what its
+/// primary last activated and which copies it knows complete).
+pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<PgStatus> {
+    let mut out = Vec::new();
+    for pg in map.all_pgs() {
+        let pool = &map.pools[&pg.pool];
+        let acting = map.acting(pg).map(|a| a.to_vec()).unwrap_or_default();
+        let rec = records.get(&format!("{}.{}", pg.pool, pg.index));
+        let current = rec.is_some_and(|r| r.acting == acting && acting.first() == Some(&r.primary));
+        let state = if (acting.len() as u32) < pool.min_size {
+            "inactive"
+        } else if !current {
+            "peering"
+        } else if rec.is_some_and(|r| r.complete.len() < acting.len()) {
+            "active+recovering"
+        } else if (acting.len() as u32) < pool.size {
+            "active+degraded"
+        } else {
+            "active+clean"
+        };
+        out.push(PgStatus {
+            pg: pg.to_string(),
+            state: state.into(),
+            acting,
+            interval: rec.map(|r| r.epoch).unwrap_or(0),
+            degraded_objects: rec
+                .filter(|_| current)
+                .map(|r| r.degraded_objects)
+                .unwrap_or(0),
+        });
+    }
+    out
+}
+
+/// Longest wait for one OSD's counts.
+const STAT_TIMEOUT_MS: u64 = 2_000;
+
+/// Gather a report by asking every OSD that is up for its store's counts.
 pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::ClientError> {
     let map = cluster.map();
     let mut osds = Vec::with_capacity(map.osds.len());
     for o in map.osds.values() {
-        let (stats, error) = match cluster.osd_stats(o.id).await {
-            Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e.to_string())),
+        let (stats, error) = if !o.up {
+            (None, None)
+        } else {
+            let stat = cluster.osd_stats(o.id);
+            match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat)
+                .await
+            {
+                Ok(Ok(s)) => (Some(s), None),
+                Ok(Err(e)) => (None, Some(e.to_string())),
+                Err(_) => (None, Some(format!("no answer in {STAT_TIMEOUT_MS} ms"))),
+            }
         };
         osds.push(OsdStatus {
             id: o.id,
@@ -54,30 +144,29 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::Cl
             error,
         });
     }
-    let up = |id: &u32| osds.iter().any(|o| o.id == *id && o.up);
-    let (mut total, mut clean, mut degraded, mut inactive) = (0, 0, 0, 0);
-    for pool in map.pools.values() {
-        for set in map.pgs.get(&pool.id).into_iter().flatten() {
-            total += 1;
-            let live = set.iter().filter(|id| up(id)).count() as u32;
-            if live == pool.size && set.len() as u32 == pool.size {
-                clean += 1;
-            } else if live >= pool.min_size {
-                degraded += 1;
-            } else {
-                inactive += 1;
-            }
-        }
-    }
+    let records = pg_records(cluster).await?;
+    let pgs = pg_states(&map, &records);
+    let count = |state: &str| pgs.iter().filter(|p| p.state == state).count() as u64;
+    let monitor = cluster
+        .meta()
+        .get(MONITOR_KEY)
+        .await?
+        .and_then(|(v, _)| serde_json::from_slice::<MonitorRecord>(&v).ok())
+        .map(|m| m.holder);
     let volumes = cluster.list_volumes().await?;
     Ok(StatusReport {
         map_epoch: map.epoch,
         osds,
         pools: map.pools.values().cloned().collect(),
-        pgs_total: total,
-        pgs_active_clean: clean,
-        pgs_degraded: degraded,
-        pgs_inactive: inactive,
+        pgs_total: pgs.len() as u64,
+        pgs_active_clean: count("active+clean"),
+        pgs_degraded: count("active+degraded"),
+        pgs_recovering: count("active+recovering"),
+        pgs_peering: count("peering"),
+        pgs_inactive: count("inactive"),
+        degraded_objects: pgs.iter().map(|p| p.degraded_objects).sum(),
+        monitor,
+        pgs,
         volumes: volumes.len() as u64,
         volume_bytes: volumes.iter().map(|v| v.size).sum(),
     })
@@ -134,13 +223,28 @@ pub fn print(r: &StatusReport) {
     println!("  osds:   {} total, {up} up, {is_in} in", r.osds.len());
     println!("  pools:  {}", r.pools.len());
     let mut pg_line = format!("{} total, {} active+clean", r.pgs_total, r.pgs_active_clean);
+    if r.pgs_recovering > 0 {
+        pg_line.push_str(&format!(", {} active+recovering", r.pgs_recovering));
+    }
     if r.pgs_degraded > 0 {
         pg_line.push_str(&format!(", {} active+degraded", r.pgs_degraded));
+    }
+    if r.pgs_peering > 0 {
+        pg_line.push_str(&format!(", {} peering", r.pgs_peering));
     }
     if r.pgs_inactive > 0 {
         pg_line.push_str(&format!(", {} inactive", r.pgs_inactive));
     }
     println!("  pgs:    {pg_line}");
+    if r.degraded_objects > 0 {
+        println!(
+            "  recovery: {} object copies to recover",
+            r.degraded_objects
+        );
+    }
+    if let Some(m) = &r.monitor {
+        println!("  monitor: {m}");
+    }
     println!("data:");
     println!(
         "  volumes: {} ({} provisioned)",
@@ -157,6 +261,11 @@ pub fn print(r: &StatusReport) {
         human_bytes(used),
         human_bytes(raw)
     );
+    print_osds(r);
+}
+
+/// Print the OSD table of a report.
+pub fn print_osds(r: &StatusReport) {
     println!("osds:");
     println!(
         "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}",

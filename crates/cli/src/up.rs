@@ -1,17 +1,17 @@
 //! `basalt up`: a real replicated cluster in one process.
 //!
 //! Three OSDs (each with its own store file and TCP listener), an embedded metadata store,
-//! an in-process monitor that owns the cluster map, an NBD gateway and the control API. Every
-//! byte goes client → primary OSD → replicas over the same data-plane protocol a multi-host
-//! cluster uses.
+//! a monitor, an NBD gateway and the control API, all in one process and all the same code a
+//! multi-host cluster runs: the OSDs register under leases, the monitor derives the map,
+//! primaries peer their PGs. Every byte goes client → primary OSD → replicas over the same
+//! data-plane protocol.
 
 use crate::gateway::VolumeExports;
 use anyhow::{bail, Context};
 use basalt_client::{parse_size, Cluster};
+use basalt_meta::schema::{pool_key, PoolRecord, MAP_KEY, OSDS_PREFIX};
 use basalt_meta::{EmbeddedMeta, MetaStore};
-use basalt_osd::{Osd, OsdConfig, OsdHandle};
-use basalt_placement::{ClusterMap, FailureDomain, OsdInfo, PoolSpec};
-use basalt_proto::PoolId;
+use basalt_osd::{Osd, OsdConfig, OsdHandle, RecoveryConfig, Registration};
 use basalt_store::StoreOptions;
 use clap::Args;
 use std::net::SocketAddr;
@@ -19,10 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// Metadata key of the cluster map.
-const MAP_KEY: &str = "/basalt/map";
 /// The pool `basalt up` creates.
-const POOL_ID: PoolId = 1;
 const POOL_NAME: &str = "rbd";
 
 #[derive(Args, Debug)]
@@ -66,15 +63,8 @@ pub struct UpArgs {
     no_local_path: bool,
 }
 
-/// Load the map, or create the initial one on first start.
-async fn load_or_init_map(
-    meta: &dyn MetaStore,
-    args: &UpArgs,
-) -> anyhow::Result<(ClusterMap, bool)> {
-    if let Some((bytes, _)) = meta.get(MAP_KEY).await? {
-        let map: ClusterMap = serde_json::from_slice(&bytes).context("decode the cluster map")?;
-        return Ok((map, false));
-    }
+/// Settings of the pool `basalt up` creates on first start, checked.
+fn first_start_pool(args: &UpArgs) -> anyhow::Result<PoolRecord> {
     if args.osds == 0 || args.replicas == 0 || args.replicas > args.osds {
         bail!(
             "--replicas must be between 1 and --osds ({}), got {}",
@@ -82,46 +72,52 @@ async fn load_or_init_map(
             args.replicas
         );
     }
-    if args.pgs == 0 || args.pgs > 65536 {
-        bail!("--pgs must be between 1 and 65536, got {}", args.pgs);
-    }
     let object_size = parse_size(&args.object_size)?;
-    if !object_size.is_power_of_two() || !(4096..=4 << 20).contains(&object_size) {
-        bail!("--object-size must be a power of two between 4K and 4M, got {object_size}");
-    }
-    let capacity = parse_size(&args.osd_size)?;
-    let mut map = ClusterMap::default();
-    for id in 0..args.osds {
-        map.osds.insert(
-            id,
-            OsdInfo {
-                id,
-                host: "localhost".into(),
-                addr: String::new(),
-                weight: (capacity >> 30).max(1),
-                up: false,
-                is_in: true,
-            },
-        );
-    }
-    map.pools.insert(
-        POOL_ID,
-        PoolSpec {
-            id: POOL_ID,
-            name: POOL_NAME.into(),
-            size: args.replicas,
-            min_size: args.replicas.min(2),
-            pg_count: args.pgs,
-            // One host: replicas are kept on distinct OSDs (distinct store files).
-            failure_domain: FailureDomain::Osd,
-            object_size: object_size as u32,
-        },
-    );
-    Ok((map, true))
+    Ok(PoolRecord {
+        id: 0,
+        name: POOL_NAME.into(),
+        size: args.replicas,
+        min_size: args.replicas.min(2),
+        pg_count: args.pgs,
+        // One host: replicas are kept on distinct OSDs (distinct store files).
+        failure_domain: "osd".into(),
+        object_size: object_size as u32,
+    })
 }
 
 fn osd_store_path(data_dir: &Path, id: u32) -> PathBuf {
     data_dir.join(format!("osd.{id}")).join("store.dat")
+}
+
+/// Liveness lease TTL of the in-process OSDs (they share the process with the metadata, so
+/// it only matters for the fencing logic, which runs as in a multi-host cluster).
+const LOCAL_LEASE_TTL_SECS: u64 = 5;
+/// Longest wait for every PG to become active at start.
+const READY_TIMEOUT_MS: u64 = 60_000;
+
+/// Wait until the map shows every OSD of this process up (this run) and every PG active.
+async fn wait_ready(cluster: &Cluster, osds: &[OsdHandle]) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(READY_TIMEOUT_MS);
+    // Bound: READY_TIMEOUT_MS of 50 ms rounds.
+    loop {
+        let map = cluster.map();
+        let registered = osds.iter().all(|h| {
+            map.osds
+                .get(&h.osd.id)
+                .is_some_and(|o| o.up && o.incarnation == h.osd.incarnation)
+        });
+        if registered {
+            let records = crate::status::pg_records(cluster).await?;
+            let pgs = crate::status::pg_states(&map, &records);
+            if !pgs.is_empty() && pgs.iter().all(|p| p.state.starts_with("active")) {
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the cluster did not become active within {READY_TIMEOUT_MS} ms");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -130,18 +126,41 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let meta: Arc<dyn MetaStore> = Arc::new(
         EmbeddedMeta::open(&args.data_dir.join("meta.json")).context("open cluster metadata")?,
     );
-    let (mut map, first_start) = load_or_init_map(meta.as_ref(), &args).await?;
+    let pool = match meta.get(&pool_key(POOL_NAME)).await? {
+        Some((bytes, _)) => {
+            serde_json::from_slice::<PoolRecord>(&bytes).context("decode the pool record")?
+        }
+        None => {
+            if meta.get(MAP_KEY).await?.is_some() {
+                bail!(
+                    "{} holds a cluster made by an older Basalt (no pool record); start from \
+                     an empty --data-dir",
+                    args.data_dir.display()
+                );
+            }
+            crate::admin::create_pool(meta.as_ref(), first_start_pool(&args)?).await?
+        }
+    };
+    let known: Vec<u32> = meta
+        .list(OSDS_PREFIX)
+        .await?
+        .iter()
+        .filter_map(|(k, _, _)| k[OSDS_PREFIX.len()..].parse().ok())
+        .collect();
+    let first_start = known.is_empty();
+    let ids: Vec<u32> = if first_start {
+        (0..args.osds).collect()
+    } else {
+        known
+    };
     let capacity = parse_size(&args.osd_size)?;
-    let object_size = map
-        .pools
-        .get(&POOL_ID)
-        .map(|p| p.object_size)
-        .unwrap_or(128 << 10);
 
-    // Start the OSDs; they learn the map (with their addresses) once all are listening.
-    let (map_tx, map_rx) = watch::channel(Arc::new(map.clone()));
+    // Start the OSDs; each registers, and the monitor puts them in the map.
+    let map_rx = basalt_client::follow_map(meta.clone()).await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
     let mut osds: Vec<OsdHandle> = Vec::new();
-    for &id in map.osds.keys() {
+    let mut keepalives = Vec::new();
+    for &id in &ids {
         let path = osd_store_path(&args.data_dir, id);
         std::fs::create_dir_all(path.parent().expect("store path has a parent"))?;
         let config = OsdConfig {
@@ -149,25 +168,41 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             store_path: path,
             store_options: StoreOptions {
                 capacity_bytes: capacity,
-                object_size_bytes: object_size,
+                object_size_bytes: pool.object_size,
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().expect("valid address"),
             create_if_missing: first_start,
+            incarnation: None,
+            recovery: RecoveryConfig::default(),
         };
-        let handle = Osd::start(config, map_rx.clone())
+        let handle = Osd::start(config, map_rx.clone(), meta.clone())
             .await
             .with_context(|| format!("start osd.{id}"))?;
+        let registration = Registration {
+            host: "localhost".into(),
+            lease_ttl_secs: LOCAL_LEASE_TTL_SECS,
+            metrics_addr: None,
+        };
+        keepalives.push(
+            basalt_osd::register(
+                handle.osd.clone(),
+                handle.addr,
+                registration,
+                stop_rx.clone(),
+            )
+            .await
+            .with_context(|| format!("register osd.{id}"))?,
+        );
         osds.push(handle);
     }
-    for h in &osds {
-        let info = map.osds.get_mut(&h.osd.id).expect("osd in map");
-        info.addr = h.addr.to_string();
-        info.up = true;
-    }
-    map.recompute();
-    meta.put(MAP_KEY, serde_json::to_vec(&map)?).await?;
-    map_tx.send_replace(Arc::new(map.clone()));
+    let mon_args = crate::daemons::MonArgs {
+        // One process: its OSDs never go down alone, so never move data off them.
+        out_after: u64::MAX / 2000,
+        mon_lease_ttl: LOCAL_LEASE_TTL_SECS,
+    };
+    let monitor =
+        crate::daemons::spawn_monitor(meta.clone(), "basalt up".into(), &mon_args, stop_rx);
 
     let cluster = Cluster::new(meta.clone(), map_rx.clone());
     if !args.no_local_path {
@@ -176,10 +211,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             cluster.add_local_osd(h.osd.id, &h.addr.to_string(), handler);
         }
     }
+    wait_ready(&cluster, &osds).await?;
     if first_start && !args.default_volume.is_empty() {
         let size = parse_size(&args.default_volume_size)?;
         cluster
-            .create_volume(&args.default_volume, size, POOL_ID)
+            .create_volume(&args.default_volume, size, pool.id)
             .await
             .with_context(|| format!("create the default volume {}", args.default_volume))?;
     }
@@ -205,10 +241,16 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let control_addr = control.local_addr()?;
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
-    let control_task = tokio::spawn(crate::control::serve(control, cluster.clone(), POOL_ID));
+    let control_task = tokio::spawn(crate::control::serve(control, cluster.clone(), pool.id));
 
-    let nbd_addr = tcp_addr;
-    print_banner(&args, &map, nbd_addr, control_addr, &socket_path);
+    print_banner(
+        &args,
+        &pool,
+        osds.len(),
+        tcp_addr,
+        control_addr,
+        &socket_path,
+    );
 
     wait_for_signal().await?;
     eprintln!("basalt: shutting down (finishing in-flight requests)...");
@@ -225,6 +267,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         tracing::error!("final flush failed: {e}");
     }
     drop(cluster);
+    let _ = stop_tx.send(true);
+    let _ = monitor.await;
+    for k in keepalives {
+        let _ = k.await;
+    }
     for h in osds {
         let id = h.osd.id;
         h.shutdown()
@@ -235,7 +282,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     tokio::select! {
@@ -247,12 +294,12 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 
 fn print_banner(
     args: &UpArgs,
-    map: &ClusterMap,
+    pool: &PoolRecord,
+    osd_count: usize,
     nbd: SocketAddr,
     control: SocketAddr,
     socket: &Path,
 ) {
-    let pool = &map.pools[&POOL_ID];
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
     } else {
@@ -260,7 +307,7 @@ fn print_banner(
     };
     println!(
         "Basalt is up: {} OSDs, pool \"{}\" ({} replicas, {} PGs), data in {}",
-        map.osds.len(),
+        osd_count,
         pool.name,
         pool.size,
         pool.pg_count,

@@ -11,7 +11,7 @@ use basalt_proto::{Header, InodeId, ObjectId, Opcode, OsdId, PgId, Status};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// What an OSD reports about its store.
@@ -27,6 +27,25 @@ pub struct OsdStats {
 
 /// Longest time one object request may take before the client gives up on it.
 pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Longest time one request keeps being retried across map changes (primary failover,
+/// peering, a replica being marked down) before its error reaches the caller.
+pub const RETRY_DEADLINE_MS: u64 = 120_000;
+/// First and largest pause between retries when no new map arrives meanwhile.
+const RETRY_BACKOFF_MIN_MS: u64 = 20;
+const RETRY_BACKOFF_MAX_MS: u64 = 1_000;
+
+/// Is this failure one that may go away by itself (the cluster is changing), so the request
+/// should be retried rather than reported?
+pub fn is_retryable(e: &ClientError) -> bool {
+    match e {
+        ClientError::Connect { .. }
+        | ClientError::Closed { .. }
+        | ClientError::Timeout { .. }
+        | ClientError::NoPrimary { .. } => true,
+        ClientError::Status { status } => status.is_retryable(),
+        _ => false,
+    }
+}
 
 /// A handle on the cluster shared by every volume of one process.
 pub struct Cluster {
@@ -84,26 +103,83 @@ impl Cluster {
             .ok_or(ClientError::NoPrimary { pg })
     }
 
-    /// Send one object request to the primary of its PG and wait for a successful reply.
+    /// A receiver of every new map (for callers that follow the cluster's changes).
+    pub fn maps(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.map.clone()
+    }
+
+    /// Send one object request to the primary of its PG and wait for a successful reply,
+    /// retrying across map changes (failover, peering) for up to [`RETRY_DEADLINE_MS`].
     pub async fn object_request(
         &self,
+        pg: PgId,
+        header: Header,
+        payload: Bytes,
+    ) -> Result<Reply, ClientError> {
+        let deadline = Instant::now() + Duration::from_millis(RETRY_DEADLINE_MS);
+        let mut attempt = 0u32;
+        loop {
+            let map = self.map();
+            let result = self.try_primary(&map, pg, header, payload.clone()).await;
+            match result {
+                Err(e) if is_retryable(&e) && Instant::now() < deadline => {
+                    if attempt == 0 {
+                        tracing::debug!(%pg, "retrying {:?}: {e}", header.opcode);
+                    }
+                    self.wait_for_map(map.epoch, backoff(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt at the PG's primary under `map`.
+    async fn try_primary(
+        &self,
+        map: &ClusterMap,
         pg: PgId,
         mut header: Header,
         payload: Bytes,
     ) -> Result<Reply, ClientError> {
-        let map = self.map();
         let primary = *map
             .acting(pg)?
             .first()
             .ok_or(ClientError::NoPrimary { pg })?;
         header.pg = pg;
         header.map_epoch = map.epoch;
-        let conn = self.connection(primary).await?;
-        let reply = timed(&conn, conn.start(header, payload)).await?;
+        let conn = self.conns.get(primary, &map.osd(primary)?.addr).await?;
+        let pending = conn.start(header, payload);
+        let reply = self.await_primary(&conn, pending, pg, primary).await?;
         match reply.header.status {
             Status::Ok => Ok(reply),
             status => Err(ClientError::Status { status }),
         }
+    }
+
+    /// Await a reply from the primary of `pg`, giving up early (as `NotPrimary`, which is
+    /// retried) when a new map names another primary: a stopped or cut-off primary must not
+    /// hold I/O for the whole request timeout once the cluster has moved on.
+    pub(crate) async fn await_primary(
+        &self,
+        conn: &Connection,
+        pending: crate::conn::Pending,
+        pg: PgId,
+        primary: OsdId,
+    ) -> Result<Reply, ClientError> {
+        let mut maps = self.map.clone();
+        let moved =
+            maps.wait_for(|m| m.acting(pg).ok().and_then(|a| a.first().copied()) != Some(primary));
+        tokio::select! {
+            reply = timed(conn, pending) => reply,
+            _ = moved => Err(ClientError::Status { status: Status::NotPrimary }),
+        }
+    }
+
+    /// Wait until a map newer than `epoch` arrives, or `wait` passes.
+    pub async fn wait_for_map(&self, epoch: u32, wait: Duration) {
+        let mut maps = self.map.clone();
+        let _ = tokio::time::timeout(wait, maps.wait_for(|m| m.epoch > epoch)).await;
     }
 
     /// The state shared by every handle of volume `info` in this process.
@@ -150,13 +226,36 @@ impl Cluster {
         })
     }
 
-    /// Send one request to every OSD that is in and wait for all to succeed.
+    /// Send one request to every OSD that is up and wait for all to succeed; when one fails
+    /// in a way the cluster may heal (it went down, its map is behind), wait for a new map
+    /// and send to the OSDs of that map, for up to [`RETRY_DEADLINE_MS`].
     async fn broadcast(&self, opcode: Opcode, object: ObjectId) -> Result<(), ClientError> {
-        let map = self.map();
+        let deadline = Instant::now() + Duration::from_millis(RETRY_DEADLINE_MS);
+        let mut attempt = 0u32;
+        loop {
+            let map = self.map();
+            match self.broadcast_once(&map, opcode, object).await {
+                Err(e) if is_retryable(&e) && Instant::now() < deadline => {
+                    tracing::debug!("retrying {opcode:?} broadcast: {e}");
+                    self.wait_for_map(map.epoch, backoff(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn broadcast_once(
+        &self,
+        map: &ClusterMap,
+        opcode: Opcode,
+        object: ObjectId,
+    ) -> Result<(), ClientError> {
         let mut pending = Vec::with_capacity(map.osds.len());
-        for osd in map.osds.values().filter(|o| o.is_in) {
-            let conn = self.connection(osd.id).await?;
-            let header = Header::request(opcode, 0, object);
+        for osd in map.osds.values().filter(|o| o.up) {
+            let conn = self.conns.get(osd.id, &osd.addr).await?;
+            let mut header = Header::request(opcode, 0, object);
+            header.map_epoch = map.epoch;
             pending.push((conn.clone(), conn.start(header, Bytes::new())));
         }
         for (conn, p) in pending {
@@ -169,6 +268,11 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// Pause before retry number `attempt` (0-based) when no new map arrives.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((RETRY_BACKOFF_MIN_MS << attempt.min(10)).min(RETRY_BACKOFF_MAX_MS))
 }
 
 /// Await a reply with the request timeout.

@@ -8,13 +8,15 @@ pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod frame_io;
+pub mod mapwatch;
 pub mod pool;
 pub mod volume;
 pub mod volumes;
 
-pub use cluster::{Cluster, OsdStats};
+pub use cluster::{is_retryable, Cluster, OsdStats};
 pub use conn::{Connection, LocalHandler, Reply, ReplySink};
 pub use error::ClientError;
+pub use mapwatch::follow_map;
 pub use pool::ConnPool;
 pub use volume::{Extent, Volume};
 pub use volumes::{parse_size, VolumeInfo};

@@ -1,6 +1,6 @@
 //! Byte-range I/O on one volume, split into object requests.
 
-use crate::cluster::{timed, Cluster};
+use crate::cluster::{is_retryable, Cluster};
 use crate::conn::Pending;
 use crate::error::ClientError;
 use crate::volumes::VolumeInfo;
@@ -52,6 +52,13 @@ pub struct Volume {
     state: Arc<VolumeState>,
 }
 
+/// The first attempt of an object request, in flight.
+struct Started {
+    conn: Arc<crate::Connection>,
+    pending: Pending,
+    primary: basalt_proto::OsdId,
+}
+
 /// One object-sized piece of a byte range.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
@@ -66,6 +73,17 @@ struct Piece {
 impl Volume {
     /// A volume handle; fails if its pool is not in the map.
     pub fn new(cluster: Arc<Cluster>, info: VolumeInfo) -> Result<Self, ClientError> {
+        if info.format_version < crate::volumes::VOLUME_FORMAT_VERSION
+            || basalt_proto::inode_pool(info.id) != info.pool
+        {
+            return Err(ClientError::Invalid {
+                reason: format!(
+                    "volume \"{}\" was created by an older Basalt (record format {}, id {:#x}); \
+                     this version cannot place its data: copy it out with the old version",
+                    info.name, info.format_version, info.id
+                ),
+            });
+        }
         let pool = cluster
             .map()
             .pools
@@ -133,39 +151,63 @@ impl Volume {
     }
 
     fn pg(&self, obj: ObjectId) -> PgId {
-        ClusterMap::pg_of(&self.pool, self.info.family, obj)
+        ClusterMap::pg_of(&self.pool, obj)
     }
 
-    /// Start one object request at its primary.
-    async fn start(
-        &self,
-        opcode: Opcode,
-        piece: Piece,
-        flags: u16,
-        payload: Bytes,
-    ) -> Result<(Arc<crate::Connection>, Pending), ClientError> {
-        let pg = self.pg(piece.obj);
-        let map = self.cluster.map();
-        let primary = *map
-            .acting(pg)?
-            .first()
-            .ok_or(ClientError::NoPrimary { pg })?;
-        let conn = self.cluster.connection(primary).await?;
+    /// The request header for one piece (the PG and map epoch are set per attempt).
+    fn header(&self, opcode: Opcode, piece: Piece, flags: u16) -> Header {
         let mut h = Header::request(opcode, 0, piece.obj);
         h.offset = piece.offset;
         h.length = piece.len;
         h.flags = Flags(flags);
-        h.pg = pg;
-        h.map_epoch = map.epoch;
-        let pending = conn.start(h, payload);
-        Ok((conn, pending))
+        h.pg = self.pg(piece.obj);
+        h
     }
 
-    async fn finish(conn: &crate::Connection, p: Pending) -> Result<Bytes, ClientError> {
-        let reply = timed(conn, p).await?;
-        match reply.header.status {
-            Status::Ok => Ok(reply.payload),
-            status => Err(ClientError::Status { status }),
+    /// Start the first attempt of one object request at its primary. Queueing is
+    /// synchronous once connected, so a caller keeps many requests in flight.
+    async fn start(&self, mut h: Header, payload: Bytes) -> Result<Started, ClientError> {
+        let map = self.cluster.map();
+        let primary = *map
+            .acting(h.pg)?
+            .first()
+            .ok_or(ClientError::NoPrimary { pg: h.pg })?;
+        let conn = self.cluster.connection(primary).await?;
+        h.map_epoch = map.epoch;
+        let pending = conn.start(h, payload);
+        Ok(Started {
+            conn,
+            pending,
+            primary,
+        })
+    }
+
+    /// Wait for the first attempt; when it failed in a way a changing cluster explains
+    /// (failover, peering, a dead connection), retry through the cluster's retry loop.
+    async fn finish(
+        &self,
+        h: Header,
+        payload: Bytes,
+        first: Result<Started, ClientError>,
+    ) -> Result<Bytes, ClientError> {
+        let result = match first {
+            Ok(s) => self
+                .cluster
+                .await_primary(&s.conn, s.pending, h.pg, s.primary)
+                .await
+                .and_then(|reply| match reply.header.status {
+                    Status::Ok => Ok(reply.payload),
+                    status => Err(ClientError::Status { status }),
+                }),
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(e) if is_retryable(&e) => {
+                tracing::debug!(object = %h.object, "retrying {:?} after: {e}", h.opcode);
+                let reply = self.cluster.object_request(h.pg, h, payload).await?;
+                Ok(reply.payload)
+            }
+            other => other,
         }
     }
 
@@ -180,10 +222,12 @@ impl Volume {
             let mut started = Vec::with_capacity(chunk.len());
             for &piece in chunk {
                 let (opcode, flags, payload) = op(piece);
-                started.push((piece, self.start(opcode, piece, flags, payload).await?));
+                let h = self.header(opcode, piece, flags);
+                let first = self.start(h, payload.clone()).await;
+                started.push((piece, h, payload, first));
             }
-            for (piece, (conn, p)) in started {
-                out.push((piece, Self::finish(&conn, p).await?));
+            for (piece, h, payload, first) in started {
+                out.push((piece, self.finish(h, payload, first).await?));
             }
         }
         Ok(out)
@@ -194,8 +238,9 @@ impl Volume {
         let _gate = self.enter(offset, len as u64).await?;
         let pieces: Vec<Piece> = self.pieces(offset, len as u64).collect();
         if pieces.len() == 1 {
-            let (conn, p) = self.start(Opcode::Read, pieces[0], 0, Bytes::new()).await?;
-            return Self::finish(&conn, p).await;
+            let h = self.header(Opcode::Read, pieces[0], 0);
+            let first = self.start(h, Bytes::new()).await;
+            return self.finish(h, Bytes::new(), first).await;
         }
         let mut buf = BytesMut::zeroed(len as usize);
         for (piece, data) in self

@@ -4,7 +4,7 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::volume::Volume;
 use basalt_meta::MetaStore;
-use basalt_proto::{InodeId, PoolId};
+use basalt_proto::{inode_family, make_inode, InodeId, PoolId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -16,6 +16,9 @@ pub const NEXT_INODE_KEY: &str = "/basalt/next_inode";
 pub const SIZE_ALIGN_BYTES: u64 = 4096;
 /// Largest volume: 2^50 bytes (1 PiB); NBD offsets are u64 but keep object indexes sane.
 pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
+/// Version of the volume record format. Version 2: the inode id carries the pool and family
+/// (`basalt_proto::InodeId`); version 1 records predate that and are refused.
+pub const VOLUME_FORMAT_VERSION: u32 = 2;
 /// Bound on CAS retries for metadata updates that race with other writers.
 const CAS_RETRIES: usize = 64;
 
@@ -117,12 +120,17 @@ fn decode(bytes: &[u8]) -> Result<VolumeInfo, ClientError> {
     })
 }
 
-/// Allocate a fresh inode id.
-async fn next_inode(meta: &dyn MetaStore) -> Result<InodeId, ClientError> {
+/// Allocate a fresh family number (the middle bits of an inode id, see `InodeId`).
+async fn next_family(meta: &dyn MetaStore) -> Result<u32, ClientError> {
     for _ in 0..CAS_RETRIES {
         let (current, rev) = match meta.get(NEXT_INODE_KEY).await? {
             Some((v, rev)) => (String::from_utf8_lossy(&v).parse::<u64>().unwrap_or(1), rev),
             None => (1, 0),
+        };
+        let Ok(family) = u32::try_from(current) else {
+            return Err(ClientError::Invalid {
+                reason: "every volume id of this cluster has been used".into(),
+            });
         };
         let next = (current + 1).to_string().into_bytes();
         if meta
@@ -130,11 +138,11 @@ async fn next_inode(meta: &dyn MetaStore) -> Result<InodeId, ClientError> {
             .await?
             .is_some()
         {
-            return Ok(current);
+            return Ok(family);
         }
     }
     Err(ClientError::Invalid {
-        reason: "could not allocate an inode id: too much contention".into(),
+        reason: "could not allocate a volume id: too much contention".into(),
     })
 }
 
@@ -156,12 +164,17 @@ impl Cluster {
         if self.meta().get(&key(name)).await?.is_some() {
             return Err(ClientError::VolumeExists { name: name.into() });
         }
-        let id = next_inode(self.meta().as_ref()).await?;
+        if pool > u16::MAX as PoolId {
+            return Err(ClientError::Invalid {
+                reason: format!("pool id {pool} does not fit a volume id (at most 65535)"),
+            });
+        }
+        let id = make_inode(pool, next_family(self.meta().as_ref()).await?, 0);
         let info = VolumeInfo {
-            format_version: 1,
+            format_version: VOLUME_FORMAT_VERSION,
             name: name.to_string(),
             id,
-            family: id,
+            family: inode_family(id),
             size,
             pool,
             object_size: spec.object_size,

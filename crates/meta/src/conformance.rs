@@ -29,6 +29,39 @@ pub async fn run_all(m: &dyn MetaStore) {
     watch_live_and_replay(m).await;
     lease_expiry(m).await;
     lease_revoke(m).await;
+    create_with_lease(m).await;
+}
+
+/// Goal: `create_with_lease` creates only an absent key, and the key goes with its lease
+/// (what monitor election relies on).
+async fn create_with_lease(m: &dyn MetaStore) {
+    let key = "/conformance/election/leader";
+    let a = m.grant_lease(60).await.unwrap();
+    let b = m.grant_lease(60).await.unwrap();
+    assert!(m
+        .create_with_lease(key, b"a".to_vec(), a)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(m
+        .create_with_lease(key, b"b".to_vec(), b)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(m.get(key).await.unwrap().unwrap().0, b"a");
+    m.revoke_lease(a).await.unwrap();
+    assert!(m.get(key).await.unwrap().is_none());
+    assert!(m
+        .create_with_lease(key, b"b".to_vec(), b)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(m.get(key).await.unwrap().unwrap().0, b"b");
+    m.revoke_lease(b).await.unwrap();
+    assert!(matches!(
+        m.create_with_lease(key, b"c".to_vec(), b).await,
+        Err(MetaError::LeaseNotFound { .. })
+    ));
 }
 
 /// The next watch event, waiting at most [`EVENT_WAIT_MS`].

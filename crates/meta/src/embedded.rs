@@ -488,6 +488,25 @@ impl MetaStore for EmbeddedMeta {
         self.inner.end_lease(&mut core, lease)
     }
 
+    async fn create_with_lease(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<Option<Revision>, MetaError> {
+        let mut core = self.inner.lock();
+        core.live_lease(lease)?;
+        if core.state.entries.contains_key(key) {
+            return Ok(None);
+        }
+        let change = Change::Put {
+            key: key.to_string(),
+            value,
+            lease: Some(lease),
+        };
+        self.inner.commit(&mut core, vec![change]).map(Some)
+    }
+
     async fn put_with_lease(
         &self,
         key: &str,

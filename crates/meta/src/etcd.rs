@@ -446,6 +446,32 @@ impl MetaStore for EtcdMeta {
         }
     }
 
+    async fn create_with_lease(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<Option<Revision>, MetaError> {
+        let k = self.key(key);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(k.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                k,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .timed("create with lease", key, kv.txn(txn))
+            .await?
+            .map_err(|e| self.lease_error("create with lease", key, lease, e))?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        self.header_revision("create with lease", key, resp.header())
+            .map(Some)
+    }
+
     async fn put_with_lease(
         &self,
         key: &str,

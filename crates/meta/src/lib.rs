@@ -8,7 +8,9 @@
 pub mod conformance;
 pub mod embedded;
 pub mod etcd;
+pub mod schema;
 pub mod store;
+pub mod url;
 
 #[cfg(test)]
 mod etcd_tests;
@@ -16,3 +18,4 @@ mod etcd_tests;
 pub use embedded::EmbeddedMeta;
 pub use etcd::{EtcdConfig, EtcdMeta};
 pub use store::{LeaseId, MetaError, MetaStore, Revision, WatchEvent, WatchReceiver};
+pub use url::{connect_meta, parse_meta_url};

@@ -113,6 +113,14 @@ pub trait MetaStore: Send + Sync + 'static {
     async fn keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError>;
     /// End `lease` now and delete its keys. Revoking an unknown or expired lease is a no-op.
     async fn revoke_lease(&self, lease: LeaseId) -> Result<(), MetaError>;
+    /// Create `key` attached to `lease` if it is absent (leader election: the key vanishes
+    /// with its holder's lease). Returns the new revision, or None when the key exists.
+    async fn create_with_lease(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<Option<Revision>, MetaError>;
     /// Set `key` unconditionally, attached to `lease`: the key vanishes when the lease ends.
     /// Returns the new revision.
     async fn put_with_lease(

@@ -1,21 +1,23 @@
 //! Starting, serving and stopping an OSD.
 
 use crate::handler::serve_connection;
+use crate::pg::PgTable;
+use crate::recovery::RecoveryConfig;
 use basalt_client::ConnPool;
+use basalt_meta::MetaStore;
 use basalt_placement::ClusterMap;
-use basalt_proto::{OsdId, PgId};
+use basalt_proto::OsdId;
 use basalt_store::{Store, StoreError, StoreOptions};
-use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
-/// Number of lock shards ordering writes per PG.
-const PG_LOCK_SHARDS: usize = 64;
 
 /// What an OSD needs to start.
 #[derive(Clone, Debug)]
@@ -29,6 +31,17 @@ pub struct OsdConfig {
     /// Create the store when its file is missing. False for an OSD the cluster already
     /// knows: an empty store would serve holes where its data was.
     pub create_if_missing: bool,
+    /// This run's incarnation (see `OsdInfo::incarnation`); None picks a random one.
+    pub incarnation: Option<u64>,
+    /// Pace of background recovery.
+    pub recovery: RecoveryConfig,
+}
+
+/// A random u64 from the standard library's per-process random hasher keys.
+pub fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish() | 1
 }
 
 /// OSD start-up failures.
@@ -54,12 +67,26 @@ pub enum OsdError {
 /// The state shared by every connection of one OSD.
 pub struct Osd {
     pub id: OsdId,
+    /// This run of the OSD (random per start).
+    pub incarnation: u64,
     pub store: Arc<Store>,
     map: watch::Receiver<Arc<ClusterMap>>,
+    /// Cluster metadata: PG records live there.
+    pub(crate) meta: Arc<dyn MetaStore>,
     /// Connections to the replicas this OSD forwards to.
     pub(crate) peers: ConnPool,
-    /// Per-PG write counters, sharded; the lock also orders a PG's writes to its replicas.
-    pub(crate) pg_counters: Box<[Mutex<HashMap<PgId, u64>>]>,
+    /// Interval, role and version counter of every PG; a shard's lock orders its PGs'
+    /// mutations.
+    pub pgs: PgTable,
+    pub(crate) recovery: RecoveryConfig,
+    started: Instant,
+    /// Milliseconds since `started` of the last client request (recovery yields to them).
+    last_client_op_ms: AtomicU64,
+    /// Milliseconds since `started` of the last successful lease renewal.
+    lease_renewed_ms: AtomicU64,
+    /// Stop serving as primary when the lease was not renewed for this long (0: never; an
+    /// OSD of the one-process cluster has no lease to lose).
+    fence_after_ms: AtomicU64,
 }
 
 impl Osd {
@@ -68,15 +95,55 @@ impl Osd {
         self.map.borrow().clone()
     }
 
-    pub(crate) fn pg_shard(&self, pg: PgId) -> &Mutex<HashMap<PgId, u64>> {
-        let h = (pg.pool as usize).wrapping_mul(31) ^ pg.index as usize;
-        &self.pg_counters[h % PG_LOCK_SHARDS]
+    /// A receiver of every new map.
+    pub fn maps(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.map.clone()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Record that the liveness lease was just renewed.
+    pub fn note_lease_renewed(&self) {
+        self.lease_renewed_ms
+            .store(self.now_ms(), Ordering::Release);
+    }
+
+    /// From now on, stop serving as primary whenever the lease has not been renewed for
+    /// `fence_after_ms` (half the lease TTL: a new primary can only be chosen once the whole
+    /// TTL passed, so the old one has stopped by then: no split brain).
+    pub fn set_fence_after(&self, fence_after_ms: u64) {
+        self.note_lease_renewed();
+        self.fence_after_ms.store(fence_after_ms, Ordering::Release);
+    }
+
+    /// Is this OSD cut off from the cluster metadata for too long to act as a primary?
+    pub fn fenced(&self) -> bool {
+        let after = self.fence_after_ms.load(Ordering::Acquire);
+        after > 0
+            && self
+                .now_ms()
+                .saturating_sub(self.lease_renewed_ms.load(Ordering::Acquire))
+                > after
+    }
+
+    pub(crate) fn note_client_op(&self) {
+        self.last_client_op_ms
+            .store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last client request.
+    pub(crate) fn client_idle_ms(&self) -> u64 {
+        self.now_ms()
+            .saturating_sub(self.last_client_op_ms.load(Ordering::Relaxed))
     }
 
     /// Open the store, bind the listener and start serving.
     pub async fn start(
         config: OsdConfig,
         map: watch::Receiver<Arc<ClusterMap>>,
+        meta: Arc<dyn MetaStore>,
     ) -> Result<OsdHandle, OsdError> {
         if !config.create_if_missing && !config.store_path.exists() {
             return Err(OsdError::StoreMissing {
@@ -106,15 +173,24 @@ impl Osd {
         })?;
         let osd = Arc::new(Osd {
             id: config.id,
+            incarnation: config.incarnation.unwrap_or_else(random_u64),
             store: Arc::new(store),
             map,
+            meta,
             peers: ConnPool::new(),
-            pg_counters: (0..PG_LOCK_SHARDS)
-                .map(|_| Mutex::new(HashMap::new()))
-                .collect(),
+            pgs: PgTable::default(),
+            recovery: config.recovery,
+            started: Instant::now(),
+            last_client_op_ms: AtomicU64::new(0),
+            lease_renewed_ms: AtomicU64::new(0),
+            fence_after_ms: AtomicU64::new(0),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let flusher = tokio::spawn(background_flush(osd.clone(), stop_rx.clone()));
+        let intervals = tokio::spawn(crate::peering::follow_intervals(
+            osd.clone(),
+            stop_rx.clone(),
+        ));
         let task = tokio::spawn(accept_loop(osd.clone(), listener, stop_rx));
         tracing::info!(osd = config.id, %addr, "osd serving");
         Ok(OsdHandle {
@@ -123,6 +199,7 @@ impl Osd {
             stop_tx,
             task,
             flusher,
+            intervals,
         })
     }
 }
@@ -189,6 +266,7 @@ pub struct OsdHandle {
     stop_tx: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     flusher: tokio::task::JoinHandle<()>,
+    intervals: tokio::task::JoinHandle<()>,
 }
 
 impl OsdHandle {
@@ -197,6 +275,7 @@ impl OsdHandle {
         let _ = self.stop_tx.send(true);
         let _ = self.task.await;
         let _ = self.flusher.await;
+        let _ = self.intervals.await;
         self.osd.peers.clear();
         let osd = self.osd;
         let store = osd.store.clone();

@@ -1,9 +1,21 @@
 //! Serving one data-plane connection: decode requests, run them, send replies.
+//!
+//! Client requests (no REPLICA flag) are served only by the active primary of their PG in
+//! the current interval. Replica requests are applied only when they come from the current
+//! interval (not sealed) and, for mutations, only when this copy is at the version the
+//! primary expects; otherwise the primary pushes the whole object.
 
 use crate::daemon::Osd;
+use crate::pg::PgPhase;
+use crate::recovery::{apply_image, push_object, read_image};
 use basalt_client::frame_io::{read_frame, write_frames};
 use basalt_client::{LocalHandler, ReplySink};
-use basalt_proto::{Flags, Header, Opcode, Status, Version, MAX_PAYLOAD_BYTES};
+use basalt_placement::ClusterMap;
+use basalt_proto::image::put_list_entry;
+use basalt_proto::{
+    inode_pool, Flags, Header, ObjectImage, Opcode, PgId, Status, Version, LIST_ENTRY_BYTES,
+    LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
+};
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
 use std::net::SocketAddr;
@@ -15,7 +27,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 const MAX_IN_FLIGHT_PER_CONN: usize = 1024;
 
 /// Longest wait for a replica's acknowledgement before the write is failed.
-const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+pub(crate) const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Serve requests on `stream` until it closes or sends a malformed frame.
 pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr) {
@@ -53,6 +65,18 @@ pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr
     let _ = writer.await;
 }
 
+/// Run `fut` in its own task and send its reply; the permit is held until then.
+fn spawn_reply<F>(sink: ReplySink, h: Header, permit: Option<OwnedSemaphorePermit>, fut: F)
+where
+    F: std::future::Future<Output = (Status, Bytes)> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let (status, data) = fut.await;
+        sink.send(h.reply(status), data);
+        drop(permit);
+    });
+}
+
 /// Run one request. Replica mutations are applied here, in arrival order, so replicas apply a
 /// PG's mutations in the order their primary assigned versions; everything that may wait runs
 /// in its own task. `permit` (TCP connections) bounds the requests in progress per connection.
@@ -63,77 +87,84 @@ pub(crate) fn dispatch(
     sink: ReplySink,
     permit: Option<OwnedSemaphorePermit>,
 ) {
-    let mutation = matches!(h.opcode, Opcode::Write | Opcode::Trim | Opcode::Delete);
+    let replica = h.flags.has(Flags::REPLICA);
     match h.opcode {
         Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),
-        Opcode::Read => {
+        Opcode::Stat => sink.send(h.reply(Status::Ok), stat(osd)),
+        Opcode::Flush => {
+            let osd = osd.clone();
+            spawn_reply(
+                sink,
+                h,
+                permit,
+                async move { (flush(&osd).await, Bytes::new()) },
+            );
+        }
+        Opcode::Purge => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                (purge(&osd, h).await, Bytes::new())
+            });
+        }
+        Opcode::List => {
+            let (status, data) = list(osd, &h);
+            sink.send(h.reply(status), data);
+        }
+        Opcode::Pull => {
+            let (status, version, data) = pull(osd, &h);
+            let mut reply = h.reply(status);
+            reply.version = version;
+            sink.send(reply, data);
+        }
+        Opcode::Read if replica => {
+            // Another OSD's damaged-read fallback: serve our own verified copy.
             let (status, data) = read(osd, &h);
-            if status == Status::Io && !h.flags.has(Flags::REPLICA) {
-                // Our copy is damaged (or unreadable): serve a replica's copy instead of an
-                // error when one is good. Never serve the damaged bytes.
-                let osd = osd.clone();
-                tokio::spawn(async move {
-                    let (status, data) = read_from_replicas(&osd, h).await;
-                    sink.send(h.reply(status), data);
-                    drop(permit);
-                });
-                return;
-            }
             sink.send(h.reply(status), data);
         }
-        Opcode::Allocation => {
-            let (status, data) = allocation(osd, &h);
-            sink.send(h.reply(status), data);
-        }
-        Opcode::Stat => {
-            let st = osd.store.stats();
-            let mut out = BytesMut::with_capacity(40);
-            for v in [
-                st.capacity_bytes,
-                st.used_bytes,
-                st.slots_total,
-                st.slots_free,
-                st.objects,
-            ] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            sink.send(h.reply(Status::Ok), out.freeze());
-        }
-        _ if mutation && h.flags.has(Flags::REPLICA) => {
-            let status = apply(osd, &h, &payload, h.version);
+        Opcode::Write | Opcode::Trim | Opcode::Delete | Opcode::Push if replica => {
+            let status = replica_apply(osd, &h, &payload);
             if status == Status::Ok && h.flags.has(Flags::FUA) {
                 let osd = osd.clone();
-                tokio::spawn(async move {
-                    let status = flush(&osd).await;
-                    sink.send(h.reply(status), Bytes::new());
-                    drop(permit);
-                });
+                spawn_reply(
+                    sink,
+                    h,
+                    permit,
+                    async move { (flush(&osd).await, Bytes::new()) },
+                );
             } else {
                 sink.send(h.reply(status), Bytes::new());
             }
         }
-        Opcode::Purge => {
-            let osd = osd.clone();
-            tokio::spawn(async move {
-                let status = purge(&osd, h).await;
+        Opcode::Push => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Read | Opcode::Allocation => {
+            if let Err(status) = primary_gate(osd, &h) {
                 sink.send(h.reply(status), Bytes::new());
-                drop(permit);
-            });
+                return;
+            }
+            if h.opcode == Opcode::Allocation {
+                let (status, data) = allocation(osd, &h);
+                sink.send(h.reply(status), data);
+                return;
+            }
+            let (status, data) = read(osd, &h);
+            if status == Status::Io {
+                // Our copy is damaged (or unreadable): serve a replica's copy instead of an
+                // error when one is good. Never serve the damaged bytes.
+                let osd = osd.clone();
+                spawn_reply(
+                    sink,
+                    h,
+                    permit,
+                    async move { read_from_replicas(&osd, h).await },
+                );
+                return;
+            }
+            sink.send(h.reply(status), data);
         }
-        Opcode::Flush => {
+        Opcode::Write | Opcode::Trim | Opcode::Delete => {
             let osd = osd.clone();
-            tokio::spawn(async move {
-                let status = flush(&osd).await;
-                sink.send(h.reply(status), Bytes::new());
-                drop(permit);
-            });
-        }
-        _ => {
-            let osd = osd.clone();
-            tokio::spawn(async move {
-                let status = primary_mutation(&osd, h, payload).await;
-                sink.send(h.reply(status), Bytes::new());
-                drop(permit);
+            spawn_reply(sink, h, permit, async move {
+                (primary_mutation(&osd, h, payload).await, Bytes::new())
             });
         }
     }
@@ -149,7 +180,7 @@ impl LocalHandler for LocalOsd {
     }
 }
 
-fn status_of(e: &StoreError) -> Status {
+pub(crate) fn status_of(e: &StoreError) -> Status {
     match e {
         StoreError::NoSpace => Status::NoSpace,
         StoreError::Failed => Status::Failed,
@@ -158,9 +189,47 @@ fn status_of(e: &StoreError) -> Status {
     }
 }
 
+/// May this OSD serve a client request for `h.pg` now? Only as the active primary of the
+/// PG's current interval, holding its lease, with a map at least as new as the client's.
+/// Returns the interval on success.
+fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
+    osd.note_client_op();
+    if osd.fenced() {
+        return Err(Status::Unavailable);
+    }
+    if h.map_epoch > osd.map().epoch {
+        // The client knows a newer map than we do; ours arrives shortly.
+        return Err(Status::Unavailable);
+    }
+    osd.pgs.with(h.pg, |e| gate_entry(e, h))
+}
+
+fn gate_entry(e: &crate::pg::PgEntry, h: &Header) -> Result<u32, Status> {
+    match e.phase {
+        PgPhase::Active if h.map_epoch >= e.interval => Ok(e.interval),
+        PgPhase::Active | PgPhase::Replica => Err(Status::NotPrimary),
+        PgPhase::Peering | PgPhase::Incomplete => Err(Status::Peering),
+    }
+}
+
 fn in_object(osd: &Osd, h: &Header) -> bool {
     let os = osd.store.object_size() as u64;
     h.offset as u64 + h.length as u64 <= os
+}
+
+fn stat(osd: &Osd) -> Bytes {
+    let st = osd.store.stats();
+    let mut out = BytesMut::with_capacity(40);
+    for v in [
+        st.capacity_bytes,
+        st.used_bytes,
+        st.slots_total,
+        st.slots_free,
+        st.objects,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.freeze()
 }
 
 fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
@@ -219,7 +288,7 @@ fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
     }
 }
 
-async fn flush(osd: &Arc<Osd>) -> Status {
+pub(crate) async fn flush(osd: &Arc<Osd>) -> Status {
     let store = osd.store.clone();
     match tokio::task::spawn_blocking(move || store.flush()).await {
         Ok(Ok(())) => Status::Ok,
@@ -232,10 +301,11 @@ async fn flush(osd: &Arc<Osd>) -> Status {
 }
 
 /// Delete every local object of an inode from an index on (volume removal or shrink).
+/// Removed objects carry no version, so every OSD removing its copy leaves the copies equal.
 async fn purge(osd: &Arc<Osd>, h: Header) -> Status {
     let store = osd.store.clone();
     let (inode, from) = (h.object.inode, h.object.index);
-    let version = basalt_proto::Version::new(osd.map().epoch as u64, 0);
+    let version = Version::new(osd.map().epoch as u64, 0);
     let result = tokio::task::spawn_blocking(move || {
         for (obj, _) in store.objects() {
             if obj.inode == inode && obj.index >= from {
@@ -252,6 +322,55 @@ async fn purge(osd: &Arc<Osd>, h: Header) -> Status {
             status_of(&e)
         }
         Err(_) => Status::Io,
+    }
+}
+
+/// Every local object of `pg` with its version, sorted, from `from` on (at most `limit`).
+pub(crate) fn local_list(
+    osd: &Osd,
+    map: &ClusterMap,
+    pg: PgId,
+    from: basalt_proto::ObjectId,
+    limit: usize,
+) -> Option<Vec<(basalt_proto::ObjectId, Version)>> {
+    let pool = map.pools.get(&pg.pool)?;
+    Some(
+        osd.store
+            .objects()
+            .into_iter()
+            .filter(|(obj, _)| {
+                *obj >= from
+                    && inode_pool(obj.inode) == pg.pool
+                    && ClusterMap::pg_of(pool, *obj) == pg
+            })
+            .take(limit)
+            .collect(),
+    )
+}
+
+/// LIST: seal the PG below the request's epoch, then list its objects.
+fn list(osd: &Osd, h: &Header) -> (Status, Bytes) {
+    osd.pgs.with(h.pg, |e| e.sealed = e.sealed.max(h.map_epoch));
+    let map = osd.map();
+    let Some(entries) = local_list(osd, &map, h.pg, h.object, LIST_MAX_ENTRIES) else {
+        return (Status::Invalid, Bytes::new());
+    };
+    let mut out = BytesMut::with_capacity(entries.len() * LIST_ENTRY_BYTES);
+    for (obj, version) in entries {
+        put_list_entry(&mut out, obj, version);
+    }
+    (Status::Ok, out.freeze())
+}
+
+/// PULL: the whole local object and its version.
+fn pull(osd: &Osd, h: &Header) -> (Status, Version, Bytes) {
+    match read_image(osd, h.object) {
+        Ok(Some((version, image))) => (Status::Ok, version, image.encode()),
+        Ok(None) => (Status::Ok, Version::ZERO, Bytes::new()),
+        Err(e) => {
+            tracing::error!(osd = osd.id, object = %h.object, "pull read failed: {e}");
+            (status_of(&e), Version::ZERO, Bytes::new())
+        }
     }
 }
 
@@ -284,8 +403,55 @@ fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> Status {
     }
 }
 
+/// The version a store reports for an object, absent = zero (real versions never are).
+pub(crate) fn current_version(osd: &Osd, obj: basalt_proto::ObjectId) -> Version {
+    osd.store.version(obj).unwrap_or(Version::ZERO)
+}
+
+/// As a replica: apply a mutation or a push from the PG's primary, under the PG's lock, if
+/// it belongs to the current interval (not sealed) and — for mutations — our copy is at the
+/// version the primary's copy had before it.
+fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
+    let map = osd.map();
+    if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
+        // The cluster does not know this run of the OSD yet: a restarted OSD may have lost
+        // unflushed writes, so it takes no writes until a new interval re-peers its PGs.
+        return Status::Unavailable;
+    }
+    let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
+    let entry = shard.entry(h.pg).or_default();
+    if h.map_epoch < entry.sealed {
+        return Status::NotPrimary;
+    }
+    if h.opcode == Opcode::Push {
+        if payload.is_empty() {
+            return match osd.store.delete(h.object, h.version) {
+                Ok(()) => Status::Ok,
+                Err(e) => status_of(&e),
+            };
+        }
+        return match ObjectImage::decode(payload) {
+            Ok(image) => match apply_image(osd, h.object, h.version, &image) {
+                Ok(()) => Status::Ok,
+                Err(e) => status_of(&e),
+            },
+            Err(e) => {
+                tracing::warn!(osd = osd.id, object = %h.object, "bad push: {e}");
+                Status::Invalid
+            }
+        };
+    }
+    if current_version(osd, h.object) != h.prev_version {
+        return Status::Stale;
+    }
+    apply(osd, h, payload, h.version)
+}
+
 /// As primary: order the mutation, apply it locally, replicate it, and wait for every replica.
 async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
+    if let Err(status) = primary_gate(osd, &h) {
+        return status;
+    }
     let map = osd.map();
     let acting = match map.acting(h.pg) {
         Ok(a) => a.to_vec(),
@@ -302,48 +468,80 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
             Err(_) => return Status::Unavailable,
         };
         match osd.peers.get(peer, &addr).await {
-            Ok(conn) => replicas.push(conn),
+            Ok(conn) => replicas.push((peer, conn)),
             Err(e) => {
                 tracing::warn!(osd = osd.id, peer, "replica unreachable: {e}");
                 return Status::Unavailable;
             }
         }
     }
-    // Under the PG lock: assign the version, apply locally and queue to every replica, so
-    // the replicas receive this PG's mutations in version order.
-    let pending = {
-        let mut counters = osd.pg_shard(h.pg).lock().expect("pg lock");
-        let counter = counters.entry(h.pg).or_insert(0);
-        *counter += 1;
-        let version = Version::new(map.epoch as u64, *counter);
+    // Under the PG lock: check the interval is still ours, assign the version, apply locally
+    // and queue to every replica, so the replicas receive this PG's mutations in version
+    // order.
+    let (pending, interval) = {
+        let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
+        let entry = shard.entry(h.pg).or_default();
+        let interval = match gate_entry(entry, &h) {
+            Ok(i) => i,
+            Err(status) => return status,
+        };
+        // The replicas we connected to must be this interval's.
+        if entry.acting.len() != acting.len()
+            || entry.acting.iter().zip(&acting).any(|(a, b)| a.0 != *b)
+        {
+            return Status::Unavailable;
+        }
+        entry.counter += 1;
+        let version = Version::new(interval as u64, entry.counter);
+        let prev = current_version(osd, h.object);
         let status = apply(osd, &h, &payload, version);
         if status != Status::Ok {
             return status;
         }
         let mut fwd = h;
         fwd.version = version;
+        fwd.prev_version = prev;
+        fwd.map_epoch = interval;
         fwd.flags = Flags(h.flags.0 | Flags::REPLICA);
-        replicas
+        let pending = replicas
             .iter()
-            .map(|c| c.start(fwd, payload.clone()))
-            .collect::<Vec<_>>()
+            .map(|(peer, c)| (*peer, c.clone(), c.start(fwd, payload.clone())))
+            .collect::<Vec<_>>();
+        (pending, interval)
     };
     let mut status = Status::Ok;
-    for p in pending {
-        match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
-            Ok(Ok(r)) if r.header.status == Status::Ok => {}
-            Ok(Ok(r)) => status = r.header.status,
+    for (peer, conn, p) in pending {
+        let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
+            Ok(Ok(r)) => r.header.status,
             Ok(Err(e)) => {
-                tracing::warn!(osd = osd.id, "replication failed: {e}");
-                status = Status::Unavailable;
+                tracing::warn!(osd = osd.id, peer, "replication failed: {e}");
+                Status::Unavailable
             }
             Err(_) => {
                 tracing::warn!(
                     osd = osd.id,
+                    peer,
                     "replica did not answer in {REPLICA_TIMEOUT:?}"
                 );
-                status = Status::Unavailable;
+                Status::Unavailable
             }
+        };
+        let reply_status = if reply_status == Status::Stale {
+            // The replica's copy is behind (it is recovering): send it the whole object.
+            push_object(
+                osd,
+                h.pg,
+                interval,
+                h.object,
+                &conn,
+                h.flags.has(Flags::FUA),
+            )
+            .await
+        } else {
+            reply_status
+        };
+        if reply_status != Status::Ok {
+            status = reply_status;
         }
     }
     if status == Status::Ok && h.flags.has(Flags::FUA) {

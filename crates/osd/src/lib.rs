@@ -6,6 +6,12 @@
 
 pub mod daemon;
 pub mod handler;
+pub mod liveness;
+pub mod peering;
+pub mod pg;
+pub mod recovery;
 
-pub use daemon::{Osd, OsdConfig, OsdError, OsdHandle};
+pub use daemon::{random_u64, Osd, OsdConfig, OsdError, OsdHandle};
 pub use handler::LocalOsd;
+pub use liveness::{register, Registration};
+pub use recovery::RecoveryConfig;

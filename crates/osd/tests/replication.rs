@@ -26,6 +26,7 @@ fn base_map() -> ClusterMap {
                 weight: 1,
                 up: true,
                 is_in: true,
+                incarnation: 0,
             },
         );
     }
@@ -44,9 +45,12 @@ fn base_map() -> ClusterMap {
     map
 }
 
+/// Start three OSDs on loopback and publish a map with their addresses and incarnations
+/// (as the monitor would). PG records live in `meta`.
 async fn start_osds(
     dir: &Path,
     map: &mut ClusterMap,
+    meta: &Arc<EmbeddedMeta>,
 ) -> (Vec<OsdHandle>, watch::Sender<Arc<ClusterMap>>) {
     let (tx, rx) = watch::channel(Arc::new(map.clone()));
     let mut handles = Vec::new();
@@ -61,9 +65,13 @@ async fn start_osds(
             },
             listen: "127.0.0.1:0".parse().unwrap(),
             create_if_missing: true,
+            incarnation: None,
+            recovery: basalt_osd::RecoveryConfig::default(),
         };
-        let h = Osd::start(config, rx.clone()).await.unwrap();
-        map.osds.get_mut(&id).unwrap().addr = h.addr.to_string();
+        let h = Osd::start(config, rx.clone(), meta.clone()).await.unwrap();
+        let info = map.osds.get_mut(&id).unwrap();
+        info.addr = h.addr.to_string();
+        info.incarnation = h.osd.incarnation;
         handles.push(h);
     }
     map.recompute();
@@ -77,8 +85,8 @@ async fn start_osds(
 async fn replicas_identical_and_durable() {
     let dir = tempfile::tempdir().unwrap();
     let mut map = base_map();
-    let (osds, tx) = start_osds(dir.path(), &mut map).await;
     let meta = Arc::new(EmbeddedMeta::in_memory());
+    let (osds, tx) = start_osds(dir.path(), &mut map, &meta).await;
     let cluster = Cluster::new(meta.clone(), tx.subscribe());
     // osd.0 is reached in-process, the others over TCP: both client paths are exercised.
     let local = Arc::new(basalt_osd::LocalOsd(osds[0].osd.clone()));
@@ -134,7 +142,7 @@ async fn replicas_identical_and_durable() {
         h.shutdown().await.unwrap();
     }
     let mut map = base_map();
-    let (_osds, tx) = start_osds(dir.path(), &mut map).await;
+    let (_osds, tx) = start_osds(dir.path(), &mut map, &meta).await;
     let cluster = Cluster::new(meta, tx.subscribe());
     let volume = cluster.open_volume("v").await.unwrap();
     let after = volume.read(0, 8 * OBJECT_SIZE).await.unwrap();
@@ -147,8 +155,9 @@ async fn replicas_identical_and_durable() {
 async fn range_checks_and_trim() {
     let dir = tempfile::tempdir().unwrap();
     let mut map = base_map();
-    let (_osds, tx) = start_osds(dir.path(), &mut map).await;
-    let cluster = Cluster::new(Arc::new(EmbeddedMeta::in_memory()), tx.subscribe());
+    let meta = Arc::new(EmbeddedMeta::in_memory());
+    let (_osds, tx) = start_osds(dir.path(), &mut map, &meta).await;
+    let cluster = Cluster::new(meta, tx.subscribe());
     cluster.create_volume("v", 1 << 20, 1).await.unwrap();
     let volume = cluster.open_volume("v").await.unwrap();
 
@@ -182,8 +191,8 @@ async fn range_checks_and_trim() {
 async fn damaged_primary_copy_is_served_from_a_replica() {
     let dir = tempfile::tempdir().unwrap();
     let mut map = base_map();
-    let (osds, tx) = start_osds(dir.path(), &mut map).await;
     let meta = Arc::new(EmbeddedMeta::in_memory());
+    let (osds, tx) = start_osds(dir.path(), &mut map, &meta).await;
     let cluster = Cluster::new(meta.clone(), tx.subscribe());
     let info = cluster.create_volume("v", 1 << 20, 1).await.unwrap();
     let volume = cluster.open_volume("v").await.unwrap();
@@ -208,7 +217,7 @@ async fn damaged_primary_copy_is_served_from_a_replica() {
     }
 
     let obj = ObjectId::new(info.id, 0);
-    let pg = ClusterMap::pg_of(&map.pools[&1], info.family, obj);
+    let pg = ClusterMap::pg_of(&map.pools[&1], obj);
     let primary = map.acting(pg).unwrap()[0];
     let path = dir.path().join(format!("osd{primary}.dat"));
     let mut file = std::fs::read(&path).unwrap();
@@ -223,7 +232,7 @@ async fn damaged_primary_copy_is_served_from_a_replica() {
     std::fs::write(&path, &file).unwrap();
 
     let mut map = base_map();
-    let (osds, tx) = start_osds(dir.path(), &mut map).await;
+    let (osds, tx) = start_osds(dir.path(), &mut map, &meta).await;
     let mut buf = vec![0u8; 8192];
     let direct = osds[primary as usize].osd.store.read(obj, 0, &mut buf);
     assert!(

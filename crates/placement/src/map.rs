@@ -2,7 +2,7 @@
 
 use crate::hash::hash2;
 use crate::rendezvous::place_pg;
-use basalt_proto::{ObjectId, OsdId, PgId, PoolId};
+use basalt_proto::{inode_family, ObjectId, OsdId, PgId, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -29,6 +29,11 @@ pub struct OsdInfo {
     pub up: bool,
     /// Counted in placement (an OSD that is down but still in keeps its PGs, degraded).
     pub is_in: bool,
+    /// Identifies one run of the OSD process (new at every start): a PG's record of which
+    /// copies are complete names (OSD, incarnation), so a restarted OSD, which may have lost
+    /// writes it acknowledged but had not flushed, is not mistaken for a complete copy.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 /// A redundancy scheme and its placement settings.
@@ -63,25 +68,39 @@ pub struct ClusterMap {
     pub epoch: u32,
     pub osds: BTreeMap<OsdId, OsdInfo>,
     pub pools: BTreeMap<PoolId, PoolSpec>,
-    /// For each pool, the ordered OSD set of each PG (first is the primary).
+    /// For each pool, the placement of each PG: the ordered OSD set computed from the OSDs
+    /// that are `in` (down ones included).
     pub pgs: BTreeMap<PoolId, Vec<Vec<OsdId>>>,
+    /// For each pool, the acting set of each PG: its placement without the OSDs that are
+    /// down, in the same order. The first is the primary. Derived from `pgs` and `up`.
+    #[serde(default)]
+    pub acting: BTreeMap<PoolId, Vec<Vec<OsdId>>>,
 }
 
 impl ClusterMap {
-    /// The PG of an object. `family` is the id shared by all layers of a volume (its own id
-    /// for a plain volume) so that every layer of an object lands in the same PG.
-    pub fn pg_of(pool: &PoolSpec, family: u64, obj: ObjectId) -> PgId {
-        let h = hash2(family, obj.index);
+    /// The PG of an object. It hashes the inode's family key (shared by every layer of a
+    /// clone family), so every layer of an object lands in the same PG, and any OSD can tell
+    /// an object's PG from its id alone.
+    pub fn pg_of(pool: &PoolSpec, obj: ObjectId) -> PgId {
+        let h = hash2(inode_family(obj.inode), obj.index);
         PgId {
             pool: pool.id,
             index: (h % pool.pg_count.max(1) as u64) as u32,
         }
     }
 
-    /// The ordered OSD set of a PG.
+    /// The live OSDs of a PG, primary first (empty when every OSD of the PG is down).
     pub fn acting(&self, pg: PgId) -> Result<&[OsdId], MapError> {
-        let pgs = self
-            .pgs
+        Self::lookup(&self.acting, pg)
+    }
+
+    /// The placement of a PG: its OSDs whether up or down, in order.
+    pub fn placement(&self, pg: PgId) -> Result<&[OsdId], MapError> {
+        Self::lookup(&self.pgs, pg)
+    }
+
+    fn lookup(table: &BTreeMap<PoolId, Vec<Vec<OsdId>>>, pg: PgId) -> Result<&[OsdId], MapError> {
+        let pgs = table
             .get(&pg.pool)
             .ok_or(MapError::NoSuchPool { pool: pg.pool })?;
         pgs.get(pg.index as usize)
@@ -114,7 +133,32 @@ impl ClusterMap {
             pgs.insert(pool.id, table);
         }
         self.pgs = pgs;
+        self.update_acting();
         self.epoch += 1;
+    }
+
+    /// Recompute the acting sets from the placement and the OSDs' `up` flags (the epoch is
+    /// the caller's to bump).
+    pub fn update_acting(&mut self) {
+        let up = |id: &OsdId| self.osds.get(id).is_some_and(|o| o.up);
+        self.acting = self
+            .pgs
+            .iter()
+            .map(|(&pool, table)| {
+                let sets = table
+                    .iter()
+                    .map(|set| set.iter().copied().filter(up).collect())
+                    .collect();
+                (pool, sets)
+            })
+            .collect();
+    }
+
+    /// Every PG of every pool.
+    pub fn all_pgs(&self) -> impl Iterator<Item = PgId> + '_ {
+        self.pools
+            .values()
+            .flat_map(|p| (0..p.pg_count).map(move |index| PgId { pool: p.id, index }))
     }
 }
 
@@ -134,6 +178,7 @@ mod tests {
                     weight: 1,
                     up: true,
                     is_in: true,
+                    incarnation: 0,
                 },
             );
         }
@@ -169,6 +214,23 @@ mod tests {
         assert!(primaries.iter().all(|&n| n > 0), "{primaries:?}");
     }
 
+    /// Goal: a down OSD leaves the acting sets (keeping the order of the rest) but not the
+    /// placement.
+    #[test]
+    fn down_osd_leaves_acting_not_placement() {
+        let mut m = map_with(3, 3);
+        m.osds.get_mut(&1).unwrap().up = false;
+        m.update_acting();
+        for i in 0..16 {
+            let pg = PgId { pool: 1, index: i };
+            let placed = m.placement(pg).unwrap().to_vec();
+            let acting = m.acting(pg).unwrap().to_vec();
+            assert_eq!(placed.len(), 3);
+            let expect: Vec<_> = placed.into_iter().filter(|&o| o != 1).collect();
+            assert_eq!(acting, expect);
+        }
+    }
+
     /// Goal: an unknown PG or pool is an error, not a panic.
     #[test]
     fn unknown_pg_is_error() {
@@ -190,7 +252,7 @@ mod tests {
         let pool = &m.pools[&1];
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..1000 {
-            seen.insert(ClusterMap::pg_of(pool, 42, ObjectId::new(42, i)).index);
+            seen.insert(ClusterMap::pg_of(pool, ObjectId::new(42 << 16, i)).index);
         }
         assert_eq!(seen.len(), 16);
     }

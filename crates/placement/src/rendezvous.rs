@@ -54,6 +54,7 @@ mod tests {
             weight,
             up: true,
             is_in: true,
+            incarnation: 0,
         }
     }
 

@@ -20,6 +20,7 @@ fn osds(n: u32, per_host: u32, weight: impl Fn(u32) -> u64) -> Vec<OsdInfo> {
             weight: weight(id),
             up: true,
             is_in: true,
+            incarnation: 0,
         })
         .collect()
 }

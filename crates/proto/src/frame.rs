@@ -1,18 +1,19 @@
-//! The data-plane frame: a fixed 80-byte little-endian header, then `length` payload bytes.
+//! The data-plane frame: a fixed 96-byte little-endian header, then `length` payload bytes.
 //!
-//! Requests and replies share the header. A request carries its payload when it is a WRITE;
-//! a reply carries one when it answers a READ or ALLOCATION. Both checksums are crc32c: the
-//! header's covers bytes 0..68, the payload's covers the payload (0 when there is none).
+//! Requests and replies share the header. A request carries its payload when it is a WRITE
+//! or PUSH; a reply carries one when it answers a READ, ALLOCATION, STAT, LIST or PULL. Both
+//! checksums are crc32c: the header's covers bytes 0..92, the payload's covers the payload
+//! (0 when there is none). The byte layout is in `docs/design.md`.
 
 use crate::ids::{ObjectId, PgId, Version};
 use thiserror::Error;
 
 /// Size of the fixed header in bytes.
-pub const HEADER_LEN: usize = 80;
+pub const HEADER_LEN: usize = 96;
 /// "BSLT" read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"BSLT");
 /// Version of the wire format; bumped on any incompatible change.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 /// Largest payload a frame may carry. Objects are at most 4 MiB; keep headroom for metadata.
 pub const MAX_PAYLOAD_BYTES: u32 = 8 << 20;
 
@@ -41,7 +42,26 @@ pub enum Opcode {
     /// Space and object counts of the OSD's store: reply payload is five little-endian u64
     /// (capacity bytes, used bytes, total slots, free slots, objects).
     Stat = 9,
+    /// Every object of the PG `pg` held by this OSD with its version, from `object` on (a
+    /// cursor: entries are sorted by object id). Reply payload: entries of four little-endian
+    /// u64 (inode, index, version epoch, version counter), at most [`LIST_MAX_ENTRIES`]; a
+    /// full reply means "ask again from the last object + 1". With `map_epoch` E it also
+    /// *seals* the PG below E on this OSD: replica mutations from an older interval are
+    /// refused from then on, so a new primary that read this list misses no acknowledged write.
+    List = 10,
+    /// The whole object (REPLICA flag, between OSDs): reply payload is an object image (see
+    /// [`crate::image`]) and the reply's `version` is the object's version; an absent object
+    /// answers Ok with an empty payload and version zero.
+    Pull = 11,
+    /// Replace the whole object with the payload's object image at `version` (an empty
+    /// payload deletes it). Sent by a primary to bring a replica's copy up to date.
+    Push = 12,
 }
+
+/// Most entries in one LIST reply (32 bytes each: 2 MiB).
+pub const LIST_MAX_ENTRIES: usize = 65536;
+/// Bytes of one LIST entry.
+pub const LIST_ENTRY_BYTES: usize = 32;
 
 impl Opcode {
     pub fn from_u8(v: u8) -> Option<Self> {
@@ -55,6 +75,9 @@ impl Opcode {
             7 => Self::Allocation,
             8 => Self::Purge,
             9 => Self::Stat,
+            10 => Self::List,
+            11 => Self::Pull,
+            12 => Self::Push,
             _ => return None,
         })
     }
@@ -92,8 +115,26 @@ pub enum Status {
     NotPrimary = 4,
     /// The store has stopped accepting writes after an I/O or fsync failure.
     Failed = 5,
-    /// A replica could not be reached; the write was not acknowledged.
+    /// A replica could not be reached, or this OSD cannot serve right now (fenced from the
+    /// cluster metadata, map behind the caller's); nothing was acknowledged. Retry.
     Unavailable = 6,
+    /// The PG is peering or recovering on this OSD (or incomplete: no copy known to be
+    /// complete is reachable); retry later.
+    Peering = 7,
+    /// A replica's copy of the object is not at the version the primary expected
+    /// (`prev_version`); nothing was applied. The primary pushes the whole object instead.
+    Stale = 8,
+}
+
+impl Status {
+    /// Should a client retry the request (after refreshing its map)? These mean "not now,
+    /// not here", never that the request itself was wrong.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Status::NotPrimary | Status::Unavailable | Status::Peering
+        )
+    }
 }
 
 impl Status {
@@ -106,6 +147,8 @@ impl Status {
             4 => Self::NotPrimary,
             5 => Self::Failed,
             6 => Self::Unavailable,
+            7 => Self::Peering,
+            8 => Self::Stale,
             // Unknown codes from a newer peer: treat as an I/O failure, never as success.
             _ => Self::Io,
         }
@@ -123,6 +166,9 @@ pub struct Header {
     /// Payload length for frames with a payload; requested length for READ/TRIM.
     pub length: u32,
     pub version: Version,
+    /// Replica mutations: the version the primary's copy had before this mutation; the
+    /// replica applies it only if its own copy is at exactly that version.
+    pub prev_version: Version,
     pub map_epoch: u32,
     pub status: Status,
     /// The placement group the sender computed for the object; the OSD checks it is primary.
@@ -157,6 +203,7 @@ impl Header {
             offset: 0,
             length: 0,
             version: Version::ZERO,
+            prev_version: Version::ZERO,
             map_epoch: 0,
             status: Status::Ok,
             pg: PgId { pool: 0, index: 0 },
@@ -179,8 +226,10 @@ impl Header {
     pub fn has_payload(&self) -> bool {
         let reply = self.flags.has(Flags::REPLY);
         match self.opcode {
-            Opcode::Write => !reply,
-            Opcode::Read | Opcode::Allocation | Opcode::Stat => reply && self.status == Status::Ok,
+            Opcode::Write | Opcode::Push => !reply,
+            Opcode::Read | Opcode::Allocation | Opcode::Stat | Opcode::List | Opcode::Pull => {
+                reply && self.status == Status::Ok
+            }
             _ => false,
         }
     }
@@ -204,8 +253,10 @@ impl Header {
         b[64..68].copy_from_slice(&self.pg.pool.to_le_bytes());
         b[68..72].copy_from_slice(&self.pg.index.to_le_bytes());
         b[72..76].copy_from_slice(&self.payload_crc.to_le_bytes());
-        let crc = crc32c::crc32c(&b[0..76]);
-        b[76..80].copy_from_slice(&crc.to_le_bytes());
+        b[76..84].copy_from_slice(&self.prev_version.epoch.to_le_bytes());
+        b[84..92].copy_from_slice(&self.prev_version.counter.to_le_bytes());
+        let crc = crc32c::crc32c(&b[0..92]);
+        b[92..96].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -224,8 +275,8 @@ impl Header {
         if b[4] != WIRE_VERSION {
             return Err(DecodeError::BadVersion { found: b[4] });
         }
-        let stored = u32_at(76);
-        let computed = crc32c::crc32c(&b[0..76]);
+        let stored = u32_at(92);
+        let computed = crc32c::crc32c(&b[0..92]);
         if stored != computed {
             return Err(DecodeError::HeaderChecksum { stored, computed });
         }
@@ -245,6 +296,7 @@ impl Header {
                 index: u32_at(68),
             },
             payload_crc: u32_at(72),
+            prev_version: Version::new(u64_at(76), u64_at(84)),
         };
         if header.has_payload() && header.length > MAX_PAYLOAD_BYTES {
             return Err(DecodeError::PayloadTooLarge {
@@ -262,29 +314,33 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=9,
+            1u8..=12,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
             any::<(u32, u32)>(),
             any::<(u64, u64)>(),
             any::<u32>(),
-            0u32..=6,
+            0u32..=8,
             any::<(u32, u32, u32)>(),
+            any::<(u64, u64)>(),
         )
             .prop_map(
-                |(op, flags, id, obj, (offset, length), ver, epoch, st, (pool, pg, pcrc))| Header {
-                    opcode: Opcode::from_u8(op).unwrap(),
-                    flags: Flags(flags),
-                    request_id: id,
-                    object: ObjectId::new(obj.0, obj.1),
-                    offset,
-                    length: length % (MAX_PAYLOAD_BYTES + 1),
-                    version: Version::new(ver.0, ver.1),
-                    map_epoch: epoch,
-                    status: Status::from_u32(st),
-                    pg: PgId { pool, index: pg },
-                    payload_crc: pcrc,
+                |(op, flags, id, obj, (offset, length), ver, epoch, st, (pool, pg, pcrc), prev)| {
+                    Header {
+                        opcode: Opcode::from_u8(op).unwrap(),
+                        flags: Flags(flags),
+                        request_id: id,
+                        object: ObjectId::new(obj.0, obj.1),
+                        offset,
+                        length: length % (MAX_PAYLOAD_BYTES + 1),
+                        version: Version::new(ver.0, ver.1),
+                        map_epoch: epoch,
+                        status: Status::from_u32(st),
+                        pg: PgId { pool, index: pg },
+                        payload_crc: pcrc,
+                        prev_version: Version::new(prev.0, prev.1),
+                    }
                 },
             )
     }

@@ -4,7 +4,27 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A volume (inode) number, unique in the cluster. 0 is never used.
+///
+/// Layout (so that an OSD can tell an object's pool and PG from its id alone): bits 63..48
+/// pool id, bits 47..16 family number (shared by every layer of a clone family), bits 15..0
+/// layer within the family. See [`make_inode`].
 pub type InodeId = u64;
+
+/// The inode of `layer` of family number `family` in `pool`.
+pub const fn make_inode(pool: PoolId, family: u32, layer: u16) -> InodeId {
+    ((pool as u64 & 0xffff) << 48) | ((family as u64) << 16) | layer as u64
+}
+
+/// The pool an inode's objects live in.
+pub const fn inode_pool(inode: InodeId) -> PoolId {
+    (inode >> 48) as PoolId
+}
+
+/// The family key of an inode (pool and family number): every layer of a clone family has
+/// the same key, so every layer of an object index maps to the same PG.
+pub const fn inode_family(inode: InodeId) -> u64 {
+    inode >> 16
+}
 /// A pool number, unique in the cluster.
 pub type PoolId = u32;
 /// An OSD number, unique in the cluster.

@@ -6,6 +6,13 @@
 
 pub mod frame;
 pub mod ids;
+pub mod image;
 
-pub use frame::{DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, MAX_PAYLOAD_BYTES};
-pub use ids::{InodeId, ObjectId, OsdId, PgId, PoolId, Version};
+pub use frame::{
+    DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, LIST_ENTRY_BYTES, LIST_MAX_ENTRIES,
+    MAX_PAYLOAD_BYTES,
+};
+pub use ids::{
+    inode_family, inode_pool, make_inode, InodeId, ObjectId, OsdId, PgId, PoolId, Version,
+};
+pub use image::{ObjectImage, IMAGE_BLOCK_BYTES};

@@ -1,0 +1,348 @@
+//! The multi-host daemons: `basalt osd`, `basalt mon` and `basalt nbd`, each pointed at the
+//! cluster's etcd with `--meta etcd://HOST:2379`.
+
+use crate::gateway::VolumeExports;
+use anyhow::{bail, Context};
+use basalt_client::{parse_size, Cluster};
+use basalt_meta::schema::{NEXT_OSD_ID_KEY, OSDS_PREFIX};
+use basalt_meta::{connect_meta, MetaStore};
+use basalt_mon::MonitorConfig;
+use basalt_osd::{Osd, OsdConfig, RecoveryConfig, Registration};
+use basalt_store::StoreOptions;
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Where the cluster's metadata lives.
+#[derive(Args, Debug, Clone)]
+pub struct MetaArgs {
+    /// Cluster metadata: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]
+    #[arg(long, env = "BASALT_META")]
+    pub meta: Option<String>,
+}
+
+impl MetaArgs {
+    pub fn url(&self) -> anyhow::Result<&str> {
+        self.meta.as_deref().ok_or_else(|| {
+            anyhow::anyhow!("--meta etcd://HOST:2379 is required (or set BASALT_META)")
+        })
+    }
+
+    pub async fn connect(&self) -> anyhow::Result<Arc<dyn MetaStore>> {
+        let url = self.url()?;
+        connect_meta(url)
+            .await
+            .with_context(|| format!("connect to the cluster metadata at {url}"))
+    }
+}
+
+/// Settings of the monitor candidate a daemon runs.
+#[derive(Args, Debug, Clone)]
+pub struct MonArgs {
+    /// Seconds an OSD may stay down before it is marked out and its data re-replicated.
+    #[arg(long, default_value_t = 600)]
+    pub out_after: u64,
+    /// TTL in seconds of the monitor role's lease.
+    #[arg(long, default_value_t = 5)]
+    pub mon_lease_ttl: u64,
+}
+
+/// `basalt osd`: one storage daemon.
+#[derive(Args, Debug)]
+pub struct OsdArgs {
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    /// Directory of this OSD: its store file (store.dat) and identity (osd.json).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Data-plane address to listen on; others reach the OSD there, so give a routable IP.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// OSD id (first start only; by default the next free id is taken).
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// Failure-domain name of this machine [default: the hostname].
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Capacity of the store file, e.g. 100G (first start only; the file is sparse).
+    #[arg(long, default_value = "8G")]
+    pub capacity: String,
+    /// Object size of the store; must equal the object size of the pools (first start).
+    #[arg(long, default_value = "128K")]
+    pub object_size: String,
+    /// Liveness lease TTL in seconds: how soon a dead OSD is noticed (failover time).
+    #[arg(long, default_value_t = 3)]
+    pub lease_ttl: u64,
+    /// Background recovery rate when clients are idle, per second (e.g. 256M).
+    #[arg(long, default_value = "256M")]
+    pub recovery_rate: String,
+    /// Background recovery rate while clients are active, per second.
+    #[arg(long, default_value = "32M")]
+    pub recovery_rate_busy: String,
+    /// Do not run a monitor candidate in this process.
+    #[arg(long)]
+    pub no_monitor: bool,
+    #[command(flatten)]
+    pub mon: MonArgs,
+}
+
+/// The identity file of an OSD's data directory.
+#[derive(Serialize, Deserialize)]
+struct OsdIdentity {
+    format_version: u32,
+    id: u32,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Allocate the next OSD id (CAS on a counter; skips ids already registered).
+async fn allocate_osd_id(meta: &dyn MetaStore) -> anyhow::Result<u32> {
+    let taken: Vec<u32> = meta
+        .list(OSDS_PREFIX)
+        .await?
+        .iter()
+        .filter_map(|(k, _, _)| k[OSDS_PREFIX.len()..].parse().ok())
+        .collect();
+    for _ in 0..64 {
+        let (current, rev) = match meta.get(NEXT_OSD_ID_KEY).await? {
+            Some((v, rev)) => (String::from_utf8_lossy(&v).parse::<u32>().unwrap_or(0), rev),
+            None => (0, 0),
+        };
+        let mut id = current;
+        while taken.contains(&id) {
+            id += 1;
+        }
+        let next = (id + 1).to_string().into_bytes();
+        if meta
+            .compare_and_swap(NEXT_OSD_ID_KEY, rev, next)
+            .await?
+            .is_some()
+        {
+            return Ok(id);
+        }
+    }
+    bail!("could not allocate an OSD id: too much contention")
+}
+
+/// Read the identity file, or create it (allocating an id). Returns (id, is_new).
+async fn identity(
+    dir: &Path,
+    wanted: Option<u32>,
+    meta: &dyn MetaStore,
+) -> anyhow::Result<(u32, bool)> {
+    let path = dir.join("osd.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let ident: OsdIdentity = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is unreadable", path.display()))?;
+            if let Some(w) = wanted {
+                if w != ident.id {
+                    bail!(
+                        "{} belongs to osd.{}, not osd.{w} (drop --id, or use another --data)",
+                        dir.display(),
+                        ident.id
+                    );
+                }
+            }
+            Ok((ident.id, false))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = match wanted {
+                Some(id) => id,
+                None => allocate_osd_id(meta).await?,
+            };
+            let ident = OsdIdentity {
+                format_version: 1,
+                id,
+            };
+            let tmp = dir.join("osd.json.tmp");
+            std::fs::write(&tmp, serde_json::to_vec(&ident)?)
+                .with_context(|| format!("write {}", tmp.display()))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok((id, true))
+        }
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}
+
+/// Start a monitor candidate in this process.
+pub fn spawn_monitor(
+    meta: Arc<dyn MetaStore>,
+    holder: String,
+    args: &MonArgs,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let mut config = MonitorConfig::new(holder);
+    config.out_after_secs = args.out_after;
+    config.lease_ttl_secs = args.mon_lease_ttl;
+    tokio::spawn(basalt_mon::run(meta, config, stop))
+}
+
+pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
+    let Some(dir) = args.data.clone() else {
+        bail!("--data DIR is required: the directory of this OSD's store");
+    };
+    let Some(listen) = args.listen else {
+        bail!("--listen IP:PORT is required: the data-plane address peers and clients use");
+    };
+    if listen.ip().is_unspecified() {
+        bail!(
+            "--listen {listen}: give the IP other hosts reach this OSD at, not {}",
+            listen.ip()
+        );
+    }
+    let meta = args.meta.connect().await?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let (id, is_new) = identity(&dir, args.id, meta.as_ref()).await?;
+    let host = args.host.clone().unwrap_or_else(hostname);
+    let map = basalt_client::follow_map(meta.clone())
+        .await
+        .context("read the cluster map")?;
+    let config = OsdConfig {
+        id,
+        store_path: dir.join("store.dat"),
+        store_options: StoreOptions {
+            capacity_bytes: parse_size(&args.capacity)?,
+            object_size_bytes: parse_size(&args.object_size)? as u32,
+            ..StoreOptions::default()
+        },
+        listen,
+        create_if_missing: is_new,
+        incarnation: None,
+        recovery: RecoveryConfig {
+            idle_bytes_per_sec: parse_size(&args.recovery_rate)?,
+            busy_bytes_per_sec: parse_size(&args.recovery_rate_busy)?,
+        },
+    };
+    let handle = Osd::start(config, map, meta.clone())
+        .await
+        .with_context(|| format!("start osd.{id}"))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let registration = Registration {
+        host: host.clone(),
+        lease_ttl_secs: args.lease_ttl.max(2),
+        metrics_addr: None,
+    };
+    let keepalive = basalt_osd::register(
+        handle.osd.clone(),
+        handle.addr,
+        registration,
+        stop_rx.clone(),
+    )
+    .await
+    .context("register with the cluster")?;
+    let monitor = (!args.no_monitor).then(|| {
+        spawn_monitor(
+            meta.clone(),
+            format!("osd.{id} on {host}"),
+            &args.mon,
+            stop_rx.clone(),
+        )
+    });
+    println!(
+        "osd.{id} serving on {} (host {host}, incarnation {:x}, store {})",
+        handle.addr,
+        handle.osd.incarnation,
+        dir.join("store.dat").display()
+    );
+    flush_stdout();
+    crate::up::wait_for_signal().await?;
+    eprintln!("osd.{id}: stopping");
+    let _ = stop_tx.send(true);
+    let _ = keepalive.await;
+    if let Some(m) = monitor {
+        let _ = m.await;
+    }
+    handle
+        .shutdown()
+        .await
+        .with_context(|| format!("stop osd.{id}"))?;
+    eprintln!("osd.{id}: stopped cleanly");
+    Ok(())
+}
+
+fn flush_stdout() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+/// `basalt mon`: a monitor candidate on its own.
+#[derive(Args, Debug)]
+pub struct MonCmdArgs {
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    #[command(flatten)]
+    pub mon: MonArgs,
+}
+
+pub async fn run_mon(args: MonCmdArgs) -> anyhow::Result<()> {
+    let meta = args.meta.connect().await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = spawn_monitor(meta, format!("mon on {}", hostname()), &args.mon, stop_rx);
+    println!("monitor candidate running (it takes the role when no one holds it)");
+    flush_stdout();
+    crate::up::wait_for_signal().await?;
+    let _ = stop_tx.send(true);
+    let _ = task.await;
+    Ok(())
+}
+
+/// `basalt nbd`: an NBD gateway serving every volume under its name.
+#[derive(Args, Debug)]
+pub struct NbdArgs {
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    /// NBD listen address (TCP).
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub listen: SocketAddr,
+    /// Also serve NBD on this unix socket.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+}
+
+pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
+    let meta = args.meta.connect().await?;
+    let map = basalt_client::follow_map(meta.clone())
+        .await
+        .context("read the cluster map")?;
+    let cluster = Cluster::new(meta, map);
+    let exports = Arc::new(VolumeExports::new(cluster.clone(), None));
+    let nbd = basalt_nbd::Server::new(exports);
+    let tcp = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listen for NBD on {}", args.listen))?;
+    let addr = tcp.local_addr()?;
+    let tcp_task = tokio::spawn(nbd.clone().serve_tcp(tcp));
+    let unix_task = match &args.socket {
+        Some(path) => {
+            let _ = std::fs::remove_file(path);
+            let unix = tokio::net::UnixListener::bind(path)
+                .with_context(|| format!("listen for NBD on {}", path.display()))?;
+            Some(tokio::spawn(nbd.clone().serve_unix(unix)))
+        }
+        None => None,
+    };
+    println!("NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name)");
+    flush_stdout();
+    crate::up::wait_for_signal().await?;
+    nbd.shutdown();
+    let _ = tcp_task.await;
+    if let Some(t) = unix_task {
+        let _ = t.await;
+    }
+    if let Err(e) = cluster.flush().await {
+        tracing::error!("final flush failed: {e}");
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! The cluster's metadata schema: every key Basalt keeps in the metadata store and the JSON
+//! records under them. One place, so the monitor, the OSDs, the gateways and the tools agree.
+//!
+//! | key | value | written by |
+//! |---|---|---|
+//! | `/basalt/map` | the cluster map (JSON, `basalt_placement::ClusterMap`) | the monitor (CAS) |
+//! | `/basalt/monitor` | [`MonitorRecord`], under the monitor's lease | the monitor |
+//! | `/basalt/osds/ID` | [`OsdRecord`] (static: host, weight, admin `out`) | the OSD at start, `basalt osd out/in` |
+//! | `/basalt/alive/ID` | [`AliveRecord`], under the OSD's lease | the OSD |
+//! | `/basalt/next_osd_id` | decimal counter | `basalt osd` when allocating an id |
+//! | `/basalt/pools/NAME` | [`PoolRecord`] | `basalt pool create` |
+//! | `/basalt/pgs/POOL.INDEX` | [`PgRecord`] | the PG's primary (CAS) |
+//! | `/basalt/volumes/NAME` | volume record (`basalt_client::VolumeInfo`) | volume tools |
+//! | `/basalt/next_inode` | decimal counter of volume families | volume tools |
+
+use serde::{Deserialize, Serialize};
+
+pub const MAP_KEY: &str = "/basalt/map";
+pub const MONITOR_KEY: &str = "/basalt/monitor";
+pub const OSDS_PREFIX: &str = "/basalt/osds/";
+pub const ALIVE_PREFIX: &str = "/basalt/alive/";
+pub const NEXT_OSD_ID_KEY: &str = "/basalt/next_osd_id";
+pub const POOLS_PREFIX: &str = "/basalt/pools/";
+pub const PGS_PREFIX: &str = "/basalt/pgs/";
+
+/// Key of OSD `id`'s static record.
+pub fn osd_key(id: u32) -> String {
+    format!("{OSDS_PREFIX}{id}")
+}
+
+/// Key of OSD `id`'s liveness record.
+pub fn alive_key(id: u32) -> String {
+    format!("{ALIVE_PREFIX}{id}")
+}
+
+/// Key of a pool's record.
+pub fn pool_key(name: &str) -> String {
+    format!("{POOLS_PREFIX}{name}")
+}
+
+/// Key of a PG's record.
+pub fn pg_key(pool: u32, index: u32) -> String {
+    format!("{PGS_PREFIX}{pool}.{index}")
+}
+
+/// Who holds the monitor role.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonitorRecord {
+    /// Free text naming the process ("osd.3 on host1", "mon on host2").
+    pub holder: String,
+    /// Seconds since the Unix epoch when it took the role.
+    pub since: u64,
+}
+
+/// What the cluster knows of an OSD whether it runs or not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdRecord {
+    pub id: u32,
+    /// Failure-domain name of its machine.
+    pub host: String,
+    /// Capacity of its store in bytes (its placement weight is derived from it).
+    pub capacity_bytes: u64,
+    /// Set by an operator (`basalt osd out`): keep it out of placement even while up.
+    #[serde(default)]
+    pub admin_out: bool,
+}
+
+/// Written by a running OSD under its lease: vanishes when the OSD stops renewing it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AliveRecord {
+    /// Data-plane address, "IP:PORT".
+    pub addr: String,
+    /// Random per process start (see `OsdInfo::incarnation`).
+    pub incarnation: u64,
+    /// Seconds since the Unix epoch when this process started.
+    pub started: u64,
+    /// Prometheus endpoint, when the OSD serves one.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
+}
+
+/// A pool as `basalt pool create` defines it. The monitor gives it an id and puts it in the map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    pub id: u32,
+    pub name: String,
+    pub size: u32,
+    pub min_size: u32,
+    pub pg_count: u32,
+    /// "host" or "osd".
+    pub failure_domain: String,
+    pub object_size: u32,
+}
+
+/// One copy of a PG known to hold its complete, current contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteCopy {
+    pub osd: u32,
+    pub incarnation: u64,
+}
+
+/// What a PG's primary records when it activates the PG for an interval, and again whenever
+/// a replica finishes recovery. The next primary reads it to know where the authoritative
+/// contents are: any copy listed in `complete` of the last activated interval holds every
+/// write acknowledged so far (writes are acknowledged only once every member applied them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgRecord {
+    /// Map epoch at which the interval began (the primary's version epoch).
+    pub epoch: u32,
+    /// The primary of that interval.
+    pub primary: u32,
+    /// The acting set of that interval.
+    pub acting: Vec<u32>,
+    /// Members known complete (the primary, and replicas that finished recovery).
+    pub complete: Vec<CompleteCopy>,
+    /// Objects the primary still has to recover onto some member (0 = clean).
+    #[serde(default)]
+    pub degraded_objects: u64,
+}

@@ -1,0 +1,231 @@
+//! The map the cluster's records imply: a pure function, so it is tested without a cluster.
+
+use basalt_meta::schema::{AliveRecord, OsdRecord, PoolRecord};
+use basalt_placement::{ClusterMap, FailureDomain, OsdInfo, PoolSpec};
+use basalt_proto::OsdId;
+use std::collections::{BTreeMap, HashMap};
+
+/// When the monitor first saw each OSD down (monitor-local: a new monitor starts counting
+/// afresh, which only delays marking an OSD out).
+#[derive(Default, Debug)]
+pub struct DownClock {
+    since_ms: HashMap<OsdId, u64>,
+}
+
+/// Placement weight of an OSD: its capacity in GiB, at least 1.
+fn weight(capacity_bytes: u64) -> u64 {
+    (capacity_bytes >> 30).max(1)
+}
+
+fn pool_spec(p: &PoolRecord) -> PoolSpec {
+    PoolSpec {
+        id: p.id,
+        name: p.name.clone(),
+        size: p.size,
+        min_size: p.min_size,
+        pg_count: p.pg_count,
+        failure_domain: if p.failure_domain == "osd" {
+            FailureDomain::Osd
+        } else {
+            FailureDomain::Host
+        },
+        object_size: p.object_size,
+    }
+}
+
+/// What placement depends on: the OSDs that are in (with host and weight) and the pools.
+fn placement_inputs(m: &ClusterMap) -> (Vec<(OsdId, String, u64)>, Vec<PoolSpec>) {
+    let osds = m
+        .osds
+        .values()
+        .filter(|o| o.is_in)
+        .map(|o| (o.id, o.host.clone(), o.weight))
+        .collect();
+    (osds, m.pools.values().cloned().collect())
+}
+
+/// The map implied by the records, starting from `current`. Returns None when nothing
+/// changed; otherwise the new map at `current.epoch + 1`.
+///
+/// An OSD is up while its liveness record exists. It is in while up (unless an operator
+/// marked it out), and stays in while down until `out_after_ms` passed, so a restart moves
+/// no data; once out, its PGs are placed elsewhere and recovered there.
+pub fn derive_map(
+    current: &ClusterMap,
+    osds: &[OsdRecord],
+    alive: &BTreeMap<OsdId, AliveRecord>,
+    pools: &[PoolRecord],
+    clock: &mut DownClock,
+    now_ms: u64,
+    out_after_ms: u64,
+) -> Option<ClusterMap> {
+    let mut m = current.clone();
+    m.osds.retain(|id, _| osds.iter().any(|r| r.id == *id));
+    for rec in osds {
+        let info = m.osds.entry(rec.id).or_insert_with(|| OsdInfo {
+            id: rec.id,
+            host: rec.host.clone(),
+            addr: String::new(),
+            weight: weight(rec.capacity_bytes),
+            up: false,
+            is_in: false,
+            incarnation: 0,
+        });
+        info.host = rec.host.clone();
+        info.weight = weight(rec.capacity_bytes);
+        match alive.get(&rec.id) {
+            Some(a) => {
+                clock.since_ms.remove(&rec.id);
+                info.up = true;
+                info.addr = a.addr.clone();
+                info.incarnation = a.incarnation;
+                info.is_in = !rec.admin_out;
+            }
+            None => {
+                let since = *clock.since_ms.entry(rec.id).or_insert(now_ms);
+                info.up = false;
+                if rec.admin_out || now_ms.saturating_sub(since) >= out_after_ms {
+                    info.is_in = false;
+                }
+            }
+        }
+    }
+    m.pools = pools.iter().map(|p| (p.id, pool_spec(p))).collect();
+    if placement_inputs(&m) != placement_inputs(current) || m.pgs.len() != m.pools.len() {
+        m.recompute();
+    } else {
+        m.update_acting();
+    }
+    m.epoch = current.epoch;
+    if m == *current {
+        return None;
+    }
+    m.epoch = current.epoch + 1;
+    Some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn osd(id: OsdId, host: &str) -> OsdRecord {
+        OsdRecord {
+            id,
+            host: host.into(),
+            capacity_bytes: 8 << 30,
+            admin_out: false,
+        }
+    }
+
+    fn alive(addr: &str, incarnation: u64) -> AliveRecord {
+        AliveRecord {
+            addr: addr.into(),
+            incarnation,
+            started: 0,
+            metrics_addr: None,
+        }
+    }
+
+    fn pool() -> PoolRecord {
+        PoolRecord {
+            id: 1,
+            name: "rbd".into(),
+            size: 3,
+            min_size: 2,
+            pg_count: 16,
+            failure_domain: "host".into(),
+            object_size: 128 << 10,
+        }
+    }
+
+    fn all_alive(n: u32) -> BTreeMap<OsdId, AliveRecord> {
+        (0..n)
+            .map(|i| (i, alive(&format!("10.0.0.{i}:7000"), 1)))
+            .collect()
+    }
+
+    /// Goal: OSDs that come up are in, PGs get three distinct hosts, and an unchanged input
+    /// gives no new epoch.
+    #[test]
+    fn first_map_and_idempotence() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m = derive_map(
+            &ClusterMap::default(),
+            &osds,
+            &all_alive(4),
+            &[pool()],
+            &mut clock,
+            0,
+            1000,
+        )
+        .expect("a first map");
+        assert_eq!(m.epoch, 1);
+        assert!(m.osds.values().all(|o| o.up && o.is_in));
+        for pg in m.all_pgs() {
+            let set = m.acting(pg).unwrap();
+            assert_eq!(set.len(), 3);
+            let hosts: std::collections::BTreeSet<_> =
+                set.iter().map(|id| m.osds[id].host.clone()).collect();
+            assert_eq!(hosts.len(), 3);
+        }
+        assert!(derive_map(&m, &osds, &all_alive(4), &[pool()], &mut clock, 10, 1000).is_none());
+    }
+
+    /// Goal: a down OSD leaves the acting sets at once but stays in (no data moves) until
+    /// the out timer, then leaves the placement; coming back puts it in again.
+    #[test]
+    fn down_then_out_then_back() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = derive_map(
+            &ClusterMap::default(),
+            &osds,
+            &all_alive(4),
+            &[pool()],
+            &mut clock,
+            0,
+            1000,
+        )
+        .unwrap();
+        let mut some_alive = all_alive(4);
+        some_alive.remove(&2);
+        let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
+        assert!(!m2.osds[&2].up && m2.osds[&2].is_in);
+        assert_eq!(m2.pgs, m1.pgs, "placement unchanged while in");
+        assert!(m2.all_pgs().all(|pg| !m2.acting(pg).unwrap().contains(&2)));
+        assert!(derive_map(&m2, &osds, &some_alive, &[pool()], &mut clock, 500, 1000).is_none());
+        let m3 = derive_map(&m2, &osds, &some_alive, &[pool()], &mut clock, 1200, 1000).unwrap();
+        assert!(!m3.osds[&2].is_in);
+        assert!(m3
+            .all_pgs()
+            .all(|pg| !m3.placement(pg).unwrap().contains(&2)));
+        let m4 = derive_map(&m3, &osds, &all_alive(4), &[pool()], &mut clock, 1300, 1000).unwrap();
+        assert!(m4.osds[&2].up && m4.osds[&2].is_in);
+        assert_eq!(m4.pgs, m1.pgs, "deterministic placement returns");
+    }
+
+    /// Goal: a restart (new incarnation, same address) is a new map epoch with the same
+    /// placement, so the OSD's PGs start new intervals.
+    #[test]
+    fn restart_changes_incarnation() {
+        let osds: Vec<_> = (0..3).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = derive_map(
+            &ClusterMap::default(),
+            &osds,
+            &all_alive(3),
+            &[pool()],
+            &mut clock,
+            0,
+            1000,
+        )
+        .unwrap();
+        let mut restarted = all_alive(3);
+        restarted.insert(1, alive("10.0.0.1:7000", 2));
+        let m2 = derive_map(&m1, &osds, &restarted, &[pool()], &mut clock, 10, 1000).unwrap();
+        assert_eq!(m2.epoch, 2);
+        assert_eq!(m2.osds[&1].incarnation, 2);
+        assert_eq!(m2.pgs, m1.pgs);
+    }
+}

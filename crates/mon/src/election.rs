@@ -1,0 +1,202 @@
+//! Taking and holding the monitor role, and the holder's loop.
+
+use crate::derive::{derive_map, DownClock};
+use basalt_meta::schema::{
+    AliveRecord, MonitorRecord, OsdRecord, PoolRecord, ALIVE_PREFIX, MAP_KEY, MONITOR_KEY,
+    OSDS_PREFIX, POOLS_PREFIX,
+};
+use basalt_meta::{LeaseId, MetaError, MetaStore};
+use basalt_placement::ClusterMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How a monitor candidate behaves.
+#[derive(Clone, Debug)]
+pub struct MonitorConfig {
+    /// Names this candidate in `/basalt/monitor` ("osd.3 on host1").
+    pub holder: String,
+    /// TTL of the role's lease: another candidate takes over this long after the holder
+    /// stops renewing.
+    pub lease_ttl_secs: u64,
+    /// How long an OSD may be down before it is marked out and its data re-replicated.
+    pub out_after_secs: u64,
+    /// How often the holder re-derives the map.
+    pub tick_ms: u64,
+}
+
+impl MonitorConfig {
+    pub fn new(holder: impl Into<String>) -> Self {
+        Self {
+            holder: holder.into(),
+            lease_ttl_secs: 5,
+            out_after_secs: 600,
+            tick_ms: 200,
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Run a monitor candidate until `stop`: campaign for the role, and while holding it keep
+/// the map up to date. Never returns an error: metadata outages are waited out.
+pub async fn run(meta: Arc<dyn MetaStore>, config: MonitorConfig, mut stop: watch::Receiver<bool>) {
+    let tick = Duration::from_millis(config.tick_ms.max(10));
+    // Bound: one campaign per tick until stopped.
+    while !*stop.borrow() {
+        match campaign(meta.as_ref(), &config).await {
+            Ok(Some(lease)) => {
+                tracing::info!(holder = %config.holder, "took the monitor role");
+                lead(meta.as_ref(), &config, lease, &mut stop).await;
+                let _ = meta.revoke_lease(lease).await;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!("monitor campaign: {e}"),
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+/// Try once to take the role. Some(lease) when taken.
+async fn campaign(
+    meta: &dyn MetaStore,
+    config: &MonitorConfig,
+) -> Result<Option<LeaseId>, MetaError> {
+    if meta.get(MONITOR_KEY).await?.is_some() {
+        return Ok(None);
+    }
+    let lease = meta.grant_lease(config.lease_ttl_secs).await?;
+    let record = MonitorRecord {
+        holder: config.holder.clone(),
+        since: now_secs(),
+    };
+    let value = serde_json::to_vec(&record).expect("record serialises");
+    match meta.create_with_lease(MONITOR_KEY, value, lease).await {
+        Ok(Some(_)) => Ok(Some(lease)),
+        Ok(None) => {
+            let _ = meta.revoke_lease(lease).await;
+            Ok(None)
+        }
+        Err(e) => {
+            let _ = meta.revoke_lease(lease).await;
+            Err(e)
+        }
+    }
+}
+
+/// Hold the role: renew the lease and update the map every tick, until the lease cannot be
+/// renewed for half its TTL (another candidate may take over after the whole TTL) or stop.
+async fn lead(
+    meta: &dyn MetaStore,
+    config: &MonitorConfig,
+    lease: LeaseId,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let tick = Duration::from_millis(config.tick_ms.max(10));
+    let renew_every = Duration::from_millis((config.lease_ttl_secs * 1000 / 3).max(100));
+    let give_up_after = Duration::from_millis(config.lease_ttl_secs * 1000 / 2);
+    let started = Instant::now();
+    let mut renewed = Instant::now();
+    let mut last_renew_try = Instant::now();
+    let mut clock = DownClock::default();
+    // Bound: one round per tick until the role is lost or the candidate stops.
+    loop {
+        if last_renew_try.elapsed() >= renew_every {
+            last_renew_try = Instant::now();
+            match meta.keep_alive(lease).await {
+                Ok(_) => renewed = Instant::now(),
+                Err(MetaError::LeaseNotFound { .. }) => {
+                    tracing::warn!(holder = %config.holder, "lost the monitor role (lease expired)");
+                    return;
+                }
+                Err(e) => tracing::debug!("monitor lease renewal: {e}"),
+            }
+        }
+        if renewed.elapsed() > give_up_after {
+            tracing::warn!(holder = %config.holder, "giving up the monitor role: metadata unreachable");
+            return;
+        }
+        let now_ms = started.elapsed().as_millis() as u64;
+        if let Err(e) = update_map(meta, &mut clock, now_ms, config.out_after_secs * 1000).await {
+            tracing::debug!("monitor update: {e}");
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+fn decode_all<T: serde::de::DeserializeOwned>(
+    entries: Vec<(String, Vec<u8>, u64)>,
+) -> Vec<(String, T)> {
+    entries
+        .into_iter()
+        .filter_map(|(k, v, _)| match serde_json::from_slice(&v) {
+            Ok(t) => Some((k, t)),
+            Err(e) => {
+                tracing::warn!("ignoring unreadable record {k}: {e}");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Read the records, derive the map, write it if it changed.
+async fn update_map(
+    meta: &dyn MetaStore,
+    clock: &mut DownClock,
+    now_ms: u64,
+    out_after_ms: u64,
+) -> Result<(), MetaError> {
+    let osds: Vec<OsdRecord> = decode_all(meta.list(OSDS_PREFIX).await?)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    let alive: BTreeMap<u32, AliveRecord> = decode_all(meta.list(ALIVE_PREFIX).await?)
+        .into_iter()
+        .filter_map(|(k, r)| k[ALIVE_PREFIX.len()..].parse().ok().map(|id| (id, r)))
+        .collect();
+    let pools: Vec<PoolRecord> = decode_all(meta.list(POOLS_PREFIX).await?)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    let (current, rev) = match meta.get(MAP_KEY).await? {
+        Some((bytes, rev)) => match serde_json::from_slice::<ClusterMap>(&bytes) {
+            Ok(m) => (m, rev),
+            Err(e) => {
+                return Err(MetaError::Corrupt {
+                    path: MAP_KEY.into(),
+                    reason: e.to_string(),
+                })
+            }
+        },
+        None => (ClusterMap::default(), 0),
+    };
+    let Some(next) = derive_map(&current, &osds, &alive, &pools, clock, now_ms, out_after_ms)
+    else {
+        return Ok(());
+    };
+    let value = serde_json::to_vec(&next).expect("map serialises");
+    if meta.compare_and_swap(MAP_KEY, rev, value).await?.is_some() {
+        let up = next.osds.values().filter(|o| o.up).count();
+        let inn = next.osds.values().filter(|o| o.is_in).count();
+        tracing::info!(
+            epoch = next.epoch,
+            osds = next.osds.len(),
+            up,
+            r#in = inn,
+            "published map"
+        );
+    }
+    Ok(())
+}

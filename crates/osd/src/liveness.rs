@@ -1,0 +1,135 @@
+//! An OSD's presence in the cluster: its static record, and a liveness record held under a
+//! lease that the OSD renews. The monitor marks the OSD down when the record vanishes.
+//!
+//! The OSD also fences itself: when it could not renew its lease for half the TTL it stops
+//! serving as a primary (see `Osd::fenced`). The monitor can only mark it down once the
+//! whole TTL passed, so by the time a new primary is chosen the old one has stopped.
+
+use crate::daemon::Osd;
+use basalt_meta::schema::{alive_key, osd_key, AliveRecord, OsdRecord};
+use basalt_meta::{LeaseId, MetaError};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How an OSD presents itself to the cluster.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    /// Failure-domain name of its machine.
+    pub host: String,
+    /// Liveness lease TTL: the OSD is marked down this long after it stops renewing.
+    pub lease_ttl_secs: u64,
+    /// Prometheus endpoint, when served.
+    pub metrics_addr: Option<String>,
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Write (or update) the OSD's static record, take a lease, publish the liveness record, and
+/// keep renewing it until `stop`; on stop the lease is revoked so the OSD is marked down at
+/// once.
+pub async fn register(
+    osd: Arc<Osd>,
+    addr: SocketAddr,
+    reg: Registration,
+    stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, MetaError> {
+    let meta = osd.meta.clone();
+    let key = osd_key(osd.id);
+    let capacity_bytes = osd.store.stats().capacity_bytes;
+    let existing: Option<OsdRecord> = meta
+        .get(&key)
+        .await?
+        .and_then(|(v, _)| serde_json::from_slice(&v).ok());
+    let record = OsdRecord {
+        id: osd.id,
+        host: reg.host.clone(),
+        capacity_bytes,
+        admin_out: existing.as_ref().is_some_and(|r| r.admin_out),
+    };
+    if existing.as_ref() != Some(&record) {
+        meta.put(
+            &key,
+            serde_json::to_vec(&record).expect("record serialises"),
+        )
+        .await?;
+    }
+    let alive = AliveRecord {
+        addr: addr.to_string(),
+        incarnation: osd.incarnation,
+        started: now_secs(),
+        metrics_addr: reg.metrics_addr.clone(),
+    };
+    let alive = serde_json::to_vec(&alive).expect("record serialises");
+    let lease = publish(&osd, &alive, reg.lease_ttl_secs).await?;
+    osd.set_fence_after(reg.lease_ttl_secs * 1000 / 2);
+    Ok(tokio::spawn(keep_alive(
+        osd,
+        alive,
+        reg.lease_ttl_secs,
+        lease,
+        stop,
+    )))
+}
+
+/// Take a lease and put the liveness record under it.
+async fn publish(osd: &Osd, alive: &[u8], ttl_secs: u64) -> Result<LeaseId, MetaError> {
+    let lease = osd.meta.grant_lease(ttl_secs).await?;
+    osd.meta
+        .put_with_lease(&alive_key(osd.id), alive.to_vec(), lease)
+        .await?;
+    osd.note_lease_renewed();
+    Ok(lease)
+}
+
+async fn keep_alive(
+    osd: Arc<Osd>,
+    alive: Vec<u8>,
+    ttl_secs: u64,
+    mut lease: LeaseId,
+    mut stop: watch::Receiver<bool>,
+) {
+    let period = Duration::from_millis((ttl_secs * 1000 / 3).max(100));
+    let mut failures = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let result = match osd.meta.keep_alive(lease).await {
+            Ok(_) => {
+                osd.note_lease_renewed();
+                Ok(())
+            }
+            Err(MetaError::LeaseNotFound { .. }) => {
+                // Our lease expired (we were cut off): the cluster marked us down. Come back
+                // with a new lease; the monitor starts new intervals for our PGs.
+                tracing::warn!(osd = osd.id, "liveness lease expired; registering again");
+                publish(&osd, &alive, ttl_secs).await.map(|l| lease = l)
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => {
+                if failures > 0 {
+                    tracing::info!(osd = osd.id, "cluster metadata reachable again");
+                }
+                failures = 0;
+            }
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!(osd = osd.id, "cannot renew liveness lease: {e}");
+                }
+                failures += 1;
+            }
+        }
+    }
+    let _ = osd.meta.revoke_lease(lease).await;
+}

@@ -1,0 +1,339 @@
+//! Following the map's intervals and peering the PGs this OSD is primary of.
+//!
+//! On every new map, each PG whose acting set (members and incarnations) changed starts a
+//! new interval at that epoch. Its primary then peers:
+//!
+//! 1. read the PG record: the last activated interval and the copies it knew complete;
+//! 2. seal its own copy below the new interval (writes of older intervals are refused);
+//! 3. choose the authoritative copy: its own if complete and never restarted since, else a
+//!    complete copy on a live OSD that never restarted, else (every complete copy's OSD
+//!    restarted: a power cut) a restarted one, which still holds every flushed write; with
+//!    none reachable the PG is *incomplete* and waits;
+//! 4. make its own copy equal to the authority (pull what differs, delete what it lacks);
+//! 5. list every replica (which seals them too); replicas equal to it are complete;
+//! 6. write the new PG record (CAS), activate, and recover the other replicas in the
+//!    background while serving I/O.
+//!
+//! A write is acknowledged only once every member of the acting set applied it, so every
+//! complete copy of the last activated interval holds every acknowledged write.
+
+use crate::daemon::Osd;
+use crate::handler::REPLICA_TIMEOUT;
+use crate::pg::PgPhase;
+use crate::recovery::{
+    apply_image_or_delete, diff, list_local, list_remote, read_record, recover_pg,
+};
+use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
+use basalt_placement::ClusterMap;
+use basalt_proto::{Flags, Header, ObjectImage, Opcode, OsdId, PgId, Status};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Pause between peering attempts of an incomplete or undersized PG.
+const PEER_RETRY_MS: u64 = 500;
+
+/// Watch the map and start an interval for every PG whose acting set changed.
+pub(crate) async fn follow_intervals(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
+    let mut maps = osd.maps();
+    loop {
+        let map = maps.borrow_and_update().clone();
+        on_map(&osd, &map);
+        tokio::select! {
+            _ = stop.changed() => return,
+            changed = maps.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// The acting set of `pg` with incarnations.
+fn acting_with_incarnations(map: &ClusterMap, pg: PgId) -> Vec<(OsdId, u64)> {
+    map.acting(pg)
+        .map(|a| {
+            a.iter()
+                .map(|id| (*id, map.osds.get(id).map(|o| o.incarnation).unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
+    let registered = map.osds.get(&osd.id).map(|o| o.incarnation) == Some(osd.incarnation);
+    for pg in map.all_pgs() {
+        let acting = acting_with_incarnations(map, pg);
+        let primary = registered && acting.first().map(|a| a.0) == Some(osd.id);
+        let started = osd.pgs.with(pg, |e| {
+            if e.interval != 0 && e.acting == acting {
+                return None;
+            }
+            e.interval = map.epoch;
+            e.acting = acting.clone();
+            e.generation += 1;
+            e.counter = 0;
+            e.phase = if primary {
+                PgPhase::Peering
+            } else {
+                PgPhase::Replica
+            };
+            primary.then_some((e.interval, e.generation))
+        });
+        if let Some((interval, generation)) = started {
+            tokio::spawn(peer_pg(osd.clone(), pg, interval, generation, acting));
+        }
+    }
+}
+
+/// Why peering did not finish.
+enum PeerError {
+    /// A newer interval replaced this one.
+    Superseded,
+    /// Cannot finish now (incomplete, undersized, a peer or the metadata unreachable).
+    Retry(String),
+}
+
+fn is_current(osd: &Osd, pg: PgId, generation: u64) -> bool {
+    osd.pgs.with(pg, |e| e.generation == generation)
+}
+
+/// Peer until done or superseded, retrying what may heal.
+async fn peer_pg(
+    osd: Arc<Osd>,
+    pg: PgId,
+    interval: u32,
+    generation: u64,
+    acting: Vec<(OsdId, u64)>,
+) {
+    let mut attempts = 0u64;
+    // Bound: runs while the interval lasts (a new map bumps the generation and ends it).
+    loop {
+        match try_peer(&osd, pg, interval, generation, &acting).await {
+            Ok(()) => return,
+            Err(PeerError::Superseded) => return,
+            Err(PeerError::Retry(why)) => {
+                let still = osd.pgs.with(pg, |e| {
+                    if e.generation == generation {
+                        e.phase = PgPhase::Incomplete;
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if !still {
+                    return;
+                }
+                if attempts.is_multiple_of(20) {
+                    tracing::warn!(osd = osd.id, %pg, interval, "cannot activate yet: {why}");
+                }
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(PEER_RETRY_MS)).await;
+            }
+        }
+    }
+}
+
+/// Where the authoritative contents of the PG are.
+enum Source {
+    Local,
+    Remote(OsdId),
+}
+
+/// Choose the authoritative copy from the last activated interval's complete copies.
+fn choose_source(osd: &Osd, map: &ClusterMap, record: Option<&PgRecord>) -> Result<Source, String> {
+    let Some(rec) = record else {
+        return Ok(Source::Local); // A new PG: nobody ever wrote to it.
+    };
+    let me = CompleteCopy {
+        osd: osd.id,
+        incarnation: osd.incarnation,
+    };
+    if rec.complete.contains(&me) {
+        return Ok(Source::Local);
+    }
+    let up = |c: &CompleteCopy| map.osds.get(&c.osd).is_some_and(|o| o.up);
+    let same_run =
+        |c: &CompleteCopy| map.osds.get(&c.osd).map(|o| o.incarnation) == Some(c.incarnation);
+    if let Some(c) = rec.complete.iter().find(|c| up(c) && same_run(c)) {
+        return Ok(Source::Remote(c.osd));
+    }
+    // No complete copy on an OSD that kept running: every one restarted (a power cut, or
+    // crashes). A restarted copy holds every write flushed before the crash.
+    if rec.complete.iter().any(|c| c.osd == osd.id) {
+        return Ok(Source::Local);
+    }
+    if let Some(c) = rec.complete.iter().find(|c| up(c)) {
+        return Ok(Source::Remote(c.osd));
+    }
+    let ids: Vec<String> = rec
+        .complete
+        .iter()
+        .map(|c| format!("osd.{}", c.osd))
+        .collect();
+    Err(format!(
+        "incomplete: the complete copies of interval {} are on {} and none is up",
+        rec.epoch,
+        ids.join(", ")
+    ))
+}
+
+async fn try_peer(
+    osd: &Arc<Osd>,
+    pg: PgId,
+    interval: u32,
+    generation: u64,
+    acting: &[(OsdId, u64)],
+) -> Result<(), PeerError> {
+    let retry = PeerError::Retry;
+    let map = osd.map();
+    let pool = map
+        .pools
+        .get(&pg.pool)
+        .ok_or_else(|| PeerError::Retry("pool not in the map".into()))?;
+    if (acting.len() as u32) < pool.min_size {
+        return Err(retry(format!(
+            "undersized: {} of the pool's min_size {} OSDs are up",
+            acting.len(),
+            pool.min_size
+        )));
+    }
+    let record = read_record(osd, pg).await.map_err(retry)?;
+    let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
+    if let Some((rec, _)) = &record {
+        if rec.epoch > interval {
+            // Activated by a newer interval already: our map is behind; wait for it.
+            return Err(retry(format!("PG record is at interval {}", rec.epoch)));
+        }
+    }
+    osd.pgs.with(pg, |e| e.sealed = e.sealed.max(interval));
+    let source = choose_source(osd, &map, record.as_ref().map(|r| &r.0)).map_err(retry)?;
+    if let Source::Remote(src) = source {
+        sync_from(osd, &map, pg, interval, generation, src).await?;
+    }
+    // Which replicas already equal us?
+    let ours = list_local(osd, pg);
+    let mut complete = vec![CompleteCopy {
+        osd: osd.id,
+        incarnation: osd.incarnation,
+    }];
+    let mut behind = Vec::new();
+    let mut degraded = 0u64;
+    for &(peer, incarnation) in &acting[1..] {
+        let listed = match connect(osd, &map, peer).await {
+            Ok(conn) => list_remote(&conn, pg, interval).await,
+            Err(e) => Err(e),
+        };
+        match listed {
+            Ok(theirs) => {
+                let d = diff(&ours, &theirs).len() as u64;
+                if d == 0 {
+                    complete.push(CompleteCopy {
+                        osd: peer,
+                        incarnation,
+                    });
+                } else {
+                    degraded += d;
+                    behind.push((peer, incarnation));
+                }
+            }
+            Err(e) => {
+                // Up in the map but not answering: writes will fail until the map marks
+                // it down; the PG activates degraded meanwhile.
+                tracing::warn!(osd = osd.id, %pg, peer, "replica did not list: {e}");
+                degraded += ours.len() as u64;
+                behind.push((peer, incarnation));
+            }
+        }
+    }
+    if !is_current(osd, pg, generation) {
+        return Err(PeerError::Superseded);
+    }
+    let rec = PgRecord {
+        epoch: interval,
+        primary: osd.id,
+        acting: acting.iter().map(|a| a.0).collect(),
+        complete,
+        degraded_objects: degraded,
+    };
+    let value = serde_json::to_vec(&rec).expect("PG record serialises");
+    let key = pg_key(pg.pool, pg.index);
+    match osd.meta.compare_and_swap(&key, expected_rev, value).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(retry("PG record changed while peering".into())),
+        Err(e) => return Err(retry(format!("write PG record: {e}"))),
+    }
+    let activated = osd.pgs.with(pg, |e| {
+        if e.generation != generation {
+            return false;
+        }
+        e.phase = PgPhase::Active;
+        e.counter = 0;
+        true
+    });
+    if !activated {
+        return Err(PeerError::Superseded);
+    }
+    tracing::debug!(osd = osd.id, %pg, interval, behind = behind.len(), "active");
+    if !behind.is_empty() {
+        tokio::spawn(recover_pg(osd.clone(), pg, interval, generation, behind));
+    }
+    Ok(())
+}
+
+async fn connect(
+    osd: &Osd,
+    map: &ClusterMap,
+    peer: OsdId,
+) -> Result<Arc<basalt_client::Connection>, String> {
+    let addr = &map.osd(peer).map_err(|e| e.to_string())?.addr;
+    osd.peers.get(peer, addr).await.map_err(|e| e.to_string())
+}
+
+/// Make our copy of the PG equal to `src`'s: pull every object whose version differs,
+/// delete every object `src` lacks. The PG is not active, so nothing writes to it meanwhile.
+async fn sync_from(
+    osd: &Arc<Osd>,
+    map: &ClusterMap,
+    pg: PgId,
+    interval: u32,
+    generation: u64,
+    src: OsdId,
+) -> Result<(), PeerError> {
+    let retry = PeerError::Retry;
+    let conn = connect(osd, map, src).await.map_err(retry)?;
+    let theirs = list_remote(&conn, pg, interval).await.map_err(retry)?;
+    let ours = list_local(osd, pg);
+    let todo = diff(&theirs, &ours);
+    if !todo.is_empty() {
+        tracing::info!(osd = osd.id, %pg, src, objects = todo.len(), "pulling before activation");
+    }
+    for obj in todo {
+        if !is_current(osd, pg, generation) {
+            return Err(PeerError::Superseded);
+        }
+        let mut h = Header::request(Opcode::Pull, 0, obj);
+        h.pg = pg;
+        h.map_epoch = interval;
+        h.flags = Flags(Flags::REPLICA);
+        let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new()))
+            .await
+            .map_err(|_| retry(format!("PULL {obj} from osd.{src} timed out")))?
+            .map_err(|e| retry(format!("PULL {obj} from osd.{src}: {e}")))?;
+        if reply.header.status != Status::Ok {
+            return Err(retry(format!(
+                "PULL {obj} from osd.{src}: {:?}",
+                reply.header.status
+            )));
+        }
+        let image = if reply.payload.is_empty() {
+            None
+        } else {
+            Some(
+                ObjectImage::decode(&reply.payload)
+                    .map_err(|e| retry(format!("PULL {obj} from osd.{src}: {e}")))?,
+            )
+        };
+        apply_image_or_delete(osd, obj, reply.header.version, image.as_ref())
+            .map_err(|e| retry(format!("apply pulled {obj}: {e}")))?;
+    }
+    Ok(())
+}

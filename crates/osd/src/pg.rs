@@ -1,0 +1,104 @@
+//! What one OSD knows of each PG: the current interval, its role in it, and the seal that
+//! keeps writes of older intervals out.
+//!
+//! An *interval* is a run of map epochs in which a PG's acting set (members and their
+//! incarnations) stays the same; it is named by the epoch that began it. The primary of an
+//! interval serves I/O only once it has peered (found the authoritative contents and made its
+//! own copy match them); versions it assigns are `(interval, counter)`, so they grow across
+//! intervals.
+
+use basalt_proto::{OsdId, PgId};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Lock shards of the PG table; one shard's lock also orders a PG's mutations.
+pub const PG_LOCK_SHARDS: usize = 64;
+
+/// This OSD's role and progress in a PG's current interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgPhase {
+    /// Not the primary (a replica, or not a member).
+    Replica,
+    /// The primary, peering: no I/O yet.
+    Peering,
+    /// The primary, peered: serving I/O.
+    Active,
+    /// The primary, but no copy known complete is reachable (or fewer than min_size members
+    /// are up): I/O waits.
+    Incomplete,
+}
+
+/// One PG on this OSD.
+#[derive(Clone, Debug)]
+pub struct PgEntry {
+    /// Epoch that began the current interval (0: none seen yet).
+    pub interval: u32,
+    /// The acting set of the interval, with each member's incarnation.
+    pub acting: Vec<(OsdId, u64)>,
+    pub phase: PgPhase,
+    /// Replica mutations sent under a map epoch below this are refused: a newer interval's
+    /// primary has read (or is reading) this copy.
+    pub sealed: u32,
+    /// Version counter within the interval (as primary).
+    pub counter: u64,
+    /// Bumped at every interval change; background work of an older generation stops.
+    pub generation: u64,
+}
+
+impl Default for PgEntry {
+    fn default() -> Self {
+        Self {
+            interval: 0,
+            acting: Vec::new(),
+            phase: PgPhase::Replica,
+            sealed: 0,
+            counter: 0,
+            generation: 0,
+        }
+    }
+}
+
+/// The PG table, sharded by PG.
+pub struct PgTable {
+    shards: Box<[Mutex<HashMap<PgId, PgEntry>>]>,
+}
+
+impl Default for PgTable {
+    fn default() -> Self {
+        Self {
+            shards: (0..PG_LOCK_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        }
+    }
+}
+
+impl PgTable {
+    /// The shard holding `pg`. Its lock is never held across an await.
+    pub fn shard(&self, pg: PgId) -> &Mutex<HashMap<PgId, PgEntry>> {
+        let h = (pg.pool as usize).wrapping_mul(31) ^ pg.index as usize;
+        &self.shards[h % PG_LOCK_SHARDS]
+    }
+
+    /// Run `f` on `pg`'s entry (created empty if missing) under its shard lock.
+    pub fn with<R>(&self, pg: PgId, f: impl FnOnce(&mut PgEntry) -> R) -> R {
+        let mut shard = self.shard(pg).lock().expect("pg shard lock");
+        f(shard.entry(pg).or_default())
+    }
+
+    /// A copy of `pg`'s entry.
+    pub fn get(&self, pg: PgId) -> PgEntry {
+        self.with(pg, |e| e.clone())
+    }
+
+    /// Every PG entry (for status reports).
+    pub fn snapshot(&self) -> Vec<(PgId, PgEntry)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock().expect("pg shard lock");
+            out.extend(shard.iter().map(|(k, v)| (*k, v.clone())));
+        }
+        out.sort_by_key(|(k, _)| *k);
+        out
+    }
+}

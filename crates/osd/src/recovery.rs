@@ -1,0 +1,393 @@
+//! Moving whole objects between OSDs: reading and applying object images, pushing an object
+//! to a replica, and the background recovery that brings a PG's replicas up to date.
+//!
+//! Recovery compares the primary's list of the PG's objects with a replica's (object,
+//! version) by (object, version) and pushes every object that differs (an object the primary
+//! lacks is pushed as a deletion). A push is queued under the PG lock with the primary's
+//! current copy, so it is ordered with the PG's writes: whatever the replica receives last
+//! is the primary's newest state. When a replica's list equals the primary's, the primary
+//! records it as complete in the PG record.
+
+use crate::daemon::Osd;
+use crate::handler::{current_version, local_list, REPLICA_TIMEOUT};
+use crate::pg::PgPhase;
+use basalt_client::Connection;
+use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
+use basalt_proto::image::decode_list;
+use basalt_proto::{
+    Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, PgId, Status, Version, IMAGE_BLOCK_BYTES,
+    LIST_MAX_ENTRIES,
+};
+use basalt_store::StoreError;
+use bytes::{Bytes, BytesMut};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How fast background recovery may move data.
+#[derive(Clone, Copy, Debug)]
+pub struct RecoveryConfig {
+    /// Bytes per second when no client request arrived lately.
+    pub idle_bytes_per_sec: u64,
+    /// Bytes per second while clients are active (recovery yields to them).
+    pub busy_bytes_per_sec: u64,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            idle_bytes_per_sec: 256 << 20,
+            busy_bytes_per_sec: 32 << 20,
+        }
+    }
+}
+
+/// Client requests within this many milliseconds make recovery use the busy rate.
+const CLIENT_BUSY_WINDOW_MS: u64 = 500;
+/// Rounds of list-compare-push per replica before recovery starts over later.
+const RECOVERY_ROUNDS_MAX: usize = 8;
+/// Pause before retrying a recovery that failed (a replica unreachable, metadata down).
+const RECOVERY_RETRY_MS: u64 = 1_000;
+/// Update the PG record's count of objects left to recover at most this often.
+const PROGRESS_INTERVAL_MS: u128 = 2_000;
+
+/// The whole object and its version; None when absent.
+pub(crate) fn read_image(
+    osd: &Osd,
+    obj: ObjectId,
+) -> Result<Option<(Version, ObjectImage)>, StoreError> {
+    let Some(version) = osd.store.version(obj) else {
+        return Ok(None);
+    };
+    let bitmap = osd.store.allocation(obj)?;
+    let blocks = osd.store.object_size() / IMAGE_BLOCK_BYTES as u32;
+    let mut image = ObjectImage {
+        blocks,
+        bitmap,
+        data: Bytes::new(),
+    };
+    let runs = image.runs();
+    let total: usize = runs.iter().map(|r| r.1 as usize * IMAGE_BLOCK_BYTES).sum();
+    let mut data = BytesMut::zeroed(total);
+    for (first, count, off) in runs {
+        let len = count as usize * IMAGE_BLOCK_BYTES;
+        osd.store.read(
+            obj,
+            first * IMAGE_BLOCK_BYTES as u32,
+            &mut data[off..off + len],
+        )?;
+    }
+    image.data = data.freeze();
+    Ok(Some((version, image)))
+}
+
+/// Replace the local object with `image` at `version`.
+pub(crate) fn apply_image(
+    osd: &Osd,
+    obj: ObjectId,
+    version: Version,
+    image: &ObjectImage,
+) -> Result<(), StoreError> {
+    let blocks = osd.store.object_size() / IMAGE_BLOCK_BYTES as u32;
+    if image.blocks != blocks {
+        return Err(StoreError::OutOfRange {
+            offset: 0,
+            len: image.blocks as u64 * IMAGE_BLOCK_BYTES as u64,
+            object_size: osd.store.object_size(),
+        });
+    }
+    osd.store.delete(obj, version)?;
+    for (first, count, off) in image.runs() {
+        let len = count as usize * IMAGE_BLOCK_BYTES;
+        osd.store.write(
+            obj,
+            first * IMAGE_BLOCK_BYTES as u32,
+            &image.data[off..off + len],
+            version,
+        )?;
+    }
+    Ok(())
+}
+
+/// Replace the local object with `image`, or delete it when `image` is None.
+pub(crate) fn apply_image_or_delete(
+    osd: &Osd,
+    obj: ObjectId,
+    version: Version,
+    image: Option<&ObjectImage>,
+) -> Result<(), StoreError> {
+    match image {
+        Some(image) => apply_image(osd, obj, version, image),
+        None => osd.store.delete(obj, version),
+    }
+}
+
+/// Push the primary's current copy of `obj` to a replica, queued under the PG lock so it is
+/// ordered with the PG's writes; only while this OSD is still the active primary of
+/// `interval`. Returns the replica's answer.
+pub(crate) async fn push_object(
+    osd: &Arc<Osd>,
+    pg: PgId,
+    interval: u32,
+    obj: ObjectId,
+    conn: &Connection,
+    fua: bool,
+) -> Status {
+    let pending = {
+        let shard = osd.pgs.shard(pg).lock().expect("pg shard lock");
+        match shard.get(&pg) {
+            Some(e) if e.phase == PgPhase::Active && e.interval == interval => {}
+            _ => return Status::NotPrimary,
+        }
+        let (version, payload) = match read_image(osd, obj) {
+            Ok(Some((v, image))) => (v, image.encode()),
+            Ok(None) => (Version::ZERO, Bytes::new()),
+            Err(e) => {
+                tracing::error!(osd = osd.id, object = %obj, "read for push failed: {e}");
+                return crate::handler::status_of(&e);
+            }
+        };
+        let mut h = Header::request(Opcode::Push, 0, obj);
+        h.flags = Flags(Flags::REPLICA | if fua { Flags::FUA } else { 0 });
+        h.version = version;
+        h.map_epoch = interval;
+        h.pg = pg;
+        conn.start(h, payload)
+    };
+    match tokio::time::timeout(REPLICA_TIMEOUT, pending).await {
+        Ok(Ok(r)) => r.header.status,
+        _ => Status::Unavailable,
+    }
+}
+
+/// LIST a PG on a peer (which also seals it below `epoch`), following the cursor.
+pub(crate) async fn list_remote(
+    conn: &Connection,
+    pg: PgId,
+    epoch: u32,
+) -> Result<Vec<(ObjectId, Version)>, String> {
+    let mut out = Vec::new();
+    let mut from = ObjectId::new(0, 0);
+    // Bound: one round per LIST_MAX_ENTRIES objects; a PG never holds 2^32 objects.
+    for _ in 0..(1u64 << 32) / LIST_MAX_ENTRIES as u64 {
+        let mut h = Header::request(Opcode::List, 0, from);
+        h.pg = pg;
+        h.map_epoch = epoch;
+        h.flags = Flags(Flags::REPLICA);
+        let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new()))
+            .await
+            .map_err(|_| format!("LIST {pg} at {} timed out", conn.addr()))?
+            .map_err(|e| format!("LIST {pg}: {e}"))?;
+        if reply.header.status != Status::Ok {
+            return Err(format!(
+                "LIST {pg} at {}: {:?}",
+                conn.addr(),
+                reply.header.status
+            ));
+        }
+        let entries = decode_list(&reply.payload).map_err(|e| e.to_string())?;
+        let full = entries.len() >= LIST_MAX_ENTRIES;
+        if let Some((last, _)) = entries.last() {
+            from = ObjectId::new(last.inode, last.index.wrapping_add(1));
+        }
+        out.extend(entries);
+        if !full {
+            return Ok(out);
+        }
+    }
+    Err(format!("LIST {pg}: too many objects"))
+}
+
+/// Every local object of `pg` with its version.
+pub(crate) fn list_local(osd: &Osd, pg: PgId) -> Vec<(ObjectId, Version)> {
+    let map = osd.map();
+    local_list(osd, &map, pg, ObjectId::new(0, 0), usize::MAX).unwrap_or_default()
+}
+
+/// The objects whose (presence, version) differ between two lists.
+pub(crate) fn diff(a: &[(ObjectId, Version)], b: &[(ObjectId, Version)]) -> Vec<ObjectId> {
+    let mut both: BTreeMap<ObjectId, (Option<Version>, Option<Version>)> = BTreeMap::new();
+    for (o, v) in a {
+        both.entry(*o).or_default().0 = Some(*v);
+    }
+    for (o, v) in b {
+        both.entry(*o).or_default().1 = Some(*v);
+    }
+    both.into_iter()
+        .filter(|(_, (x, y))| x != y)
+        .map(|(o, _)| o)
+        .collect()
+}
+
+/// Is `generation` still `pg`'s current one with this OSD its active primary?
+pub(crate) fn still_active(osd: &Osd, pg: PgId, generation: u64) -> bool {
+    osd.pgs.with(pg, |e| {
+        e.generation == generation && e.phase == PgPhase::Active
+    })
+}
+
+/// Sleep long enough that moving `bytes` keeps to the recovery rate.
+async fn pace(osd: &Osd, bytes: usize) {
+    let rate = if osd.client_idle_ms() < CLIENT_BUSY_WINDOW_MS {
+        osd.recovery.busy_bytes_per_sec
+    } else {
+        osd.recovery.idle_bytes_per_sec
+    };
+    let micros = (bytes as u64).saturating_mul(1_000_000) / rate.max(1);
+    if micros > 0 {
+        tokio::time::sleep(Duration::from_micros(micros)).await;
+    }
+}
+
+/// Bring every replica in `behind` up to date with this primary, then record each as
+/// complete. Runs until done or until the PG's interval changes.
+pub(crate) async fn recover_pg(
+    osd: Arc<Osd>,
+    pg: PgId,
+    interval: u32,
+    generation: u64,
+    behind: Vec<(OsdId, u64)>,
+) {
+    let mut left = behind;
+    // Bound: retries go on while the interval lasts; each round waits RECOVERY_RETRY_MS.
+    while !left.is_empty() && still_active(&osd, pg, generation) {
+        let mut still_behind = Vec::new();
+        for (peer, incarnation) in left {
+            match recover_replica(&osd, pg, interval, generation, peer).await {
+                Ok(true) => {
+                    if let Err(e) = mark_complete(&osd, pg, interval, peer, incarnation).await {
+                        tracing::warn!(osd = osd.id, %pg, peer, "record recovery: {e}");
+                        still_behind.push((peer, incarnation));
+                    } else {
+                        tracing::info!(osd = osd.id, %pg, peer, "replica recovered");
+                    }
+                }
+                Ok(false) => still_behind.push((peer, incarnation)),
+                Err(e) => {
+                    tracing::debug!(osd = osd.id, %pg, peer, "recovery: {e}");
+                    still_behind.push((peer, incarnation));
+                }
+            }
+        }
+        left = still_behind;
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(RECOVERY_RETRY_MS)).await;
+        }
+    }
+}
+
+/// Push every differing object to `peer` until its list equals ours. Ok(true) when it does.
+async fn recover_replica(
+    osd: &Arc<Osd>,
+    pg: PgId,
+    interval: u32,
+    generation: u64,
+    peer: OsdId,
+) -> Result<bool, String> {
+    let map = osd.map();
+    let addr = map.osd(peer).map_err(|e| e.to_string())?.addr.clone();
+    let conn = osd
+        .peers
+        .get(peer, &addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut last_progress = std::time::Instant::now();
+    for _ in 0..RECOVERY_ROUNDS_MAX {
+        if !still_active(osd, pg, generation) {
+            return Ok(false);
+        }
+        let theirs = list_remote(&conn, pg, interval).await?;
+        let ours = list_local(osd, pg);
+        let todo = diff(&ours, &theirs);
+        if todo.is_empty() {
+            return Ok(true);
+        }
+        let total = todo.len();
+        for (done, obj) in todo.into_iter().enumerate() {
+            if !still_active(osd, pg, generation) {
+                return Ok(false);
+            }
+            let status = push_object(osd, pg, interval, obj, &conn, false).await;
+            if status != Status::Ok {
+                return Err(format!("push {obj} to osd.{peer}: {status:?}"));
+            }
+            pace(osd, osd.store.object_size() as usize).await;
+            if last_progress.elapsed().as_millis() > PROGRESS_INTERVAL_MS {
+                last_progress = std::time::Instant::now();
+                let _ = set_degraded(osd, pg, interval, (total - done) as u64).await;
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Read the PG record (None when absent).
+pub(crate) async fn read_record(osd: &Osd, pg: PgId) -> Result<Option<(PgRecord, u64)>, String> {
+    let key = pg_key(pg.pool, pg.index);
+    match osd.meta.get(&key).await.map_err(|e| e.to_string())? {
+        None => Ok(None),
+        Some((bytes, rev)) => serde_json::from_slice(&bytes)
+            .map(|r| Some((r, rev)))
+            .map_err(|e| format!("PG record {key} is unreadable: {e}")),
+    }
+}
+
+/// Change the record of `interval` with `f` (CAS, retried a few times).
+async fn update_record(
+    osd: &Osd,
+    pg: PgId,
+    interval: u32,
+    f: impl Fn(&mut PgRecord),
+) -> Result<(), String> {
+    let key = pg_key(pg.pool, pg.index);
+    for _ in 0..8 {
+        let Some((mut rec, rev)) = read_record(osd, pg).await? else {
+            return Err("PG record vanished".into());
+        };
+        if rec.epoch != interval || rec.primary != osd.id {
+            return Err("a newer interval took over the PG".into());
+        }
+        f(&mut rec);
+        let value = serde_json::to_vec(&rec).expect("PG record serialises");
+        if osd
+            .meta
+            .compare_and_swap(&key, rev, value)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    Err("PG record kept changing".into())
+}
+
+async fn mark_complete(
+    osd: &Osd,
+    pg: PgId,
+    interval: u32,
+    peer: OsdId,
+    incarnation: u64,
+) -> Result<(), String> {
+    update_record(osd, pg, interval, |rec| {
+        if !rec.complete.iter().any(|c| c.osd == peer) {
+            rec.complete.push(CompleteCopy {
+                osd: peer,
+                incarnation,
+            });
+        }
+        if rec.complete.len() >= rec.acting.len() {
+            rec.degraded_objects = 0;
+        }
+    })
+    .await
+}
+
+async fn set_degraded(osd: &Osd, pg: PgId, interval: u32, objects: u64) -> Result<(), String> {
+    update_record(osd, pg, interval, |rec| rec.degraded_objects = objects).await
+}
+
+/// Current version of an object here (for tests and tools).
+pub fn object_version(osd: &Osd, obj: ObjectId) -> Version {
+    current_version(osd, obj)
+}
