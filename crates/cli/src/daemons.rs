@@ -46,7 +46,7 @@ pub struct MonArgs {
     #[arg(long, default_value_t = 600)]
     pub out_after: u64,
     /// TTL in seconds of the monitor role's lease.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 3)]
     pub mon_lease_ttl: u64,
 }
 

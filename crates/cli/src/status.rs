@@ -14,6 +14,9 @@ pub struct OsdStatus {
     pub addr: String,
     pub up: bool,
     pub is_in: bool,
+    /// The run of the OSD process the map knows (new at every start).
+    #[serde(default)]
+    pub incarnation: u64,
     /// None when the OSD did not answer.
     pub stats: Option<OsdStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,12 +91,28 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
         let pool = &map.pools[&pg.pool];
         let acting = map.acting(pg).map(|a| a.to_vec()).unwrap_or_default();
         let rec = records.get(&format!("{}.{}", pg.pool, pg.index));
-        let current = rec.is_some_and(|r| r.acting == acting && acting.first() == Some(&r.primary));
+        let incarnation = |id: u32| map.osds.get(&id).map(|o| o.incarnation);
+        // The record is of the current interval when it names the same members, with the
+        // primary still the same run (a restarted primary must peer again).
+        let current = rec.is_some_and(|r| {
+            r.acting == acting
+                && acting.first() == Some(&r.primary)
+                && r.complete
+                    .iter()
+                    .any(|c| c.osd == r.primary && Some(c.incarnation) == incarnation(c.osd))
+        });
+        // Complete copies that are still the same run of their OSD.
+        let complete = rec.map_or(0, |r| {
+            r.complete
+                .iter()
+                .filter(|c| acting.contains(&c.osd) && Some(c.incarnation) == incarnation(c.osd))
+                .count()
+        });
         let state = if (acting.len() as u32) < pool.min_size {
             "inactive"
         } else if !current {
             "peering"
-        } else if rec.is_some_and(|r| r.complete.len() < acting.len()) {
+        } else if complete < acting.len() {
             "active+recovering"
         } else if (acting.len() as u32) < pool.size {
             "active+degraded"
@@ -140,6 +159,7 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::Cl
             addr: o.addr.clone(),
             up: o.up && error.is_none(),
             is_in: o.is_in,
+            incarnation: o.incarnation,
             stats,
             error,
         });

@@ -30,7 +30,7 @@ impl MonitorConfig {
     pub fn new(holder: impl Into<String>) -> Self {
         Self {
             holder: holder.into(),
-            lease_ttl_secs: 5,
+            lease_ttl_secs: 3,
             out_after_secs: 600,
             tick_ms: 200,
         }

@@ -106,6 +106,9 @@ pub(crate) fn dispatch(
                 (purge(&osd, h).await, Bytes::new())
             });
         }
+        Opcode::List | Opcode::Pull if !expected_incarnation(osd, &h) => {
+            sink.send(h.reply(Status::Unavailable), Bytes::new());
+        }
         Opcode::List => {
             let (status, data) = list(osd, &h);
             sink.send(h.reply(status), data);
@@ -346,6 +349,11 @@ pub(crate) fn local_list(
             .take(limit)
             .collect(),
     )
+}
+
+/// Is this OSD the incarnation a LIST or PULL is meant for (`version.epoch`, 0 = any)?
+fn expected_incarnation(osd: &Osd, h: &Header) -> bool {
+    h.version.epoch == 0 || h.version.epoch == osd.incarnation
 }
 
 /// LIST: seal the PG below the request's epoch, then list its objects.

@@ -135,7 +135,8 @@ async fn peer_pg(
 /// Where the authoritative contents of the PG are.
 enum Source {
     Local,
-    Remote(OsdId),
+    /// This OSD, as long as it is still this incarnation (0: a restarted copy, any run).
+    Remote(OsdId, u64),
 }
 
 /// Choose the authoritative copy from the last activated interval's complete copies.
@@ -154,7 +155,9 @@ fn choose_source(osd: &Osd, map: &ClusterMap, record: Option<&PgRecord>) -> Resu
     let same_run =
         |c: &CompleteCopy| map.osds.get(&c.osd).map(|o| o.incarnation) == Some(c.incarnation);
     if let Some(c) = rec.complete.iter().find(|c| up(c) && same_run(c)) {
-        return Ok(Source::Remote(c.osd));
+        // Pulled from only if the process that answers is still that incarnation: the map
+        // may not show a restart yet.
+        return Ok(Source::Remote(c.osd, c.incarnation));
     }
     // No complete copy on an OSD that kept running: every one restarted (a power cut, or
     // crashes). A restarted copy holds every write flushed before the crash.
@@ -162,7 +165,7 @@ fn choose_source(osd: &Osd, map: &ClusterMap, record: Option<&PgRecord>) -> Resu
         return Ok(Source::Local);
     }
     if let Some(c) = rec.complete.iter().find(|c| up(c)) {
-        return Ok(Source::Remote(c.osd));
+        return Ok(Source::Remote(c.osd, 0));
     }
     let ids: Vec<String> = rec
         .complete
@@ -206,8 +209,8 @@ async fn try_peer(
     }
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(interval));
     let source = choose_source(osd, &map, record.as_ref().map(|r| &r.0)).map_err(retry)?;
-    if let Source::Remote(src) = source {
-        sync_from(osd, &map, pg, interval, generation, src).await?;
+    if let Source::Remote(src, incarnation) = source {
+        sync_from(osd, &map, pg, interval, generation, src, incarnation).await?;
     }
     // Which replicas already equal us?
     let ours = list_local(osd, pg);
@@ -219,7 +222,7 @@ async fn try_peer(
     let mut degraded = 0u64;
     for &(peer, incarnation) in &acting[1..] {
         let listed = match connect(osd, &map, peer).await {
-            Ok(conn) => list_remote(&conn, pg, interval).await,
+            Ok(conn) => list_remote(&conn, pg, interval, incarnation).await,
             Err(e) => Err(e),
         };
         match listed {
@@ -297,10 +300,13 @@ async fn sync_from(
     interval: u32,
     generation: u64,
     src: OsdId,
+    incarnation: u64,
 ) -> Result<(), PeerError> {
     let retry = PeerError::Retry;
     let conn = connect(osd, map, src).await.map_err(retry)?;
-    let theirs = list_remote(&conn, pg, interval).await.map_err(retry)?;
+    let theirs = list_remote(&conn, pg, interval, incarnation)
+        .await
+        .map_err(retry)?;
     let ours = list_local(osd, pg);
     let todo = diff(&theirs, &ours);
     if !todo.is_empty() {
@@ -313,6 +319,7 @@ async fn sync_from(
         let mut h = Header::request(Opcode::Pull, 0, obj);
         h.pg = pg;
         h.map_epoch = interval;
+        h.version = basalt_proto::Version::new(incarnation, 0);
         h.flags = Flags(Flags::REPLICA);
         let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new()))
             .await

@@ -160,11 +160,13 @@ pub(crate) async fn push_object(
     }
 }
 
-/// LIST a PG on a peer (which also seals it below `epoch`), following the cursor.
+/// LIST a PG on a peer (which also seals it below `epoch`), following the cursor. The peer
+/// must be the process `incarnation` (0: any).
 pub(crate) async fn list_remote(
     conn: &Connection,
     pg: PgId,
     epoch: u32,
+    incarnation: u64,
 ) -> Result<Vec<(ObjectId, Version)>, String> {
     let mut out = Vec::new();
     let mut from = ObjectId::new(0, 0);
@@ -173,6 +175,7 @@ pub(crate) async fn list_remote(
         let mut h = Header::request(Opcode::List, 0, from);
         h.pg = pg;
         h.map_epoch = epoch;
+        h.version = Version::new(incarnation, 0);
         h.flags = Flags(Flags::REPLICA);
         let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new()))
             .await
@@ -253,7 +256,7 @@ pub(crate) async fn recover_pg(
     while !left.is_empty() && still_active(&osd, pg, generation) {
         let mut still_behind = Vec::new();
         for (peer, incarnation) in left {
-            match recover_replica(&osd, pg, interval, generation, peer).await {
+            match recover_replica(&osd, pg, interval, generation, peer, incarnation).await {
                 Ok(true) => {
                     if let Err(e) = mark_complete(&osd, pg, interval, peer, incarnation).await {
                         tracing::warn!(osd = osd.id, %pg, peer, "record recovery: {e}");
@@ -283,6 +286,7 @@ async fn recover_replica(
     interval: u32,
     generation: u64,
     peer: OsdId,
+    incarnation: u64,
 ) -> Result<bool, String> {
     let map = osd.map();
     let addr = map.osd(peer).map_err(|e| e.to_string())?.addr.clone();
@@ -296,7 +300,7 @@ async fn recover_replica(
         if !still_active(osd, pg, generation) {
             return Ok(false);
         }
-        let theirs = list_remote(&conn, pg, interval).await?;
+        let theirs = list_remote(&conn, pg, interval, incarnation).await?;
         let ours = list_local(osd, pg);
         let todo = diff(&ours, &theirs);
         if todo.is_empty() {

@@ -48,10 +48,14 @@ pub enum Opcode {
     /// full reply means "ask again from the last object + 1". With `map_epoch` E it also
     /// *seals* the PG below E on this OSD: replica mutations from an older interval are
     /// refused from then on, so a new primary that read this list misses no acknowledged write.
+    /// `version.epoch` names the incarnation the sender expects of this OSD (0: any); another
+    /// incarnation (a restarted process, which may have lost unflushed writes) answers
+    /// Unavailable instead of a list that would be taken for the old process's.
     List = 10,
     /// The whole object (REPLICA flag, between OSDs): reply payload is an object image (see
     /// [`crate::image`]) and the reply's `version` is the object's version; an absent object
-    /// answers Ok with an empty payload and version zero.
+    /// answers Ok with an empty payload and version zero. `version.epoch` names the expected
+    /// incarnation, as for LIST.
     Pull = 11,
     /// Replace the whole object with the payload's object image at `version` (an empty
     /// payload deletes it). Sent by a primary to bring a replica's copy up to date.

@@ -208,33 +208,70 @@ impl MultiHost {
         )
     }
 
-    /// Wait until every OSD that runs is up and every PG is active+clean.
-    pub fn wait_clean(&self, timeout: Duration) -> serde_json::Value {
+    /// The incarnation the current run of an OSD printed in its banner.
+    pub fn running_incarnation(&self, o: &OsdProc) -> Option<u64> {
+        let log = o.proc.log();
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("serving on") && l.contains("incarnation "))?;
+        let hex = line
+            .split("incarnation ")
+            .nth(1)?
+            .split([',', ')'])
+            .next()?;
+        u64::from_str_radix(hex.trim(), 16).ok()
+    }
+
+    /// Wait until `ready(status)` holds, polling `basalt status --json`.
+    pub fn wait_status(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + timeout;
         let mut last = serde_json::Value::Null;
-        // Bound: `timeout` of 500 ms rounds.
+        // Bound: `timeout` of 250 ms rounds.
         while Instant::now() < deadline {
             let out = self.cli(&["status", "--json"]);
             if out.status.success() {
                 last = parse_json(&out.stdout, "basalt status --json");
-                let total = last["pgs_total"].as_u64().unwrap_or(0);
-                let clean = last["pgs_active_clean"].as_u64().unwrap_or(0);
-                let running = self.osds.iter().filter(|o| o.proc.is_running()).count();
-                let up = last["osds"]
-                    .as_array()
-                    .map(|a| a.iter().filter(|o| o["up"].as_bool() == Some(true)).count())
-                    .unwrap_or(0);
-                if total > 0 && clean == total && up == running {
+                if ready(&last) {
                     return last;
                 }
             }
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(250));
         }
         panic!(
-            "the cluster did not become clean within {timeout:?}; last status:\n{}\n{}",
+            "{what}: not reached within {timeout:?}; last status:\n{}\n{}",
             serde_json::to_string_pretty(&last).unwrap_or_default(),
             self.logs_tail()
         );
+    }
+
+    /// Wait until every running OSD is up in the map as its current run (so a restart was
+    /// noticed) and every PG is active+clean.
+    pub fn wait_clean(&self, timeout: Duration) -> serde_json::Value {
+        let running: Vec<(u32, Option<u64>)> = self
+            .osds
+            .iter()
+            .filter(|o| o.proc.is_running())
+            .map(|o| (o.id, self.running_incarnation(o)))
+            .collect();
+        self.wait_status("every PG active+clean", timeout, |st| {
+            let total = st["pgs_total"].as_u64().unwrap_or(0);
+            let clean = st["pgs_active_clean"].as_u64().unwrap_or(0);
+            let osds = st["osds"].as_array().cloned().unwrap_or_default();
+            let current = running.iter().all(|(id, inc)| {
+                osds.iter().any(|o| {
+                    o["id"].as_u64() == Some(*id as u64)
+                        && o["up"].as_bool() == Some(true)
+                        && (inc.is_none() || o["incarnation"].as_u64() == *inc)
+                })
+            });
+            total > 0 && clean == total && current
+        })
     }
 
     /// The last lines of every daemon's log, for failure messages.
@@ -355,5 +392,83 @@ pub fn wait_child(mut child: std::process::Child, timeout: Duration) -> Output {
             }
             None => std::thread::sleep(Duration::from_millis(100)),
         }
+    }
+}
+
+/// A background load: fio jobs in a loop, each writing one region of a volume with crc32c
+/// verify headers and verifying while it writes (verify_backlog) and at its end; runs until
+/// stopped. Every job must succeed: an error reaching fio is a failure of the scenario.
+pub struct Loader {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<usize, String>>>,
+    /// Regions (MiB) the jobs cover: [0, regions * region_mib).
+    pub regions: u64,
+    pub region_mib: u64,
+}
+
+impl Loader {
+    pub fn start(uri: String, dir: PathBuf, regions: u64, region_mib: u64) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut done = 0usize;
+            // Bound: runs until stopped; each job is bounded by run()'s timeout.
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) || done < regions as usize {
+                let region = done as u64 % regions;
+                let name = format!("load{done}");
+                let offset = format!("--offset={}m", region * region_mib);
+                let size = format!("--size={region_mib}m");
+                let fio = Fio::new(
+                    &uri,
+                    &dir,
+                    &name,
+                    &[
+                        "--rw=randwrite",
+                        "--bs=4k",
+                        "--iodepth=8",
+                        &offset,
+                        &size,
+                        "--verify=crc32c",
+                        "--verify_fatal=1",
+                        "--do_verify=1",
+                        "--verify_backlog=64",
+                    ],
+                );
+                let bin = require_tool("fio", "fio");
+                let out = run(
+                    Command::new(bin).args(&fio.args).current_dir(&dir),
+                    Duration::from_secs(300),
+                );
+                let all = text(&out);
+                if !out.status.success() || all.contains("verify") && all.contains("bad") {
+                    return Err(format!("fio job {name} failed:\n{all}"));
+                }
+                done += 1;
+            }
+            Ok(done)
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+            regions,
+            region_mib,
+        }
+    }
+
+    /// Stop after the current job (and after every region was written once); returns the
+    /// number of jobs run. Panics when one failed.
+    pub fn finish(mut self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let t = self.thread.take().expect("loader thread");
+        match t.join().expect("loader thread panicked") {
+            Ok(n) => n,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
