@@ -120,6 +120,32 @@ fn decode(bytes: &[u8]) -> Result<VolumeInfo, ClientError> {
     })
 }
 
+/// Longest time a read of volume records waits for an unavailable metadata store.
+pub const META_RETRY_MS: u64 = 30_000;
+/// Pause between such attempts.
+const META_RETRY_PAUSE_MS: u64 = 250;
+
+/// Run a metadata read, retrying while the store is unavailable, for up to META_RETRY_MS.
+async fn meta_retry<T, F, Fut>(op: F) -> Result<T, basalt_meta::MetaError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, basalt_meta::MetaError>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(META_RETRY_MS);
+    // Bound: META_RETRY_MS of META_RETRY_PAUSE_MS rounds (each call has its own timeout).
+    loop {
+        match op().await {
+            Err(basalt_meta::MetaError::Unavailable { reason })
+                if std::time::Instant::now() < deadline =>
+            {
+                tracing::debug!("metadata unavailable, retrying: {reason}");
+                tokio::time::sleep(std::time::Duration::from_millis(META_RETRY_PAUSE_MS)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Allocate a fresh family number (the middle bits of an inode id, see `InodeId`).
 async fn next_family(meta: &dyn MetaStore) -> Result<u32, ClientError> {
     for _ in 0..CAS_RETRIES {
@@ -192,13 +218,15 @@ impl Cluster {
 
     /// Every volume, by name.
     pub async fn list_volumes(&self) -> Result<Vec<VolumeInfo>, ClientError> {
-        let entries = self.meta().list(VOLUMES_PREFIX).await?;
+        let entries = meta_retry(|| self.meta().list(VOLUMES_PREFIX)).await?;
         entries.iter().map(|(_, v, _)| decode(v)).collect()
     }
 
-    /// One volume's record.
+    /// One volume's record. A metadata outage (etcd restarting) is waited out for up to
+    /// [`META_RETRY_MS`], so a client connecting meanwhile sees a pause, not an error.
     pub async fn volume_info(&self, name: &str) -> Result<VolumeInfo, ClientError> {
-        match self.meta().get(&key(name)).await? {
+        let k = key(name);
+        match meta_retry(|| self.meta().get(&k)).await? {
             Some((v, _)) => decode(&v),
             None => Err(ClientError::NoSuchVolume { name: name.into() }),
         }
