@@ -20,12 +20,26 @@ const MAX_REQUEST_BYTES: usize = 64 << 10;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Request {
-    Create { name: String, size: u64 },
+    Create {
+        name: String,
+        size: u64,
+    },
     Ls,
-    Info { name: String },
-    Resize { name: String, size: u64 },
-    Rm { name: String },
-    Status,
+    Info {
+        name: String,
+    },
+    Resize {
+        name: String,
+        size: u64,
+    },
+    Rm {
+        name: String,
+    },
+    /// `interval_ms` > 0 samples counters twice that far apart to report rates.
+    Status {
+        #[serde(default)]
+        interval_ms: u64,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -129,11 +143,15 @@ pub(crate) async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -
             ok: true,
             ..Response::default()
         }),
-        Request::Status => crate::status::gather(cluster).await.map(|r| Response {
-            ok: true,
-            status: Some(r),
-            ..Response::default()
-        }),
+        Request::Status { interval_ms } => {
+            crate::status::gather_with_rates(cluster, interval_ms.min(60_000))
+                .await
+                .map(|r| Response {
+                    ok: true,
+                    status: Some(r),
+                    ..Response::default()
+                })
+        }
     };
     result.unwrap_or_else(|e| Response::error(e.to_string()))
 }

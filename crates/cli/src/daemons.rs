@@ -85,6 +85,10 @@ pub struct OsdArgs {
     /// Do not run a monitor candidate in this process.
     #[arg(long)]
     pub no_monitor: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: the --listen IP, its port
+    /// + 1000; "off" to disable].
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     #[command(flatten)]
     pub mon: MonArgs,
 }
@@ -228,11 +232,20 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let handle = Osd::start(config, map, meta.clone())
         .await
         .with_context(|| format!("start osd.{id}"))?;
+    let metrics = match metrics_addr(args.metrics_listen.as_deref(), listen)? {
+        Some(addr) => {
+            let osd = handle.osd.clone();
+            let render: crate::metrics_http::Render =
+                Arc::new(move || basalt_osd::metrics::render(&osd));
+            Some(crate::metrics_http::start(addr, render).await?)
+        }
+        None => None,
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let registration = Registration {
         host: host.clone(),
         lease_ttl_secs: args.lease_ttl.max(2),
-        metrics_addr: None,
+        metrics_addr: metrics.as_ref().map(|m| m.0.to_string()),
     };
     let keepalive = basalt_osd::register(
         handle.osd.clone(),
@@ -251,10 +264,14 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         )
     });
     println!(
-        "osd.{id} serving on {} (host {host}, incarnation {:x}, store {})",
+        "osd.{id} serving on {} (host {host}, incarnation {:x}, store {}{})",
         handle.addr,
         handle.osd.incarnation,
-        dir.join("store.dat").display()
+        dir.join("store.dat").display(),
+        metrics
+            .as_ref()
+            .map(|m| format!(", metrics http://{}/metrics", m.0))
+            .unwrap_or_default()
     );
     flush_stdout();
     crate::up::wait_for_signal().await?;
@@ -270,6 +287,20 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         .with_context(|| format!("stop osd.{id}"))?;
     eprintln!("osd.{id}: stopped cleanly");
     Ok(())
+}
+
+/// The metrics address: given, "off", or by default the data-plane IP with port + 1000.
+fn metrics_addr(arg: Option<&str>, listen: SocketAddr) -> anyhow::Result<Option<SocketAddr>> {
+    match arg {
+        Some("off") => Ok(None),
+        Some(a) => Ok(Some(a.parse().with_context(|| {
+            format!("--metrics-listen {a}: expected IP:PORT or \"off\"")
+        })?)),
+        None => Ok(Some(SocketAddr::new(
+            listen.ip(),
+            listen.port().checked_add(1000).unwrap_or(0),
+        ))),
+    }
 }
 
 fn flush_stdout() {
@@ -309,6 +340,10 @@ pub struct NbdArgs {
     /// Also serve NBD on this unix socket.
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: the --listen IP, its port
+    /// + 1000; "off" to disable].
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
 }
 
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
@@ -324,6 +359,14 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listen for NBD on {}", args.listen))?;
     let addr = tcp.local_addr()?;
     let tcp_task = tokio::spawn(nbd.clone().serve_tcp(tcp));
+    let metrics = match metrics_addr(args.metrics_listen.as_deref(), addr)? {
+        Some(maddr) => {
+            let c = cluster.clone();
+            let render: crate::metrics_http::Render = Arc::new(move || c.render_metrics());
+            Some(crate::metrics_http::start(maddr, render).await?)
+        }
+        None => None,
+    };
     let unix_task = match &args.socket {
         Some(path) => {
             let _ = std::fs::remove_file(path);
@@ -333,10 +376,19 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    println!("NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name)");
+    println!(
+        "NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name){}",
+        metrics
+            .as_ref()
+            .map(|m| format!(", metrics http://{}/metrics", m.0))
+            .unwrap_or_default()
+    );
     flush_stdout();
     crate::up::wait_for_signal().await?;
     nbd.shutdown();
+    if let Some((_, task)) = metrics {
+        task.abort();
+    }
     let _ = tcp_task.await;
     if let Some(t) = unix_task {
         let _ = t.await;

@@ -5,6 +5,7 @@ mod bench;
 mod control;
 mod daemons;
 mod gateway;
+mod metrics_http;
 mod status;
 mod up;
 mod volume_cmd;
@@ -68,6 +69,10 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Seconds over which client and recovery rates are measured (0: no rates, answer
+        /// at once).
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
     },
     /// Run one storage daemon (OSD) of a multi-host cluster, or administer OSDs.
     ///
@@ -138,9 +143,11 @@ fn main() -> std::process::ExitCode {
             control,
             meta,
             json,
+            interval,
         } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(show_status(control, meta, json)))
+            let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
+            runtime().and_then(|rt| rt.block_on(show_status(control, meta, json, interval_ms)))
         }
         Command::Osd {
             command: Some(command),
@@ -190,12 +197,13 @@ async fn show_status(
     control: SocketAddr,
     meta: daemons::MetaArgs,
     json: bool,
+    interval_ms: u64,
 ) -> anyhow::Result<()> {
     let report = if meta.meta.is_some() {
         let cluster = admin::open_cluster(&meta).await?;
-        status::gather(&cluster).await?
+        status::gather_with_rates(&cluster, interval_ms).await?
     } else {
-        let resp = control::call(control, &control::Request::Status).await?;
+        let resp = control::call(control, &control::Request::Status { interval_ms }).await?;
         resp.status
             .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?
     };

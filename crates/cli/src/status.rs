@@ -51,8 +51,49 @@ pub struct StatusReport {
     /// Every PG's state.
     #[serde(default)]
     pub pgs: Vec<PgStatus>,
+    /// Rates over the sampling interval (absent when not sampled).
+    #[serde(default)]
+    pub rates: Option<Rates>,
     pub volumes: u64,
     pub volume_bytes: u64,
+}
+
+/// Cluster-wide rates measured between two samples of every OSD's counters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Rates {
+    pub interval_ms: u64,
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+    /// Objects and bytes pushed to replicas per second (recovery).
+    pub recovery_objects_per_sec: f64,
+    pub recovery_bytes_per_sec: f64,
+}
+
+/// Rates between two samples taken `interval_ms` apart (OSDs in both samples only).
+fn rates(a: &[OsdStatus], b: &[OsdStatus], interval_ms: u64) -> Rates {
+    let secs = interval_ms.max(1) as f64 / 1000.0;
+    let mut r = Rates {
+        interval_ms,
+        ..Rates::default()
+    };
+    for ob in b {
+        let (Some(sb), Some(sa)) = (
+            ob.stats,
+            a.iter().find(|o| o.id == ob.id).and_then(|o| o.stats),
+        ) else {
+            continue;
+        };
+        let d = |x: u64, y: u64| x.saturating_sub(y) as f64 / secs;
+        r.read_iops += d(sb.reads, sa.reads);
+        r.write_iops += d(sb.writes, sa.writes);
+        r.read_bytes_per_sec += d(sb.read_bytes, sa.read_bytes);
+        r.write_bytes_per_sec += d(sb.write_bytes, sa.write_bytes);
+        r.recovery_objects_per_sec += d(sb.pushed_objects, sa.pushed_objects);
+        r.recovery_bytes_per_sec += d(sb.pushed_bytes, sa.pushed_bytes);
+    }
+    r
 }
 
 /// One PG in a status report.
@@ -136,8 +177,24 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
 /// Longest wait for one OSD's counts.
 const STAT_TIMEOUT_MS: u64 = 2_000;
 
-/// Gather a report by asking every OSD that is up for its store's counts.
-pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::ClientError> {
+/// Gather a report; with `interval_ms` > 0, sample every OSD's counters twice that far
+/// apart and report client and recovery rates.
+pub async fn gather_with_rates(
+    cluster: &Cluster,
+    interval_ms: u64,
+) -> Result<StatusReport, basalt_client::ClientError> {
+    if interval_ms == 0 {
+        return gather(cluster).await;
+    }
+    let first = osd_statuses(cluster).await;
+    tokio::time::sleep(std::time::Duration::from_millis(interval_ms)).await;
+    let mut report = gather(cluster).await?;
+    report.rates = Some(rates(&first, &report.osds, interval_ms));
+    Ok(report)
+}
+
+/// Every OSD of the map, with the counts of those that are up.
+async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
     let map = cluster.map();
     let mut osds = Vec::with_capacity(map.osds.len());
     for o in map.osds.values() {
@@ -164,6 +221,13 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::Cl
             error,
         });
     }
+    osds
+}
+
+/// Gather a report by asking every OSD that is up for its store's counts.
+pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::ClientError> {
+    let map = cluster.map();
+    let osds = osd_statuses(cluster).await;
     let records = pg_records(cluster).await?;
     let pgs = pg_states(&map, &records);
     let count = |state: &str| pgs.iter().filter(|p| p.state == state).count() as u64;
@@ -187,6 +251,7 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::Cl
         degraded_objects: pgs.iter().map(|p| p.degraded_objects).sum(),
         monitor,
         pgs,
+        rates: None,
         volumes: volumes.len() as u64,
         volume_bytes: volumes.iter().map(|v| v.size).sum(),
     })
@@ -264,6 +329,18 @@ pub fn print(r: &StatusReport) {
     }
     if let Some(m) = &r.monitor {
         println!("  monitor: {m}");
+    }
+    if let Some(rt) = &r.rates {
+        println!(
+            "  io:      client {:.0} read IOPS ({}/s), {:.0} write IOPS ({}/s); \
+             recovery {:.0} objects/s ({}/s)",
+            rt.read_iops,
+            human_bytes(rt.read_bytes_per_sec as u64),
+            rt.write_iops,
+            human_bytes(rt.write_bytes_per_sec as u64),
+            rt.recovery_objects_per_sec,
+            human_bytes(rt.recovery_bytes_per_sec as u64),
+        );
     }
     println!("data:");
     println!(

@@ -35,6 +35,14 @@ fn status_reports_osds_pgs_and_usage() {
         assert_eq!(used, 8 << 20, "osd {} holds one full copy: {o}", o["id"]);
         assert_eq!(o["stats"]["objects"], 64, "8 MiB = 64 objects of 128 KiB");
     }
+    // Each write is counted once, at its primary.
+    let written: u64 = after["osds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["stats"]["write_bytes"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(written, 8 << 20, "client write bytes over all primaries");
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
     cmd.args(["status", "--control"])
@@ -45,4 +53,8 @@ fn status_reports_osds_pgs_and_usage() {
     assert!(text.contains("HEALTH_OK"), "{text}");
     assert!(text.contains("32 total, 32 active+clean"), "{text}");
     assert!(text.contains("3 total, 3 up, 3 in"), "{text}");
+    assert!(
+        text.contains("io:") && text.contains("write IOPS"),
+        "{text}"
+    );
 }

@@ -23,6 +23,20 @@ pub struct OsdStats {
     pub slots_total: u64,
     pub slots_free: u64,
     pub objects: u64,
+    /// Counters since the OSD started (0 from an OSD that does not report them).
+    #[serde(default)]
+    pub reads: u64,
+    #[serde(default)]
+    pub writes: u64,
+    #[serde(default)]
+    pub read_bytes: u64,
+    #[serde(default)]
+    pub write_bytes: u64,
+    /// Objects and bytes pushed to replicas (recovery).
+    #[serde(default)]
+    pub pushed_objects: u64,
+    #[serde(default)]
+    pub pushed_bytes: u64,
 }
 
 /// Longest time one object request may take before the client gives up on it.
@@ -47,8 +61,19 @@ pub fn is_retryable(e: &ClientError) -> bool {
     }
 }
 
+/// Counters of one client process (a gateway), for `/metrics`.
+#[derive(Default, Debug)]
+pub struct ClientCounters {
+    /// Object requests retried after a failover, peering or a lost connection.
+    pub retries: std::sync::atomic::AtomicU64,
+    /// Object requests that failed for good (the error reached the caller).
+    pub failures: std::sync::atomic::AtomicU64,
+}
+
 /// A handle on the cluster shared by every volume of one process.
 pub struct Cluster {
+    /// Retry and failure counters.
+    pub counters: ClientCounters,
     meta: Arc<dyn MetaStore>,
     map: watch::Receiver<Arc<ClusterMap>>,
     conns: ConnPool,
@@ -60,6 +85,7 @@ impl Cluster {
     /// A client that routes with the maps published on `map`.
     pub fn new(meta: Arc<dyn MetaStore>, map: watch::Receiver<Arc<ClusterMap>>) -> Arc<Self> {
         Arc::new(Self {
+            counters: ClientCounters::default(),
             meta,
             map,
             conns: ConnPool::new(),
@@ -123,15 +149,48 @@ impl Cluster {
             let result = self.try_primary(&map, pg, header, payload.clone()).await;
             match result {
                 Err(e) if is_retryable(&e) && Instant::now() < deadline => {
+                    self.counters
+                        .retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if attempt == 0 {
                         tracing::debug!(%pg, "retrying {:?}: {e}", header.opcode);
                     }
                     self.wait_for_map(map.epoch, backoff(attempt)).await;
                     attempt += 1;
                 }
-                other => return other,
+                Err(e) => {
+                    self.counters
+                        .failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Err(e);
+                }
+                ok => return ok,
             }
         }
+    }
+
+    /// The gateway's metrics in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let map = self.map();
+        let up = map.osds.values().filter(|o| o.up).count();
+        format!(
+            "# HELP basalt_client_retries_total Object requests retried (failover, peering, lost connections).\n\
+             # TYPE basalt_client_retries_total counter\n\
+             basalt_client_retries_total {}\n\
+             # HELP basalt_client_failures_total Object requests that failed for good.\n\
+             # TYPE basalt_client_failures_total counter\n\
+             basalt_client_failures_total {}\n\
+             # HELP basalt_client_map_epoch Epoch of the newest cluster map.\n\
+             # TYPE basalt_client_map_epoch gauge\n\
+             basalt_client_map_epoch {}\n\
+             # HELP basalt_client_osds_up OSDs up in the map.\n\
+             # TYPE basalt_client_osds_up gauge\n\
+             basalt_client_osds_up {up}\n",
+            self.counters.retries.load(Relaxed),
+            self.counters.failures.load(Relaxed),
+            map.epoch,
+        )
     }
 
     /// One attempt at the PG's primary under `map`.
@@ -213,8 +272,11 @@ impl Cluster {
             });
         }
         let word = |i: usize| {
+            let Some(w) = reply.payload.get(i * 8..i * 8 + 8) else {
+                return 0;
+            };
             let mut b = [0u8; 8];
-            b.copy_from_slice(&reply.payload[i * 8..i * 8 + 8]);
+            b.copy_from_slice(w);
             u64::from_le_bytes(b)
         };
         Ok(OsdStats {
@@ -223,6 +285,12 @@ impl Cluster {
             slots_total: word(2),
             slots_free: word(3),
             objects: word(4),
+            reads: word(5),
+            writes: word(6),
+            read_bytes: word(7),
+            write_bytes: word(8),
+            pushed_objects: word(9),
+            pushed_bytes: word(10),
         })
     }
 

@@ -203,6 +203,10 @@ impl Volume {
         };
         match result {
             Err(e) if is_retryable(&e) => {
+                self.cluster
+                    .counters
+                    .retries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!(object = %h.object, "retrying {:?} after: {e}", h.opcode);
                 let reply = self.cluster.object_request(h.pg, h, payload).await?;
                 Ok(reply.payload)

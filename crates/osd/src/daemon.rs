@@ -79,6 +79,8 @@ pub struct Osd {
     /// mutations.
     pub pgs: PgTable,
     pub(crate) recovery: RecoveryConfig,
+    /// Operation counters (STAT replies, `/metrics`).
+    pub counters: crate::metrics::OsdCounters,
     started: Instant,
     /// Milliseconds since `started` of the last client request (recovery yields to them).
     last_client_op_ms: AtomicU64,
@@ -180,6 +182,7 @@ impl Osd {
             peers: ConnPool::new(),
             pgs: PgTable::default(),
             recovery: config.recovery,
+            counters: Default::default(),
             started: Instant::now(),
             last_client_op_ms: AtomicU64::new(0),
             lease_renewed_ms: AtomicU64::new(0),

@@ -6,6 +6,7 @@
 //! primary expects; otherwise the primary pushes the whole object.
 
 use crate::daemon::Osd;
+use crate::metrics::OsdCounters;
 use crate::pg::PgPhase;
 use crate::recovery::{apply_image, push_object, read_image};
 use basalt_client::frame_io::{read_frame, write_frames};
@@ -126,6 +127,9 @@ pub(crate) fn dispatch(
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete | Opcode::Push if replica => {
             let status = replica_apply(osd, &h, &payload);
+            if status == Status::Ok {
+                OsdCounters::add(&osd.counters.replica_ops, 1);
+            }
             if status == Status::Ok && h.flags.has(Flags::FUA) {
                 let osd = osd.clone();
                 spawn_reply(
@@ -141,6 +145,7 @@ pub(crate) fn dispatch(
         Opcode::Push => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Read | Opcode::Allocation => {
             if let Err(status) = primary_gate(osd, &h) {
+                OsdCounters::add(&osd.counters.errors, 1);
                 sink.send(h.reply(status), Bytes::new());
                 return;
             }
@@ -150,6 +155,10 @@ pub(crate) fn dispatch(
                 return;
             }
             let (status, data) = read(osd, &h);
+            if status == Status::Ok {
+                OsdCounters::add(&osd.counters.reads, 1);
+                OsdCounters::add(&osd.counters.read_bytes, data.len() as u64);
+            }
             if status == Status::Io {
                 // Our copy is damaged (or unreadable): serve a replica's copy instead of an
                 // error when one is good. Never serve the damaged bytes.
@@ -167,7 +176,16 @@ pub(crate) fn dispatch(
         Opcode::Write | Opcode::Trim | Opcode::Delete => {
             let osd = osd.clone();
             spawn_reply(sink, h, permit, async move {
-                (primary_mutation(&osd, h, payload).await, Bytes::new())
+                let bytes = payload.len() as u64;
+                let status = primary_mutation(&osd, h, payload).await;
+                let c = &osd.counters;
+                if status == Status::Ok {
+                    OsdCounters::add(&c.writes, 1);
+                    OsdCounters::add(&c.write_bytes, bytes);
+                } else {
+                    OsdCounters::add(&c.errors, 1);
+                }
+                (status, Bytes::new())
             });
         }
     }
@@ -220,16 +238,18 @@ fn in_object(osd: &Osd, h: &Header) -> bool {
     h.offset as u64 + h.length as u64 <= os
 }
 
+/// STAT: the store's five counts, then the OSD's operation counters (see `OsdStats`).
 fn stat(osd: &Osd) -> Bytes {
     let st = osd.store.stats();
-    let mut out = BytesMut::with_capacity(40);
-    for v in [
+    let mut out = BytesMut::with_capacity(88);
+    let store = [
         st.capacity_bytes,
         st.used_bytes,
         st.slots_total,
         st.slots_free,
         st.objects,
-    ] {
+    ];
+    for v in store.into_iter().chain(osd.counters.stat_words()) {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out.freeze()

@@ -7,6 +7,7 @@
 pub mod daemon;
 pub mod handler;
 pub mod liveness;
+pub mod metrics;
 pub mod peering;
 pub mod pg;
 pub mod recovery;
@@ -14,4 +15,5 @@ pub mod recovery;
 pub use daemon::{random_u64, Osd, OsdConfig, OsdError, OsdHandle};
 pub use handler::LocalOsd;
 pub use liveness::{register, Registration};
+pub use metrics::OsdCounters;
 pub use recovery::RecoveryConfig;

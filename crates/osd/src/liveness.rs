@@ -109,9 +109,14 @@ async fn keep_alive(
                 Ok(())
             }
             Err(MetaError::LeaseNotFound { .. }) => {
-                // Our lease expired (we were cut off): the cluster marked us down. Come back
-                // with a new lease; the monitor starts new intervals for our PGs.
-                tracing::warn!(osd = osd.id, "liveness lease expired; registering again");
+                // Our lease expired (we were cut off or stopped): the cluster may have moved
+                // our PGs. Stop serving them as primary first (re-peer), then come back with
+                // a new lease; the monitor starts new intervals for our PGs.
+                tracing::warn!(
+                    osd = osd.id,
+                    "liveness lease expired; re-peering and registering again"
+                );
+                crate::peering::repeer_all(&osd);
                 publish(&osd, &alive, ttl_secs).await.map(|l| lease = l)
             }
             Err(e) => Err(e),

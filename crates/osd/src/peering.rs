@@ -84,6 +84,30 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
     }
 }
 
+/// This OSD's liveness lease expired (it was cut off or stopped): the cluster may have moved
+/// its PGs to other primaries meanwhile, while its own map may still be old. Stop serving
+/// every PG it is primary of and peer them again under their current intervals: peering
+/// finds a newer PG record when another primary took over (and waits for the map that says
+/// so), or activates again when nobody did.
+pub fn repeer_all(osd: &Arc<Osd>) {
+    for (pg, entry) in osd.pgs.snapshot() {
+        if entry.phase == PgPhase::Replica {
+            continue;
+        }
+        let restarted = osd.pgs.with(pg, |e| {
+            if e.generation != entry.generation {
+                return None;
+            }
+            e.generation += 1;
+            e.phase = PgPhase::Peering;
+            Some((e.interval, e.generation, e.acting.clone()))
+        });
+        if let Some((interval, generation, acting)) = restarted {
+            tokio::spawn(peer_pg(osd.clone(), pg, interval, generation, acting));
+        }
+    }
+}
+
 /// Why peering did not finish.
 enum PeerError {
     /// A newer interval replaced this one.
@@ -341,6 +365,7 @@ async fn sync_from(
         };
         apply_image_or_delete(osd, obj, reply.header.version, image.as_ref())
             .map_err(|e| retry(format!("apply pulled {obj}: {e}")))?;
+        crate::metrics::OsdCounters::add(&osd.counters.pulled_objects, 1);
     }
     Ok(())
 }

@@ -147,6 +147,8 @@ pub(crate) async fn push_object(
                 return crate::handler::status_of(&e);
             }
         };
+        crate::metrics::OsdCounters::add(&osd.counters.pushed_objects, 1);
+        crate::metrics::OsdCounters::add(&osd.counters.pushed_bytes, payload.len() as u64);
         let mut h = Header::request(Opcode::Push, 0, obj);
         h.flags = Flags(Flags::REPLICA | if fua { Flags::FUA } else { 0 });
         h.version = version;

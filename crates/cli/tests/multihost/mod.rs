@@ -203,7 +203,8 @@ impl MultiHost {
     /// `basalt status --json`.
     pub fn status(&self) -> serde_json::Value {
         parse_json(
-            self.cli_ok(&["status", "--json"]).as_bytes(),
+            self.cli_ok(&["status", "--json", "--interval", "0"])
+                .as_bytes(),
             "basalt status --json",
         )
     }
@@ -234,7 +235,7 @@ impl MultiHost {
         let mut last = serde_json::Value::Null;
         // Bound: `timeout` of 250 ms rounds.
         while Instant::now() < deadline {
-            let out = self.cli(&["status", "--json"]);
+            let out = self.cli(&["status", "--json", "--interval", "0"]);
             if out.status.success() {
                 last = parse_json(&out.stdout, "basalt status --json");
                 if ready(&last) {
@@ -295,6 +296,26 @@ impl MultiHost {
     pub fn locate(&self, volume: &str, offset: u64) -> serde_json::Value {
         let out = self.cli_ok(&["volume", "locate", volume, &offset.to_string()]);
         parse_json(out.as_bytes(), "basalt volume locate")
+    }
+
+    /// GET http://HOST_IP:PORT/metrics of OSD `id` (data port + 1000), from the root
+    /// namespace.
+    pub fn osd_metrics(&self, id: u32) -> String {
+        use std::io::{Read, Write};
+        let o = self.osd(id);
+        let k = self
+            .osds
+            .iter()
+            .filter(|x| x.host == o.host && x.id < id)
+            .count() as u16;
+        let addr = format!("{}:{}", self.hosts[o.host].ip, OSD_BASE_PORT + k + 1000);
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read /metrics");
+        out
     }
 
     /// The OSD process with id `id`.
