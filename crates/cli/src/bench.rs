@@ -69,6 +69,14 @@ pub struct NbdArgs {
     /// Write the table (Markdown) here as well.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also measure a multi-host cluster of this many hosts (network namespaces on this
+    /// machine, 2 OSDs each, stores on tmpfs, an NBD gateway on its own host), and the
+    /// failover pause after a kill -9 of a primary. Needs root. 0: skip.
+    #[arg(long, default_value_t = 0)]
+    hosts: usize,
+    /// Failover measurements (with --hosts).
+    #[arg(long, default_value_t = 3)]
+    failovers: usize,
 }
 
 /// One fio workload.
@@ -331,32 +339,39 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
     let _cleanup = RemoveOnDrop(scratch.clone());
     let (_basalt, basalt_uri) = start_basalt(&scratch.join("basalt"), &args.size)?;
     let (_qemu, qemu_uri) = start_qemu_nbd(&scratch.join("qemu.raw"), size_bytes)?;
-    let targets = [
-        ("basalt", basalt_uri.as_str()),
-        ("qemu-nbd", qemu_uri.as_str()),
-    ];
+    let mut targets: Vec<(String, String)> =
+        vec![("basalt".into(), basalt_uri), ("qemu-nbd".into(), qemu_uri)];
+    let cluster = if args.hosts > 0 {
+        eprintln!(
+            "starting a {}-host cluster in network namespaces",
+            args.hosts
+        );
+        let (cluster, uri) =
+            crate::bench_cluster::start(args.hosts, &scratch.join("cluster"), &args.size)?;
+        targets.insert(1, (format!("basalt {}-host", args.hosts), uri));
+        Some(cluster)
+    } else {
+        None
+    };
     let out = scratch.join("fio.json");
 
     eprintln!("preconditioning: writing {} to each target", args.size);
-    for (name, uri) in targets {
+    for (name, uri) in &targets {
         fio(uri, "write", "1M", 8, None, &args.size, &out)
             .with_context(|| format!("precondition {name}"))?;
     }
     // samples[profile][target] = per-round samples
-    let mut samples = vec![vec![Vec::<Sample>::new(); 2]; PROFILES.len()];
-    let total = args.rounds as usize * PROFILES.len() * 2;
+    let n = targets.len();
+    let mut samples = vec![vec![Vec::<Sample>::new(); n]; PROFILES.len()];
+    let total = args.rounds as usize * PROFILES.len() * n;
     let mut step = 0;
     for round in 0..args.rounds {
         for (p, profile) in PROFILES.iter().enumerate() {
-            // Alternate which target goes first, so neither always runs on a warmer machine.
-            let order: [usize; 2] = if (round as usize + p).is_multiple_of(2) {
-                [0, 1]
-            } else {
-                [1, 0]
-            };
-            for t in order {
+            // Rotate which target goes first, so none always runs on a warmer machine.
+            for k in 0..n {
+                let t = (k + round as usize + p) % n;
                 step += 1;
-                let (name, uri) = targets[t];
+                let (name, uri) = &targets[t];
                 eprintln!(
                     "[{step}/{total}] round {} {} on {name}",
                     round + 1,
@@ -376,12 +391,37 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let table = render(&args, &samples);
+    let names: Vec<&str> = targets.iter().map(|t| t.0.as_str()).collect();
+    let mut table = render(&args, &names, &samples);
+    if let Some(cluster) = &cluster {
+        let pauses = crate::bench_cluster::failover_pauses(cluster, args.failovers)?;
+        table.push_str(&render_failover(&pauses));
+    }
     println!("{table}");
     if let Some(path) = &args.out {
         std::fs::write(path, &table).with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
+}
+
+fn render_failover(pauses: &[crate::bench_cluster::Failover]) -> String {
+    let mut s = String::from(
+        "\nFailover pause: 4 KiB writes at QD1 to one PG through the client library; the PG's \
+         primary is killed with SIGKILL; the pause runs from the kill to the completion of the \
+         first write issued after it (lease TTL 3 s). Target: <= 5 s.\n\n\
+         | Trial | Killed | Pause |\n|---:|---|---:|\n",
+    );
+    for (i, f) in pauses.iter().enumerate() {
+        s.push_str(&format!(
+            "| {} | osd.{} | {:.2} s |\n",
+            i + 1,
+            f.osd,
+            f.pause.as_secs_f64()
+        ));
+    }
+    let secs: Vec<f64> = pauses.iter().map(|f| f.pause.as_secs_f64()).collect();
+    s.push_str(&format!("| median | | {:.2} s |\n", median(secs)));
+    s
 }
 
 /// Removes a scratch directory however the benchmark ends.
@@ -399,14 +439,29 @@ fn tempdir_in(base: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn render(args: &NbdArgs, samples: &[Vec<Vec<Sample>>]) -> String {
+fn render(args: &NbdArgs, names: &[&str], samples: &[Vec<Vec<Sample>>]) -> String {
+    let qemu = names.iter().position(|n| *n == "qemu-nbd").unwrap_or(0);
     let mut s = String::new();
     s.push_str(&format!(
-        "fio ioengine=nbd, {} rounds x {} s, {} target on tmpfs; medians. Basalt: `basalt up`, 3 OSDs, 3 replicas.\n\n",
+        "fio ioengine=nbd, {} rounds x {} s, {} target on tmpfs; medians. `basalt`: `basalt up`, \
+         3 OSDs, 3 replicas, in-process gateway. Multi-host: hosts in network namespaces, 2 OSDs \
+         each, 3 replicas (failure domain host), NBD gateway on its own host.\n\n",
         args.rounds, args.runtime, args.size
     ));
-    s.push_str("| Profile | Basalt | qemu-nbd | Basalt / qemu-nbd | Basalt mean lat | qemu-nbd mean lat |\n");
-    s.push_str("|---|---:|---:|---:|---:|---:|\n");
+    s.push_str("| Profile |");
+    for n in names {
+        s.push_str(&format!(" {n} |"));
+    }
+    for n in names.iter().filter(|n| **n != "qemu-nbd") {
+        s.push_str(&format!(" {n} / qemu-nbd |"));
+    }
+    for n in names {
+        s.push_str(&format!(" {n} mean lat |"));
+    }
+    s.push_str("\n|---|");
+    let cols = names.len() * 2 + names.len() - 1;
+    s.push_str(&"---:|".repeat(cols));
+    s.push('\n');
     for (p, profile) in PROFILES.iter().enumerate() {
         let seq = profile.bs == "1M";
         let metric = |t: usize| -> f64 {
@@ -418,17 +473,20 @@ fn render(args: &NbdArgs, samples: &[Vec<Vec<Sample>>]) -> String {
             )
         };
         let lat = |t: usize| median(samples[p][t].iter().map(|x| x.lat_us_mean).collect());
-        let (b, q) = (metric(0), metric(1));
         let unit = if seq { "MiB/s" } else { "IOPS" };
-        s.push_str(&format!(
-            "| {} | {:.0} {unit} | {:.0} {unit} | {:.2}x | {:.1} us | {:.1} us |\n",
-            profile.name,
-            b,
-            q,
-            if q > 0.0 { b / q } else { 0.0 },
-            lat(0),
-            lat(1)
-        ));
+        s.push_str(&format!("| {} |", profile.name));
+        for t in 0..names.len() {
+            s.push_str(&format!(" {:.0} {unit} |", metric(t)));
+        }
+        let q = metric(qemu);
+        for t in (0..names.len()).filter(|&t| t != qemu) {
+            let r = if q > 0.0 { metric(t) / q } else { 0.0 };
+            s.push_str(&format!(" {r:.2}x |"));
+        }
+        for t in 0..names.len() {
+            s.push_str(&format!(" {:.1} us |", lat(t)));
+        }
+        s.push('\n');
     }
     s
 }

@@ -2,6 +2,7 @@
 
 mod admin;
 mod bench;
+mod bench_cluster;
 mod control;
 mod daemons;
 mod gateway;

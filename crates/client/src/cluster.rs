@@ -144,8 +144,15 @@ impl Cluster {
     ) -> Result<Reply, ClientError> {
         let deadline = Instant::now() + Duration::from_millis(RETRY_DEADLINE_MS);
         let mut attempt = 0u32;
+        let mut epoch = 0u32;
         loop {
             let map = self.map();
+            if map.epoch != epoch {
+                // A new map is a new situation (the PG is peering under it now): retry soon
+                // again rather than at the backoff reached while waiting for it.
+                epoch = map.epoch;
+                attempt = 0;
+            }
             let result = self.try_primary(&map, pg, header, payload.clone()).await;
             match result {
                 Err(e) if is_retryable(&e) && Instant::now() < deadline => {

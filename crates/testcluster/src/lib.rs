@@ -59,6 +59,7 @@
 //! Every wait is bounded. Needs root and the Debian packages iproute2 and nftables (plus
 //! etcd-server for [`Net::start_etcd`]).
 
+pub mod basalt;
 mod cmd;
 mod etcd;
 mod firewall;
@@ -68,6 +69,7 @@ mod netns;
 mod process;
 mod registry;
 
+pub use basalt::{BasaltCluster, Layout, OsdProc};
 pub use etcd::{Etcd, ETCD_BIN, ETCD_CLIENT_PORT, ETCD_PEER_PORT, ETCD_READY_WAIT};
 pub use host::Host;
 pub use net::Net;
