@@ -82,6 +82,10 @@ pub struct OsdArgs {
     /// Background recovery rate while clients are active, per second.
     #[arg(long, default_value = "32M")]
     pub recovery_rate_busy: String,
+    /// Seconds between scans for stray copies (of PGs this OSD left, once they are clean
+    /// elsewhere), which are then deleted to free their space; 0: never.
+    #[arg(long, default_value_t = 30)]
+    pub stray_scan_secs: u64,
     /// Do not run a monitor candidate in this process.
     #[arg(long)]
     pub no_monitor: bool,
@@ -228,6 +232,8 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             idle_bytes_per_sec: parse_size(&args.recovery_rate)?,
             busy_bytes_per_sec: parse_size(&args.recovery_rate_busy)?,
         },
+        stray_scan: (args.stray_scan_secs > 0)
+            .then(|| std::time::Duration::from_secs(args.stray_scan_secs)),
     };
     let handle = Osd::start(config, map, meta.clone())
         .await

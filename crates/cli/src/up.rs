@@ -175,6 +175,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             create_if_missing: first_start,
             incarnation: None,
             recovery: RecoveryConfig::default(),
+            stray_scan: Some(std::time::Duration::from_secs(30)),
         };
         let handle = Osd::start(config, map_rx.clone(), meta.clone())
             .await

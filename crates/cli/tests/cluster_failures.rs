@@ -231,6 +231,19 @@ fn add_host_under_load_rebalances() {
         })
         .count();
     assert!(moved > 0, "no PG moved onto the new host: {st}");
+    // The old holders of moved PGs drop their stray copies: the 32 MiB written are 256
+    // objects of 128 KiB, stored 3 times each, not more.
+    let objects = |st: &serde_json::Value| -> u64 {
+        st["osds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| o["stats"]["objects"].as_u64())
+            .sum()
+    };
+    mh.wait_status("no stray copies", Duration::from_secs(60), |st| {
+        objects(st) == 3 * 256
+    });
     loader.finish();
     mh.wait_clean(Duration::from_secs(120));
     Fio::new(
@@ -275,6 +288,12 @@ fn osd_out_is_rereplicated() {
             "out OSD still serves {p}"
         );
     }
+    // Once its PGs are clean elsewhere, the out OSD drops its stray copies.
+    mh.wait_status("the out OSD holds nothing", Duration::from_secs(60), |st| {
+        st["osds"].as_array().unwrap().iter().any(|o| {
+            o["id"].as_u64() == Some(victim as u64) && o["stats"]["objects"].as_u64() == Some(0)
+        })
+    });
     mh.osd(victim).proc.kill9().expect("kill the out OSD");
     let st = mh.wait_clean(Duration::from_secs(60));
     assert_eq!(st["pgs_total"], st["pgs_active_clean"]);

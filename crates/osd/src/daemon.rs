@@ -35,6 +35,8 @@ pub struct OsdConfig {
     pub incarnation: Option<u64>,
     /// Pace of background recovery.
     pub recovery: RecoveryConfig,
+    /// How often to look for stray copies (of PGs this OSD left) to remove; None: never.
+    pub stray_scan: Option<std::time::Duration>,
 }
 
 /// A random u64 from the standard library's per-process random hasher keys.
@@ -194,6 +196,13 @@ impl Osd {
             osd.clone(),
             stop_rx.clone(),
         ));
+        if let Some(every) = config.stray_scan {
+            tokio::spawn(crate::stray::remove_strays(
+                osd.clone(),
+                every,
+                stop_rx.clone(),
+            ));
+        }
         let task = tokio::spawn(accept_loop(osd.clone(), listener, stop_rx));
         tracing::info!(osd = config.id, %addr, "osd serving");
         Ok(OsdHandle {

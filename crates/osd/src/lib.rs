@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod peering;
 pub mod pg;
 pub mod recovery;
+pub mod stray;
 
 pub use daemon::{random_u64, Osd, OsdConfig, OsdError, OsdHandle};
 pub use handler::LocalOsd;

@@ -67,6 +67,7 @@ async fn start_osds(
             create_if_missing: true,
             incarnation: None,
             recovery: basalt_osd::RecoveryConfig::default(),
+            stray_scan: None,
         };
         let h = Osd::start(config, rx.clone(), meta.clone()).await.unwrap();
         let info = map.osds.get_mut(&id).unwrap();

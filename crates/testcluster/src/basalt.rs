@@ -154,6 +154,8 @@ impl BasaltCluster {
                 "3",
                 "--out-after",
                 &self.layout.out_after_secs.to_string(),
+                "--stray-scan-secs",
+                "2",
             ]);
         let proc = self.net.spawn(h, spec)?;
         proc.wait_for_line("serving on", DAEMON_START)
