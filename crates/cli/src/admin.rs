@@ -66,24 +66,13 @@ fn check_pool(
 
 /// Allocate a pool id (CAS on a counter).
 async fn next_pool_id(meta: &dyn MetaStore) -> anyhow::Result<u32> {
-    for _ in 0..64 {
-        let (current, rev) = match meta.get(NEXT_POOL_ID_KEY).await? {
-            Some((v, rev)) => (String::from_utf8_lossy(&v).parse::<u32>().unwrap_or(1), rev),
-            None => (1, 0),
-        };
-        if current > u16::MAX as u32 {
-            bail!("no pool ids left");
-        }
-        let next = (current + 1).to_string().into_bytes();
-        if meta
-            .compare_and_swap(NEXT_POOL_ID_KEY, rev, next)
-            .await?
-            .is_some()
-        {
-            return Ok(current);
-        }
+    let Some(id) = basalt_meta::next_counter(meta, NEXT_POOL_ID_KEY, 1).await? else {
+        bail!("could not allocate a pool id: too much contention");
+    };
+    if id > u16::MAX as u64 {
+        bail!("no pool ids left");
     }
-    bail!("could not allocate a pool id: too much contention")
+    Ok(id as u32)
 }
 
 /// Create a pool record; the monitor puts it in the map.

@@ -120,25 +120,17 @@ async fn allocate_osd_id(meta: &dyn MetaStore) -> anyhow::Result<u32> {
         .iter()
         .filter_map(|(k, _, _)| k[OSDS_PREFIX.len()..].parse().ok())
         .collect();
-    for _ in 0..64 {
-        let (current, rev) = match meta.get(NEXT_OSD_ID_KEY).await? {
-            Some((v, rev)) => (String::from_utf8_lossy(&v).parse::<u32>().unwrap_or(0), rev),
-            None => (0, 0),
+    // Bound: ids already taken are skipped, at most one attempt each (plus one).
+    for _ in 0..=taken.len() {
+        let Some(id) = basalt_meta::next_counter(meta, NEXT_OSD_ID_KEY, 0).await? else {
+            bail!("could not allocate an OSD id: too much contention");
         };
-        let mut id = current;
-        while taken.contains(&id) {
-            id += 1;
-        }
-        let next = (id + 1).to_string().into_bytes();
-        if meta
-            .compare_and_swap(NEXT_OSD_ID_KEY, rev, next)
-            .await?
-            .is_some()
-        {
+        let id = u32::try_from(id).context("no OSD ids left")?;
+        if !taken.contains(&id) {
             return Ok(id);
         }
     }
-    bail!("could not allocate an OSD id: too much contention")
+    bail!("could not allocate an OSD id")
 }
 
 /// Read the identity file, or create it (allocating an id). Returns (id, is_new).
@@ -238,15 +230,9 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let handle = Osd::start(config, map, meta.clone())
         .await
         .with_context(|| format!("start osd.{id}"))?;
-    let metrics = match metrics_addr(args.metrics_listen.as_deref(), listen)? {
-        Some(addr) => {
-            let osd = handle.osd.clone();
-            let render: crate::metrics_http::Render =
-                Arc::new(move || basalt_osd::metrics::render(&osd));
-            Some(crate::metrics_http::start(addr, render).await?)
-        }
-        None => None,
-    };
+    let osd = handle.osd.clone();
+    let render: crate::metrics_http::Render = Arc::new(move || basalt_osd::metrics::render(&osd));
+    let metrics = start_metrics(args.metrics_listen.as_deref(), listen, render).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let registration = Registration {
         host: host.clone(),
@@ -274,10 +260,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         handle.addr,
         handle.osd.incarnation,
         dir.join("store.dat").display(),
-        metrics
-            .as_ref()
-            .map(|m| format!(", metrics http://{}/metrics", m.0))
-            .unwrap_or_default()
+        metrics_suffix(&metrics)
     );
     flush_stdout();
     crate::up::wait_for_signal().await?;
@@ -293,6 +276,29 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         .with_context(|| format!("stop osd.{id}"))?;
     eprintln!("osd.{id}: stopped cleanly");
     Ok(())
+}
+
+/// A running `/metrics` endpoint.
+type MetricsTask = (SocketAddr, tokio::task::JoinHandle<()>);
+
+/// Serve `/metrics` where `arg` says (see `metrics_addr`).
+async fn start_metrics(
+    arg: Option<&str>,
+    listen: SocketAddr,
+    render: crate::metrics_http::Render,
+) -> anyhow::Result<Option<MetricsTask>> {
+    match metrics_addr(arg, listen)? {
+        Some(addr) => Ok(Some(crate::metrics_http::start(addr, render).await?)),
+        None => Ok(None),
+    }
+}
+
+/// ", metrics http://ADDR/metrics" for banners, or nothing.
+fn metrics_suffix(metrics: &Option<MetricsTask>) -> String {
+    metrics
+        .as_ref()
+        .map(|m| format!(", metrics http://{}/metrics", m.0))
+        .unwrap_or_default()
 }
 
 /// The metrics address: given, "off", or by default the data-plane IP with port + 1000.
@@ -365,14 +371,9 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listen for NBD on {}", args.listen))?;
     let addr = tcp.local_addr()?;
     let tcp_task = tokio::spawn(nbd.clone().serve_tcp(tcp));
-    let metrics = match metrics_addr(args.metrics_listen.as_deref(), addr)? {
-        Some(maddr) => {
-            let c = cluster.clone();
-            let render: crate::metrics_http::Render = Arc::new(move || c.render_metrics());
-            Some(crate::metrics_http::start(maddr, render).await?)
-        }
-        None => None,
-    };
+    let c = cluster.clone();
+    let render: crate::metrics_http::Render = Arc::new(move || c.render_metrics());
+    let metrics = start_metrics(args.metrics_listen.as_deref(), addr, render).await?;
     let unix_task = match &args.socket {
         Some(path) => {
             let _ = std::fs::remove_file(path);
@@ -384,10 +385,7 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     };
     println!(
         "NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name){}",
-        metrics
-            .as_ref()
-            .map(|m| format!(", metrics http://{}/metrics", m.0))
-            .unwrap_or_default()
+        metrics_suffix(&metrics)
     );
     flush_stdout();
     crate::up::wait_for_signal().await?;

@@ -43,6 +43,23 @@ fn verify_job(size_mib: u64) -> Vec<String> {
     v
 }
 
+/// Check every block of the first `size_mib` MiB of `volume` against fio's verify headers.
+fn verify(mh: &MultiHost, dir: &std::path::Path, volume: &str, name: &str, size_mib: u64) {
+    Fio::new(&mh.uri(volume), dir, name, &strs(&verify_job(size_mib))).run_ok(FIO_TIMEOUT);
+}
+
+/// A cluster with a 128 MiB volume `vol` under a 4-region loader for 2 s already, and the
+/// primary of its first byte (the busy PG).
+fn busy_cluster() -> (tempfile::TempDir, MultiHost, u32, multihost::Loader) {
+    let dir = scratch();
+    let mh = MultiHost::start(Layout::default());
+    mh.cli_ok(&["volume", "create", "vol", "--size", "128M"]);
+    let primary = mh.locate("vol", 0)["primary"].as_u64().unwrap() as u32;
+    let loader = multihost::Loader::start(mh.uri("vol"), dir.path().to_path_buf(), 4, 8);
+    std::thread::sleep(Duration::from_secs(2));
+    (dir, mh, primary, loader)
+}
+
 /// Scenario a: kill -9 the primary OSD of a busy PG under fio write load: I/O resumes after
 /// a pause (no error reaches fio), every block verifies, and once the OSD is back the
 /// cluster is clean and the data still verifies.
@@ -118,13 +135,7 @@ fn kill_primary_under_write_load() {
     p.wait_for_line("serving on", multihost::DAEMON_START)
         .expect("OSD back");
     mh.wait_clean(Duration::from_secs(120));
-    Fio::new(
-        &mh.uri("vol"),
-        dir.path(),
-        "a-verify",
-        &strs(&verify_job(size_mib)),
-    )
-    .run_ok(FIO_TIMEOUT);
+    verify(&mh, dir.path(), "vol", "a-verify", size_mib);
 }
 
 /// Scenario g: power cut. Write and flush, then kill -9 every OSD at once and restart them:
@@ -151,13 +162,7 @@ fn power_cut_keeps_flushed_writes() {
             .expect("OSD back");
     }
     mh.wait_clean(Duration::from_secs(120));
-    Fio::new(
-        &mh.uri("vol"),
-        dir.path(),
-        "g-verify",
-        &strs(&verify_job(size_mib)),
-    )
-    .run_ok(FIO_TIMEOUT);
+    verify(&mh, dir.path(), "vol", "g-verify", size_mib);
 }
 
 /// Verify every region a loader wrote.
@@ -246,13 +251,7 @@ fn add_host_under_load_rebalances() {
     });
     loader.finish();
     mh.wait_clean(Duration::from_secs(120));
-    Fio::new(
-        &mh.uri("vol"),
-        dir.path(),
-        "c-verify",
-        &strs(&verify_job(32)),
-    )
-    .run_ok(FIO_TIMEOUT);
+    verify(&mh, dir.path(), "vol", "c-verify", 32);
     verify_regions(&mh, dir.path(), 2, 8);
 }
 
@@ -297,13 +296,7 @@ fn osd_out_is_rereplicated() {
     mh.osd(victim).proc.kill9().expect("kill the out OSD");
     let st = mh.wait_clean(Duration::from_secs(60));
     assert_eq!(st["pgs_total"], st["pgs_active_clean"]);
-    Fio::new(
-        &mh.uri("vol"),
-        dir.path(),
-        "d-verify",
-        &strs(&verify_job(32)),
-    )
-    .run_ok(FIO_TIMEOUT);
+    verify(&mh, dir.path(), "vol", "d-verify", 32);
 }
 
 /// Scenario e: cut the host of a primary off from everyone (peers, etcd, clients) for 30 s
@@ -311,13 +304,8 @@ fn osd_out_is_rereplicated() {
 /// (fio verifies every block it reads), and the cut-off OSDs rejoin and catch up.
 #[test]
 fn partition_primary_host_then_heal() {
-    let dir = scratch();
-    let mh = MultiHost::start(Layout::default());
-    mh.cli_ok(&["volume", "create", "vol", "--size", "128M"]);
-    let primary = mh.locate("vol", 0)["primary"].as_u64().unwrap() as u32;
+    let (dir, mh, primary, loader) = busy_cluster();
     let host = mh.hosts[mh.osd(primary).host].clone();
-    let loader = multihost::Loader::start(mh.uri("vol"), dir.path().to_path_buf(), 4, 8);
-    std::thread::sleep(Duration::from_secs(2));
     mh.net
         .partition_all(&host)
         .expect("partition the primary's host");
@@ -441,13 +429,7 @@ fn full_cluster_gives_enospc_and_frees_on_delete() {
         "the gateway survived"
     );
 
-    Fio::new(
-        &mh.uri("keep"),
-        dir.path(),
-        "h-keep-verify",
-        &strs(&verify_job(16)),
-    )
-    .run_ok(FIO_TIMEOUT);
+    verify(&mh, dir.path(), "keep", "h-keep-verify", 16);
     let before = used_bytes(&mh.status());
     mh.cli_ok(&["volume", "rm", "fill"]);
     let after = used_bytes(&mh.status());
@@ -463,13 +445,7 @@ fn full_cluster_gives_enospc_and_frees_on_delete() {
         &strs(&write_job(32, true)),
     )
     .run_ok(FIO_TIMEOUT);
-    Fio::new(
-        &mh.uri("keep"),
-        dir.path(),
-        "h-keep-verify2",
-        &strs(&verify_job(16)),
-    )
-    .run_ok(FIO_TIMEOUT);
+    verify(&mh, dir.path(), "keep", "h-keep-verify2", 16);
 }
 
 /// A stuck primary: SIGSTOP the primary of a busy PG for 10 s under load, then SIGCONT.
@@ -478,12 +454,7 @@ fn full_cluster_gives_enospc_and_frees_on_delete() {
 /// is lost and the cluster becomes clean with it back in.
 #[test]
 fn stopped_primary_is_fenced_and_rejoins() {
-    let dir = scratch();
-    let mh = MultiHost::start(Layout::default());
-    mh.cli_ok(&["volume", "create", "vol", "--size", "128M"]);
-    let primary = mh.locate("vol", 0)["primary"].as_u64().unwrap() as u32;
-    let loader = multihost::Loader::start(mh.uri("vol"), dir.path().to_path_buf(), 4, 8);
-    std::thread::sleep(Duration::from_secs(2));
+    let (dir, mh, primary, loader) = busy_cluster();
     let p = &mh.osd(primary).proc;
     p.stop().expect("SIGSTOP the primary");
     std::thread::sleep(Duration::from_secs(10));
@@ -505,13 +476,8 @@ fn stopped_primary_is_fenced_and_rejoins() {
 /// one; nothing is lost or read stale, and after healing it rejoins.
 #[test]
 fn primary_cut_from_etcd_only_fences_itself() {
-    let dir = scratch();
-    let mh = MultiHost::start(Layout::default());
-    mh.cli_ok(&["volume", "create", "vol", "--size", "128M"]);
-    let primary = mh.locate("vol", 0)["primary"].as_u64().unwrap() as u32;
+    let (dir, mh, primary, loader) = busy_cluster();
     let host = mh.hosts[mh.osd(primary).host].clone();
-    let loader = multihost::Loader::start(mh.uri("vol"), dir.path().to_path_buf(), 4, 8);
-    std::thread::sleep(Duration::from_secs(2));
     mh.net
         .partition(&host, &[&mh.etcd_host])
         .expect("cut the primary's host off from etcd");

@@ -19,8 +19,6 @@ pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
 /// Version of the volume record format. Version 2: the inode id carries the pool and family
 /// (`basalt_proto::InodeId`); version 1 records predate that and are refused.
 pub const VOLUME_FORMAT_VERSION: u32 = 2;
-/// Bound on CAS retries for metadata updates that race with other writers.
-const CAS_RETRIES: usize = 64;
 
 /// A volume as stored in metadata (JSON, versioned).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,27 +146,13 @@ where
 
 /// Allocate a fresh family number (the middle bits of an inode id, see `InodeId`).
 async fn next_family(meta: &dyn MetaStore) -> Result<u32, ClientError> {
-    for _ in 0..CAS_RETRIES {
-        let (current, rev) = match meta.get(NEXT_INODE_KEY).await? {
-            Some((v, rev)) => (String::from_utf8_lossy(&v).parse::<u64>().unwrap_or(1), rev),
-            None => (1, 0),
-        };
-        let Ok(family) = u32::try_from(current) else {
-            return Err(ClientError::Invalid {
-                reason: "every volume id of this cluster has been used".into(),
-            });
-        };
-        let next = (current + 1).to_string().into_bytes();
-        if meta
-            .compare_and_swap(NEXT_INODE_KEY, rev, next)
-            .await?
-            .is_some()
-        {
-            return Ok(family);
-        }
-    }
-    Err(ClientError::Invalid {
-        reason: "could not allocate a volume id: too much contention".into(),
+    let family = basalt_meta::next_counter(meta, NEXT_INODE_KEY, 1)
+        .await?
+        .ok_or_else(|| ClientError::Invalid {
+            reason: "could not allocate a volume id: too much contention".into(),
+        })?;
+    u32::try_from(family).map_err(|_| ClientError::Invalid {
+        reason: "every volume id of this cluster has been used".into(),
     })
 }
 

@@ -6,6 +6,7 @@
 //! clusters.
 
 pub mod conformance;
+pub mod counter;
 pub mod embedded;
 pub mod etcd;
 pub mod schema;
@@ -15,6 +16,7 @@ pub mod url;
 #[cfg(test)]
 mod etcd_tests;
 
+pub use counter::next_counter;
 pub use embedded::EmbeddedMeta;
 pub use etcd::{EtcdConfig, EtcdMeta};
 pub use store::{LeaseId, MetaError, MetaStore, Revision, WatchEvent, WatchReceiver};
