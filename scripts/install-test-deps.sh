@@ -19,6 +19,7 @@ have fusermount3 || need+=(fuse3)
 have losetup || need+=(mount)
 # The test-cluster harness cuts hosts off with nftables rules inside network namespaces.
 have nft || need+=(nftables)
+[ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || have ip || need+=(iproute2)
 have protoc || need+=(protobuf-compiler)
 # basalt-meta's etcd tests start a real etcd from /usr/bin/etcd (etcdctl comes with etcd-client).
 [ -x /usr/bin/etcd ] || need+=(etcd-server)
