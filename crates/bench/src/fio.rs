@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 pub const FIO_SLACK: Duration = Duration::from_secs(120);
 /// Percentiles fio is asked for (and the latency plot shows).
 pub const PERCENTILES: &str = "1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99";
+/// Assumed lower bound of sequential write speed, to bound preconditioning (bytes/s).
+pub const PRECONDITION_MIN_BYTES_PER_S: u64 = 20 << 20;
+/// Preconditioning: write the whole target once in 1M blocks, so reads find written data.
+pub const FILL: Job = Job {
+    rw: "write",
+    bs: "1M",
+    iodepth: 8,
+    numjobs: 1,
+    rwmixread: None,
+};
 
 /// One fio workload, independent of where it runs.
 #[derive(Clone, Debug)]
@@ -55,6 +65,16 @@ pub enum Span {
     },
     /// Until `size` bytes were moved once (preconditioning).
     Once,
+}
+
+/// How long a timed run may take before it is killed.
+pub fn timed_bound(runtime_s: u32, ramp_s: u32) -> Duration {
+    Duration::from_secs(u64::from(runtime_s + ramp_s)) + FIO_SLACK
+}
+
+/// How long [`FILL`] over `size_bytes` may take before it is killed.
+pub fn fill_bound(size_bytes: u64) -> Duration {
+    Duration::from_secs(size_bytes / PRECONDITION_MIN_BYTES_PER_S) + FIO_SLACK
 }
 
 /// The full fio argument list (without the program name) for `job` on `target`.

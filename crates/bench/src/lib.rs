@@ -2,8 +2,9 @@
 //!
 //! A run measures the baselines first (the local disk under the data directory with fio, the
 //! network with iperf3 or a built-in TCP stream), then Basalt volumes through NBD with the
-//! same fio profiles and the profiles of the seed reports (Torus, Vitastor), and writes
-//! `report.md`, `results.json`, SVG plots and every fio output under `OUT/raw/`.
+//! same fio profiles and the profiles of the seed reports (Torus, Vitastor), then a sweep over
+//! OSD counts and replica counts (Simplyblock), and writes `report.md`, `results.json`, SVG
+//! plots and every fio output under `OUT/raw/`.
 //! Each part of the report is a [`sections::Section`], so later sections (S3, clones) plug in.
 
 pub mod cluster;

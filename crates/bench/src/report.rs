@@ -2,7 +2,8 @@
 //! with each Basalt figure beside its baseline and as a percentage of it, CPU cost, and an
 //! Assessment that states the ratios in sentences.
 
-use crate::results::{Figure, Results, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Layout, Results, Row, SectionReport, SectionStatus};
+use crate::sections::scaling;
 use crate::size;
 use crate::svg;
 use std::fmt::Write;
@@ -18,7 +19,8 @@ pub fn format_value(value: f64, unit: &str) -> String {
     }
 }
 
-fn cell(f: &Option<Figure>, unit: &str) -> String {
+/// A table cell: the value with its unit, `failed`, or `-` when the row has no such figure.
+pub fn cell(f: &Option<Figure>, unit: &str) -> String {
     match f {
         None => "-".into(),
         Some(Figure { value: Some(v), .. }) => format_value(*v, unit),
@@ -87,9 +89,10 @@ pub fn render(r: &Results) -> String {
     let _ = writeln!(s, "## Plots\n");
     let _ = writeln!(
         s,
-        "![Latency distribution]({})\n\n![Throughput by profile]({})\n",
+        "![Latency distribution]({})\n\n![Throughput by profile]({})\n\n![Scaling curve]({})\n",
         svg::LATENCY_FILE,
-        svg::THROUGHPUT_FILE
+        svg::THROUGHPUT_FILE,
+        svg::SCALING_FILE
     );
     render_assessment(&mut s, r);
     let _ = writeln!(s, "## Files\n");
@@ -109,6 +112,17 @@ fn render_section(s: &mut String, sec: &SectionReport) {
         let _ = writeln!(s, "**{}**\n", capitalize(reason));
         return;
     }
+    match sec.layout {
+        Layout::Comparison => render_comparison(s, sec),
+        Layout::Scaling => s.push_str(&scaling::render_tables(sec)),
+    }
+    for n in &sec.notes {
+        let _ = writeln!(s, "Note: {n}\n");
+    }
+}
+
+/// The table of a comparison section: each Basalt figure beside its baseline.
+fn render_comparison(s: &mut String, sec: &SectionReport) {
     let compared = sec.rows.iter().any(|r| r.basalt.is_some());
     if compared {
         let _ = writeln!(
@@ -138,9 +152,14 @@ fn render_section(s: &mut String, sec: &SectionReport) {
         }
     }
     s.push('\n');
-    for n in &sec.notes {
-        let _ = writeln!(s, "Note: {n}\n");
-    }
+}
+
+/// Sections whose baseline is measured (local disk, loopback TCP): the ones the disk
+/// comparisons of the Assessment and the throughput plot draw from.
+pub fn comparisons(r: &Results) -> impl Iterator<Item = &SectionReport> {
+    r.sections
+        .iter()
+        .filter(|sec| sec.layout == Layout::Comparison)
 }
 
 fn capitalize(t: &str) -> String {
@@ -226,7 +245,7 @@ fn render_failures(s: &mut String, r: &Results) {
 fn render_assessment(s: &mut String, r: &Results) {
     let _ = writeln!(s, "## Assessment\n");
     let mut throughput_pcts = Vec::new();
-    for sec in &r.sections {
+    for sec in comparisons(r) {
         let compared: Vec<&Row> = sec
             .rows
             .iter()
@@ -276,6 +295,15 @@ fn render_assessment(s: &mut String, r: &Results) {
     if let Some(sentence) = network_sentence(r) {
         let _ = writeln!(s, "{sentence}\n");
     }
+    for sec in r
+        .sections
+        .iter()
+        .filter(|sec| sec.layout == Layout::Scaling)
+    {
+        if let Some(paragraph) = scaling::assessment(sec) {
+            let _ = writeln!(s, "{paragraph}\n");
+        }
+    }
     let runs = cpu_runs(r);
     let per_gib: Vec<f64> = runs
         .iter()
@@ -312,9 +340,7 @@ fn render_assessment(s: &mut String, r: &Results) {
             String::new()
         }
     );
-    let above: Vec<String> = r
-        .sections
-        .iter()
+    let above: Vec<String> = comparisons(r)
         .flat_map(|sec| sec.rows.iter())
         .filter(|row| row.higher_is_better && row.percent_of_baseline().is_some_and(|p| p > 100.0))
         .map(|row| row.label.clone())
@@ -372,9 +398,7 @@ fn network_sentence(r: &Results) -> Option<String> {
         .baseline
         .as_ref()?
         .value?;
-    let (label, best) = r
-        .sections
-        .iter()
+    let (label, best) = comparisons(r)
         .flat_map(|s| s.rows.iter())
         .filter(|row| row.unit == "MiB/s" && row.label.contains("read"))
         .filter_map(|row| Some((row.label.clone(), row.basalt.as_ref()?.value?)))
@@ -447,6 +471,7 @@ pub(crate) mod tests {
                     intro: "Loopback.".into(),
                     baseline_name: "Loopback TCP".into(),
                     status: SectionStatus::Measured,
+                    layout: Layout::Comparison,
                     notes: vec![],
                     rows: vec![Row {
                         basalt: None,
@@ -466,6 +491,7 @@ pub(crate) mod tests {
                     intro: "Same profiles.".into(),
                     baseline_name: "Local disk".into(),
                     status: SectionStatus::Measured,
+                    layout: Layout::Comparison,
                     notes: vec![],
                     rows: vec![
                         row(
@@ -505,14 +531,16 @@ pub(crate) mod tests {
                         },
                     ],
                 },
+                crate::sections::scaling::tests::sample_section(),
                 SectionReport {
-                    id: "scaling".into(),
-                    title: "Scaling over OSD counts (Simplyblock)".into(),
-                    intro: "Sweep.".into(),
-                    baseline_name: "Linear scaling".into(),
+                    id: "s3".into(),
+                    title: "S3 gateway".into(),
+                    intro: "PUT and GET throughput.".into(),
+                    baseline_name: "Local disk".into(),
                     status: SectionStatus::NotMeasured {
-                        reason: "not measured: needs a multi-OSD-count cluster (issue 3)".into(),
+                        reason: "not measured: there is no S3 gateway yet".into(),
                     },
+                    layout: Layout::Comparison,
                     notes: vec![],
                     rows: vec![],
                 },
@@ -530,6 +558,7 @@ pub(crate) mod tests {
             "## Network baseline",
             "## Local disk vs Basalt volume",
             "## Scaling over OSD counts (Simplyblock)",
+            "## S3 gateway",
             "## CPU cost of Basalt",
             "## Failed steps",
             "## Plots",
@@ -541,16 +570,53 @@ pub(crate) mod tests {
         assert!(md.contains("| 4k random read (QD1) | 10000 IOPS | 12000 IOPS | 120% |"));
         assert!(md.contains("| 4k random write | 5000 IOPS | failed | - |"));
         assert!(md.contains("| TCP throughput | 4000.00 MiB/s |"));
-        assert!(md.contains("Not measured: needs a multi-OSD-count cluster (issue 3)"));
+        assert!(md.contains("**Not measured: there is no S3 gateway yet**"));
+        assert!(md.contains("S3 gateway: not measured: there is no S3 gateway yet."));
         assert!(
             md.contains("Basalt reaches 50% of the local disk (500.00 MiB/s vs 1000.00 MiB/s).")
         );
         assert!(md.contains("Basalt's latency is 200% of the local disk's"));
         assert!(md.contains("is 12% of it"), "network sentence:\n{md}");
-        assert!(md.contains("1 step(s) failed"));
+        assert!(md.contains("2 step(s) failed"));
         assert!(md.contains(
             "the figures above 100% of the disk (4k random read (QD1)) are page-cache reads"
         ));
         assert!(md.contains("![Latency distribution](latency.svg)"));
+        assert!(md.contains("![Scaling curve](scaling.svg)"));
+    }
+
+    #[test]
+    fn scaling_section_has_its_own_tables_and_paragraph() {
+        // Goal: the sweep renders as OSD counts with efficiencies and a schemes table, its
+        // failure is listed, and its rows stay out of the local-disk comparisons (median,
+        // page-cache list, network sentence).
+        let md = render(&sample());
+        let section = md
+            .split("## Scaling over OSD counts (Simplyblock)")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap();
+        assert!(
+            section.contains("| 2 | 18000 IOPS | 90% | 6000 IOPS | 75% |"),
+            "{section}"
+        );
+        assert!(section.contains("| 3 replicas | 22000 IOPS | 2000 IOPS | 300.00 MiB/s |"));
+        assert!(
+            !section.contains("Basalt volume"),
+            "no disk-comparison header"
+        );
+        assert!(md.contains(
+            "| Scaling over OSD counts (Simplyblock) | 4k random write, 3 OSDs, 1 replica | \
+             basalt | fio exited with 1 |"
+        ));
+        assert!(md.contains("**Scaling over OSD counts (Simplyblock).** With 1 replica,"));
+        assert!(!md.contains("of the linear scaling"));
+        // The disk sections give 50% and 120%: the sweep's ratios are not in the median.
+        assert!(
+            md.contains("Over the 2 throughput and IOPS figures"),
+            "{md}"
+        );
+        assert!(md.contains("(4k random read (QD1)) are page-cache reads"));
+        assert!(md.contains("(Sequential read (1M, QD1), 500.00 MiB/s)"));
     }
 }

@@ -86,6 +86,19 @@ pub enum SectionStatus {
     },
 }
 
+/// How the report lays out a section's rows and what its baseline means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// Each Basalt figure beside a measured baseline (local disk, loopback TCP) and the
+    /// ratio of the two.
+    #[default]
+    Comparison,
+    /// A sweep over cluster sizes (`sections::scaling`): the baseline of a row is linear
+    /// scaling of the 1-OSD figure, so the ratio is the scaling efficiency.
+    Scaling,
+}
+
 /// One part of the report: a table of rows, each Basalt figure beside its baseline.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SectionReport {
@@ -99,6 +112,9 @@ pub struct SectionReport {
     pub baseline_name: String,
     /// Measured or not.
     pub status: SectionStatus,
+    /// How the rows are laid out (absent in files written before the scaling sweep).
+    #[serde(default)]
+    pub layout: Layout,
     /// Remarks (fallbacks taken, caveats).
     pub notes: Vec<String>,
     /// The table.

@@ -2,20 +2,17 @@
 //! report, the JSON and the plots.
 
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::fio::Job;
 use crate::progress::Progress;
 use crate::results::{Environment, PoolSettings, Results, FORMAT_VERSION};
 use crate::sections::network::NetworkSection;
 use crate::sections::profiles::ProfilesSection;
-use crate::sections::scaling::ScalingSection;
+use crate::sections::scaling::{ScalingPlan, ScalingSection};
 use crate::sections::{Ctx, Section, Settings, Side};
 use crate::{environment, fio, report, size, svg};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Assumed lower bound of sequential write speed, to bound preconditioning (bytes/s).
-const PRECONDITION_MIN_BYTES_PER_S: u64 = 20 << 20;
 /// Smallest OSD store capacity passed to `basalt up` (sparse file).
 const MIN_OSD_SIZE_BYTES: u64 = 8 << 30;
 
@@ -51,6 +48,17 @@ impl StorageOptions {
             size_bytes,
             jobs: (cores as u32).clamp(2, 8),
             deep_iodepth: 32,
+        }
+    }
+
+    /// Cluster sizes and pools of the scaling sweep for these options.
+    pub fn scaling_plan(&self) -> ScalingPlan {
+        if self.smoke {
+            ScalingPlan::smoke()
+        } else if self.quick {
+            ScalingPlan::quick()
+        } else {
+            ScalingPlan::full()
         }
     }
 }
@@ -100,13 +108,14 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         Box::new(ProfilesSection::basic()),
         Box::new(ProfilesSection::torus()),
         Box::new(ProfilesSection::vitastor(&settings)),
-        Box::new(ScalingSection),
+        Box::new(ScalingSection::new(opts.scaling_plan(), &config)),
     ];
     let precondition_s = settings.size_bytes as f64 / (300u64 << 20) as f64 + 1.0;
     let mut ctx = Ctx {
         settings: settings.clone(),
         out_dir: opts.out.clone(),
         raw_dir,
+        work_dir: work.clone(),
         disk_file: work.join("disk-baseline.dat"),
         disk_direct,
         cluster: Err("not started".into()),
@@ -145,21 +154,13 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
     }
     let banner = ctx.cluster.as_ref().ok().and_then(|c| c.banner.clone());
     // Reads must find written data: write each target once over its whole size.
-    let fill = Job {
-        rw: "write",
-        bs: "1M",
-        iodepth: 8,
-        numjobs: 1,
-        rwmixread: None,
-    };
-    let bound =
-        Duration::from_secs(settings.size_bytes / PRECONDITION_MIN_BYTES_PER_S) + fio::FIO_SLACK;
+    let bound = fio::fill_bound(settings.size_bytes);
     for (i, side) in [Side::Disk, Side::Basalt].into_iter().enumerate() {
         ctx.progress.step(
             &format!("precondition: write the {} once", target_name(side)),
             prep[1 + i],
         );
-        if let Some(e) = ctx.fio_once("precondition", &fill, side, bound).error {
+        if let Some(e) = ctx.fio_once("precondition", &fio::FILL, side, bound).error {
             notes.push(format!(
                 "Preconditioning the {} failed: {e}",
                 target_name(side)
@@ -242,5 +243,6 @@ pub fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
     )?;
     write(svg::LATENCY_FILE, &svg::latency(results))?;
     write(svg::THROUGHPUT_FILE, &svg::throughput(results))?;
+    write(svg::SCALING_FILE, &svg::scaling(results))?;
     write("report.md", &report::render(results))
 }

@@ -92,7 +92,12 @@ fn bench_storage_writes_a_complete_report() {
         assert!(report.contains(heading), "report.md lacks {heading}");
     }
     assert!(report.contains("| Metric | Local disk | Basalt volume | Basalt / local disk |"));
-    assert!(report.contains("needs a multi-OSD-count cluster (issue 3)"));
+    // The scaling sweep ran: its table (figure and efficiency per OSD count) and its plot.
+    assert!(
+        report.contains("| OSDs (1 replica) |"),
+        "scaling table missing"
+    );
+    assert!(out.join("scaling.svg").is_file(), "scaling.svg missing");
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();

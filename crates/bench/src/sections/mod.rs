@@ -46,6 +46,8 @@ pub struct Ctx {
     pub out_dir: PathBuf,
     /// Where raw tool outputs go (`OUT/raw`).
     pub raw_dir: PathBuf,
+    /// Scratch directory under the data directory (removed at the end of the run).
+    pub work_dir: PathBuf,
     /// The disk baseline's test file.
     pub disk_file: PathBuf,
     /// Whether the disk baseline uses O_DIRECT.
@@ -75,6 +77,22 @@ impl Side {
     }
 }
 
+/// One fio invocation: the workload, where it runs, over how much, and its time bound.
+pub struct FioRun<'a> {
+    /// Stem of the raw outputs: `raw/{file}.json` and `raw/{file}.stderr`.
+    pub file: String,
+    /// The workload.
+    pub job: &'a Job,
+    /// Where it runs.
+    pub target: Target,
+    /// Bytes of the target the job covers.
+    pub size_bytes: u64,
+    /// Timed or once over the target.
+    pub span: Span,
+    /// fio is killed after this long.
+    pub timeout: Duration,
+}
+
 impl Ctx {
     /// Run `job` timed on `side`, keep the raw output under `raw/{name}-{side}.json`, and
     /// (for Basalt) measure the CPU the Basalt process used meanwhile. The figure carries the
@@ -84,18 +102,16 @@ impl Ctx {
             runtime_s: self.settings.runtime_s,
             ramp_s: self.settings.ramp_s,
         };
-        let timeout =
-            Duration::from_secs(u64::from(self.settings.runtime_s + self.settings.ramp_s))
-                + fio::FIO_SLACK;
-        self.fio_run(name, job, side, span, timeout)
+        let timeout = fio::timed_bound(self.settings.runtime_s, self.settings.ramp_s);
+        self.fio_on(name, job, side, span, timeout)
     }
 
     /// Run `job` once over the whole target (preconditioning), bounded by `timeout`.
     pub fn fio_once(&mut self, name: &str, job: &Job, side: Side, timeout: Duration) -> Figure {
-        self.fio_run(name, job, side, Span::Once, timeout)
+        self.fio_on(name, job, side, Span::Once, timeout)
     }
 
-    fn fio_run(
+    fn fio_on(
         &mut self,
         name: &str,
         job: &Job,
@@ -103,10 +119,6 @@ impl Ctx {
         span: Span,
         timeout: Duration,
     ) -> Figure {
-        let file = format!("{name}-{}", side.name());
-        let output = self.raw_dir.join(format!("{file}.json"));
-        let stderr = self.raw_dir.join(format!("{file}.stderr"));
-        let raw = Some(format!("raw/{file}.json"));
         let target = match side {
             Side::Disk => Target::File {
                 path: self.disk_file.clone(),
@@ -117,12 +129,35 @@ impl Ctx {
                 Err(e) => return Figure::failed(format!("basalt up: {e}"), None, None),
             },
         };
-        let args = fio::args(job, &target, self.settings.size_bytes, span, &output);
+        let run = FioRun {
+            file: format!("{name}-{}", side.name()),
+            job,
+            target,
+            size_bytes: self.settings.size_bytes,
+            span,
+            timeout,
+        };
+        let cluster = match side {
+            Side::Disk => None,
+            Side::Basalt => self.cluster.as_ref().ok(),
+        };
+        self.fio(&run, cluster)
+    }
+
+    /// Run `run`, keep its raw output, and measure the CPU `cluster` used meanwhile (when
+    /// given). A failure becomes a failed figure and a progress note; the value is left to
+    /// the caller.
+    pub fn fio(&self, run: &FioRun, cluster: Option<&Cluster>) -> Figure {
+        let output = self.raw_dir.join(format!("{}.json", run.file));
+        let stderr = self.raw_dir.join(format!("{}.stderr", run.file));
+        let raw = Some(format!("raw/{}.json", run.file));
+        let args = fio::args(run.job, &run.target, run.size_bytes, run.span, &output);
         let command = Some(fio::command_line(&args));
-        let cpu_before = self.basalt_cpu(side);
-        match fio::run(&args, &output, &stderr, timeout) {
+        let cpu_before = cluster.and_then(|c| c.cpu_seconds().ok());
+        match fio::run(&args, &output, &stderr, run.timeout) {
             Ok(summary) => {
-                let cpu = match (cpu_before, self.basalt_cpu(side)) {
+                let cpu_after = cluster.and_then(|c| c.cpu_seconds().ok());
+                let cpu = match (cpu_before, cpu_after) {
                     (Some(a), Some(b)) => Some(CpuCost::new(
                         (b - a).max(0.0),
                         summary.io_bytes,
@@ -143,13 +178,6 @@ impl Ctx {
                 self.progress.note(&format!("failed: {msg}"));
                 Figure::failed(msg, command, raw)
             }
-        }
-    }
-
-    fn basalt_cpu(&self, side: Side) -> Option<f64> {
-        match (side, &self.cluster) {
-            (Side::Basalt, Ok(c)) => c.cpu_seconds().ok(),
-            _ => None,
         }
     }
 }

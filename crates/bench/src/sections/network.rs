@@ -3,7 +3,7 @@
 
 use super::{Ctx, Section};
 use crate::environment;
-use crate::results::{Figure, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -91,6 +91,7 @@ impl Section for NetworkSection {
             ),
             baseline_name: "Loopback TCP".into(),
             status: SectionStatus::Measured,
+            layout: Layout::Comparison,
             notes,
             rows: vec![
                 Row {
