@@ -129,11 +129,6 @@ impl Cluster {
             .ok_or(ClientError::NoPrimary { pg })
     }
 
-    /// A receiver of every new map (for callers that follow the cluster's changes).
-    pub fn maps(&self) -> watch::Receiver<Arc<ClusterMap>> {
-        self.map.clone()
-    }
-
     /// Send one object request to the primary of its PG and wait for a successful reply,
     /// retrying across map changes (failover, peering) for up to [`RETRY_DEADLINE_MS`].
     pub async fn object_request(

@@ -107,6 +107,11 @@ pub(crate) fn dispatch(
                 (purge(&osd, h).await, Bytes::new())
             });
         }
+        // Recovery messages come only from peer OSDs: a LIST also seals the PG, which a
+        // stray client request must not be able to do.
+        Opcode::List | Opcode::Pull if !replica => {
+            sink.send(h.reply(Status::Invalid), Bytes::new());
+        }
         Opcode::List | Opcode::Pull if !expected_incarnation(osd, &h) => {
             sink.send(h.reply(Status::Unavailable), Bytes::new());
         }

@@ -235,6 +235,12 @@ async fn try_peer(
     let source = choose_source(osd, &map, record.as_ref().map(|r| &r.0)).map_err(retry)?;
     if let Source::Remote(src, incarnation) = source {
         sync_from(osd, &map, pg, interval, generation, src, incarnation).await?;
+        // What was pulled may include writes the client already flushed on the source: it
+        // must be durable here before the record names this copy complete (after a power
+        // cut, any complete copy may become the authority).
+        if crate::handler::flush(osd).await != Status::Ok {
+            return Err(retry("flush the pulled objects".into()));
+        }
     }
     // Which replicas already equal us?
     let ours = list_local(osd, pg);

@@ -9,7 +9,7 @@
 //! records it as complete in the PG record.
 
 use crate::daemon::Osd;
-use crate::handler::{current_version, local_list, REPLICA_TIMEOUT};
+use crate::handler::{local_list, REPLICA_TIMEOUT};
 use crate::pg::PgPhase;
 use basalt_client::Connection;
 use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
@@ -306,7 +306,9 @@ async fn recover_replica(
         let ours = list_local(osd, pg);
         let todo = diff(&ours, &theirs);
         if todo.is_empty() {
-            return Ok(true);
+            // Pushed objects may carry writes the client flushed long ago: make them durable
+            // on the replica before it is recorded complete.
+            return flush_remote(&conn, peer).await.map(|()| true);
         }
         let total = todo.len();
         for (done, obj) in todo.into_iter().enumerate() {
@@ -325,6 +327,17 @@ async fn recover_replica(
         }
     }
     Ok(false)
+}
+
+/// FLUSH a peer's store.
+async fn flush_remote(conn: &Connection, peer: OsdId) -> Result<(), String> {
+    let h = Header::request(Opcode::Flush, 0, ObjectId::new(0, 0));
+    match tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new())).await {
+        Ok(Ok(r)) if r.header.status == Status::Ok => Ok(()),
+        Ok(Ok(r)) => Err(format!("flush osd.{peer}: {:?}", r.header.status)),
+        Ok(Err(e)) => Err(format!("flush osd.{peer}: {e}")),
+        Err(_) => Err(format!("flush osd.{peer} timed out")),
+    }
 }
 
 /// Read the PG record (None when absent).
@@ -391,9 +404,4 @@ async fn mark_complete(
 
 async fn set_degraded(osd: &Osd, pg: PgId, interval: u32, objects: u64) -> Result<(), String> {
     update_record(osd, pg, interval, |rec| rec.degraded_objects = objects).await
-}
-
-/// Current version of an object here (for tests and tools).
-pub fn object_version(osd: &Osd, obj: ObjectId) -> Version {
-    current_version(osd, obj)
 }
