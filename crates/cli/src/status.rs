@@ -133,15 +133,10 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
         let acting = map.acting(pg).map(|a| a.to_vec()).unwrap_or_default();
         let rec = records.get(&format!("{}.{}", pg.pool, pg.index));
         let incarnation = |id: u32| map.osds.get(&id).map(|o| o.incarnation);
-        // The record is of the current interval when it names the same members, with the
-        // primary still the same run (a restarted primary must peer again).
-        let current = rec.is_some_and(|r| {
-            r.acting == acting
-                && acting.first() == Some(&r.primary)
-                && r.complete
-                    .iter()
-                    .any(|c| c.osd == r.primary && Some(c.incarnation) == incarnation(c.osd))
-        });
+        // The record is of the current interval when its primary activated that interval
+        // (the map names the epoch that began it).
+        let current =
+            rec.is_some_and(|r| r.epoch == map.interval(pg) && acting.first() == Some(&r.primary));
         // Complete copies that are still the same run of their OSD.
         let complete = rec.map_or(0, |r| {
             r.complete

@@ -96,12 +96,13 @@ pub fn derive_map(
     } else {
         m.update_acting();
     }
-    m.epoch = current.epoch;
-    if m == *current {
-        return None;
-    }
     m.epoch = current.epoch + 1;
-    Some(m)
+    m.carry_intervals(current);
+    let changed = ClusterMap {
+        epoch: current.epoch,
+        ..m.clone()
+    } != *current;
+    changed.then_some(m)
 }
 
 #[cfg(test)]
@@ -227,5 +228,40 @@ mod tests {
         assert_eq!(m2.epoch, 2);
         assert_eq!(m2.osds[&1].incarnation, 2);
         assert_eq!(m2.pgs, m1.pgs);
+        assert!(m2.all_pgs().all(|pg| m2.interval(pg) == 2));
+    }
+
+    /// Goal: an OSD that drops out and returns as the same run (its lease expired while it
+    /// was cut off) starts new intervals for its PGs both times, so an OSD that missed the
+    /// map in between still sees that its PGs changed hands (regression: such an OSD kept
+    /// peering its old interval forever). PGs it is not in keep their interval.
+    #[test]
+    fn down_and_back_as_same_run_is_a_new_interval() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = derive_map(
+            &ClusterMap::default(),
+            &osds,
+            &all_alive(4),
+            &[pool()],
+            &mut clock,
+            0,
+            1000,
+        )
+        .unwrap();
+        let mut some_alive = all_alive(4);
+        some_alive.remove(&2);
+        let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
+        let m3 = derive_map(&m2, &osds, &all_alive(4), &[pool()], &mut clock, 200, 1000).unwrap();
+        assert_eq!(m3.epoch, 3);
+        for pg in m3.all_pgs() {
+            assert_eq!(m3.acting(pg).unwrap(), m1.acting(pg).unwrap());
+            let expect = if m1.acting(pg).unwrap().contains(&2) {
+                3
+            } else {
+                1
+            };
+            assert_eq!(m3.interval(pg), expect, "{pg}");
+        }
     }
 }

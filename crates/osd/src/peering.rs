@@ -47,27 +47,20 @@ pub(crate) async fn follow_intervals(osd: Arc<Osd>, mut stop: watch::Receiver<bo
     }
 }
 
-/// The acting set of `pg` with incarnations.
-fn acting_with_incarnations(map: &ClusterMap, pg: PgId) -> Vec<(OsdId, u64)> {
-    map.acting(pg)
-        .map(|a| {
-            a.iter()
-                .map(|id| (*id, map.osds.get(id).map(|o| o.incarnation).unwrap_or(0)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
     let registered = map.osds.get(&osd.id).map(|o| o.incarnation) == Some(osd.incarnation);
     for pg in map.all_pgs() {
-        let acting = acting_with_incarnations(map, pg);
+        // The interval comes from the map, not from the maps this OSD happened to see: it
+        // may have missed some (cut off from the metadata, or slow), and an acting set that
+        // changed and changed back is still a new interval another primary may have served.
+        let interval = map.interval(pg);
+        let acting = map.acting_with_incarnations(pg);
         let primary = registered && acting.first().map(|a| a.0) == Some(osd.id);
         let started = osd.pgs.with(pg, |e| {
-            if e.interval != 0 && e.acting == acting {
+            if e.interval == interval {
                 return None;
             }
-            e.interval = map.epoch;
+            e.interval = interval;
             e.acting = acting.clone();
             e.generation += 1;
             e.counter = 0;

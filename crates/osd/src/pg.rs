@@ -2,7 +2,8 @@
 //! keeps writes of older intervals out.
 //!
 //! An *interval* is a run of map epochs in which a PG's acting set (members and their
-//! incarnations) stays the same; it is named by the epoch that began it. The primary of an
+//! incarnations) stays the same; it is named by the epoch that began it, which the monitor
+//! records in the map (`ClusterMap::interval`) so every OSD agrees. The primary of an
 //! interval serves I/O only once it has peered (found the authoritative contents and made its
 //! own copy match them); versions it assigns are `(interval, counter)`, so they grow across
 //! intervals.

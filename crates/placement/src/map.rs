@@ -75,6 +75,13 @@ pub struct ClusterMap {
     /// down, in the same order. The first is the primary. Derived from `pgs` and `up`.
     #[serde(default)]
     pub acting: BTreeMap<PoolId, Vec<Vec<OsdId>>>,
+    /// For each pool, the epoch that began each PG's current *interval*: the last epoch at
+    /// which its acting set (members and their incarnations) changed. Carried in the map so
+    /// that every OSD agrees on intervals even when it missed maps (cut off, or slow to
+    /// follow): deriving them from the maps an OSD happened to see would let an A, B, A
+    /// sequence look like no change at all.
+    #[serde(default)]
+    pub intervals: BTreeMap<PoolId, Vec<u32>>,
 }
 
 impl ClusterMap {
@@ -92,6 +99,59 @@ impl ClusterMap {
     /// The live OSDs of a PG, primary first (empty when every OSD of the PG is down).
     pub fn acting(&self, pg: PgId) -> Result<&[OsdId], MapError> {
         Self::lookup(&self.acting, pg)
+    }
+
+    /// The acting set of `pg` with each member's incarnation (empty when unknown).
+    pub fn acting_with_incarnations(&self, pg: PgId) -> Vec<(OsdId, u64)> {
+        self.acting(pg)
+            .map(|a| {
+                a.iter()
+                    .map(|id| (*id, self.osds.get(id).map(|o| o.incarnation).unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The epoch that began `pg`'s current interval. A map without intervals (written by
+    /// an older monitor, or built by hand) counts every epoch as a new interval: peering
+    /// more often than needed is safe, missing an interval is not.
+    pub fn interval(&self, pg: PgId) -> u32 {
+        self.intervals
+            .get(&pg.pool)
+            .and_then(|v| v.get(pg.index as usize))
+            .copied()
+            .unwrap_or(self.epoch)
+    }
+
+    /// Set every PG's interval for this map, the successor of `previous`: kept where the
+    /// acting set (with incarnations) is unchanged, else this map's epoch.
+    pub fn carry_intervals(&mut self, previous: &ClusterMap) {
+        let mut intervals = BTreeMap::new();
+        for pool in self.pools.values() {
+            let table = (0..pool.pg_count)
+                .map(|index| {
+                    let pg = PgId {
+                        pool: pool.id,
+                        index,
+                    };
+                    let kept = previous
+                        .intervals
+                        .get(&pg.pool)
+                        .and_then(|v| v.get(index as usize));
+                    match kept {
+                        Some(&since)
+                            if self.acting_with_incarnations(pg)
+                                == previous.acting_with_incarnations(pg) =>
+                        {
+                            since
+                        }
+                        _ => self.epoch,
+                    }
+                })
+                .collect();
+            intervals.insert(pool.id, table);
+        }
+        self.intervals = intervals;
     }
 
     /// The placement of a PG: its OSDs whether up or down, in order.
@@ -116,8 +176,10 @@ impl ClusterMap {
         self.osds.get(&id).ok_or(MapError::NoSuchOsd { osd: id })
     }
 
-    /// Recompute every pool's PG table from the OSDs that are `in`, and bump the epoch.
+    /// Recompute every pool's PG table from the OSDs that are `in`, bump the epoch and start
+    /// new intervals where acting sets changed.
     pub fn recompute(&mut self) {
+        let previous = self.clone();
         let candidates: Vec<&OsdInfo> = self.osds.values().filter(|o| o.is_in).collect();
         let mut pgs = BTreeMap::new();
         for pool in self.pools.values() {
@@ -135,6 +197,7 @@ impl ClusterMap {
         self.pgs = pgs;
         self.update_acting();
         self.epoch += 1;
+        self.carry_intervals(&previous);
     }
 
     /// Recompute the acting sets from the placement and the OSDs' `up` flags (the epoch is
@@ -229,6 +292,63 @@ mod tests {
             let expect: Vec<_> = placed.into_iter().filter(|&o| o != 1).collect();
             assert_eq!(acting, expect);
         }
+    }
+
+    /// Goal: an OSD that goes down and comes back as the same run starts a new interval at
+    /// each change (A, B, A is two changes, not none), and unchanged PGs keep theirs.
+    #[test]
+    fn intervals_change_with_acting_sets_and_incarnations() {
+        let m1 = map_with(4, 3);
+        let pg_of_osd = |m: &ClusterMap, osd: OsdId, member: bool| {
+            m.all_pgs()
+                .find(|&pg| m.acting(pg).unwrap().contains(&osd) == member)
+                .unwrap()
+        };
+        let with_1 = pg_of_osd(&m1, 1, true);
+        let without_1 = pg_of_osd(&m1, 1, false);
+        assert_eq!(m1.interval(with_1), 1);
+
+        let mut m2 = m1.clone();
+        m2.osds.get_mut(&1).unwrap().up = false;
+        m2.update_acting();
+        m2.epoch = 2;
+        m2.carry_intervals(&m1);
+        assert_eq!(m2.interval(with_1), 2, "osd.1 left the acting set");
+        assert_eq!(m2.interval(without_1), 1, "untouched PG keeps its interval");
+
+        let mut m3 = m2.clone();
+        m3.osds.get_mut(&1).unwrap().up = true;
+        m3.update_acting();
+        m3.epoch = 3;
+        m3.carry_intervals(&m2);
+        assert_eq!(m3.acting(with_1).unwrap(), m1.acting(with_1).unwrap());
+        assert_eq!(
+            m3.interval(with_1),
+            3,
+            "back to the first acting set: still new"
+        );
+        assert_eq!(m3.interval(without_1), 1);
+
+        let mut m4 = m3.clone();
+        m4.osds.get_mut(&1).unwrap().incarnation = 7;
+        m4.epoch = 4;
+        m4.carry_intervals(&m3);
+        assert_eq!(
+            m4.interval(with_1),
+            4,
+            "a restarted member starts an interval"
+        );
+        assert_eq!(m4.interval(without_1), 1);
+
+        let legacy = ClusterMap {
+            intervals: BTreeMap::new(),
+            ..m4.clone()
+        };
+        assert_eq!(
+            legacy.interval(without_1),
+            4,
+            "no intervals: every epoch is one"
+        );
     }
 
     /// Goal: an unknown PG or pool is an error, not a panic.
