@@ -1,9 +1,10 @@
 //! The data-plane frame: a fixed 96-byte little-endian header, then `length` payload bytes.
 //!
-//! Requests and replies share the header. A request carries its payload when it is a WRITE
-//! or PUSH; a reply carries one when it answers a READ, ALLOCATION, STAT, LIST or PULL. Both
-//! checksums are crc32c: the header's covers bytes 0..92, the payload's covers the payload
-//! (0 when there is none). The byte layout is in `docs/design.md`.
+//! Requests and replies share the header. A request carries its payload when it is a WRITE,
+//! PUSH or CALL; a reply carries one when it answers a READ, ALLOCATION, STAT, LIST, PULL or
+//! CALL (a CALL's Conflict reply too). Both checksums are crc32c: the header's covers bytes
+//! 0..92, the payload's covers the payload (0 when there is none). The byte layout is in
+//! `docs/design.md`.
 
 use crate::ids::{ObjectId, PgId, Version};
 use thiserror::Error;
@@ -60,6 +61,11 @@ pub enum Opcode {
     /// Replace the whole object with the payload's object image at `version` (an empty
     /// payload deletes it). Sent by a primary to bring a replica's copy up to date.
     Push = 12,
+    /// Run a method of an object class on `object` at its PG's primary: `offset` names the
+    /// method (see [`crate::kv::KvMethod`]), the payload carries its arguments and the reply
+    /// payload its result. Client requests only; a table edit reaches the replicas as an
+    /// ordinary WRITE of the object.
+    Call = 13,
 }
 
 /// Most entries in one LIST reply (32 bytes each: 2 MiB).
@@ -82,6 +88,7 @@ impl Opcode {
             10 => Self::List,
             11 => Self::Pull,
             12 => Self::Push,
+            13 => Self::Call,
             _ => return None,
         })
     }
@@ -128,6 +135,9 @@ pub enum Status {
     /// A replica's copy of the object is not at the version the primary expected
     /// (`prev_version`); nothing was applied. The primary pushes the whole object instead.
     Stale = 8,
+    /// A condition of a CALL did not hold; nothing was applied. The reply payload is a u32
+    /// naming the failing part (for a KV update: the index of the first failing edit).
+    Conflict = 9,
 }
 
 impl Status {
@@ -153,6 +163,7 @@ impl Status {
             6 => Self::Unavailable,
             7 => Self::Peering,
             8 => Self::Stale,
+            9 => Self::Conflict,
             // Unknown codes from a newer peer: treat as an I/O failure, never as success.
             _ => Self::Io,
         }
@@ -234,6 +245,7 @@ impl Header {
             Opcode::Read | Opcode::Allocation | Opcode::Stat | Opcode::List | Opcode::Pull => {
                 reply && self.status == Status::Ok
             }
+            Opcode::Call => !reply || matches!(self.status, Status::Ok | Status::Conflict),
             _ => false,
         }
     }
@@ -318,14 +330,14 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=12,
+            1u8..=13,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
             any::<(u32, u32)>(),
             any::<(u64, u64)>(),
             any::<u32>(),
-            0u32..=8,
+            0u32..=9,
             any::<(u32, u32, u32)>(),
             any::<(u64, u64)>(),
         )
@@ -347,6 +359,25 @@ mod tests {
                     }
                 },
             )
+    }
+
+    /// Goal: CALL frames carry their payload both ways (a Conflict reply too, for the failing
+    /// index), other error replies carry none, and status codes past Conflict read as Io.
+    #[test]
+    fn call_payloads_and_statuses() {
+        let req = Header::request(Opcode::Call, 1, ObjectId::new(1, 2));
+        assert!(req.has_payload());
+        assert!(req.reply(Status::Ok).has_payload());
+        assert!(req.reply(Status::Conflict).has_payload());
+        assert!(!req.reply(Status::Invalid).has_payload());
+        assert!(!Header::request(Opcode::Write, 1, ObjectId::new(1, 2))
+            .reply(Status::Conflict)
+            .has_payload());
+        assert_eq!(Status::from_u32(9), Status::Conflict);
+        assert_eq!(Status::from_u32(10), Status::Io);
+        assert!(!Status::Conflict.is_retryable());
+        assert_eq!(Opcode::from_u8(13), Some(Opcode::Call));
+        assert_eq!(Opcode::from_u8(14), None);
     }
 
     proptest! {
