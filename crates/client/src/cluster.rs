@@ -212,10 +212,7 @@ impl Cluster {
         let conn = self.conns.get(primary, &map.osd(primary)?.addr).await?;
         let pending = conn.start(header, payload);
         let reply = self.await_primary(&conn, pending, pg, primary).await?;
-        match reply.header.status {
-            Status::Ok => Ok(reply),
-            status => Err(ClientError::Status { status }),
-        }
+        reply_result(reply)
     }
 
     /// Await a reply from the primary of `pg`, giving up early (as `NotPrimary`, which is
@@ -337,6 +334,23 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+}
+
+/// A primary's reply as a result: Ok passes; Conflict (a CALL's condition failed) carries
+/// the index in its payload; any other status is an error.
+pub(crate) fn reply_result(reply: Reply) -> Result<Reply, ClientError> {
+    match reply.header.status {
+        Status::Ok => Ok(reply),
+        Status::Conflict => match <[u8; 4]>::try_from(&reply.payload[..]) {
+            Ok(index) => Err(ClientError::KvConflict {
+                index: u32::from_le_bytes(index),
+            }),
+            Err(_) => Err(ClientError::BadReply {
+                reason: format!("Conflict reply of {} bytes", reply.payload.len()),
+            }),
+        },
+        status => Err(ClientError::Status { status }),
     }
 }
 

@@ -30,4 +30,10 @@ pub enum ClientError {
     OutOfRange { offset: u64, len: u64, size: u64 },
     #[error("no OSD holds pg {pg}")]
     NoPrimary { pg: basalt_proto::PgId },
+    /// A condition of a KV table update did not hold; nothing was applied.
+    #[error("KV update conflict: the condition of edit {index} does not hold")]
+    KvConflict { index: u32 },
+    /// An OSD's reply could not be understood.
+    #[error("malformed reply: {reason}")]
+    BadReply { reason: String },
 }

@@ -1,7 +1,8 @@
 //! The Basalt client library.
 //!
 //! [`Cluster`] holds the cluster map and one multiplexed connection per OSD; [`Volume`] turns
-//! byte-range I/O on a block volume into object requests sent to the primaries of their PGs.
+//! byte-range I/O on a block volume into object requests sent to the primaries of their PGs;
+//! [`object`] serves clients that lay out their own objects (plain data and KV tables).
 //! OSDs use the same [`conn`] module to replicate to their peers, so there is one data path.
 
 pub mod cluster;
@@ -9,10 +10,13 @@ pub mod conn;
 pub mod error;
 pub mod frame_io;
 pub mod mapwatch;
+pub mod object;
 pub mod pool;
 pub mod volume;
 pub mod volumes;
 
+/// The KV table object class's types (see [`Cluster::kv_update`] and friends).
+pub use basalt_proto::kv::{KvCond, KvEdit, KvList, KvPage, KV_MAX_KEY, KV_MAX_VALUE};
 pub use cluster::{is_retryable, Cluster, OsdStats};
 pub use conn::{Connection, LocalHandler, Reply, ReplySink};
 pub use error::ClientError;

@@ -1,11 +1,12 @@
 //! Byte-range I/O on one volume, split into object requests.
 
-use crate::cluster::{is_retryable, Cluster};
+use crate::cluster::{is_retryable, reply_result, Cluster};
 use crate::conn::Pending;
 use crate::error::ClientError;
+use crate::object::{fua_flags, object_header};
 use crate::volumes::VolumeInfo;
 use basalt_placement::{ClusterMap, PoolSpec};
-use basalt_proto::{Flags, Header, ObjectId, Opcode, PgId, Status};
+use basalt_proto::{Header, ObjectId, Opcode, PgId, Status};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -154,12 +155,9 @@ impl Volume {
         ClusterMap::pg_of(&self.pool, obj)
     }
 
-    /// The request header for one piece (the PG and map epoch are set per attempt).
+    /// The request header for one piece (the map epoch is set per attempt).
     fn header(&self, opcode: Opcode, piece: Piece, flags: u16) -> Header {
-        let mut h = Header::request(opcode, 0, piece.obj);
-        h.offset = piece.offset;
-        h.length = piece.len;
-        h.flags = Flags(flags);
+        let mut h = object_header(opcode, piece.obj, piece.offset, piece.len, flags);
         h.pg = self.pg(piece.obj);
         h
     }
@@ -195,10 +193,8 @@ impl Volume {
                 .cluster
                 .await_primary(&s.conn, s.pending, h.pg, s.primary)
                 .await
-                .and_then(|reply| match reply.header.status {
-                    Status::Ok => Ok(reply.payload),
-                    status => Err(ClientError::Status { status }),
-                }),
+                .and_then(reply_result)
+                .map(|reply| reply.payload),
             Err(e) => Err(e),
         };
         match result {
@@ -262,7 +258,7 @@ impl Volume {
     /// Write `data` at `offset`; with `fua` it is durable when this returns.
     pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), ClientError> {
         let _gate = self.enter(offset, data.len() as u64).await?;
-        let flags = if fua { Flags::FUA } else { 0 };
+        let flags = fua_flags(fua);
         let pieces: Vec<Piece> = self.pieces(offset, data.len() as u64).collect();
         self.each_piece(pieces, |p| {
             let slice = data.slice(p.buf_offset..p.buf_offset + p.len as usize);
@@ -279,7 +275,7 @@ impl Volume {
     }
 
     async fn trim_unchecked(&self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
-        let flags = if fua { Flags::FUA } else { 0 };
+        let flags = fua_flags(fua);
         let os = self.info.object_size;
         let pieces: Vec<Piece> = self.pieces(offset, len).collect();
         self.each_piece(pieces, |p| {
@@ -306,7 +302,7 @@ impl Volume {
         if may_trim {
             return self.trim_unchecked(offset, len, fua).await;
         }
-        let flags = if fua { Flags::FUA } else { 0 };
+        let flags = fua_flags(fua);
         let pieces: Vec<Piece> = self.pieces(offset, len).collect();
         self.each_piece(pieces, |p| {
             let zeros = Bytes::from_static(&ZEROS[..p.len as usize]);
