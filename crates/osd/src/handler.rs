@@ -148,6 +148,14 @@ pub(crate) fn dispatch(
             }
         }
         Opcode::Push => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        // Object classes run on the primary only; replicas get their effect as plain writes.
+        Opcode::Call if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Call => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                crate::kv::call(&osd, h, payload).await
+            });
+        }
         Opcode::Read | Opcode::Allocation => {
             if let Err(status) = primary_gate(osd, &h) {
                 OsdCounters::add(&osd.counters.errors, 1);
@@ -218,7 +226,7 @@ pub(crate) fn status_of(e: &StoreError) -> Status {
 /// May this OSD serve a client request for `h.pg` now? Only as the active primary of the
 /// PG's current interval, holding its lease, with a map at least as new as the client's.
 /// Returns the interval on success.
-fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
+pub(crate) fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
     osd.note_client_op();
     if osd.fenced() {
         return Err(Status::Unavailable);
@@ -408,7 +416,7 @@ fn pull(osd: &Osd, h: &Header) -> (Status, Version, Bytes) {
 }
 
 /// Apply a mutation to the local store.
-fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> Status {
+pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> Status {
     let length = if h.opcode == Opcode::Write {
         payload.len() as u32
     } else {
@@ -482,66 +490,93 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
 
 /// As primary: order the mutation, apply it locally, replicate it, and wait for every replica.
 async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
-    if let Err(status) = primary_gate(osd, &h) {
-        return status;
+    let result = replicate(osd, &h, |version| match apply(osd, &h, &payload, version) {
+        Status::Ok => Ok(((), Some((h, payload.clone())))),
+        status => Err(status),
+    })
+    .await;
+    match result {
+        Ok(()) => Status::Ok,
+        Err(status) => status,
     }
+}
+
+/// A mutation the primary applied to its own copy, to forward to every replica: the request
+/// header (opcode, object, offset, FUA flag) and payload. Replicas get it as an ordinary
+/// mutation frame, so they need to know nothing of how the primary computed it.
+pub(crate) type Forward = (Header, Bytes);
+
+/// The primary's path for every client mutation of `h.object`. Check this OSD may serve it,
+/// connect to the replicas (before the PG lock: connecting may wait), then under the PG lock
+/// run `mutate` with the version assigned to it: it applies the mutation to the local store
+/// and returns its result with the mutation to forward (None: nothing changed, nothing to
+/// replicate). The forwarded frame is queued to every replica under the same lock, so
+/// replicas receive this PG's mutations in version order; then wait for every replica
+/// (pushing the whole object to one whose copy is stale) and, for FUA, flush.
+pub(crate) async fn replicate<T>(
+    osd: &Arc<Osd>,
+    h: &Header,
+    mutate: impl FnOnce(Version) -> Result<(T, Option<Forward>), Status>,
+) -> Result<T, Status> {
+    primary_gate(osd, h)?;
     let map = osd.map();
     let acting = match map.acting(h.pg) {
         Ok(a) => a.to_vec(),
-        Err(_) => return Status::Invalid,
+        Err(_) => return Err(Status::Invalid),
     };
     if acting.first() != Some(&osd.id) {
-        return Status::NotPrimary;
+        return Err(Status::NotPrimary);
     }
-    // Connect to the replicas before taking the PG lock (connecting may wait).
     let mut replicas = Vec::with_capacity(acting.len().saturating_sub(1));
     for &peer in &acting[1..] {
         let addr = match map.osd(peer) {
             Ok(info) => info.addr.clone(),
-            Err(_) => return Status::Unavailable,
+            Err(_) => return Err(Status::Unavailable),
         };
         match osd.peers.get(peer, &addr).await {
             Ok(conn) => replicas.push((peer, conn)),
             Err(e) => {
                 tracing::warn!(osd = osd.id, peer, "replica unreachable: {e}");
-                return Status::Unavailable;
+                return Err(Status::Unavailable);
             }
         }
     }
     // Under the PG lock: check the interval is still ours, assign the version, apply locally
     // and queue to every replica, so the replicas receive this PG's mutations in version
     // order.
-    let (pending, interval) = {
+    let (out, pending, interval) = {
         let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
         let entry = shard.entry(h.pg).or_default();
-        let interval = match gate_entry(entry, &h) {
-            Ok(i) => i,
-            Err(status) => return status,
-        };
+        let interval = gate_entry(entry, h)?;
         // The replicas we connected to must be this interval's.
         if entry.acting.len() != acting.len()
             || entry.acting.iter().zip(&acting).any(|(a, b)| a.0 != *b)
         {
-            return Status::Unavailable;
+            return Err(Status::Unavailable);
         }
+        // Counted before the mutation runs: a version a failed mutation may have partly
+        // applied is never handed out again.
         entry.counter += 1;
         let version = Version::new(interval as u64, entry.counter);
         let prev = current_version(osd, h.object);
-        let status = apply(osd, &h, &payload, version);
-        if status != Status::Ok {
-            return status;
-        }
-        let mut fwd = h;
-        fwd.version = version;
-        fwd.prev_version = prev;
-        fwd.map_epoch = interval;
-        fwd.flags = Flags(h.flags.0 | Flags::REPLICA);
+        let (out, forward) = mutate(version)?;
+        let Some((fwd, payload)) = forward else {
+            return Ok(out);
+        };
+        let mut fwd = Header {
+            version,
+            prev_version: prev,
+            map_epoch: interval,
+            ..fwd
+        };
+        fwd.flags = Flags(fwd.flags.0 | Flags::REPLICA);
         let pending = replicas
             .iter()
             .map(|(peer, c)| (*peer, c.clone(), c.start(fwd, payload.clone())))
             .collect::<Vec<_>>();
-        (pending, interval)
+        (out, pending, interval)
     };
+    let fua = h.flags.has(Flags::FUA);
     let mut status = Status::Ok;
     for (peer, conn, p) in pending {
         let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
@@ -561,15 +596,7 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
         };
         let reply_status = if reply_status == Status::Stale {
             // The replica's copy is behind (it is recovering): send it the whole object.
-            push_object(
-                osd,
-                h.pg,
-                interval,
-                h.object,
-                &conn,
-                h.flags.has(Flags::FUA),
-            )
-            .await
+            push_object(osd, h.pg, interval, h.object, &conn, fua).await
         } else {
             reply_status
         };
@@ -577,8 +604,11 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
             status = reply_status;
         }
     }
-    if status == Status::Ok && h.flags.has(Flags::FUA) {
+    if status == Status::Ok && fua {
         status = flush(osd).await;
     }
-    status
+    match status {
+        Status::Ok => Ok(out),
+        status => Err(status),
+    }
 }

@@ -6,6 +6,7 @@
 
 pub mod daemon;
 pub mod handler;
+mod kv;
 pub mod liveness;
 pub mod metrics;
 pub mod peering;

@@ -24,6 +24,10 @@ pub struct OsdCounters {
     pub pushed_bytes: AtomicU64,
     /// Objects pulled from an authoritative copy while peering.
     pub pulled_objects: AtomicU64,
+    /// Object-class calls (KV table updates, gets and lists) received as primary, and those
+    /// answered Conflict (a condition did not hold; not counted as errors).
+    pub kv_calls: AtomicU64,
+    pub kv_conflicts: AtomicU64,
 }
 
 impl OsdCounters {
@@ -123,6 +127,18 @@ pub fn render(osd: &Osd) -> String {
         "counter",
         "Objects pulled while peering.",
         g(&c.pulled_objects),
+    );
+    metric(
+        "kv_calls_total",
+        "counter",
+        "Object-class (KV table) calls received.",
+        g(&c.kv_calls),
+    );
+    metric(
+        "kv_conflicts_total",
+        "counter",
+        "KV table updates refused because a condition did not hold.",
+        g(&c.kv_conflicts),
     );
     metric(
         "capacity_bytes",

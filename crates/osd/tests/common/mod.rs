@@ -1,0 +1,84 @@
+//! Shared harness of the OSD integration tests: three real OSDs on loopback with an embedded
+//! metadata store, and the map a monitor would publish for them.
+
+// Each test file uses a different subset of the helpers.
+#![allow(dead_code)]
+
+use basalt_meta::EmbeddedMeta;
+use basalt_osd::{Osd, OsdConfig, OsdHandle};
+use basalt_placement::{ClusterMap, FailureDomain, OsdInfo, PoolSpec};
+use basalt_store::StoreOptions;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Object size of the test pool.
+pub const OBJECT_SIZE: u32 = 64 << 10;
+
+/// Three OSDs of one host (failure domain `osd`, addresses filled in by [`start_osds`]) and
+/// pool 1: 3 replicas, min_size 2, 8 PGs.
+pub fn base_map() -> ClusterMap {
+    let mut map = ClusterMap::default();
+    for id in 0..3 {
+        map.osds.insert(
+            id,
+            OsdInfo {
+                id,
+                host: "localhost".into(),
+                addr: String::new(),
+                weight: 1,
+                up: true,
+                is_in: true,
+                incarnation: 0,
+            },
+        );
+    }
+    map.pools.insert(
+        1,
+        PoolSpec {
+            id: 1,
+            name: "rbd".into(),
+            size: 3,
+            min_size: 2,
+            pg_count: 8,
+            failure_domain: FailureDomain::Osd,
+            object_size: OBJECT_SIZE,
+        },
+    );
+    map
+}
+
+/// Start three OSDs on loopback and publish a map with their addresses and incarnations
+/// (as the monitor would). PG records live in `meta`.
+pub async fn start_osds(
+    dir: &Path,
+    map: &mut ClusterMap,
+    meta: &Arc<EmbeddedMeta>,
+) -> (Vec<OsdHandle>, watch::Sender<Arc<ClusterMap>>) {
+    let (tx, rx) = watch::channel(Arc::new(map.clone()));
+    let mut handles = Vec::new();
+    for id in 0..3u32 {
+        let config = OsdConfig {
+            id,
+            store_path: dir.join(format!("osd{id}.dat")),
+            store_options: StoreOptions {
+                capacity_bytes: 256 << 20,
+                object_size_bytes: OBJECT_SIZE,
+                ..StoreOptions::default()
+            },
+            listen: "127.0.0.1:0".parse().unwrap(),
+            create_if_missing: true,
+            incarnation: None,
+            recovery: basalt_osd::RecoveryConfig::default(),
+            stray_scan: None,
+        };
+        let h = Osd::start(config, rx.clone(), meta.clone()).await.unwrap();
+        let info = map.osds.get_mut(&id).unwrap();
+        info.addr = h.addr.to_string();
+        info.incarnation = h.osd.incarnation;
+        handles.push(h);
+    }
+    map.recompute();
+    tx.send_replace(Arc::new(map.clone()));
+    (handles, tx)
+}
