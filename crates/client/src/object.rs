@@ -141,8 +141,9 @@ impl Cluster {
     /// durable when this returns.
     ///
     /// Requests are retried after failovers, so an update may be applied twice: `Absent`
-    /// conditions are retry-safe (they also hold when the key already holds the new value),
-    /// `Equals` conditions are not (the retry conflicts with the first attempt's value).
+    /// conditions are retry-safe (they also hold when the key already holds the new value,
+    /// so two writers of the same value both succeed), `Equals` conditions are not (the retry
+    /// conflicts with the first attempt's value).
     pub async fn kv_update(
         &self,
         obj: ObjectId,

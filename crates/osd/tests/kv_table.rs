@@ -310,6 +310,12 @@ async fn concurrent_updaters_lose_nothing() {
     const CAS_ATTEMPTS_MAX: usize = 10_000;
     let tc = test_cluster().await;
     let obj = table_object(3);
+    // The counter starts at 0, so every increment is a compare-and-swap (Equals). Absent
+    // would not do: two tasks putting the same "1" would both succeed (the retry rule).
+    tc.cluster
+        .kv_update(obj, vec![KvEdit::put("counter", "0")], false)
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for t in 0..TASKS {
         let c = tc.cluster.clone();
@@ -322,14 +328,10 @@ async fn concurrent_updaters_lose_nothing() {
             }
             for _ in 0..CAS_ATTEMPTS_MAX {
                 let current = c.kv_get(obj, vec![b("counter")]).await.unwrap().remove(0);
-                let n: u64 = current
-                    .as_ref()
-                    .map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
-                let cond = match current {
-                    Some(v) => KvCond::Equals(v),
-                    None => KvCond::Absent,
-                };
-                let edit = KvEdit::put("counter", format!("{}", n + 1)).when(cond);
+                let current = current.expect("the counter exists");
+                let n: u64 = std::str::from_utf8(&current).unwrap().parse().unwrap();
+                let edit =
+                    KvEdit::put("counter", format!("{}", n + 1)).when(KvCond::Equals(current));
                 match c.kv_update(obj, vec![edit], false).await {
                     Ok(_) => return,
                     Err(ClientError::KvConflict { index: 0 }) => continue,

@@ -82,7 +82,9 @@ pub enum KvCond {
     /// Always holds.
     Any,
     /// Holds when the key is absent, or already holds exactly the edit's new value (so a
-    /// retried put-if-absent whose first attempt was applied still succeeds).
+    /// retried put-if-absent whose first attempt was applied still succeeds). Two writers
+    /// putting the same value therefore both succeed: give each a distinct value (an upload
+    /// id, say) when only one may win.
     Absent,
     /// Holds when the key holds exactly this value.
     Equals(Bytes),
