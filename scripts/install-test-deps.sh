@@ -24,6 +24,10 @@ have protoc || need+=(protobuf-compiler)
 # basalt-meta's etcd tests start a real etcd from /usr/bin/etcd (etcdctl comes with etcd-client).
 [ -x /usr/bin/etcd ] || need+=(etcd-server)
 have etcdctl || need+=(etcd-client)
+# S3 clients the gateway is tested with (boto3 and the aws CLI come from PyPI below).
+have s3cmd || need+=(s3cmd)
+have rclone || need+=(rclone)
+have python3 || need+=(python3 python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test dependencies: ${need[*]}"
@@ -31,6 +35,16 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# boto3 (the AWS SDK for Python) and the aws CLI, from PyPI when the system lacks them.
+py_need=()
+python3 -c 'import boto3' >/dev/null 2>&1 || py_need+=(boto3)
+have aws || py_need+=(awscli)
+if [ ${#py_need[@]} -gt 0 ]; then
+  echo "installing Python test dependencies: ${py_need[*]}"
+  python3 -m pip install --quiet "${py_need[@]}" 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages "${py_need[@]}"
 fi
 
 if ! have cargo; then

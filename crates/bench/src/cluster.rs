@@ -56,6 +56,7 @@ impl Cluster {
             .arg(data_dir)
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--control-listen", "127.0.0.1:0"])
+            .args(["--s3-listen", "off"])
             .args(["--default-volume", "bench"])
             .args(["--default-volume-size", &config.volume_size])
             .args(["--osds", &config.osds.to_string()])

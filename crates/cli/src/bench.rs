@@ -174,6 +174,8 @@ fn start_basalt(dir: &Path, size: &str) -> anyhow::Result<(Guard, String)> {
             "127.0.0.1:0",
             "--control-listen",
             "127.0.0.1:0",
+            "--s3-listen",
+            "off",
         ])
         .arg("--data-dir")
         .arg(dir)

@@ -315,7 +315,7 @@ fn metrics_addr(arg: Option<&str>, listen: SocketAddr) -> anyhow::Result<Option<
     }
 }
 
-fn flush_stdout() {
+pub(crate) fn flush_stdout() {
     use std::io::Write;
     let _ = std::io::stdout().flush();
 }

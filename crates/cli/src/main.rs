@@ -7,6 +7,7 @@ mod control;
 mod daemons;
 mod gateway;
 mod metrics_http;
+mod s3_cmd;
 mod status;
 mod up;
 mod volume_cmd;
@@ -89,6 +90,20 @@ enum Command {
         #[command(flatten)]
         args: daemons::OsdArgs,
     },
+    /// Run an S3 gateway of a multi-host cluster, or manage its access keys.
+    ///
+    /// Example: basalt s3 --meta etcd://10.0.0.1:2379 --listen 0.0.0.0:9000
+    ///          basalt s3 key create --meta etcd://10.0.0.1:2379 --user alice
+    ///
+    /// Stateless: several gateways may serve the same buckets. Every gateway and key
+    /// command of a cluster must share the --master-key file.
+    #[command(args_conflicts_with_subcommands = true)]
+    S3 {
+        #[command(subcommand)]
+        command: Option<s3_cmd::S3Command>,
+        #[command(flatten)]
+        args: s3_cmd::S3Args,
+    },
     /// Run a monitor candidate on its own (OSDs run one each by default).
     Mon(daemons::MonCmdArgs),
     /// Run an NBD gateway of a multi-host cluster: every volume, under its name.
@@ -163,6 +178,20 @@ fn main() -> std::process::ExitCode {
         } => {
             init_logging("info");
             runtime().and_then(|rt| rt.block_on(daemons::run_osd(args)))
+        }
+        Command::S3 {
+            command: Some(command),
+            args,
+        } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(s3_cmd::run_command(&args, command)))
+        }
+        Command::S3 {
+            command: None,
+            args,
+        } => {
+            init_logging("info");
+            runtime().and_then(|rt| rt.block_on(s3_cmd::run_gateway(args)))
         }
         Command::Mon(args) => {
             init_logging("info");

@@ -57,6 +57,12 @@ pub struct UpArgs {
     /// Size of the default volume.
     #[arg(long, default_value = "1G")]
     default_volume_size: String,
+    /// S3 API listen address ("off" for none). Access keys: DATA_DIR/s3-credentials.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    s3_listen: String,
+    /// Base domain for virtual-host-style S3 requests (BUCKET.DOMAIN).
+    #[arg(long, default_value = "localhost")]
+    s3_domain: String,
     /// Send the gateway's requests to the in-process OSDs over TCP too, instead of calling
     /// their request handlers directly (replication always uses TCP).
     #[arg(long)]
@@ -243,6 +249,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
     let control_task = tokio::spawn(crate::control::serve(control, cluster.clone(), pool.id));
+    let (s3_stop, s3_stop_rx) = watch::channel(false);
+    let s3 = match args.s3_listen.as_str() {
+        "off" => None,
+        listen => Some(start_s3(&args, listen, &cluster, pool.id, s3_stop_rx).await?),
+    };
 
     print_banner(
         &args,
@@ -251,10 +262,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         tcp_addr,
         control_addr,
         &socket_path,
+        s3.as_ref().map(|(addr, _)| *addr),
     );
 
     wait_for_signal().await?;
     eprintln!("basalt: shutting down (finishing in-flight requests)...");
+    let _ = s3_stop.send(true);
+    if let Some((_, task)) = s3 {
+        let _ = task.await;
+    }
     control_task.abort();
     let _ = control_task.await;
     nbd.shutdown();
@@ -293,6 +309,63 @@ pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The S3 credentials file of `basalt up` (AWS shared-credentials format, profile "basalt").
+fn s3_credentials_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("s3-credentials")
+}
+
+/// Start the S3 gateway; on first start (no credentials file) create an access key for the
+/// user "admin" and write it to DATA_DIR/s3-credentials (mode 0600).
+async fn start_s3(
+    args: &UpArgs,
+    listen: &str,
+    cluster: &Arc<Cluster>,
+    pool: basalt_proto::PoolId,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listen: SocketAddr = listen
+        .parse()
+        .with_context(|| format!("--s3-listen {listen}: expected IP:PORT or \"off\""))?;
+    let master = basalt_s3::MasterKey::load(&args.data_dir.join("s3-master.key"), true)?;
+    let creds = s3_credentials_path(&args.data_dir);
+    if !creds.exists() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let (record, secret) =
+            basalt_s3::keys::create_key(cluster.meta().as_ref(), &master, "admin").await?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&creds)
+            .with_context(|| format!("create {}", creds.display()))?;
+        write!(
+            f,
+            "[basalt]\naws_access_key_id = {}\naws_secret_access_key = {secret}\n",
+            record.access_key
+        )
+        .and_then(|_| f.sync_all())
+        .with_context(|| format!("write {}", creds.display()))?;
+    }
+    let ring = Arc::new(basalt_s3::KeyRing::new(cluster.meta().clone(), master));
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listen for S3 on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let config = basalt_s3::GatewayConfig {
+        pool,
+        domain: Some(args.s3_domain.clone()),
+    };
+    let task = tokio::spawn(basalt_s3::serve(
+        listener,
+        cluster.clone(),
+        ring,
+        config,
+        stop,
+    ));
+    Ok((addr, task))
+}
+
 fn print_banner(
     args: &UpArgs,
     pool: &PoolRecord,
@@ -300,6 +373,7 @@ fn print_banner(
     nbd: SocketAddr,
     control: SocketAddr,
     socket: &Path,
+    s3: Option<SocketAddr>,
 ) {
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
@@ -320,6 +394,13 @@ fn print_banner(
         socket.display()
     );
     println!("  Control API: {control} (basalt volume --control {control} ls)");
+    let creds = s3_credentials_path(&args.data_dir);
+    if let Some(s3) = s3 {
+        println!(
+            "  S3:          http://{s3} (access key in {}, profile \"basalt\")",
+            creds.display()
+        );
+    }
     println!("Try:");
     println!("  qemu-img info nbd://{nbd}/{vol}");
     println!("  nbdinfo nbd://{nbd}/{vol}");
@@ -327,6 +408,13 @@ fn print_banner(
         "  fio --name=try --ioengine=nbd --uri=nbd://{nbd}/{vol} --rw=randrw --bs=4k \
          --iodepth=32 --size=256M --runtime=10 --time_based"
     );
+    if let Some(s3) = s3 {
+        println!(
+            "  AWS_SHARED_CREDENTIALS_FILE={} aws --profile basalt --endpoint-url \
+             http://{s3} s3 mb s3://demo",
+            creds.display()
+        );
+    }
     println!("Press Ctrl-C to stop.");
     use std::io::Write;
     let _ = std::io::stdout().flush();

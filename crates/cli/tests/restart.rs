@@ -395,6 +395,8 @@ fn second_instance_on_same_data_dir_is_refused() {
                 "127.0.0.1:0",
                 "--control-listen",
                 "127.0.0.1:0",
+                "--s3-listen",
+                "127.0.0.1:0",
             ])
             .args(["--nbd-socket"])
             .arg(cluster.scratch().join("second.sock"))

@@ -23,4 +23,4 @@ pub use error::ClientError;
 pub use mapwatch::follow_map;
 pub use pool::ConnPool;
 pub use volume::{Extent, Volume};
-pub use volumes::{parse_size, VolumeInfo};
+pub use volumes::{next_family, parse_size, VolumeInfo};

@@ -144,8 +144,9 @@ where
     }
 }
 
-/// Allocate a fresh family number (the middle bits of an inode id, see `InodeId`).
-async fn next_family(meta: &dyn MetaStore) -> Result<u32, ClientError> {
+/// Allocate a fresh family number (the middle bits of an inode id, see `InodeId`); volumes
+/// and S3 buckets draw from the same counter.
+pub async fn next_family(meta: &dyn MetaStore) -> Result<u32, ClientError> {
     let family = basalt_meta::next_counter(meta, NEXT_INODE_KEY, 1)
         .await?
         .ok_or_else(|| ClientError::Invalid {

@@ -49,6 +49,8 @@ pub struct Cluster {
     pub nbd_socket: PathBuf,
     /// Control API address.
     pub control: SocketAddr,
+    /// S3 API address.
+    pub s3_addr: Option<SocketAddr>,
 }
 
 impl Cluster {
@@ -73,6 +75,7 @@ impl Cluster {
             nbd_addr: "0.0.0.0:0".parse().expect("valid address"),
             nbd_socket: PathBuf::new(),
             control: "0.0.0.0:0".parse().expect("valid address"),
+            s3_addr: None,
         };
         cluster.spawn();
         cluster
@@ -132,6 +135,7 @@ impl Cluster {
             .arg(self.dir.path())
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--control-listen", "127.0.0.1:0"])
+            .args(["--s3-listen", "127.0.0.1:0"])
             .args(["--osd-size", OSD_SIZE])
             .args(&self.extra_args)
             .stdin(Stdio::null())
@@ -213,6 +217,12 @@ impl Cluster {
                 let addr = rest.split_whitespace().next().unwrap_or("");
                 control = Some(addr.parse::<SocketAddr>().unwrap_or_else(|e| {
                     self.fail_startup(&format!("bad Control API banner line {line:?}: {e}"))
+                }));
+            } else if let Some(rest) = t.strip_prefix("S3:") {
+                let url = rest.split_whitespace().next().unwrap_or("");
+                let addr = url.strip_prefix("http://").unwrap_or(url);
+                self.s3_addr = Some(addr.parse::<SocketAddr>().unwrap_or_else(|e| {
+                    self.fail_startup(&format!("bad S3 banner line {line:?}: {e}"))
                 }));
             } else if t == READY_LINE {
                 break;

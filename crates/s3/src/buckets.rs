@@ -1,0 +1,139 @@
+//! Bucket records in cluster metadata. A bucket is small and rare (one record each); its
+//! objects are not here: they are indexed in cluster data (see `index`).
+
+use basalt_client::{ClientError, Cluster};
+use basalt_proto::{make_inode, InodeId, PoolId};
+use serde::{Deserialize, Serialize};
+
+/// Metadata key prefix of bucket records.
+pub const BUCKETS_PREFIX: &str = "/basalt/s3/buckets/";
+/// Version of the bucket record format.
+pub const BUCKET_FORMAT_VERSION: u32 = 1;
+/// Index shards of a new bucket. Each shard is one KV table object, rewritten whole on each
+/// update, so more shards keep updates small and spread them over PGs.
+pub const DEFAULT_INDEX_SHARDS: u32 = 16;
+/// Largest chunk of object data stored in one cluster object.
+pub const MAX_CHUNK_BYTES: u32 = 4 << 20;
+
+/// A bucket as stored in metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub format_version: u32,
+    pub name: String,
+    /// The user that owns it (see `keys::KeyRecord::user`).
+    pub owner: String,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    pub pool: PoolId,
+    /// The inode every object of the bucket (data chunks and index shards) lives under.
+    pub inode: InodeId,
+    pub index_shards: u32,
+    /// Bytes of object data per cluster object.
+    pub chunk_bytes: u32,
+}
+
+fn key(name: &str) -> String {
+    format!("{BUCKETS_PREFIX}{name}")
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Why a bucket operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BucketError {
+    #[error("bucket {0} exists")]
+    Exists(String),
+    #[error("bucket {0} does not exist")]
+    Missing(String),
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Meta(#[from] basalt_meta::MetaError),
+}
+
+/// Look up a bucket.
+pub async fn get_bucket(
+    cluster: &Cluster,
+    name: &str,
+) -> Result<Option<BucketRecord>, BucketError> {
+    Ok(cluster
+        .meta()
+        .get(&key(name))
+        .await?
+        .and_then(|(v, _)| serde_json::from_slice(&v).ok()))
+}
+
+/// Every bucket.
+pub async fn list_buckets(cluster: &Cluster) -> Result<Vec<BucketRecord>, BucketError> {
+    let mut out: Vec<BucketRecord> = cluster
+        .meta()
+        .list(BUCKETS_PREFIX)
+        .await?
+        .into_iter()
+        .filter_map(|(_, v, _)| serde_json::from_slice(&v).ok())
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Create a bucket owned by `owner` in `pool`.
+pub async fn create_bucket(
+    cluster: &Cluster,
+    name: &str,
+    owner: &str,
+    pool: PoolId,
+) -> Result<BucketRecord, BucketError> {
+    if get_bucket(cluster, name).await?.is_some() {
+        return Err(BucketError::Exists(name.into()));
+    }
+    let map = cluster.map();
+    let spec =
+        map.pools
+            .get(&pool)
+            .ok_or(ClientError::Map(basalt_placement::MapError::NoSuchPool {
+                pool,
+            }))?;
+    let family = basalt_client::next_family(cluster.meta().as_ref()).await?;
+    let record = BucketRecord {
+        format_version: BUCKET_FORMAT_VERSION,
+        name: name.into(),
+        owner: owner.into(),
+        created: now_secs(),
+        pool,
+        inode: make_inode(pool, family, 0),
+        index_shards: DEFAULT_INDEX_SHARDS,
+        chunk_bytes: spec.object_size.min(MAX_CHUNK_BYTES),
+    };
+    let value = serde_json::to_vec(&record).expect("bucket record serialises");
+    match cluster
+        .meta()
+        .compare_and_swap(&key(name), 0, value)
+        .await?
+    {
+        Some(_) => Ok(record),
+        None => Err(BucketError::Exists(name.into())),
+    }
+}
+
+/// Remove a bucket's record and every cluster object under its inode. The caller checked
+/// that it holds no object. Objects go first: a crash part-way leaves an empty bucket that
+/// can be deleted again.
+pub async fn delete_bucket(cluster: &Cluster, record: &BucketRecord) -> Result<(), BucketError> {
+    cluster.purge(record.inode, 0).await?;
+    cluster.flush().await?;
+    match cluster.meta().get(&key(&record.name)).await? {
+        Some((_, rev)) => {
+            cluster
+                .meta()
+                .compare_and_delete(&key(&record.name), rev)
+                .await?;
+            Ok(())
+        }
+        None => Err(BucketError::Missing(record.name.clone())),
+    }
+}

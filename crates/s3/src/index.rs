@@ -1,0 +1,477 @@
+//! The bucket index: for every object key, its entry (size, ETag, where its data is, its
+//! headers and metadata), kept in cluster data rather than in the metadata store.
+//!
+//! The index of a bucket is `index_shards` KV table objects (the OSD's KV object class,
+//! `basalt_proto::kv`) under the bucket's inode; a key lives in shard `crc32c(key) % shards`.
+//! Every update of a shard is one atomic edit applied by its PG's primary and replicated like
+//! a write. Listing merges the shards' sorted pages. Two more sets of tables sit beside the
+//! index, sharded the same way by their own keys: *intents* (data being written that no
+//! entry references yet, so space of interrupted uploads can be reclaimed) and *uploads*
+//! (multipart uploads in progress and their parts).
+
+use crate::buckets::BucketRecord;
+use basalt_client::{ClientError, Cluster};
+use basalt_proto::kv::{KvCond, KvEdit, KvList};
+use basalt_proto::ObjectId;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Object indexes at or above this are tables; below are data chunks (see `data`).
+const TABLE_BIT: u64 = 1 << 63;
+/// Which set of tables, in the bits below `TABLE_BIT`.
+const KIND_SHIFT: u32 = 32;
+
+/// A set of sharded tables of a bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// Object key → [`ObjectEntry`].
+    Index = 0,
+    /// Data id (8 bytes, big endian) → [`Intent`].
+    Intents = 1,
+    /// Multipart uploads: `u/<upload id>` → [`Upload`], `p/<upload id>/<part:05>` → [`Part`].
+    /// Sharded by upload id, so an upload and its parts share one table object and can be
+    /// dropped in one atomic edit.
+    Uploads = 2,
+}
+
+/// One stored piece of an object: `size` bytes written under data id `data`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub data: u64,
+    pub size: u64,
+}
+
+/// Headers stored with an object and returned on GET/HEAD.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Headers {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_disposition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_language: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
+    /// `Expires`, milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<i64>,
+    /// `x-amz-meta-*` (names without the prefix, lower case).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// What the index holds for one object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectEntry {
+    pub size: u64,
+    /// As S3 computes it (without quotes): MD5 hex, or `MD5(part MD5s)-N` for multipart.
+    pub etag: String,
+    /// Milliseconds since the Unix epoch.
+    pub modified_ms: i64,
+    /// The data, in order. One segment for a plain PUT, one per part for multipart.
+    pub segments: Vec<Segment>,
+    /// Whether it was a multipart upload (then `segments.len()` is the part count).
+    #[serde(default)]
+    pub multipart: bool,
+    #[serde(default)]
+    pub headers: Headers,
+}
+
+/// Data being written that no entry references yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// The object key it is for.
+    pub key: String,
+    /// Milliseconds since the Unix epoch when it started.
+    pub started_ms: i64,
+    /// The multipart upload it is a part of, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
+}
+
+/// A multipart upload in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upload {
+    pub key: String,
+    pub initiated_ms: i64,
+    pub owner: String,
+    #[serde(default)]
+    pub headers: Headers,
+}
+
+/// An uploaded part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub number: u32,
+    pub segment: Segment,
+    /// MD5 hex of the part.
+    pub etag: String,
+    pub modified_ms: i64,
+}
+
+/// Index failures.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("index entry of {key:?} is unreadable: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+/// The object holding shard `shard` of `table` of `bucket`.
+pub fn table_object(bucket: &BucketRecord, table: Table, shard: u32) -> ObjectId {
+    ObjectId {
+        inode: bucket.inode,
+        index: TABLE_BIT | ((table as u64) << KIND_SHIFT) | shard as u64,
+    }
+}
+
+/// The shard a table key lives in.
+pub fn shard_of(bucket: &BucketRecord, key: &[u8]) -> u32 {
+    crc32c::crc32c(key) % bucket.index_shards.max(1)
+}
+
+fn object_for(bucket: &BucketRecord, table: Table, key: &[u8]) -> ObjectId {
+    table_object(bucket, table, shard_of(bucket, key))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, IndexError> {
+    serde_json::from_slice(value).map_err(|e| IndexError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).expect("index records serialise"))
+}
+
+/// Read one record of a table.
+pub async fn get<T: for<'de> Deserialize<'de>>(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    table: Table,
+    key: &[u8],
+) -> Result<Option<T>, IndexError> {
+    let obj = object_for(bucket, table, key);
+    let values = cluster
+        .kv_get(obj, vec![Bytes::copy_from_slice(key)])
+        .await?;
+    match values.into_iter().next().flatten() {
+        Some(v) => Ok(Some(decode(key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Write (or with `None`, delete) one record durably; returns the previous one.
+pub async fn put<T: Serialize + for<'de> Deserialize<'de>>(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    table: Table,
+    key: &[u8],
+    value: Option<&T>,
+) -> Result<Option<T>, IndexError> {
+    let obj = object_for(bucket, table, key);
+    let edit = KvEdit {
+        key: Bytes::copy_from_slice(key),
+        value: value.map(encode),
+        cond: KvCond::Any,
+    };
+    let previous = cluster.kv_update(obj, vec![edit], true).await?;
+    match previous.into_iter().next().flatten() {
+        // A retried update may report our own value as the previous one; callers compare.
+        Some(v) => Ok(decode(key, &v).ok()),
+        None => Ok(None),
+    }
+}
+
+/// One item of a merged listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listed {
+    Object(String, Box<ObjectEntry>),
+    /// A common prefix (keys up to and including the delimiter).
+    Prefix(String),
+}
+
+impl Listed {
+    /// The key or prefix: what a continuation resumes after.
+    pub fn name(&self) -> &str {
+        match self {
+            Listed::Object(k, _) | Listed::Prefix(k) => k,
+        }
+    }
+}
+
+/// A page of a listing.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub items: Vec<Listed>,
+    /// More items follow the last one.
+    pub truncated: bool,
+}
+
+/// Entries fetched from one shard per round trip.
+const LIST_PAGE: u32 = 1000;
+/// Byte budget of one shard page.
+const LIST_PAGE_BYTES: u32 = 1 << 20;
+
+/// One shard's sorted stream of entries past a cursor.
+struct ShardCursor {
+    obj: ObjectId,
+    buffered: std::collections::VecDeque<(Bytes, Bytes)>,
+    exhausted: bool,
+}
+
+/// Every key past `after` comes after this: keys are UTF-8, which never holds 0xFF.
+fn past_prefix(prefix: &str) -> Vec<u8> {
+    let mut v = prefix.as_bytes().to_vec();
+    v.push(0xFF);
+    v
+}
+
+/// List `table` (keys and raw values) in key order after `after` (exclusive), under
+/// `prefix`, grouping keys at `delimiter` into common prefixes, at most `max` items.
+pub async fn list_raw(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    table: Table,
+    prefix: &str,
+    after: &str,
+    delimiter: Option<&str>,
+    max: usize,
+) -> Result<(Vec<(String, Option<Bytes>)>, bool), IndexError> {
+    let mut shards: Vec<ShardCursor> = (0..bucket.index_shards.max(1))
+        .map(|s| ShardCursor {
+            obj: table_object(bucket, table, s),
+            buffered: Default::default(),
+            exhausted: false,
+        })
+        .collect();
+    // Everything at or below the cursor is done with.
+    let mut cursor: Vec<u8> = after.as_bytes().to_vec();
+    let mut out: Vec<(String, Option<Bytes>)> = Vec::new();
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    loop {
+        // Drop what the cursor passed, refill empty buffers.
+        for s in shards.iter_mut() {
+            while s
+                .buffered
+                .front()
+                .is_some_and(|(k, _)| k.as_ref() <= &cursor[..])
+            {
+                s.buffered.pop_front();
+            }
+            if s.buffered.is_empty() && !s.exhausted {
+                let page = cluster
+                    .kv_list(
+                        s.obj,
+                        KvList {
+                            start_after: Bytes::from(cursor.clone()),
+                            prefix: Bytes::copy_from_slice(prefix.as_bytes()),
+                            max_entries: LIST_PAGE,
+                            max_bytes: LIST_PAGE_BYTES,
+                        },
+                    )
+                    .await?;
+                s.exhausted = !page.truncated;
+                s.buffered.extend(page.entries);
+            }
+        }
+        // The smallest head across shards.
+        let Some(best) = shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.buffered.front().map(|(k, _)| (i, k.clone())))
+            .min_by(|a, b| a.1.cmp(&b.1))
+            .map(|(i, _)| i)
+        else {
+            return Ok((out, false));
+        };
+        if out.len() == max {
+            return Ok((out, true));
+        }
+        let (key, value) = shards[best].buffered.pop_front().expect("a head");
+        let key_str = String::from_utf8_lossy(&key).into_owned();
+        let common = delimiter.and_then(|d| {
+            key_str[prefix.len().min(key_str.len())..]
+                .find(d)
+                .map(|at| key_str[..prefix.len() + at + d.len()].to_string())
+        });
+        match common {
+            Some(cp) => {
+                // A resumed listing may start inside a prefix it already returned.
+                if cp.as_str() > after {
+                    out.push((cp.clone(), None));
+                }
+                cursor = past_prefix(&cp);
+            }
+            None => {
+                out.push((key_str, Some(value)));
+                cursor = key.to_vec();
+            }
+        }
+    }
+}
+
+/// List objects of the index (see [`list_raw`]).
+pub async fn list_objects(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    prefix: &str,
+    after: &str,
+    delimiter: Option<&str>,
+    max: usize,
+) -> Result<Listing, IndexError> {
+    let (raw, truncated) =
+        list_raw(cluster, bucket, Table::Index, prefix, after, delimiter, max).await?;
+    let mut items = Vec::with_capacity(raw.len());
+    for (key, value) in raw {
+        items.push(match value {
+            Some(v) => Listed::Object(key.clone(), Box::new(decode(key.as_bytes(), &v)?)),
+            None => Listed::Prefix(key),
+        });
+    }
+    Ok(Listing { items, truncated })
+}
+
+/// Is the bucket's index empty?
+pub async fn is_empty(cluster: &Cluster, bucket: &BucketRecord) -> Result<bool, IndexError> {
+    let (items, _) = list_raw(cluster, bucket, Table::Index, "", "", None, 1).await?;
+    Ok(items.is_empty())
+}
+
+/// The key of an intent record.
+pub fn intent_key(data: u64) -> [u8; 8] {
+    data.to_be_bytes()
+}
+
+/// The table object holding the records of upload `id`.
+fn upload_object(bucket: &BucketRecord, id: &str) -> ObjectId {
+    object_for(bucket, Table::Uploads, id.as_bytes())
+}
+
+/// Read one record of upload `id`.
+pub async fn get_upload<T: for<'de> Deserialize<'de>>(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    id: &str,
+    key: &str,
+) -> Result<Option<T>, IndexError> {
+    let values = cluster
+        .kv_get(
+            upload_object(bucket, id),
+            vec![Bytes::copy_from_slice(key.as_bytes())],
+        )
+        .await?;
+    match values.into_iter().next().flatten() {
+        Some(v) => Ok(Some(decode(key.as_bytes(), &v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Write one record of upload `id` durably; returns the previous one.
+pub async fn put_upload<T: Serialize + for<'de> Deserialize<'de>>(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    id: &str,
+    key: &str,
+    value: Option<&T>,
+) -> Result<Option<T>, IndexError> {
+    let edit = KvEdit {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: value.map(encode),
+        cond: KvCond::Any,
+    };
+    let previous = cluster
+        .kv_update(upload_object(bucket, id), vec![edit], true)
+        .await?;
+    Ok(previous
+        .into_iter()
+        .next()
+        .flatten()
+        .and_then(|v| decode(key.as_bytes(), &v).ok()))
+}
+
+/// Delete records of upload `id` in one atomic edit.
+pub async fn delete_upload_records(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    id: &str,
+    keys: Vec<String>,
+) -> Result<(), IndexError> {
+    let edits = keys
+        .into_iter()
+        .map(|k| KvEdit {
+            key: Bytes::from(k.into_bytes()),
+            value: None,
+            cond: KvCond::Any,
+        })
+        .collect();
+    cluster
+        .kv_update(upload_object(bucket, id), edits, true)
+        .await?;
+    Ok(())
+}
+
+/// Every part recorded for upload `id`, by number.
+pub async fn list_parts(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    id: &str,
+) -> Result<Vec<Part>, IndexError> {
+    let obj = upload_object(bucket, id);
+    let prefix = Bytes::from(format!("p/{id}/").into_bytes());
+    let mut out = Vec::new();
+    let mut after = Bytes::new();
+    loop {
+        let page = cluster
+            .kv_list(
+                obj,
+                KvList {
+                    start_after: after.clone(),
+                    prefix: prefix.clone(),
+                    max_entries: LIST_PAGE,
+                    max_bytes: LIST_PAGE_BYTES,
+                },
+            )
+            .await?;
+        for (k, v) in &page.entries {
+            out.push(decode::<Part>(k, v)?);
+        }
+        match page.entries.last() {
+            Some((k, _)) if page.truncated => after = k.clone(),
+            _ => break,
+        }
+    }
+    out.sort_by_key(|p| p.number);
+    Ok(out)
+}
+
+/// Every upload in progress in the bucket, as (upload id, upload).
+pub async fn list_uploads(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+) -> Result<Vec<(String, Upload)>, IndexError> {
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let (page, truncated) =
+            list_raw(cluster, bucket, Table::Uploads, "u/", &after, None, 1000).await?;
+        for (k, v) in &page {
+            if let Some(v) = v {
+                out.push((
+                    k["u/".len()..].to_string(),
+                    decode::<Upload>(k.as_bytes(), v)?,
+                ));
+            }
+        }
+        match page.last() {
+            Some((k, _)) if truncated => after = k.clone(),
+            _ => break,
+        }
+    }
+    Ok(out)
+}

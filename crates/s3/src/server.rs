@@ -1,0 +1,116 @@
+//! Serving the S3 API over HTTP/1.1.
+
+use crate::gateway::Gateway;
+use crate::keys::KeyRing;
+use basalt_client::Cluster;
+use basalt_proto::PoolId;
+use hyper_util::rt::TokioIo;
+use s3s::host::{S3Host, VirtualHost};
+use s3s::service::S3ServiceBuilder;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Largest request head (request line + headers) accepted; bigger gets 431.
+const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// How a gateway serves.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Pool new buckets are created in.
+    pub pool: PoolId,
+    /// Base domain for virtual-host-style requests (`BUCKET.DOMAIN`); requests to any other
+    /// host name are path-style.
+    pub domain: Option<String>,
+}
+
+/// Path-style always; virtual-host-style for `BUCKET.DOMAIN[:port]`.
+struct Hosts {
+    domain: Option<String>,
+}
+
+impl S3Host for Hosts {
+    fn parse_host_header<'a>(&'a self, host: &'a str) -> s3s::S3Result<VirtualHost<'a>> {
+        let name = host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        });
+        if let Some(domain) = &self.domain {
+            if let Some(bucket) = name
+                .strip_suffix(domain.as_str())
+                .and_then(|b| b.strip_suffix('.'))
+                .filter(|b| !b.is_empty())
+            {
+                return Ok(VirtualHost::new(domain.as_str()).with_bucket(bucket));
+            }
+        }
+        Ok(VirtualHost::new(name))
+    }
+}
+
+/// Serve S3 on `listener` until `stop` turns true; in-flight requests finish first.
+pub async fn serve(
+    listener: TcpListener,
+    cluster: Arc<Cluster>,
+    keys: Arc<KeyRing>,
+    config: GatewayConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let gateway = Gateway::new(cluster, keys.clone(), config.pool);
+    let mut builder = S3ServiceBuilder::new(gateway);
+    builder.set_auth(KeyRingAuth(keys));
+    builder.set_host(Hosts {
+        domain: config.domain.clone(),
+    });
+    let service = builder.build();
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    stream.set_nodelay(true).ok();
+                    let service = service.clone();
+                    let mut stop = stop.clone();
+                    conns.spawn(async move {
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .max_buf_size(MAX_HEAD_BYTES.max(8192))
+                            .keep_alive(true)
+                            .serve_connection(TokioIo::new(stream), service);
+                        tokio::pin!(conn);
+                        tokio::select! {
+                            r = conn.as_mut() => {
+                                if let Err(e) = r {
+                                    tracing::debug!("s3 connection: {e}");
+                                }
+                            }
+                            _ = stop.changed() => {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = conn.await;
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("s3 accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    while conns.join_next().await.is_some() {}
+}
+
+/// The key ring as the protocol layer's authenticator.
+struct KeyRingAuth(Arc<KeyRing>);
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for KeyRingAuth {
+    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
+        self.0.get_secret_key(access_key).await
+    }
+}
