@@ -3,6 +3,7 @@
 //! `s3s` crate's; this file maps each operation onto the cluster.
 
 use crate::buckets::{self, BucketError, BucketRecord};
+use crate::checksum::Wanted;
 use crate::data::{self, DataError, DataIds, PieceRange};
 use crate::index::{
     self, Headers, IndexError, Intent, Listed, ObjectEntry, Part, Segment, Table, Upload,
@@ -454,6 +455,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let user = user_of(&self.keys, &req).await?;
+        let check = wanted(&req.headers, req.trailing_headers.clone(), &req.input);
         let input = req.input;
         let bucket = self.bucket(&user, &input.bucket).await?;
         let expected = input.content_length.map(|l| l.max(0) as u64);
@@ -465,12 +467,23 @@ impl S3 for Gateway {
             None => StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, std::io::Error>>()),
         };
         let (segment, md5) = self
-            .store_body(&bucket, &input.key, None, body, expected, MAX_PUT_BYTES)
+            .store_body(
+                &bucket,
+                &input.key,
+                None,
+                check.watch(body),
+                expected,
+                MAX_PUT_BYTES,
+            )
             .await?;
-        if let Err(e) = check_md5(input.content_md5.as_deref(), &md5) {
-            self.discard(&bucket, &segment).await;
-            return Err(e);
-        }
+        let checksums =
+            match check_md5(input.content_md5.as_deref(), &md5).and_then(|_| check.verify()) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.discard(&bucket, &segment).await;
+                    return Err(e);
+                }
+            };
         let entry = ObjectEntry {
             size: segment.size,
             etag: hex::encode(md5),
@@ -495,6 +508,11 @@ impl S3 for Gateway {
         self.clear_intent(&bucket, segment.data).await;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&entry.etag)),
+            checksum_crc32: checksums.checksum_crc32,
+            checksum_crc32c: checksums.checksum_crc32c,
+            checksum_sha1: checksums.checksum_sha1,
+            checksum_sha256: checksums.checksum_sha256,
+            checksum_crc64nvme: checksums.checksum_crc64nvme,
             ..Default::default()
         }))
     }
@@ -936,6 +954,7 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let user = user_of(&self.keys, &req).await?;
+        let check = wanted_part(&req.headers, req.trailing_headers.clone(), &req.input);
         let input = req.input;
         let bucket = self.bucket(&user, &input.bucket).await?;
         self.upload(&bucket, &input.upload_id, &input.key).await?;
@@ -950,15 +969,19 @@ impl S3 for Gateway {
                 &bucket,
                 &input.key,
                 Some(&input.upload_id),
-                body,
+                check.watch(body),
                 expected,
                 MAX_PUT_BYTES,
             )
             .await?;
-        if let Err(e) = check_md5(input.content_md5.as_deref(), &md5) {
-            self.discard(&bucket, &segment).await;
-            return Err(e);
-        }
+        let checksums =
+            match check_md5(input.content_md5.as_deref(), &md5).and_then(|_| check.verify()) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.discard(&bucket, &segment).await;
+                    return Err(e);
+                }
+            };
         let part = Part {
             number: input.part_number as u32,
             segment: segment.clone(),
@@ -968,6 +991,11 @@ impl S3 for Gateway {
         self.record_part(&bucket, &input.upload_id, &part).await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(etag(&part.etag)),
+            checksum_crc32: checksums.checksum_crc32,
+            checksum_crc32c: checksums.checksum_crc32c,
+            checksum_sha1: checksums.checksum_sha1,
+            checksum_sha256: checksums.checksum_sha256,
+            checksum_crc64nvme: checksums.checksum_crc64nvme,
             ..Default::default()
         }))
     }
@@ -1218,6 +1246,40 @@ impl S3 for Gateway {
             ..Default::default()
         }))
     }
+}
+
+/// The checksums a PutObject asks to be checked.
+fn wanted(
+    headers: &http::HeaderMap,
+    trailer: Option<s3s::TrailingHeaders>,
+    i: &PutObjectInput,
+) -> Wanted {
+    let given = Checksum {
+        checksum_crc32: i.checksum_crc32.clone(),
+        checksum_crc32c: i.checksum_crc32c.clone(),
+        checksum_sha1: i.checksum_sha1.clone(),
+        checksum_sha256: i.checksum_sha256.clone(),
+        checksum_crc64nvme: i.checksum_crc64nvme.clone(),
+        ..Default::default()
+    };
+    Wanted::new(headers, i.checksum_algorithm.as_ref(), given, trailer)
+}
+
+/// The checksums an UploadPart asks to be checked.
+fn wanted_part(
+    headers: &http::HeaderMap,
+    trailer: Option<s3s::TrailingHeaders>,
+    i: &UploadPartInput,
+) -> Wanted {
+    let given = Checksum {
+        checksum_crc32: i.checksum_crc32.clone(),
+        checksum_crc32c: i.checksum_crc32c.clone(),
+        checksum_sha1: i.checksum_sha1.clone(),
+        checksum_sha256: i.checksum_sha256.clone(),
+        checksum_crc64nvme: i.checksum_crc64nvme.clone(),
+        ..Default::default()
+    };
+    Wanted::new(headers, i.checksum_algorithm.as_ref(), given, trailer)
 }
 
 fn check_part_number(n: i32) -> S3Result<()> {

@@ -7,6 +7,7 @@
 //! * `gateway`: the S3 operations; `server`: HTTP serving (protocol by the `s3s` crate).
 
 pub mod buckets;
+pub mod checksum;
 pub mod data;
 pub mod gateway;
 pub mod index;

@@ -114,6 +114,22 @@ def objects():
         s3.put_object, Bucket="life", Key="dir/a.bin", Body=b"xyz", ContentMD5=wrong
     ) == "BadDigest"
     assert s3.get_object(Bucket="life", Key="dir/a.bin")["Body"].read() == body2
+    # x-amz-checksum-*: a wrong value is refused and leaves the old object; a right one
+    # (boto3 sends CRC32 in an aws-chunked trailer by default) is echoed.
+    import zlib
+
+    assert error_code(
+        s3.put_object, Bucket="life", Key="dir/a.bin", Body=b"xyz", ChecksumCRC32="AAAAAA=="
+    ) == "BadDigest"
+    assert error_code(
+        s3.put_object, Bucket="life", Key="dir/a.bin", Body=b"xyz", ChecksumSHA256=base64.b64encode(b"0" * 32).decode()
+    ) == "BadDigest"
+    assert s3.get_object(Bucket="life", Key="dir/a.bin")["Body"].read() == body2
+    crc = base64.b64encode(zlib.crc32(b"checked").to_bytes(4, "big")).decode()
+    r = s3.put_object(Bucket="life", Key="checked", Body=b"checked", ChecksumAlgorithm="CRC32")
+    assert r.get("ChecksumCRC32") == crc, r
+    r = s3.put_object(Bucket="life", Key="checked", Body=b"checked", ChecksumCRC32=crc)
+    assert r.get("ChecksumCRC32") == crc, r
 
 
 def ranges():
