@@ -34,6 +34,10 @@ pub struct S3Args {
     /// path-style.
     #[arg(long)]
     pub domain: Option<String>,
+    /// Seconds after which the data of an upload that never finished (its gateway died) is
+    /// reclaimed. Live uploads refresh their record every minute.
+    #[arg(long, default_value_t = 3600)]
+    pub reclaim_after: u64,
 }
 
 /// `basalt s3 ...` subcommands.
@@ -102,6 +106,7 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
     let config = GatewayConfig {
         pool,
         domain: args.domain.clone(),
+        reclaim_after: std::time::Duration::from_secs(args.reclaim_after.max(1)),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,

@@ -63,6 +63,10 @@ pub struct UpArgs {
     /// Base domain for virtual-host-style S3 requests (BUCKET.DOMAIN).
     #[arg(long, default_value = "localhost")]
     s3_domain: String,
+    /// Seconds after which the data of an S3 upload that never finished (the process died
+    /// mid-upload) is reclaimed.
+    #[arg(long, default_value_t = 3600)]
+    s3_reclaim_after: u64,
     /// Send the gateway's requests to the in-process OSDs over TCP too, instead of calling
     /// their request handlers directly (replication always uses TCP).
     #[arg(long)]
@@ -355,6 +359,7 @@ async fn start_s3(
     let config = basalt_s3::GatewayConfig {
         pool,
         domain: Some(args.s3_domain.clone()),
+        reclaim_after: std::time::Duration::from_secs(args.s3_reclaim_after.max(1)),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,

@@ -2,9 +2,11 @@
 
 mod common;
 
-use common::{run, Cluster};
+use common::{assert_ok, parse_json, run, Cluster};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Command;
+use std::process::Stdio;
 use std::time::Duration;
 
 /// Longest run of one client suite.
@@ -58,6 +60,94 @@ fn boto3_suite() {
     );
     assert!(out.status.success(), "boto3 suite failed:\n{text}");
     assert!(text.contains("boto3 suite passed"), "{text}");
+}
+
+/// Bytes used on all OSDs (every replica counted).
+fn used_bytes(cluster: &Cluster) -> u64 {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+    cmd.args(["status", "--json", "--interval", "0", "--control"])
+        .arg(cluster.control.to_string());
+    let out = run(&mut cmd, Duration::from_secs(30));
+    assert_ok(&out, "basalt status --json");
+    let status = parse_json(&out.stdout, "basalt status --json");
+    status["osds"]
+        .as_array()
+        .expect("osds")
+        .iter()
+        .map(|o| o["stats"]["used_bytes"].as_u64().expect("used_bytes"))
+        .sum()
+}
+
+/// A gateway killed (-9) in the middle of a 48 MiB PUT: after the restart the object is not
+/// visible, and the sweeper reclaims the chunks that reached the OSDs (with
+/// `--s3-reclaim-after 2`, within seconds).
+#[test]
+fn upload_interrupted_by_a_crash_is_invisible_and_reclaimed() {
+    let mut cluster = Cluster::start_with(&["--s3-reclaim-after", "2"]);
+    let (access, secret) = credentials(cluster.data_dir());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/interrupted_upload.py");
+    let baseline = used_bytes(&cluster);
+    let mut upload = Command::new("python3")
+        .arg(&script)
+        .args(["start", &endpoint(&cluster)])
+        .env("AWS_ACCESS_KEY_ID", &access)
+        .env("AWS_SECRET_ACCESS_KEY", &secret)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the uploader");
+    let mut lines = BufReader::new(upload.stdout.take().expect("piped")).lines();
+    let sent = lines.next().and_then(|l| l.ok());
+    assert_eq!(
+        sent.as_deref(),
+        Some("SENT"),
+        "the uploader sent half the body"
+    );
+    // Let the gateway write what it received, then kill it mid-upload.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while used_bytes(&cluster) < baseline + (30 << 20) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The chunks of a long upload are made durable at its end (one FLUSH of every OSD); flush
+    // now, through NBD, so the crash leaves them on disk for the sweeper to find.
+    common::qemu_io_ok(&cluster.uri("vol0"), &["flush"]);
+    cluster.kill9();
+    let _ = upload.kill();
+    let _ = upload.wait();
+    cluster.restart();
+    let after_crash = used_bytes(&cluster);
+    assert!(
+        after_crash >= baseline + (20 << 20),
+        "the half upload's chunks survived the crash (so there is something to reclaim): \
+         baseline {baseline}, after {after_crash}"
+    );
+    let out = run(
+        Command::new("python3")
+            .arg(&script)
+            .args(["check", &endpoint(&cluster)])
+            .env("AWS_ACCESS_KEY_ID", &access)
+            .env("AWS_SECRET_ACCESS_KEY", &secret),
+        Duration::from_secs(60),
+    );
+    assert_ok(&out, "the interrupted object is not visible");
+    // The sweeper runs every second and reclaims intents older than 2 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut now = after_crash;
+    while now > baseline + (2 << 20) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        now = used_bytes(&cluster);
+    }
+    assert!(
+        now <= baseline + (2 << 20),
+        "space reclaimed: baseline {baseline}, after the crash {after_crash}, now {now}\n{}",
+        tail(&cluster.stderr_text(), 3000)
+    );
+    assert!(
+        cluster
+            .stderr_text()
+            .contains("reclaimed the data of unfinished uploads"),
+        "the sweeper says what it did"
+    );
 }
 
 fn tail(s: &str, n: usize) -> &str {

@@ -35,15 +35,23 @@ pub struct Gateway {
     ids: DataIds,
     /// Pool new buckets are created in.
     pool: PoolId,
+    /// How often a live upload refreshes its intent (see `sweeper`).
+    refresh: std::time::Duration,
 }
 
 impl Gateway {
-    pub fn new(cluster: Arc<Cluster>, keys: Arc<KeyRing>, pool: PoolId) -> Self {
+    pub fn new(
+        cluster: Arc<Cluster>,
+        keys: Arc<KeyRing>,
+        pool: PoolId,
+        reclaim_after: std::time::Duration,
+    ) -> Self {
         Self {
             cluster,
             keys,
             ids: DataIds::default(),
             pool,
+            refresh: crate::sweeper::intent_refresh(reclaim_after),
         }
     }
 }
@@ -260,14 +268,33 @@ impl Gateway {
         E: std::fmt::Display,
     {
         let id = self.ids.next(&self.cluster).await?;
-        let intent = Intent {
+        let mut intent = Intent {
             key: key.into(),
             started_ms: now_ms(),
             upload: upload.map(String::from),
+            max_bytes: expected_len
+                .unwrap_or(max_len)
+                .min(data::max_piece_bytes(bucket)),
         };
         let ikey = index::intent_key(id);
         index::put(&self.cluster, bucket, Table::Intents, &ikey, Some(&intent)).await?;
-        let stored = data::store(&self.cluster, bucket, id, body, expected_len, max_len).await;
+        let store = data::store(&self.cluster, bucket, id, body, expected_len, max_len);
+        tokio::pin!(store);
+        // A long upload refreshes its intent, so a sweeper never takes it for abandoned.
+        // Bound: ends when the store ends.
+        let stored = loop {
+            tokio::select! {
+                stored = &mut store => break stored,
+                _ = tokio::time::sleep(self.refresh) => {
+                    intent.started_ms = now_ms();
+                    if let Err(e) =
+                        index::put(&self.cluster, bucket, Table::Intents, &ikey, Some(&intent)).await
+                    {
+                        tracing::warn!(bucket = %bucket.name, data = id, "refreshing an intent: {e}");
+                    }
+                }
+            }
+        };
         let stored = match stored {
             Ok(s) => s,
             Err(e) => {

@@ -90,6 +90,10 @@ pub struct Intent {
     /// The multipart upload it is a part of, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<String>,
+    /// Most bytes the data can hold (the declared length, else the largest piece): how many
+    /// chunks to delete when the upload never finished.
+    #[serde(default)]
+    pub max_bytes: u64,
 }
 
 /// A multipart upload in progress.

@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod index;
 pub mod keys;
 pub mod server;
+pub mod sweeper;
 
 pub use keys::{KeyRing, MasterKey};
 pub use server::{serve, GatewayConfig};

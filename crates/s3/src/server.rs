@@ -22,6 +22,8 @@ pub struct GatewayConfig {
     /// Base domain for virtual-host-style requests (`BUCKET.DOMAIN`); requests to any other
     /// host name are path-style.
     pub domain: Option<String>,
+    /// Reclaim the data of uploads that left an intent this long ago (a gateway died).
+    pub reclaim_after: std::time::Duration,
 }
 
 /// Path-style always; virtual-host-style for `BUCKET.DOMAIN[:port]`.
@@ -59,13 +61,28 @@ pub async fn serve(
     config: GatewayConfig,
     mut stop: watch::Receiver<bool>,
 ) {
-    let gateway = Gateway::new(cluster, keys.clone(), config.pool);
+    let gateway = Gateway::new(
+        cluster.clone(),
+        keys.clone(),
+        config.pool,
+        config.reclaim_after,
+    );
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(KeyRingAuth(keys));
     builder.set_host(Hosts {
         domain: config.domain.clone(),
     });
     let service = builder.build();
+    let every = (config.reclaim_after / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(600),
+    );
+    let sweeper = tokio::spawn(crate::sweeper::run(
+        cluster.clone(),
+        every,
+        config.reclaim_after,
+        stop.clone(),
+    ));
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -103,6 +120,7 @@ pub async fn serve(
         }
     }
     while conns.join_next().await.is_some() {}
+    let _ = sweeper.await;
 }
 
 /// The key ring as the protocol layer's authenticator.
