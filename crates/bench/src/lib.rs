@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod compare;
 pub mod environment;
 pub mod fio;
+pub mod procstat;
 pub mod progress;
 pub mod report;
 pub mod results;
