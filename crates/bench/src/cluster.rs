@@ -1,5 +1,5 @@
 //! The `basalt up` process under test: started from the current executable, its NBD address
-//! read from the banner, its CPU time read from /proc (`procstat`), and stopped when dropped.
+//! read from the banner, its CPU time read from /proc (see `cpu`), and stopped when dropped.
 
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader};
@@ -119,11 +119,6 @@ impl Cluster {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-
-    /// CPU seconds (user + system, all threads) the process has used so far.
-    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        crate::procstat::cpu_seconds(self.pid())
-    }
 }
 
 impl Drop for Cluster {
@@ -142,5 +137,23 @@ impl Drop for Cluster {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl crate::under_test::UnderTest for Cluster {
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn cpu_sources(&self) -> Vec<crate::cpu::CpuSource> {
+        vec![crate::cpu::CpuSource::Process {
+            name: "basalt up".into(),
+            pid: self.pid(),
+        }]
+    }
+
+    fn close(&mut self) -> Vec<String> {
+        // Dropping stops the process; nothing the report needs to say.
+        Vec::new()
     }
 }
