@@ -754,4 +754,83 @@ pub(crate) mod tests {
         assert!(md.contains("(4k random read (QD1)) are page-cache reads"));
         assert!(md.contains("(Sequential read (1M, QD1), 500.00 MiB/s)"));
     }
+
+    #[test]
+    fn existing_cluster_report_names_the_cluster_hosts_and_daemons() {
+        // Goal: a run on an existing cluster says which cluster and pool it measured,
+        // compares reads with the fastest storage host's network, splits CPU by daemon,
+        // lists daemons it could not read, and gives the multi-host caveats.
+        let mut r = sample();
+        r.environment.pool = PoolSettings {
+            name: Some("fast".into()),
+            osds: 6,
+            replicas: 3,
+            min_size: Some(2),
+            failure_domain: Some("host".into()),
+            pgs: 64,
+            object_size: "128K".into(),
+            osd_size: "500G".into(),
+            banner: None,
+        };
+        let host = |ip: &str, name: &str| StorageHost {
+            ip: ip.into(),
+            names: vec![name.into()],
+            osds: vec![0, 1],
+        };
+        r.environment.existing = Some(ExistingClusterInfo {
+            meta_url: "etcd://10.0.0.1:2379/prod".into(),
+            hosts: vec![host("10.0.0.2", "a"), host("10.0.0.3", "b")],
+            osds_down: vec![7],
+            notes: vec![],
+        });
+        let net = &mut r.sections[0];
+        net.rows = ["10_0_0_2", "10_0_0_3"]
+            .iter()
+            .zip([1000.0, 2000.0])
+            .map(|(k, v)| Row {
+                key: format!("tcp_throughput_{k}"),
+                label: format!("TCP from {k}"),
+                unit: "MiB/s".into(),
+                higher_is_better: true,
+                baseline: Some(Figure {
+                    value: Some(v),
+                    ..Figure::default()
+                }),
+                basalt: None,
+            })
+            .collect();
+        let disk = &mut r.sections[1];
+        let cpu = disk.rows[0].basalt.as_mut().unwrap().cpu.as_mut().unwrap();
+        cpu.daemons = vec![
+            DaemonCpu {
+                name: "osd.0".into(),
+                cpu_seconds: 0.3,
+                resident_bytes: Some(64 << 20),
+            },
+            DaemonCpu {
+                name: "basalt bench (NBD gateway)".into(),
+                cpu_seconds: 0.2,
+                resident_bytes: None,
+            },
+        ];
+        cpu.missing = vec!["osd.1: connection refused".into()];
+        let md = render(&r);
+        assert!(md.contains(
+            "Cluster: the existing cluster at `etcd://10.0.0.1:2379/prod`, pool `fast`: 3 \
+             replicas (min_size 2), 64 PGs, 128K objects, failure domain host; 6 OSDs up on 2 \
+             hosts (a (10.0.0.2), b (10.0.0.3)), stores of 500G (down: osd.7)."
+        ));
+        assert!(md.contains("| TCP from 10_0_0_2 | 1000.00 MiB/s |"));
+        assert!(md.contains(
+            "the network carried 1000.00 MiB/s to 2000.00 MiB/s (2 hosts); Basalt's best read \
+             throughput through NBD (Sequential read (1M, QD1), 500.00 MiB/s) is 25% of the \
+             fastest host's."
+        ));
+        assert!(md.contains("`process_cpu_seconds_total` on its `/metrics`"));
+        assert!(md.contains("| osd.0 | 0.30 | 60% | 64.0 MiB |"), "{md}");
+        assert!(md.contains("| basalt bench (NBD gateway) | 0.20 | 40% | - |"));
+        assert!(md.contains("(their CPU could not be read): osd.1: connection refused."));
+        assert!(md.contains("from there to 2 other hosts' disks"));
+        assert!(!md.contains("this is one host"));
+    }
 }

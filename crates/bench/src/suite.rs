@@ -370,3 +370,38 @@ pub fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
     write(svg::SCALING_FILE, &svg::scaling(results))?;
     write("report.md", &report::render(results))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(sections: Option<&[&str]>) -> StorageOptions {
+        StorageOptions {
+            data_dir: ".".into(),
+            out: "out".into(),
+            quick: true,
+            smoke: false,
+            sections: sections.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
+            command_line: String::new(),
+        }
+    }
+
+    #[test]
+    fn sections_are_chosen_by_id() {
+        // Goal: --sections runs exactly the sections it names, refuses unknown ones with
+        // the list of real ones, and runs everything when absent.
+        let all = options(None);
+        assert!(SECTION_IDS.iter().all(|id| all.runs(id)));
+        let some = options(Some(&["network", "scaling"]));
+        assert!(some.check_sections().is_ok());
+        assert!(some.runs("network") && some.runs("scaling") && !some.runs("disk"));
+        let e = options(Some(&["network", "s3"]))
+            .check_sections()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown section \"s3\"; the sections are network, disk, torus, vitastor, scaling"
+        );
+        assert!(options(Some(&[])).check_sections().is_err());
+    }
+}

@@ -16,9 +16,12 @@ pub enum BenchCommand {
     /// Compare NBD performance: a Basalt volume (3 replicas, stores on tmpfs) vs qemu-nbd
     /// serving a raw file on tmpfs, with fio's nbd engine.
     Nbd(NbdArgs),
-    /// The storage benchmark suite: local disk and network baselines, then a Basalt volume
-    /// through NBD on the same fio profiles and those of the seed reports (Torus, Vitastor),
-    /// with the CPU Basalt spends; writes report.md, results.json, SVG plots and raw outputs.
+    /// The storage benchmark suite: baselines, then a Basalt volume via NBD, with CPU cost
+    ///
+    /// Local disk and network baselines first, then a Basalt volume through NBD on the
+    /// same fio profiles and those of the seed reports (Torus, Vitastor), with the CPU
+    /// Basalt spends per GiB and per 1000 IOs; writes report.md, results.json, SVG plots
+    /// and every raw output to --out.
     ///
     /// Two kinds of cluster:
     ///

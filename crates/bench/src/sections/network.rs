@@ -477,6 +477,25 @@ mod tests {
     }
 
     #[test]
+    fn hosts_have_stable_keys_and_readable_labels() {
+        // Goal: a host's rows are keyed by its address (no characters the compare keys
+        // use as separators) and labelled by its names and address.
+        assert_eq!(host_key("10.0.0.2"), "10_0_0_2");
+        assert_eq!(host_key("fd00::2"), "fd00__2");
+        let h = StorageHost {
+            ip: "10.0.0.2".into(),
+            names: vec!["rack1-a".into()],
+            osds: vec![3, 4],
+        };
+        assert_eq!(h.label(), "rack1-a (10.0.0.2)");
+        let bare = StorageHost {
+            names: vec!["10.0.0.2".into()],
+            ..h.clone()
+        };
+        assert_eq!(bare.label(), "10.0.0.2");
+    }
+
+    #[test]
     fn builtin_stream_moves_data() {
         // Goal: the fallback test measures a positive loopback throughput.
         let r = builtin_loopback(1).unwrap();
