@@ -58,6 +58,10 @@ pub struct Environment {
     /// a `basalt up` it started itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing: Option<ExistingClusterInfo>,
+    /// CPU seconds per second the measured daemons used at rest before the first step
+    /// (included in every step's CPU figure, not subtracted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_cpu_seconds_per_second: Option<f64>,
 }
 
 /// An existing multi-host cluster as its map showed it when the run started.

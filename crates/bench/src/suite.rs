@@ -17,6 +17,10 @@ use std::time::Instant;
 
 /// Smallest OSD store capacity passed to `basalt up` (sparse file).
 const MIN_OSD_SIZE_BYTES: u64 = 8 << 30;
+/// Seconds the daemons' CPU is sampled at rest, before the first step.
+const IDLE_SAMPLE_S: u64 = 2;
+/// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
+const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
 pub const SECTION_IDS: [&str; 5] = ["network", "disk", "torus", "vitastor", scaling::ID];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
@@ -190,9 +194,9 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
     };
     let plans: Vec<Vec<f64>> = sections.iter().map(|s| s.plan(&ctx)).collect();
     let prep = if profiles {
-        vec![3.0, precondition_s, precondition_s]
+        vec![START_S, precondition_s, precondition_s]
     } else {
-        vec![3.0]
+        vec![START_S]
     };
     let steps = prep.len() + plans.iter().map(Vec::len).sum::<usize>();
     let planned = prep.iter().sum::<f64>() + plans.iter().flatten().sum::<f64>();
@@ -249,6 +253,18 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
             Some(_) => "The bench volume could not be created and served",
         };
         notes.push(format!("{what}: {e}. Every Basalt figure is missing."));
+    }
+    let idle_cpu = ctx
+        .cluster
+        .as_ref()
+        .ok()
+        .and_then(|c| idle_cpu_rate(c.as_ref()));
+    if let Some(rate) = idle_cpu {
+        notes.push(format!(
+            "At rest, before the first step, the measured daemons used {rate:.3} CPU seconds \
+             per second (leases, monitor polling, map watches); every step's CPU figure \
+             includes that share."
+        ));
     }
     // Reads must find written data: write each target once over its whole size.
     let bound = fio::fill_bound(settings.size_bytes);
@@ -312,6 +328,7 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
             },
         },
         existing: info,
+        idle_cpu_seconds_per_second: idle_cpu,
     };
     let results = Results {
         format_version: FORMAT_VERSION,
@@ -339,6 +356,18 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         results.failures().len()
     );
     Ok(report_path)
+}
+
+/// CPU seconds per second the cluster's daemons use with no client I/O, over
+/// [`IDLE_SAMPLE_S`]; `None` when they could not be read.
+fn idle_cpu_rate(cluster: &dyn UnderTest) -> Option<f64> {
+    let sources = cluster.cpu_sources();
+    let started = Instant::now();
+    let before = crate::cpu::sample(&sources);
+    std::thread::sleep(std::time::Duration::from_secs(IDLE_SAMPLE_S));
+    let after = crate::cpu::sample(&sources);
+    let spent = crate::cpu::cost(&before, &after, 0, 0)?.cpu_seconds;
+    Some(spent / started.elapsed().as_secs_f64())
 }
 
 fn target_name(side: Side) -> &'static str {

@@ -155,6 +155,7 @@ fn bench_storage_measures_an_existing_cluster() {
     let env = &json["environment"];
     assert_eq!(env["existing"]["meta_url"], mh.meta_url.as_str());
     assert_eq!(env["existing"]["hosts"].as_array().unwrap().len(), 3);
+    assert!(env["idle_cpu_seconds_per_second"].as_f64().unwrap() >= 0.0);
     // Pool settings come from the cluster's map (the harness makes `rbd`: 3 replicas,
     // min_size 2, 32 PGs here, failure domain host).
     let pool = &env["pool"];
