@@ -135,11 +135,11 @@ pub fn scrape(addr: &str) -> anyhow::Result<String> {
         .with_context(|| format!("connect to http://{addr}/metrics"))?;
     stream.set_read_timeout(Some(SCRAPE_READ_TIMEOUT))?;
     stream.set_write_timeout(Some(SCRAPE_READ_TIMEOUT))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .with_context(|| format!("send a request to http://{addr}/metrics"))?;
+    // One write: the whole request in one segment.
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .with_context(|| format!("send a request to http://{addr}/metrics"))?;
     let mut answer = String::new();
     stream
         .take(SCRAPE_MAX_BYTES)
@@ -235,8 +235,16 @@ mod tests {
             let addr = l.local_addr().unwrap().to_string();
             std::thread::spawn(move || {
                 let (mut s, _) = l.accept().unwrap();
+                // Read the whole request first: closing on unread bytes resets the
+                // connection before the client reads the answer.
+                let mut request = Vec::new();
                 let mut buf = [0u8; 1024];
-                let _ = s.read(&mut buf);
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
                 s.write_all(answer.as_bytes()).unwrap();
             });
             addr
