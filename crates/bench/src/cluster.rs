@@ -1,5 +1,5 @@
 //! The `basalt up` process under test: started from the current executable, its NBD address
-//! read from the banner, its CPU time read from /proc, and stopped when dropped.
+//! read from the banner, its CPU time read from /proc (see `cpu`), and stopped when dropped.
 
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader};
@@ -120,11 +120,6 @@ impl Cluster {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-
-    /// CPU seconds (user + system, all threads) the process has used so far.
-    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        cpu_seconds(self.pid())
-    }
 }
 
 impl Drop for Cluster {
@@ -146,44 +141,20 @@ impl Drop for Cluster {
     }
 }
 
-/// CPU seconds (utime + stime) of process `pid`, from /proc/PID/stat.
-pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-    let ticks = parse_stat_ticks(&stat).with_context(|| format!("parse {path}"))?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as f64 } else { 100.0 };
-    Ok(ticks as f64 / hz)
-}
-
-/// utime + stime in clock ticks from the text of /proc/PID/stat. The command name (field 2)
-/// may contain spaces and parentheses, so fields are counted after the last `)`.
-pub fn parse_stat_ticks(stat: &str) -> anyhow::Result<u64> {
-    let rest = &stat[stat.rfind(')').context("no ')' in stat")? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
-    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_proc_stat_with_odd_names() {
-        // Goal: utime + stime are found even when the command name holds ") (".
-        let stat = "1234 (bas) (t) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0";
-        assert_eq!(parse_stat_ticks(stat).unwrap(), 325);
-        assert!(parse_stat_ticks("1 (x) S 1").is_err());
+impl crate::under_test::UnderTest for Cluster {
+    fn uri(&self) -> &str {
+        &self.uri
     }
 
-    #[test]
-    fn reads_own_cpu_time() {
-        // Goal: the /proc reader works on a live process (this test).
-        let t = cpu_seconds(std::process::id()).unwrap();
-        assert!(t >= 0.0);
+    fn cpu_sources(&self) -> Vec<crate::cpu::CpuSource> {
+        vec![crate::cpu::CpuSource::Process {
+            name: "basalt up".into(),
+            pid: self.pid(),
+        }]
+    }
+
+    fn close(&mut self) -> Vec<String> {
+        // Dropping stops the process; nothing the report needs to say.
+        Vec::new()
     }
 }

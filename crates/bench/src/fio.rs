@@ -158,8 +158,17 @@ pub fn run(
             let _ = child.wait();
             bail!("fio did not finish within {} s; killed", timeout.as_secs());
         }
+        if crate::interrupt::requested() {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(crate::interrupt::MESSAGE);
+        }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // fio stops early and reports what it did when Ctrl-C reaches it too: not a figure.
+    if crate::interrupt::requested() {
+        bail!(crate::interrupt::MESSAGE);
+    }
     if !status.success() {
         let err = std::fs::read_to_string(stderr_path).unwrap_or_default();
         let last = err

@@ -13,6 +13,8 @@ pub struct Progress {
     planned_done_s: f64,
     started: Instant,
     quiet: bool,
+    /// Whether the interruption was announced.
+    interrupted: bool,
 }
 
 impl Progress {
@@ -25,6 +27,7 @@ impl Progress {
             planned_done_s: 0.0,
             started: Instant::now(),
             quiet,
+            interrupted: false,
         }
     }
 
@@ -32,7 +35,12 @@ impl Progress {
     pub fn step(&mut self, label: &str, planned_s: f64) {
         let eta = self.eta_s();
         self.done += 1;
-        if !self.quiet {
+        if crate::interrupt::requested() {
+            // The remaining steps are skipped at once: one line says so, not one each.
+            if !std::mem::replace(&mut self.interrupted, true) {
+                eprintln!("interrupted: skipping the remaining steps");
+            }
+        } else if !self.quiet {
             eprintln!(
                 "[{}/{}] {label} (ETA {})",
                 self.done,

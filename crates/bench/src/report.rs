@@ -56,25 +56,7 @@ pub fn render(r: &Results) -> String {
         e.fio_version.as_deref().unwrap_or("not found"),
         e.iperf3_version.as_deref().unwrap_or("not installed"),
     );
-    let _ = writeln!(
-        s,
-        "Cluster: `basalt up` on this host, {} OSDs, {} replicas, {} PGs, {} objects, data in \
-         `{}`. Target size {} (disk test file and Basalt volume, each written once before the \
-         runs). {} s per timed fio run{}; the disk baseline {}.\n",
-        e.pool.osds,
-        e.pool.replicas,
-        e.pool.pgs,
-        e.pool.object_size,
-        e.data_dir,
-        size::human(e.target_size_bytes as f64),
-        r.runtime_s,
-        if r.quick { " (quick mode)" } else { "" },
-        if e.disk_direct_io {
-            "uses O_DIRECT (`direct=1`)"
-        } else {
-            "runs buffered (`direct=0`): the filesystem does not support O_DIRECT"
-        },
-    );
+    let _ = writeln!(s, "{}\n", cluster_paragraph(r));
     for n in &r.notes {
         let _ = writeln!(s, "- {n}");
     }
@@ -99,10 +81,75 @@ pub fn render(r: &Results) -> String {
     let _ = writeln!(
         s,
         "`results.json` holds every figure, the exact command lines and the environment; \
-         `raw/` holds each step's fio output (`*.json`, `*.stderr`) and the `basalt up` log. \
-         Compare two runs with `basalt bench compare A/results.json B/results.json`."
+         `raw/` holds each step's fio output (`*.json`, `*.stderr`){}. Compare two runs with \
+         `basalt bench compare A/results.json B/results.json`.",
+        if r.environment.existing.is_some() {
+            " and the iperf3 outputs"
+        } else {
+            " and the `basalt up` log"
+        }
     );
     s
+}
+
+/// Which cluster was measured, its settings, and how the targets were sized and run.
+fn cluster_paragraph(r: &Results) -> String {
+    let e = &r.environment;
+    let p = &e.pool;
+    let cluster = match &e.existing {
+        None => format!(
+            "Cluster: `basalt up` on this host, {} OSDs, {} replicas, {} PGs, {} objects, data \
+             in `{}`.",
+            p.osds, p.replicas, p.pgs, p.object_size, e.data_dir
+        ),
+        Some(x) => {
+            let hosts: Vec<String> = x.hosts.iter().map(|h| h.label()).collect();
+            format!(
+                "Cluster: the existing cluster at `{}`, pool `{}`: {} replicas (min_size {}), \
+                 {} PGs, {} objects, failure domain {}; {} OSDs up on {} hosts ({}), stores of \
+                 {}{}. The benchmark created its volume in that pool, served it over NBD from \
+                 its own process (the client library and the gateway `basalt nbd` runs, on a \
+                 unix socket) and removed it afterwards. The disk baseline is this host's \
+                 disk under `{}`.",
+                x.meta_url,
+                p.name.as_deref().unwrap_or("?"),
+                p.replicas,
+                p.min_size.map_or("?".to_string(), |m| m.to_string()),
+                p.pgs,
+                p.object_size,
+                p.failure_domain.as_deref().unwrap_or("?"),
+                p.osds,
+                x.hosts.len(),
+                hosts.join(", "),
+                p.osd_size,
+                if x.osds_down.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (down: {})",
+                        x.osds_down
+                            .iter()
+                            .map(|id| format!("osd.{id}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                e.data_dir
+            )
+        }
+    };
+    format!(
+        "{cluster} Target size {} (disk test file and Basalt volume, each written once before \
+         the runs). {} s per timed fio run{}; the disk baseline {}.",
+        size::human(e.target_size_bytes as f64),
+        r.runtime_s,
+        if r.quick { " (quick mode)" } else { "" },
+        if e.disk_direct_io {
+            "uses O_DIRECT (`direct=1`)"
+        } else {
+            "runs buffered (`direct=0`): the filesystem does not support O_DIRECT"
+        },
+    )
 }
 
 fn render_section(s: &mut String, sec: &SectionReport) {
@@ -192,12 +239,26 @@ fn cpu_runs(r: &Results) -> Vec<(String, &Figure)> {
 
 fn render_cpu(s: &mut String, r: &Results) {
     let _ = writeln!(s, "## CPU cost of Basalt\n");
-    let _ = writeln!(
-        s,
-        "CPU seconds (user + system, all threads) the `basalt up` process used during each \
-         Basalt step, from `/proc/PID/stat`, per GiB moved and per 1000 IOs. The process holds \
-         all OSDs, the gateway and the NBD server; fio's own CPU is not counted.\n"
-    );
+    if r.environment.existing.is_some() {
+        let _ = writeln!(
+            s,
+            "CPU seconds (user + system, all threads) the cluster's daemons used during each \
+             Basalt step, per GiB moved and per 1000 IOs: every OSD that was up, read from \
+             `process_cpu_seconds_total` on its `/metrics` (the address in its liveness \
+             record) before and after the step, plus this benchmark's own process, which \
+             serves the volume over NBD (its driver threads mostly sleep while fio runs), from \
+             `/proc/self/stat`. Other `basalt nbd` gateways and monitors are not in the data \
+             path and not counted; neither is fio's own CPU.\n"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "CPU seconds (user + system, all threads) the `basalt up` process used during \
+             each Basalt step, from `/proc/PID/stat`, per GiB moved and per 1000 IOs. The \
+             process holds all OSDs, the gateway and the NBD server; fio's own CPU is not \
+             counted.\n"
+        );
+    }
     let runs = cpu_runs(r);
     if runs.is_empty() {
         let _ = writeln!(
@@ -226,6 +287,55 @@ fn render_cpu(s: &mut String, r: &Results) {
         );
     }
     s.push('\n');
+    render_daemons(s, &cpu_runs(r));
+}
+
+/// Each daemon's CPU over every Basalt step and its last resident memory, when the steps
+/// were charged to more than one daemon; and the daemons that could not always be read.
+fn render_daemons(s: &mut String, runs: &[(String, &Figure)]) {
+    let mut daemons: Vec<(String, f64, Option<u64>)> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    for cpu in runs.iter().filter_map(|(_, f)| f.cpu.as_ref()) {
+        for d in &cpu.daemons {
+            match daemons.iter_mut().find(|(name, ..)| *name == d.name) {
+                Some(entry) => {
+                    entry.1 += d.cpu_seconds;
+                    entry.2 = d.resident_bytes.or(entry.2);
+                }
+                None => daemons.push((d.name.clone(), d.cpu_seconds, d.resident_bytes)),
+            }
+        }
+        for m in &cpu.missing {
+            if !missing.contains(m) {
+                missing.push(m.clone());
+            }
+        }
+    }
+    if daemons.len() > 1 {
+        let total: f64 = daemons.iter().map(|d| d.1).sum();
+        let _ = writeln!(
+            s,
+            "By daemon, over every Basalt step:\n\n| Daemon | CPU s | Share | Resident memory \
+             after the last step |\n|---|---:|---:|---:|"
+        );
+        for (name, cpu, rss) in &daemons {
+            let share = if total > 0.0 {
+                cpu / total * 100.0
+            } else {
+                0.0
+            };
+            let rss = rss.map_or("-".to_string(), |b| size::human(b as f64));
+            let _ = writeln!(s, "| {name} | {cpu:.2} | {share:.0}% | {rss} |");
+        }
+        s.push('\n');
+    }
+    if !missing.is_empty() {
+        let _ = writeln!(
+            s,
+            "Not counted in some steps (their CPU could not be read): {}.\n",
+            missing.join("; ")
+        );
+    }
 }
 
 fn render_failures(s: &mut String, r: &Results) {
@@ -322,24 +432,35 @@ fn render_assessment(s: &mut String, r: &Results) {
             g.0, g.1, k.0, k.1
         );
     }
-    let _ = writeln!(
-        s,
-        "Caveats: this is one host. The {} replicas of every Basalt write land on the same \
-         disk the baseline has to itself, and replication crosses loopback, so write figures \
-         include {}x write amplification; reads are served by one replica. The virtual disk of \
-         this kind of machine is noisy, so compare ratios within one run, not absolute numbers \
-         between runs.{}\n",
-        r.environment.pool.replicas,
-        r.environment.pool.replicas,
-        if r.quick {
-            format!(
-                " This was a quick run ({} s per step): treat its figures as indicative.",
-                r.runtime_s
-            )
-        } else {
-            String::new()
-        }
-    );
+    let quick = if r.quick {
+        format!(
+            " This was a quick run ({} s per step): treat its figures as indicative.",
+            r.runtime_s
+        )
+    } else {
+        String::new()
+    };
+    let replicas = r.environment.pool.replicas;
+    if r.environment.existing.is_some() {
+        let _ = writeln!(
+            s,
+            "Caveats: the disk baseline is this host's disk, not the storage hosts'. Every \
+             Basalt write crosses the network to its primary and from there to {} other \
+             hosts' disks before it is acknowledged; reads are served by one replica. fio and \
+             the benchmark's NBD gateway share this host's CPU. Compare ratios within one \
+             run, not absolute numbers between runs.{quick}\n",
+            replicas.saturating_sub(1)
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Caveats: this is one host. The {replicas} replicas of every Basalt write land on \
+             the same disk the baseline has to itself, and replication crosses loopback, so \
+             write figures include {replicas}x write amplification; reads are served by one \
+             replica. The virtual disk of this kind of machine is noisy, so compare ratios \
+             within one run, not absolute numbers between runs.{quick}\n"
+        );
+    }
     let above: Vec<String> = comparisons(r)
         .flat_map(|sec| sec.rows.iter())
         .filter(|row| row.higher_is_better && row.percent_of_baseline().is_some_and(|p| p > 100.0))
@@ -386,32 +507,46 @@ fn range(v: &[f64]) -> Option<(f64, f64)> {
     Some((min, max))
 }
 
-/// Loopback TCP throughput against Basalt's best sequential NBD throughput.
+/// The network baseline against Basalt's best sequential read throughput through NBD:
+/// loopback TCP for a local cluster, the fastest storage host for an existing one.
 fn network_sentence(r: &Results) -> Option<String> {
-    let tcp = r
+    let paths: Vec<(String, f64)> = r
         .sections
         .iter()
         .find(|s| s.id == "network")?
         .rows
         .iter()
-        .find(|row| row.key == "tcp_throughput")?
-        .baseline
-        .as_ref()?
-        .value?;
+        .filter(|row| row.unit == "MiB/s")
+        .filter_map(|row| Some((row.label.clone(), row.baseline.as_ref()?.value?)))
+        .collect();
     let (label, best) = comparisons(r)
         .flat_map(|s| s.rows.iter())
         .filter(|row| row.unit == "MiB/s" && row.label.contains("read"))
         .filter_map(|row| Some((row.label.clone(), row.basalt.as_ref()?.value?)))
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
-    (tcp > 0.0).then(|| {
-        format!(
-            "Loopback TCP carries {}; Basalt's best read throughput through NBD ({label}, {}) \
-             is {:.0}% of it.",
-            format_value(tcp, "MiB/s"),
-            format_value(best, "MiB/s"),
-            best / tcp * 100.0
-        )
-    })
+    let fastest = paths.iter().map(|p| p.1).reduce(f64::max)?;
+    if fastest <= 0.0 {
+        return None;
+    }
+    let basalt = format!(
+        "Basalt's best read throughput through NBD ({label}, {})",
+        format_value(best, "MiB/s")
+    );
+    let pct = best / fastest * 100.0;
+    if r.environment.existing.is_none() {
+        return Some(format!(
+            "Loopback TCP carries {}; {basalt} is {pct:.0}% of it.",
+            format_value(fastest, "MiB/s")
+        ));
+    }
+    let slowest = paths.iter().map(|p| p.1).reduce(f64::min)?;
+    Some(format!(
+        "From the storage hosts to this host the network carried {} to {} ({} hosts); \
+         {basalt} is {pct:.0}% of the fastest host's.",
+        format_value(slowest, "MiB/s"),
+        format_value(fastest, "MiB/s"),
+        paths.len()
+    ))
 }
 
 #[cfg(test)]
@@ -618,5 +753,84 @@ pub(crate) mod tests {
         );
         assert!(md.contains("(4k random read (QD1)) are page-cache reads"));
         assert!(md.contains("(Sequential read (1M, QD1), 500.00 MiB/s)"));
+    }
+
+    #[test]
+    fn existing_cluster_report_names_the_cluster_hosts_and_daemons() {
+        // Goal: a run on an existing cluster says which cluster and pool it measured,
+        // compares reads with the fastest storage host's network, splits CPU by daemon,
+        // lists daemons it could not read, and gives the multi-host caveats.
+        let mut r = sample();
+        r.environment.pool = PoolSettings {
+            name: Some("fast".into()),
+            osds: 6,
+            replicas: 3,
+            min_size: Some(2),
+            failure_domain: Some("host".into()),
+            pgs: 64,
+            object_size: "128K".into(),
+            osd_size: "500G".into(),
+            banner: None,
+        };
+        let host = |ip: &str, name: &str| StorageHost {
+            ip: ip.into(),
+            names: vec![name.into()],
+            osds: vec![0, 1],
+        };
+        r.environment.existing = Some(ExistingClusterInfo {
+            meta_url: "etcd://10.0.0.1:2379/prod".into(),
+            hosts: vec![host("10.0.0.2", "a"), host("10.0.0.3", "b")],
+            osds_down: vec![7],
+            notes: vec![],
+        });
+        let net = &mut r.sections[0];
+        net.rows = ["10_0_0_2", "10_0_0_3"]
+            .iter()
+            .zip([1000.0, 2000.0])
+            .map(|(k, v)| Row {
+                key: format!("tcp_throughput_{k}"),
+                label: format!("TCP from {k}"),
+                unit: "MiB/s".into(),
+                higher_is_better: true,
+                baseline: Some(Figure {
+                    value: Some(v),
+                    ..Figure::default()
+                }),
+                basalt: None,
+            })
+            .collect();
+        let disk = &mut r.sections[1];
+        let cpu = disk.rows[0].basalt.as_mut().unwrap().cpu.as_mut().unwrap();
+        cpu.daemons = vec![
+            DaemonCpu {
+                name: "osd.0".into(),
+                cpu_seconds: 0.3,
+                resident_bytes: Some(64 << 20),
+            },
+            DaemonCpu {
+                name: "basalt bench (NBD gateway)".into(),
+                cpu_seconds: 0.2,
+                resident_bytes: None,
+            },
+        ];
+        cpu.missing = vec!["osd.1: connection refused".into()];
+        let md = render(&r);
+        assert!(md.contains(
+            "Cluster: the existing cluster at `etcd://10.0.0.1:2379/prod`, pool `fast`: 3 \
+             replicas (min_size 2), 64 PGs, 128K objects, failure domain host; 6 OSDs up on 2 \
+             hosts (a (10.0.0.2), b (10.0.0.3)), stores of 500G (down: osd.7)."
+        ));
+        assert!(md.contains("| TCP from 10_0_0_2 | 1000.00 MiB/s |"));
+        assert!(md.contains(
+            "the network carried 1000.00 MiB/s to 2000.00 MiB/s (2 hosts); Basalt's best read \
+             throughput through NBD (Sequential read (1M, QD1), 500.00 MiB/s) is 25% of the \
+             fastest host's."
+        ));
+        assert!(md.contains("`process_cpu_seconds_total` on its `/metrics`"));
+        assert!(md.contains("| osd.0 | 0.30 | 60% | 64.0 MiB |"), "{md}");
+        assert!(md.contains("| basalt bench (NBD gateway) | 0.20 | 40% | - |"));
+        assert!(md.contains("(their CPU could not be read): osd.1: connection refused."));
+        assert!(md.contains("from there to 2 other hosts' disks"));
+        assert!(!md.contains("this is one host"));
     }
 }

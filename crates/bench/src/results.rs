@@ -54,20 +54,73 @@ pub struct Environment {
     pub target_size_bytes: u64,
     /// Settings of the Basalt cluster under test.
     pub pool: PoolSettings,
+    /// The existing cluster measured (`--cluster etcd://...`); `None` when the run measured
+    /// a `basalt up` it started itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing: Option<ExistingClusterInfo>,
+    /// CPU seconds per second the measured daemons used at rest before the first step
+    /// (included in every step's CPU figure, not subtracted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_cpu_seconds_per_second: Option<f64>,
 }
 
-/// How the measured `basalt up` cluster was configured.
+/// An existing multi-host cluster as its map showed it when the run started.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ExistingClusterInfo {
+    /// The metadata URL the run was given (`etcd://HOST:PORT[,..][/NS]`).
+    pub meta_url: String,
+    /// The storage hosts: the distinct addresses of the OSDs that were up.
+    pub hosts: Vec<StorageHost>,
+    /// OSDs in the map that were down (their CPU and network are not measured).
+    pub osds_down: Vec<u32>,
+    /// Remarks for the report (OSDs without `/metrics`, leftover bench volumes).
+    pub notes: Vec<String>,
+}
+
+/// One storage host: an address at which OSDs serve.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageHost {
+    /// The IP address of its OSDs' data plane.
+    pub ip: String,
+    /// Failure-domain names its OSDs registered with (usually one).
+    pub names: Vec<String>,
+    /// Its OSDs.
+    pub osds: Vec<u32>,
+}
+
+impl StorageHost {
+    /// `host1 (10.0.0.2)`, as the report names it.
+    pub fn label(&self) -> String {
+        if self.names.is_empty() || self.names == [self.ip.clone()] {
+            self.ip.clone()
+        } else {
+            format!("{} ({})", self.names.join(", "), self.ip)
+        }
+    }
+}
+
+/// How the measured cluster and its pool were configured: as passed to `basalt up`, or read
+/// from an existing cluster's map.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PoolSettings {
-    /// OSDs in the cluster.
+    /// Pool name (existing clusters; `basalt up` always makes `rbd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// OSDs in the cluster (up, for an existing cluster).
     pub osds: u32,
     /// Replicas per object.
     pub replicas: u32,
+    /// Fewest live replicas that accept I/O (existing clusters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size: Option<u32>,
+    /// Where two replicas never meet, `host` or `osd` (existing clusters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
     /// Placement groups.
     pub pgs: u32,
-    /// Object size, as passed to `basalt up`.
+    /// Object size (`128K`).
     pub object_size: String,
-    /// Capacity of each OSD's store file, as passed to `basalt up`.
+    /// Capacity of each OSD's store (`8G`; a range when they differ).
     pub osd_size: String,
     /// The banner line `basalt up` printed, as a cross-check.
     pub banner: Option<String>,
@@ -151,7 +204,7 @@ pub struct Figure {
     pub raw: Option<String>,
     /// fio's summary of the run (for fio steps).
     pub fio: Option<FioSummary>,
-    /// CPU consumed by the Basalt process during the step (Basalt figures only).
+    /// CPU consumed by the cluster's daemons during the step (Basalt figures only).
     pub cpu: Option<CpuCost>,
 }
 
@@ -178,15 +231,34 @@ pub struct FioSummary {
     pub clat_percentiles_us: Vec<(f64, f64)>,
 }
 
-/// CPU seconds the Basalt process used for one step, and per unit of work.
+/// CPU seconds the cluster's daemons used for one step, and per unit of work.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CpuCost {
-    /// utime + stime consumed during the step, seconds.
+    /// utime + stime consumed during the step by every daemon measured, seconds.
     pub cpu_seconds: f64,
     /// CPU seconds per GiB moved.
     pub per_gib: Option<f64>,
     /// CPU seconds per 1000 IOs.
     pub per_1000_ios: Option<f64>,
+    /// The step's CPU seconds per daemon (`basalt up`, or each OSD and the gateway of an
+    /// existing cluster), with its resident memory after the step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemons: Vec<DaemonCpu>,
+    /// Daemons whose CPU could not be read before or after the step, with why; they are not
+    /// in `cpu_seconds`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// One daemon's share of a step's CPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonCpu {
+    /// `basalt up`, `osd.3`, ...
+    pub name: String,
+    /// CPU seconds (user + system).
+    pub cpu_seconds: f64,
+    /// Resident memory, bytes, when known.
+    pub resident_bytes: Option<u64>,
 }
 
 impl CpuCost {
@@ -197,6 +269,8 @@ impl CpuCost {
             cpu_seconds,
             per_gib: (io_bytes > 0).then(|| cpu_seconds / gib),
             per_1000_ios: (total_ios > 0).then(|| cpu_seconds / (total_ios as f64 / 1000.0)),
+            daemons: Vec::new(),
+            missing: Vec::new(),
         }
     }
 }

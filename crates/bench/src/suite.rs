@@ -1,20 +1,31 @@
-//! `basalt bench storage`: plan the run, start the cluster, run every section, write the
-//! report, the JSON and the plots.
+//! `basalt bench storage`: plan the run, start the cluster (or serve a volume of an existing
+//! one), run every section, release what the run made, write the report, the JSON and the
+//! plots.
 
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::progress::Progress;
 use crate::results::{Environment, PoolSettings, Results, FORMAT_VERSION};
 use crate::sections::network::NetworkSection;
 use crate::sections::profiles::ProfilesSection;
-use crate::sections::scaling::{ScalingPlan, ScalingSection};
+use crate::sections::scaling::{self, ScalingPlan, ScalingSection};
 use crate::sections::{Ctx, Section, Settings, Side};
-use crate::{environment, fio, report, size, svg};
+use crate::under_test::{ExistingCluster, UnderTest};
+use crate::{environment, fio, interrupt, report, size, svg};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Smallest OSD store capacity passed to `basalt up` (sparse file).
 const MIN_OSD_SIZE_BYTES: u64 = 8 << 30;
+/// Seconds the daemons' CPU is sampled at rest, before the first step.
+const IDLE_SAMPLE_S: u64 = 2;
+/// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
+const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
+/// Every section id, in run order (what `--sections` accepts).
+pub const SECTION_IDS: [&str; 5] = ["network", "disk", "torus", "vitastor", scaling::ID];
+/// Sections that run fio on the disk test file and the Basalt volume (which are written
+/// once before they run).
+const PROFILE_SECTIONS: [&str; 3] = ["disk", "torus", "vitastor"];
 
 /// How `basalt bench storage` was asked to run.
 #[derive(Clone, Debug)]
@@ -28,6 +39,8 @@ pub struct StorageOptions {
     pub quick: bool,
     /// Even shorter runs, for the smoke test; the figures mean little.
     pub smoke: bool,
+    /// Ids of the sections to run ([`SECTION_IDS`]); `None` runs them all.
+    pub sections: Option<Vec<String>>,
     /// The command line, recorded in the report.
     pub command_line: String,
 }
@@ -51,6 +64,29 @@ impl StorageOptions {
         }
     }
 
+    /// Whether section `id` runs.
+    pub fn runs(&self, id: &str) -> bool {
+        self.sections
+            .as_ref()
+            .is_none_or(|ids| ids.iter().any(|s| s == id))
+    }
+
+    /// Refuse section ids that do not exist, naming the ones that do.
+    pub fn check_sections(&self) -> anyhow::Result<()> {
+        for id in self.sections.iter().flatten() {
+            if !SECTION_IDS.contains(&id.as_str()) {
+                bail!(
+                    "unknown section \"{id}\"; the sections are {}",
+                    SECTION_IDS.join(", ")
+                );
+            }
+        }
+        if self.sections.as_ref().is_some_and(|ids| ids.is_empty()) {
+            bail!("--sections names no section");
+        }
+        Ok(())
+    }
+
     /// Cluster sizes and pools of the scaling sweep for these options.
     pub fn scaling_plan(&self) -> ScalingPlan {
         if self.smoke {
@@ -72,13 +108,28 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-/// Run the whole suite and return the path of `report.md`.
+/// Run the suite on a `basalt up` it starts itself and return the path of `report.md`.
 pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
+    run(opts, None)
+}
+
+/// Run the suite on a volume of an existing cluster and return the path of `report.md`.
+/// The volume is removed however the run ends (a failed step, an error, Ctrl-C).
+pub fn run_storage_on(
+    opts: &StorageOptions,
+    existing: &dyn ExistingCluster,
+) -> anyhow::Result<PathBuf> {
+    run(opts, Some(existing))
+}
+
+fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
     let generated_utc = environment::utc_now();
+    opts.check_sections()?;
     if environment::which("fio").is_none() {
         bail!("fio is not installed; install it with: apt-get install -y fio iperf3");
     }
+    interrupt::install();
     let raw_dir = opts.out.join("raw");
     std::fs::create_dir_all(&raw_dir).with_context(|| format!("create {}", raw_dir.display()))?;
     std::fs::create_dir_all(&opts.data_dir)
@@ -88,6 +139,9 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         .join(format!("basalt-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
     let _cleanup = RemoveOnDrop(work.clone());
+    // The bench volume's NBD socket lives here: only this user may connect.
+    std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .with_context(|| format!("restrict {}", work.display()))?;
     let work = work
         .canonicalize()
         .with_context(|| format!("resolve {}", work.display()))?;
@@ -103,13 +157,30 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         volume_size: size::exact(settings.size_bytes),
     };
     let disk_direct = environment::supports_direct_io(&work);
+    let info = existing.map(|e| e.info());
+    let network: Box<dyn Section> = match (existing, &info) {
+        (Some(cluster), Some(info)) => Box::new(NetworkSection::Hosts {
+            hosts: info.hosts.clone(),
+            cluster,
+        }),
+        _ => Box::new(NetworkSection::Loopback),
+    };
+    let scaling = if existing.is_some() {
+        ScalingSection::skipped(opts.scaling_plan(), &config, scaling::NOT_ON_EXISTING)
+    } else {
+        ScalingSection::new(opts.scaling_plan(), &config)
+    };
     let sections: Vec<Box<dyn Section>> = vec![
-        Box::new(NetworkSection),
+        network,
         Box::new(ProfilesSection::basic()),
         Box::new(ProfilesSection::torus()),
         Box::new(ProfilesSection::vitastor(&settings)),
-        Box::new(ScalingSection::new(opts.scaling_plan(), &config)),
-    ];
+        Box::new(scaling),
+    ]
+    .into_iter()
+    .filter(|s| opts.runs(s.id()))
+    .collect();
+    let profiles = PROFILE_SECTIONS.iter().any(|id| opts.runs(id));
     let precondition_s = settings.size_bytes as f64 / (300u64 << 20) as f64 + 1.0;
     let mut ctx = Ctx {
         settings: settings.clone(),
@@ -122,7 +193,11 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         progress: Progress::new(0, 0.0, false),
     };
     let plans: Vec<Vec<f64>> = sections.iter().map(|s| s.plan(&ctx)).collect();
-    let prep = [3.0, precondition_s, precondition_s];
+    let prep = if profiles {
+        vec![START_S, precondition_s, precondition_s]
+    } else {
+        vec![START_S]
+    };
     let steps = prep.len() + plans.iter().map(Vec::len).sum::<usize>();
     let planned = prep.iter().sum::<f64>() + plans.iter().flatten().sum::<f64>();
     ctx.progress = Progress::new(steps, planned, false);
@@ -132,6 +207,15 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         opts.out.display()
     );
     let mut notes = Vec::new();
+    if let Some(ids) = &opts.sections {
+        notes.push(format!(
+            "Only these sections ran (`--sections`): {}.",
+            ids.join(", ")
+        ));
+    }
+    if let Some(info) = &info {
+        notes.extend(info.notes.iter().cloned());
+    }
     if !disk_direct {
         notes.push(format!(
             "{} does not support O_DIRECT: the disk baseline ran buffered (direct=0).",
@@ -139,23 +223,57 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         ));
     }
 
-    ctx.progress.step("start basalt up", prep[0]);
-    ctx.cluster = Cluster::start(
-        &work.join("basalt-data"),
-        &ctx.raw_dir.join("basalt-up.log"),
-        &config,
-    )
+    let mut banner = None;
+    ctx.cluster = match existing {
+        None => {
+            ctx.progress.step("start basalt up", prep[0]);
+            Cluster::start(
+                &work.join("basalt-data"),
+                &ctx.raw_dir.join("basalt-up.log"),
+                &config,
+            )
+            .map(|c| {
+                banner = c.banner.clone();
+                Box::new(c) as Box<dyn UnderTest>
+            })
+        }
+        Some(cluster) => {
+            ctx.progress.step(
+                "create the bench volume and serve it over NBD from this process",
+                prep[0],
+            );
+            cluster.serve_volume(settings.size_bytes, &work)
+        }
+    }
     .map_err(|e| format!("{e:#}"));
     if let Err(e) = &ctx.cluster {
         ctx.progress.note(&format!("failed: {e}"));
+        let what = match existing {
+            None => "`basalt up` did not start",
+            Some(_) => "The bench volume could not be created and served",
+        };
+        notes.push(format!("{what}: {e}. Every Basalt figure is missing."));
+    }
+    let idle_cpu = ctx
+        .cluster
+        .as_ref()
+        .ok()
+        .and_then(|c| idle_cpu_rate(c.as_ref()));
+    if let Some(rate) = idle_cpu {
         notes.push(format!(
-            "`basalt up` did not start: {e}. Every Basalt figure is missing."
+            "At rest, before the first step, the measured daemons used {rate:.3} CPU seconds \
+             per second (leases, monitor polling, map watches); every step's CPU figure \
+             includes that share."
         ));
     }
-    let banner = ctx.cluster.as_ref().ok().and_then(|c| c.banner.clone());
     // Reads must find written data: write each target once over its whole size.
     let bound = fio::fill_bound(settings.size_bytes);
-    for (i, side) in [Side::Disk, Side::Basalt].into_iter().enumerate() {
+    let sides = if profiles {
+        vec![Side::Disk, Side::Basalt]
+    } else {
+        Vec::new()
+    };
+    for (i, side) in sides.into_iter().enumerate() {
         ctx.progress.step(
             &format!("precondition: write the {} once", target_name(side)),
             prep[1 + i],
@@ -172,8 +290,19 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
     for s in &sections {
         reports.push(s.run(&mut ctx));
     }
-    // Stop the cluster before writing the report, so its shutdown is not in any figure.
+    // Release the cluster (stop `basalt up`, remove the bench volume) before writing the
+    // report, so its shutdown is in no figure and the report says how the clean-up went.
+    if let Ok(cluster) = ctx.cluster.as_mut() {
+        ctx.progress.note("releasing the cluster");
+        notes.extend(cluster.close());
+    }
     ctx.cluster = Err("stopped".into());
+    let interrupted = interrupt::requested();
+    if interrupted {
+        notes.push(
+            "The run was interrupted (Ctrl-C): the steps after it have no figure.".to_string(),
+        );
+    }
 
     let environment = Environment {
         cpu_model: environment::cpu_model(),
@@ -186,14 +315,20 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         data_dir: display_abs(&opts.data_dir),
         disk_direct_io: disk_direct,
         target_size_bytes: settings.size_bytes,
-        pool: PoolSettings {
-            osds: config.osds,
-            replicas: config.replicas,
-            pgs: config.pgs,
-            object_size: config.object_size.clone(),
-            osd_size: config.osd_size.clone(),
-            banner,
+        pool: match existing {
+            Some(cluster) => cluster.pool(),
+            None => PoolSettings {
+                osds: config.osds,
+                replicas: config.replicas,
+                pgs: config.pgs,
+                object_size: config.object_size.clone(),
+                osd_size: config.osd_size.clone(),
+                banner,
+                ..PoolSettings::default()
+            },
         },
+        existing: info,
+        idle_cpu_seconds_per_second: idle_cpu,
     };
     let results = Results {
         format_version: FORMAT_VERSION,
@@ -208,6 +343,12 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
     };
     write_outputs(&opts.out, &results)?;
     let report_path = opts.out.join("report.md");
+    if interrupted {
+        bail!(
+            "interrupted (Ctrl-C); the report of what was measured is {}",
+            report_path.display()
+        );
+    }
     eprintln!(
         "done in {}: {} ({} failed steps)",
         crate::progress::format_duration(results.duration_s),
@@ -215,6 +356,18 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
         results.failures().len()
     );
     Ok(report_path)
+}
+
+/// CPU seconds per second the cluster's daemons use with no client I/O, over
+/// [`IDLE_SAMPLE_S`]; `None` when they could not be read.
+fn idle_cpu_rate(cluster: &dyn UnderTest) -> Option<f64> {
+    let sources = cluster.cpu_sources();
+    let started = Instant::now();
+    let before = crate::cpu::sample(&sources);
+    std::thread::sleep(std::time::Duration::from_secs(IDLE_SAMPLE_S));
+    let after = crate::cpu::sample(&sources);
+    let spent = crate::cpu::cost(&before, &after, 0, 0)?.cpu_seconds;
+    Some(spent / started.elapsed().as_secs_f64())
 }
 
 fn target_name(side: Side) -> &'static str {
@@ -245,4 +398,39 @@ pub fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
     write(svg::THROUGHPUT_FILE, &svg::throughput(results))?;
     write(svg::SCALING_FILE, &svg::scaling(results))?;
     write("report.md", &report::render(results))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(sections: Option<&[&str]>) -> StorageOptions {
+        StorageOptions {
+            data_dir: ".".into(),
+            out: "out".into(),
+            quick: true,
+            smoke: false,
+            sections: sections.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
+            command_line: String::new(),
+        }
+    }
+
+    #[test]
+    fn sections_are_chosen_by_id() {
+        // Goal: --sections runs exactly the sections it names, refuses unknown ones with
+        // the list of real ones, and runs everything when absent.
+        let all = options(None);
+        assert!(SECTION_IDS.iter().all(|id| all.runs(id)));
+        let some = options(Some(&["network", "scaling"]));
+        assert!(some.check_sections().is_ok());
+        assert!(some.runs("network") && some.runs("scaling") && !some.runs("disk"));
+        let e = options(Some(&["network", "s3"]))
+            .check_sections()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown section \"s3\"; the sections are network, disk, torus, vitastor, scaling"
+        );
+        assert!(options(Some(&[])).check_sections().is_err());
+    }
 }

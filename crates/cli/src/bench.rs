@@ -16,9 +16,37 @@ pub enum BenchCommand {
     /// Compare NBD performance: a Basalt volume (3 replicas, stores on tmpfs) vs qemu-nbd
     /// serving a raw file on tmpfs, with fio's nbd engine.
     Nbd(NbdArgs),
-    /// The storage benchmark suite: local disk and network baselines, then Basalt volumes
-    /// through NBD on the same fio profiles and those of the seed reports (Torus, Vitastor),
-    /// with CPU cost; writes report.md, results.json, SVG plots and raw fio outputs.
+    /// The storage benchmark suite: baselines, then a Basalt volume via NBD, with CPU cost
+    ///
+    /// Local disk and network baselines first, then a Basalt volume through NBD on the
+    /// same fio profiles and those of the seed reports (Torus, Vitastor), with the CPU
+    /// Basalt spends per GiB and per 1000 IOs; writes report.md, results.json, SVG plots
+    /// and every raw output to --out.
+    ///
+    /// Two kinds of cluster:
+    ///
+    ///   --cluster local (the default) starts a `basalt up` (3 OSDs, 3 replicas) in a scratch
+    ///   directory under --data-dir, measures it, and also sweeps the OSD count (1-4 OSDs)
+    ///   and the replica count on fresh clusters. CPU: the `basalt up` process.
+    ///
+    ///   --cluster etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] measures an existing
+    ///   multi-host cluster (the --meta URL its daemons take). The benchmark creates a volume
+    ///   in --pool, serves it over NBD from its own process on a private unix socket (fio
+    ///   connects there), and removes it afterwards, also when a step fails or on Ctrl-C.
+    ///   The network baseline runs from every storage host to this one: iperf3 where an
+    ///   iperf3 server answers on the host (start `iperf3 -s` there), otherwise a built-in
+    ///   stream of reads the OSDs answer from memory. CPU: every OSD's
+    ///   process_cpu_seconds_total from its /metrics, plus this process. The OSD-count sweep
+    ///   needs a cluster it can rebuild, so it is skipped with a note.
+    ///
+    /// Examples:
+    ///
+    ///   basalt bench storage --quick                          # ~2.5 minutes, local cluster
+    ///
+    ///   basalt bench storage --cluster etcd://10.0.0.1:2379 --pool rbd --out report/
+    ///
+    ///   basalt bench storage --cluster etcd://10.0.0.1:2379 --quick --sections network,disk
+    #[command(verbatim_doc_comment)]
     Storage(StorageArgs),
     /// Print the change of every figure between two `bench storage` results.json files.
     Compare(CompareArgs),
@@ -26,15 +54,23 @@ pub enum BenchCommand {
 
 #[derive(Args)]
 pub struct StorageArgs {
-    /// Which cluster to measure; only `local` (a `basalt up` started by the benchmark) exists.
-    #[arg(long, default_value = "local", value_parser = ["local"])]
+    /// Which cluster to measure: `local` (a `basalt up` the benchmark starts and stops), or
+    /// an existing cluster's metadata, etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE].
+    #[arg(long, default_value = "local", value_parser = parse_cluster)]
     cluster: String,
-    /// Short runs and small sizes: finishes in under 3 minutes on 2 cores.
+    /// Pool of the bench volume on an existing cluster (it must exist; see `basalt pool ls`).
+    #[arg(long, default_value = "rbd")]
+    pool: String,
+    /// Short runs and small sizes: finishes in under 3 minutes on 2 cores (a local cluster).
     #[arg(long)]
     quick: bool,
-    /// Directory being measured: the disk test file and the cluster's data go into a
-    /// temporary directory under it (removed at the end).
-    #[arg(long, default_value = ".")]
+    /// Run only these sections, comma-separated, in their usual order: network, disk,
+    /// torus, vitastor, scaling. Example: --sections network,disk
+    #[arg(long, value_delimiter = ',')]
+    sections: Option<Vec<String>>,
+    /// Directory being measured: the local disk baseline's test file (and a local
+    /// cluster's data) go into a temporary directory under it, removed at the end.
+    #[arg(long, visible_alias = "dir", default_value = ".")]
     data_dir: PathBuf,
     /// Output directory for report.md, results.json, the plots and raw/.
     #[arg(long, default_value = "basalt-bench-report")]
@@ -308,13 +344,35 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
+/// `local` or an etcd:// metadata URL.
+fn parse_cluster(text: &str) -> Result<String, String> {
+    if text == "local" {
+        return Ok(text.to_string());
+    }
+    basalt_meta::parse_meta_url(text).map_err(|_| {
+        format!(
+            "expected `local` or the metadata URL of an existing cluster, \
+             etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] (the --meta of its daemons); got \
+             \"{text}\""
+        )
+    })?;
+    Ok(text.to_string())
+}
+
 fn storage(args: StorageArgs) -> anyhow::Result<()> {
+    let existing = args.cluster != "local";
     let mut command_line = format!("basalt bench storage --cluster {}", args.cluster);
+    if existing {
+        command_line.push_str(&format!(" --pool {}", args.pool));
+    }
     if args.quick {
         command_line.push_str(" --quick");
     }
     if args.smoke {
         command_line.push_str(" --smoke");
+    }
+    if let Some(ids) = &args.sections {
+        command_line.push_str(&format!(" --sections {}", ids.join(",")));
     }
     command_line.push_str(&format!(
         " --data-dir {} --out {}",
@@ -326,9 +384,17 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
         out: args.out,
         quick: args.quick,
         smoke: args.smoke,
+        sections: args.sections,
         command_line,
     };
-    let report = basalt_bench::run_storage(&opts).context("basalt bench storage")?;
+    opts.check_sections()?;
+    let report = if existing {
+        let cluster = crate::bench_existing::Existing::connect(&args.cluster, &args.pool)?;
+        basalt_bench::run_storage_on(&opts, &cluster)
+    } else {
+        basalt_bench::run_storage(&opts)
+    }
+    .context("basalt bench storage")?;
     println!("{}", report.display());
     Ok(())
 }

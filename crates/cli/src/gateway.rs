@@ -11,6 +11,8 @@ use std::sync::Arc;
 pub struct VolumeExports {
     cluster: Arc<Cluster>,
     default_volume: Option<String>,
+    /// When set, the one volume exported (the benchmark's private gateway).
+    only: Option<String>,
 }
 
 impl VolumeExports {
@@ -18,7 +20,21 @@ impl VolumeExports {
         Self {
             cluster,
             default_volume,
+            only: None,
         }
+    }
+
+    /// Export volume `name` alone, under its name (and as the default export).
+    pub fn only(cluster: Arc<Cluster>, name: &str) -> Self {
+        Self {
+            cluster,
+            default_volume: Some(name.to_string()),
+            only: Some(name.to_string()),
+        }
+    }
+
+    fn exported(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|only| only == name)
     }
 }
 
@@ -45,6 +61,7 @@ impl Exports for VolumeExports {
         let volumes = self.cluster.list_volumes().await.map_err(device_error)?;
         Ok(volumes
             .into_iter()
+            .filter(|v| self.exported(&v.name))
             .map(|v| ExportInfo {
                 description: format!("Basalt volume, {} bytes, pool {}", v.size, v.pool),
                 name: v.name,
@@ -58,6 +75,9 @@ impl Exports for VolumeExports {
             ("", None) => return Ok(None),
             (n, _) => n,
         };
+        if !self.exported(name) {
+            return Ok(None);
+        }
         match self.cluster.open_volume(name).await {
             Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
             Err(ClientError::NoSuchVolume { .. }) => Ok(None),

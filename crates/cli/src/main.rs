@@ -3,6 +3,7 @@
 mod admin;
 mod bench;
 mod bench_cluster;
+mod bench_existing;
 mod control;
 mod daemons;
 mod gateway;

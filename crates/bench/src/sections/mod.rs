@@ -6,10 +6,11 @@ pub mod network;
 pub mod profiles;
 pub mod scaling;
 
-use crate::cluster::Cluster;
+use crate::cpu::{self, CpuSource};
 use crate::fio::{self, Job, Span, Target};
 use crate::progress::Progress;
-use crate::results::{CpuCost, Figure, SectionReport};
+use crate::results::{Figure, SectionReport};
+use crate::under_test::UnderTest;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -52,8 +53,8 @@ pub struct Ctx {
     pub disk_file: PathBuf,
     /// Whether the disk baseline uses O_DIRECT.
     pub disk_direct: bool,
-    /// The Basalt cluster, or why it is not running.
-    pub cluster: Result<Cluster, String>,
+    /// The Basalt volume under test, or why there is none.
+    pub cluster: Result<Box<dyn UnderTest>, String>,
     /// Progress lines and ETA.
     pub progress: Progress,
 }
@@ -95,7 +96,7 @@ pub struct FioRun<'a> {
 
 impl Ctx {
     /// Run `job` timed on `side`, keep the raw output under `raw/{name}-{side}.json`, and
-    /// (for Basalt) measure the CPU the Basalt process used meanwhile. The figure carries the
+    /// (for Basalt) measure the CPU the cluster's daemons used meanwhile. The figure carries the
     /// fio summary on success and the error on failure; its value is left to the caller.
     pub fn fio_step(&mut self, name: &str, job: &Job, side: Side) -> Figure {
         let span = Span::Timed {
@@ -125,8 +126,10 @@ impl Ctx {
                 direct: self.disk_direct,
             },
             Side::Basalt => match &self.cluster {
-                Ok(c) => Target::Nbd { uri: c.uri.clone() },
-                Err(e) => return Figure::failed(format!("basalt up: {e}"), None, None),
+                Ok(c) => Target::Nbd {
+                    uri: c.uri().to_string(),
+                },
+                Err(e) => return Figure::failed(format!("no Basalt volume: {e}"), None, None),
             },
         };
         let run = FioRun {
@@ -137,34 +140,30 @@ impl Ctx {
             span,
             timeout,
         };
-        let cluster = match side {
-            Side::Disk => None,
-            Side::Basalt => self.cluster.as_ref().ok(),
+        let sources = match (side, &self.cluster) {
+            (Side::Basalt, Ok(c)) => c.cpu_sources(),
+            _ => Vec::new(),
         };
-        self.fio(&run, cluster)
+        self.fio(&run, &sources)
     }
 
-    /// Run `run`, keep its raw output, and measure the CPU `cluster` used meanwhile (when
-    /// given). A failure becomes a failed figure and a progress note; the value is left to
-    /// the caller.
-    pub fn fio(&self, run: &FioRun, cluster: Option<&Cluster>) -> Figure {
+    /// Run `run`, keep its raw output, and measure the CPU the daemons of `sources` used
+    /// meanwhile (none for the disk baseline). A failure becomes a failed figure and a
+    /// progress note; the value is left to the caller.
+    pub fn fio(&self, run: &FioRun, sources: &[CpuSource]) -> Figure {
         let output = self.raw_dir.join(format!("{}.json", run.file));
         let stderr = self.raw_dir.join(format!("{}.stderr", run.file));
         let raw = Some(format!("raw/{}.json", run.file));
         let args = fio::args(run.job, &run.target, run.size_bytes, run.span, &output);
         let command = Some(fio::command_line(&args));
-        let cpu_before = cluster.and_then(|c| c.cpu_seconds().ok());
+        if crate::interrupt::requested() {
+            return Figure::failed(crate::interrupt::MESSAGE, command, None);
+        }
+        let before = cpu::sample(sources);
         match fio::run(&args, &output, &stderr, run.timeout) {
             Ok(summary) => {
-                let cpu_after = cluster.and_then(|c| c.cpu_seconds().ok());
-                let cpu = match (cpu_before, cpu_after) {
-                    (Some(a), Some(b)) => Some(CpuCost::new(
-                        (b - a).max(0.0),
-                        summary.io_bytes,
-                        summary.total_ios,
-                    )),
-                    _ => None,
-                };
+                let after = cpu::sample(sources);
+                let cpu = cpu::cost(&before, &after, summary.io_bytes, summary.total_ios);
                 Figure {
                     command,
                     raw,

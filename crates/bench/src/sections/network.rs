@@ -1,9 +1,12 @@
-//! Network baseline over loopback (the local cluster's replicas talk over 127.0.0.1):
-//! iperf3 when installed, otherwise a built-in TCP stream test.
+//! Network baseline. For a local cluster: loopback TCP (its replicas talk over 127.0.0.1),
+//! with iperf3 when installed, otherwise a built-in TCP stream test. For an existing cluster:
+//! from each storage host to this host, with iperf3 where an iperf3 server answers on the
+//! host, otherwise the cluster's built-in stream test ([`ExistingCluster::stream_from`]).
 
 use super::{Ctx, Section};
 use crate::environment;
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus, StorageHost};
+use crate::under_test::ExistingCluster;
 use anyhow::{bail, Context};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -16,13 +19,27 @@ const IPERF3_CONNECT_ATTEMPTS: u32 = 25;
 const IPERF3_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Extra time an iperf3 client may take beyond its test time.
 const IPERF3_SLACK: Duration = Duration::from_secs(30);
+/// Port an iperf3 server listens on by default (`iperf3 -s`).
+pub const IPERF3_PORT: u16 = 5201;
+/// How long the iperf3 client waits for a storage host's server to answer, milliseconds.
+const IPERF3_REMOTE_CONNECT_MS: u32 = 1000;
 /// How long the built-in receiver waits for data before giving up.
 const BUILTIN_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Write size of the built-in stream test.
 const BUILTIN_CHUNK_BYTES: usize = 1 << 20;
 
 /// The network baseline section.
-pub struct NetworkSection;
+pub enum NetworkSection<'a> {
+    /// Loopback TCP on this host, the path a local cluster's replication takes.
+    Loopback,
+    /// From each storage host of an existing cluster to this host.
+    Hosts {
+        /// The hosts, in report order.
+        hosts: Vec<StorageHost>,
+        /// The cluster, for the built-in test where no iperf3 server answers.
+        cluster: &'a dyn ExistingCluster,
+    },
+}
 
 /// What a network test measured.
 struct NetResult {
@@ -32,86 +49,240 @@ struct NetResult {
     raw: Option<String>,
 }
 
-impl Section for NetworkSection {
+impl Section for NetworkSection<'_> {
     fn id(&self) -> &'static str {
         "network"
     }
 
     fn plan(&self, ctx: &Ctx) -> Vec<f64> {
-        vec![f64::from(ctx.settings.runtime_s) + 1.0]
+        let per_test = f64::from(ctx.settings.runtime_s) + 1.0;
+        match self {
+            NetworkSection::Loopback => vec![per_test],
+            NetworkSection::Hosts { hosts, .. } => vec![per_test; hosts.len()],
+        }
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
-        let seconds = ctx.settings.runtime_s.max(1);
-        let iperf3 = environment::which("iperf3").is_some();
-        let mut notes = Vec::new();
-        let label = if iperf3 {
-            "TCP stream over loopback with iperf3"
-        } else {
-            notes.push(
-                "iperf3 is not installed (install it with `apt-get install -y fio iperf3`); \
-                 the built-in TCP stream test ran instead, and its retransmit count is the \
-                 whole machine's (`RetransSegs` in /proc/net/snmp) during the test."
-                    .to_string(),
-            );
-            ctx.progress
-                .note("iperf3 not found (apt-get install -y fio iperf3): built-in TCP test");
-            "TCP stream over loopback (built-in test)"
-        };
-        ctx.progress.step(label, self.plan(ctx)[0]);
-        let outcome = if iperf3 {
-            iperf3_loopback(ctx, seconds)
-        } else {
-            builtin_loopback(seconds)
-        };
-        let (throughput, retrans) = match outcome {
-            Ok(r) => {
-                let f = |v: Option<f64>| Figure {
-                    value: v,
-                    command: Some(r.command.clone()),
-                    raw: r.raw.clone(),
-                    error: v.is_none().then(|| "not reported".to_string()),
-                    ..Figure::default()
-                };
-                (f(Some(r.mib_s)), f(r.retransmits.map(|n| n as f64)))
+        match self {
+            NetworkSection::Loopback => loopback(ctx),
+            NetworkSection::Hosts { hosts, cluster } => from_hosts(ctx, hosts, *cluster),
+        }
+    }
+}
+
+/// The throughput and retransmit figures of a test's outcome.
+fn figures(outcome: anyhow::Result<NetResult>, ctx: &Ctx) -> (Figure, Figure) {
+    match outcome {
+        Ok(r) => {
+            let f = |v: Option<f64>| Figure {
+                value: v,
+                command: Some(r.command.clone()),
+                raw: r.raw.clone(),
+                error: v.is_none().then(|| "not reported".to_string()),
+                ..Figure::default()
+            };
+            (f(Some(r.mib_s)), f(r.retransmits.map(|n| n as f64)))
+        }
+        Err(e) => {
+            let msg = format!("{e:#}");
+            ctx.progress.note(&format!("failed: {msg}"));
+            let f = Figure::failed(msg, None, None);
+            (f.clone(), f)
+        }
+    }
+}
+
+fn row(key: String, label: String, unit: &str, higher_is_better: bool, f: Figure) -> Row {
+    Row {
+        key,
+        label,
+        unit: unit.into(),
+        higher_is_better,
+        baseline: Some(f),
+        basalt: None,
+    }
+}
+
+fn loopback(ctx: &mut Ctx) -> SectionReport {
+    let seconds = ctx.settings.runtime_s.max(1);
+    let iperf3 = environment::which("iperf3").is_some();
+    let mut notes = Vec::new();
+    let label = if iperf3 {
+        "TCP stream over loopback with iperf3"
+    } else {
+        notes.push(
+            "iperf3 is not installed (install it with `apt-get install -y fio iperf3`); \
+             the built-in TCP stream test ran instead, and its retransmit count is the \
+             whole machine's (`RetransSegs` in /proc/net/snmp) during the test."
+                .to_string(),
+        );
+        ctx.progress
+            .note("iperf3 not found (apt-get install -y fio iperf3): built-in TCP test");
+        "TCP stream over loopback (built-in test)"
+    };
+    ctx.progress
+        .step(label, f64::from(ctx.settings.runtime_s) + 1.0);
+    let outcome = if iperf3 {
+        iperf3_loopback(ctx, seconds)
+    } else {
+        builtin_loopback(seconds)
+    };
+    let (throughput, retrans) = figures(outcome, ctx);
+    SectionReport {
+        id: "network".into(),
+        title: "Network baseline".into(),
+        intro: format!(
+            "Loopback TCP on this host ({label}, {seconds} s), the path the local \
+             cluster's replication takes."
+        ),
+        baseline_name: "Loopback TCP".into(),
+        status: SectionStatus::Measured,
+        layout: Layout::Comparison,
+        notes,
+        rows: vec![
+            row(
+                "tcp_throughput".into(),
+                "TCP throughput".into(),
+                "MiB/s",
+                true,
+                throughput,
+            ),
+            row(
+                "tcp_retransmits".into(),
+                "TCP retransmits".into(),
+                "retransmits",
+                false,
+                retrans,
+            ),
+        ],
+    }
+}
+
+/// A key fragment for a host address (`10_0_0_2`).
+pub fn host_key(ip: &str) -> String {
+    ip.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+fn from_hosts(
+    ctx: &mut Ctx,
+    hosts: &[StorageHost],
+    cluster: &dyn ExistingCluster,
+) -> SectionReport {
+    let seconds = ctx.settings.runtime_s.max(1);
+    let per_test = f64::from(ctx.settings.runtime_s) + 1.0;
+    let iperf3 = environment::which("iperf3").is_some();
+    let mut notes = Vec::new();
+    if !iperf3 {
+        notes.push(
+            "iperf3 is not installed on this host (`apt-get install -y iperf3`): every host \
+             was measured with the built-in stream test."
+                .to_string(),
+        );
+    }
+    let mut rows = Vec::new();
+    // (why iperf3 failed, the hosts it failed at), so one note covers hosts alike.
+    let mut no_server: Vec<(String, Vec<String>)> = Vec::new();
+    for host in hosts {
+        let label = host.label();
+        let key = host_key(&host.ip);
+        ctx.progress
+            .step(&format!("network from {label}"), per_test);
+        if crate::interrupt::requested() {
+            let f = Figure::failed(crate::interrupt::MESSAGE, None, None);
+            rows.push(row(
+                format!("tcp_throughput_{key}"),
+                format!("TCP from {label}"),
+                "MiB/s",
+                true,
+                f,
+            ));
+            continue;
+        }
+        if iperf3 {
+            let raw = format!("network-iperf3-{key}.json");
+            let timeout_ms = IPERF3_REMOTE_CONNECT_MS.to_string();
+            let extra = ["-R", "--connect-timeout", timeout_ms.as_str()];
+            match iperf3_client(ctx, &host.ip, IPERF3_PORT, seconds, &extra, &raw, 1) {
+                Ok(r) => {
+                    let retransmits = r.retransmits;
+                    let (throughput, retrans) = figures(Ok(r), ctx);
+                    rows.push(row(
+                        format!("tcp_throughput_{key}"),
+                        format!("TCP from {label}"),
+                        "MiB/s",
+                        true,
+                        throughput,
+                    ));
+                    if retransmits.is_some() {
+                        rows.push(row(
+                            format!("tcp_retransmits_{key}"),
+                            format!("TCP retransmits from {label}"),
+                            "retransmits",
+                            false,
+                            retrans,
+                        ));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    ctx.progress
+                        .note(&format!("{label}: no iperf3 server ({why}): built-in test"));
+                    match no_server.iter_mut().find(|(w, _)| *w == why) {
+                        Some((_, at)) => at.push(label.clone()),
+                        None => no_server.push((why, vec![label.clone()])),
+                    }
+                }
             }
+        }
+        let figure = match cluster.stream_from(&host.ip, seconds) {
+            Ok(r) => Figure {
+                value: Some(r.mib_s),
+                command: Some(r.method),
+                ..Figure::default()
+            },
             Err(e) => {
                 let msg = format!("{e:#}");
                 ctx.progress.note(&format!("failed: {msg}"));
-                let f = Figure::failed(msg, None, None);
-                (f.clone(), f)
+                Figure::failed(msg, None, None)
             }
         };
-        SectionReport {
-            id: self.id().into(),
-            title: "Network baseline".into(),
-            intro: format!(
-                "Loopback TCP on this host ({label}, {seconds} s), the path the local \
-                 cluster's replication takes."
-            ),
-            baseline_name: "Loopback TCP".into(),
-            status: SectionStatus::Measured,
-            layout: Layout::Comparison,
-            notes,
-            rows: vec![
-                Row {
-                    key: "tcp_throughput".into(),
-                    label: "TCP throughput".into(),
-                    unit: "MiB/s".into(),
-                    higher_is_better: true,
-                    baseline: Some(throughput),
-                    basalt: None,
-                },
-                Row {
-                    key: "tcp_retransmits".into(),
-                    label: "TCP retransmits".into(),
-                    unit: "retransmits".into(),
-                    higher_is_better: false,
-                    baseline: Some(retrans),
-                    basalt: None,
-                },
-            ],
-        }
+        rows.push(row(
+            format!("stream_throughput_{key}"),
+            format!("Built-in stream from {label}"),
+            "MiB/s",
+            true,
+            figure,
+        ));
+    }
+    for (why, at) in no_server {
+        notes.push(format!(
+            "No iperf3 server answered on port {IPERF3_PORT} at {} ({why}): the built-in \
+             stream test ran there instead. Start `iperf3 -s` on a storage host to measure it \
+             with iperf3.",
+            at.join(", ")
+        ));
+    }
+    SectionReport {
+        id: "network".into(),
+        title: "Network baseline".into(),
+        intro: format!(
+            "From each storage host (the distinct addresses of the OSDs that are up in the \
+             cluster map) to this host, the direction reads take, {seconds} s each: iperf3 in \
+             reverse mode (`-R`, the host sends) where an iperf3 server answers on port \
+             {IPERF3_PORT} of the host, otherwise the built-in stream test: reads of \
+             never-written objects whose primary OSD is on that host, which the OSD answers \
+             with zeros from memory without touching its disk. The built-in test carries \
+             Basalt's framing and one OSD's request handling, so it is a lower bound of what \
+             TCP alone would carry."
+        ),
+        baseline_name: "Network".into(),
+        status: SectionStatus::Measured,
+        layout: Layout::Comparison,
+        notes,
+        rows,
     }
 }
 
@@ -136,24 +307,49 @@ fn iperf3_loopback(ctx: &Ctx, seconds: u32) -> anyhow::Result<NetResult> {
             .spawn()
             .context("start iperf3 server")?,
     );
-    let args: Vec<String> = ["-c", "127.0.0.1", "-p", &port.to_string()]
+    iperf3_client(
+        ctx,
+        "127.0.0.1",
+        port,
+        seconds,
+        &[],
+        "network-iperf3.json",
+        IPERF3_CONNECT_ATTEMPTS,
+    )
+}
+
+/// Run `iperf3 -c host -p port -t seconds -J` with `extra` options and keep its JSON as
+/// `raw/{raw_name}`. A server that answers with an error (it may not listen yet) is tried
+/// again, `attempts` times in all.
+fn iperf3_client(
+    ctx: &Ctx,
+    host: &str,
+    port: u16,
+    seconds: u32,
+    extra: &[&str],
+    raw_name: &str,
+    attempts: u32,
+) -> anyhow::Result<NetResult> {
+    let args: Vec<String> = ["-c", host, "-p", &port.to_string()]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .chain(["-t".into(), seconds.to_string(), "-J".into()])
         .collect();
     let command = format!("iperf3 {}", args.join(" "));
-    let raw_path = ctx.raw_dir.join("network-iperf3.json");
+    let raw_path = ctx.raw_dir.join(raw_name);
     let timeout = Duration::from_secs(u64::from(seconds)) + IPERF3_SLACK;
     let mut last_err = String::new();
-    for _ in 0..IPERF3_CONNECT_ATTEMPTS {
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            std::thread::sleep(IPERF3_RETRY_PAUSE);
+        }
         let out = run_bounded(Command::new("iperf3").args(&args), timeout)?;
         std::fs::write(&raw_path, &out).with_context(|| format!("write {}", raw_path.display()))?;
         let json: serde_json::Value =
             serde_json::from_slice(&out).context("parse iperf3 JSON output")?;
         if let Some(e) = json.get("error").and_then(|e| e.as_str()) {
-            // The server may not listen yet: retry a bounded number of times.
             last_err = e.to_string();
-            std::thread::sleep(IPERF3_RETRY_PAUSE);
             continue;
         }
         let (mib_s, retransmits) = parse_iperf3(&json)?;
@@ -161,7 +357,7 @@ fn iperf3_loopback(ctx: &Ctx, seconds: u32) -> anyhow::Result<NetResult> {
             mib_s,
             retransmits,
             command,
-            raw: Some("raw/network-iperf3.json".into()),
+            raw: Some(format!("raw/{raw_name}")),
         });
     }
     bail!("iperf3: {last_err}")
@@ -278,6 +474,25 @@ mod tests {
         assert!((mib_s - 1000.0).abs() < 1e-6);
         assert_eq!(retrans, Some(7));
         assert!(parse_iperf3(&serde_json::json!({"error": "x"})).is_err());
+    }
+
+    #[test]
+    fn hosts_have_stable_keys_and_readable_labels() {
+        // Goal: a host's rows are keyed by its address (no characters the compare keys
+        // use as separators) and labelled by its names and address.
+        assert_eq!(host_key("10.0.0.2"), "10_0_0_2");
+        assert_eq!(host_key("fd00::2"), "fd00__2");
+        let h = StorageHost {
+            ip: "10.0.0.2".into(),
+            names: vec!["rack1-a".into()],
+            osds: vec![3, 4],
+        };
+        assert_eq!(h.label(), "rack1-a (10.0.0.2)");
+        let bare = StorageHost {
+            names: vec!["10.0.0.2".into()],
+            ..h.clone()
+        };
+        assert_eq!(bare.label(), "10.0.0.2");
     }
 
     #[test]

@@ -17,9 +17,12 @@ use crate::fio::{self, Job, Span, Target};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use crate::sections::profiles::Metric;
 use crate::size;
+use crate::under_test::UnderTest;
 
 /// Section id, the prefix of its figure keys.
 pub const ID: &str = "scaling";
+/// Heading of the section.
+pub const TITLE: &str = "Scaling over OSD counts (Simplyblock)";
 /// Replicas of the sweep: 1, so N OSDs mean N times the disks.
 pub const SWEEP_REPLICAS: u32 = 1;
 /// Planned seconds to start and stop a `basalt up` (measured: about 0.2 s each way).
@@ -177,7 +180,14 @@ impl ScalingPlan {
 pub struct ScalingSection {
     plan: ScalingPlan,
     base: ClusterConfig,
+    /// Why the sweep cannot run here (it rebuilds the cluster per step).
+    skip: Option<String>,
 }
+
+/// Why the sweep is not run on an existing cluster (one line in the report).
+pub const NOT_ON_EXISTING: &str = "not measured on an existing cluster: the sweep starts a \
+    fresh `basalt up` for every OSD count and replica count, and an existing cluster is not \
+    rebuilt; run `basalt bench storage --cluster local` for it";
 
 impl ScalingSection {
     /// The steps of `plan`, each cluster configured like `base` (PGs, object size, OSD
@@ -186,6 +196,15 @@ impl ScalingSection {
         ScalingSection {
             plan,
             base: base.clone(),
+            skip: None,
+        }
+    }
+
+    /// The section, reported as not measured for `reason` (no step runs).
+    pub fn skipped(plan: ScalingPlan, base: &ClusterConfig, reason: &str) -> ScalingSection {
+        ScalingSection {
+            skip: Some(reason.to_string()),
+            ..ScalingSection::new(plan, base)
         }
     }
 
@@ -278,6 +297,7 @@ impl ScalingSection {
         let target = Target::Nbd {
             uri: cluster.uri.clone(),
         };
+        let sources = cluster.cpu_sources();
         let size_bytes = self.plan.size_bytes;
         // Reads must find written data, as on the other sections' volume.
         let fill = FioRun {
@@ -288,7 +308,7 @@ impl ScalingSection {
             span: Span::Once,
             timeout: fio::fill_bound(size_bytes),
         };
-        if let Some(e) = ctx.fio(&fill, Some(cluster)).error {
+        if let Some(e) = ctx.fio(&fill, &sources).error {
             notes.push(format!(
                 "Writing the volume of the {what} step once failed ({e}); its reads may have \
                  found unwritten blocks."
@@ -311,7 +331,7 @@ impl ScalingSection {
                 span,
                 timeout: fio::timed_bound(self.plan.runtime_s, self.plan.ramp_s),
             };
-            let figure = ctx.fio(&run, Some(cluster));
+            let figure = ctx.fio(&run, &sources);
             figures.push(Figure {
                 value: figure.fio.as_ref().map(|s| w.metric.value(s)),
                 ..figure
@@ -327,10 +347,30 @@ impl Section for ScalingSection {
     }
 
     fn plan(&self, _ctx: &Ctx) -> Vec<f64> {
+        if self.skip.is_some() {
+            return Vec::new();
+        }
         self.plan.step_seconds()
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
+        if let Some(reason) = &self.skip {
+            ctx.progress.note(&format!("scaling sweep: {reason}"));
+            return SectionReport {
+                id: ID.into(),
+                title: TITLE.into(),
+                intro: "4k random read and write IOPS and 128k sequential 70/30 throughput \
+                        over growing OSD counts (Simplyblock), each on a fresh `basalt up`."
+                    .into(),
+                baseline_name: "Linear scaling".into(),
+                status: SectionStatus::NotMeasured {
+                    reason: reason.clone(),
+                },
+                layout: Layout::Scaling,
+                notes: Vec::new(),
+                rows: Vec::new(),
+            };
+        }
         let mut notes = Vec::new();
         let steps: Vec<Step> = self
             .plan
@@ -340,7 +380,7 @@ impl Section for ScalingSection {
             .collect();
         SectionReport {
             id: ID.into(),
-            title: "Scaling over OSD counts (Simplyblock)".into(),
+            title: TITLE.into(),
             intro: self.intro(ctx),
             baseline_name: "Linear scaling".into(),
             status: SectionStatus::Measured,
@@ -484,7 +524,7 @@ pub(crate) mod tests {
         ];
         SectionReport {
             id: ID.into(),
-            title: "Scaling over OSD counts (Simplyblock)".into(),
+            title: TITLE.into(),
             intro: "Sweep.".into(),
             baseline_name: "Linear scaling".into(),
             status: SectionStatus::Measured,
