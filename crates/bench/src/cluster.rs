@@ -41,6 +41,8 @@ pub struct Cluster {
     pub uri: String,
     /// The "Basalt is up: ..." line.
     pub banner: Option<String>,
+    /// The S3 gateway and its first-start key.
+    s3: Option<crate::under_test::S3Endpoint>,
 }
 
 impl Cluster {
@@ -56,7 +58,7 @@ impl Cluster {
             .arg(data_dir)
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--control-listen", "127.0.0.1:0"])
-            .args(["--s3-listen", "off"])
+            .args(["--s3-listen", "127.0.0.1:0"])
             .args(["--default-volume", "bench"])
             .args(["--default-volume-size", &config.volume_size])
             .args(["--osds", &config.osds.to_string()])
@@ -75,7 +77,9 @@ impl Cluster {
             child,
             uri: String::new(),
             banner: None,
+            s3: None,
         };
+        let mut s3_url = None;
         let (tx, rx) = mpsc::channel();
         // Reads the banner, then keeps draining stdout so the daemon never blocks on it.
         std::thread::spawn(move || {
@@ -96,6 +100,9 @@ impl Cluster {
                     if let Some(rest) = t.strip_prefix(NBD_PREFIX) {
                         cluster.uri = rest.trim().to_string();
                     }
+                    if let Some(rest) = t.strip_prefix("S3:") {
+                        s3_url = rest.split_whitespace().next().map(String::from);
+                    }
                     if t == READY_LINE {
                         break;
                     }
@@ -113,6 +120,20 @@ impl Cluster {
         if !cluster.uri.starts_with("nbd://") {
             bail!("basalt up did not print its NBD address");
         }
+        cluster.s3 = s3_url.and_then(|url| {
+            let creds = std::fs::read_to_string(data_dir.join("s3-credentials")).ok()?;
+            let field = |name: &str| {
+                creds.lines().find_map(|l| {
+                    let (k, v) = l.split_once('=')?;
+                    (k.trim() == name).then(|| v.trim().to_string())
+                })
+            };
+            Some(crate::under_test::S3Endpoint {
+                url,
+                access_key: field("aws_access_key_id")?,
+                secret_key: field("aws_secret_access_key")?,
+            })
+        });
         Ok(cluster)
     }
 
@@ -156,5 +177,9 @@ impl crate::under_test::UnderTest for Cluster {
     fn close(&mut self) -> Vec<String> {
         // Dropping stops the process; nothing the report needs to say.
         Vec::new()
+    }
+
+    fn s3(&self) -> Option<crate::under_test::S3Endpoint> {
+        self.s3.clone()
     }
 }

@@ -22,7 +22,7 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 5] = ["network", "disk", "torus", "vitastor", scaling::ID];
+pub const SECTION_IDS: [&str; 6] = ["network", "disk", "torus", "vitastor", scaling::ID, "s3"];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
 /// once before they run).
 const PROFILE_SECTIONS: [&str; 3] = ["disk", "torus", "vitastor"];
@@ -176,6 +176,7 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         Box::new(ProfilesSection::torus()),
         Box::new(ProfilesSection::vitastor(&settings)),
         Box::new(scaling),
+        Box::new(crate::sections::s3::S3Section { quick: opts.quick }),
     ]
     .into_iter()
     .filter(|s| opts.runs(s.id()))
@@ -191,6 +192,7 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         disk_direct,
         cluster: Err("not started".into()),
         progress: Progress::new(0, 0.0, false),
+        network_mib_s: None,
     };
     let plans: Vec<Vec<f64>> = sections.iter().map(|s| s.plan(&ctx)).collect();
     let prep = if profiles {
@@ -424,12 +426,13 @@ mod tests {
         let some = options(Some(&["network", "scaling"]));
         assert!(some.check_sections().is_ok());
         assert!(some.runs("network") && some.runs("scaling") && !some.runs("disk"));
-        let e = options(Some(&["network", "s3"]))
+        let e = options(Some(&["network", "swift"]))
             .check_sections()
             .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown section \"s3\"; the sections are network, disk, torus, vitastor, scaling"
+            "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
+             scaling, s3"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

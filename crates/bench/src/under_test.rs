@@ -19,6 +19,20 @@ pub trait UnderTest {
     /// Release what the run made (stop `basalt up`, remove the bench volume) and say what
     /// happened, for the report. Dropping without closing releases too, silently.
     fn close(&mut self) -> Vec<String>;
+
+    /// The S3 gateway of the cluster under test and an access key for it, if there is one.
+    fn s3(&self) -> Option<S3Endpoint> {
+        None
+    }
+}
+
+/// An S3 endpoint and the key to use it with.
+#[derive(Clone, Debug)]
+pub struct S3Endpoint {
+    /// `http://IP:PORT`.
+    pub url: String,
+    pub access_key: String,
+    pub secret_key: String,
 }
 
 /// An existing multi-host cluster, reached through its metadata (`--cluster etcd://...`).

@@ -121,7 +121,17 @@ fn bench_storage_writes_a_complete_report() {
         .iter()
         .map(|s| s["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["network", "disk", "torus", "vitastor", "scaling"]);
+    assert_eq!(
+        ids,
+        ["network", "disk", "torus", "vitastor", "scaling", "s3"]
+    );
+    // The S3 section measured every figure of the LightningStor profile through boto3.
+    let s3 = &json["sections"][5];
+    assert_eq!(s3["rows"].as_array().unwrap().len(), 10, "{s3}");
+    for row in s3["rows"].as_array().unwrap() {
+        let v = row["basalt"]["value"].as_f64();
+        assert!(v.is_some_and(|v| v > 0.0), "S3 figure missing: {row}");
+    }
     let disk = &json["sections"][1];
     let row = &disk["rows"][0];
     for side in ["baseline", "basalt"] {

@@ -4,6 +4,7 @@
 
 pub mod network;
 pub mod profiles;
+pub mod s3;
 pub mod scaling;
 
 use crate::cpu::{self, CpuSource};
@@ -57,6 +58,8 @@ pub struct Ctx {
     pub cluster: Result<Box<dyn UnderTest>, String>,
     /// Progress lines and ETA.
     pub progress: Progress,
+    /// TCP throughput the network section measured (MiB/s): the S3 section's baseline.
+    pub network_mib_s: Option<f64>,
 }
 
 /// Which side of a comparison a step measures.

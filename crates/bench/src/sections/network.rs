@@ -128,6 +128,7 @@ fn loopback(ctx: &mut Ctx) -> SectionReport {
         builtin_loopback(seconds)
     };
     let (throughput, retrans) = figures(outcome, ctx);
+    ctx.network_mib_s = throughput.value;
     SectionReport {
         id: "network".into(),
         title: "Network baseline".into(),
@@ -377,14 +378,15 @@ pub fn parse_iperf3(json: &serde_json::Value) -> anyhow::Result<(f64, Option<u64
 }
 
 /// Run a command to completion within `timeout`, returning its stdout.
-fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+    let name = cmd.get_program().to_string_lossy().into_owned();
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .context("start iperf3 client")?;
-    let mut stdout = child.stdout.take().context("iperf3 stdout")?;
+        .with_context(|| format!("start {name}"))?;
+    let mut stdout = child.stdout.take().context("child stdout")?;
     let reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = stdout.read_to_end(&mut buf);
@@ -398,13 +400,13 @@ fn run_bounded(cmd: &mut Command, timeout: Duration) -> anyhow::Result<Vec<u8>> 
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("iperf3 did not finish within {} s", timeout.as_secs());
+            bail!("{name} did not finish within {} s", timeout.as_secs());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     reader
         .join()
-        .map_err(|_| anyhow::anyhow!("iperf3 output reader panicked"))
+        .map_err(|_| anyhow::anyhow!("{name} output reader panicked"))
 }
 
 /// System-wide TCP retransmitted segments (`RetransSegs` in /proc/net/snmp).
