@@ -4,7 +4,7 @@ use crate::gateway::Gateway;
 use crate::keys::KeyRing;
 use basalt_client::Cluster;
 use basalt_proto::PoolId;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::host::{S3Host, VirtualHost};
 use s3s::service::S3ServiceBuilder;
 use std::sync::Arc;
@@ -13,6 +13,10 @@ use tokio::sync::watch;
 
 /// Largest request head (request line + headers) accepted; bigger gets 431.
 const MAX_HEAD_BYTES: usize = 64 << 10;
+/// How long a connection may take to send a whole request head, counted from when the
+/// gateway starts waiting for one (so it also bounds how long a keep-alive connection idles);
+/// then it is closed. Without it a client that stops mid-head holds its connection forever.
+const HEAD_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How a gateway serves.
 #[derive(Clone, Debug)]
@@ -78,6 +82,11 @@ pub async fn serve(
                     conns.spawn(async move {
                         let conn = hyper::server::conn::http1::Builder::new()
                             .max_buf_size(MAX_HEAD_BYTES.max(8192))
+                            // max_buf_size alone lets a head that arrives in one large read
+                            // through (a 100 KiB head was served); this caps the head itself.
+                            .max_header_size(MAX_HEAD_BYTES)
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEAD_READ_TIMEOUT)
                             .keep_alive(true)
                             .serve_connection(TokioIo::new(stream), service);
                         tokio::pin!(conn);
