@@ -4,9 +4,11 @@ use crate::gateway::Gateway;
 use crate::keys::KeyRing;
 use basalt_client::Cluster;
 use basalt_proto::PoolId;
+use hyper::body::{Body, Incoming};
+use hyper::service::Service;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::host::{S3Host, VirtualHost};
-use s3s::service::S3ServiceBuilder;
+use s3s::service::{S3Service, S3ServiceBuilder};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -69,7 +71,7 @@ pub async fn serve(
     builder.set_host(Hosts {
         domain: config.domain.clone(),
     });
-    let service = builder.build();
+    let service = CloseAfterBodilessExpect(builder.build());
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -112,6 +114,43 @@ pub async fn serve(
         }
     }
     while conns.join_next().await.is_some() {}
+}
+
+/// The protocol layer's service, closing the connection after answering a request that
+/// carries `Expect: 100-continue` but no body.
+///
+/// hyper answers such a request without a `100 Continue` (RFC 9110 allows it: there is no
+/// body to wait for). botocore (boto3, the aws CLI) sends that expectation on every upload,
+/// empty ones included, and then parses the *next* response on the same connection against
+/// the stale status line, losing its headers (boto/botocore#3755): `aws s3 sync` of a tree
+/// with empty files failed with "upload failed: ... 'ETag'" when an UploadPart followed an
+/// empty PUT on one connection. A fresh connection resets botocore's state.
+#[derive(Clone)]
+struct CloseAfterBodilessExpect(S3Service);
+
+impl Service<hyper::Request<Incoming>> for CloseAfterBodilessExpect {
+    type Response = <S3Service as Service<hyper::Request<Incoming>>>::Response;
+    type Error = <S3Service as Service<hyper::Request<Incoming>>>::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+        let close = req.body().is_end_stream()
+            && req
+                .headers()
+                .get(hyper::header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let response = Service::call(&self.0, req);
+        Box::pin(async move {
+            let mut response = response.await?;
+            if close {
+                response.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(response)
+        })
+    }
 }
 
 /// The key ring as the protocol layer's authenticator.
