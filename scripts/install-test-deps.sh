@@ -27,7 +27,11 @@ have etcdctl || need+=(etcd-client)
 # S3 clients the gateway is tested with (boto3 and the aws CLI come from PyPI below).
 have s3cmd || need+=(s3cmd)
 have rclone || need+=(rclone)
-have python3 || need+=(python3 python3-pip)
+# python3 may be present without pip (Debian's python3 comes without it; s3cmd pulls it in).
+have python3 || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# md5sum (coreutils) checks the ETags the S3 clients get back.
+have md5sum || need+=(coreutils)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test dependencies: ${need[*]}"
@@ -37,14 +41,26 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# boto3 (the AWS SDK for Python) and the aws CLI, from PyPI when the system lacks them.
-py_need=()
-python3 -c 'import boto3' >/dev/null 2>&1 || py_need+=(boto3)
-have aws || py_need+=(awscli)
-if [ ${#py_need[@]} -gt 0 ]; then
-  echo "installing Python test dependencies: ${py_need[*]}"
-  python3 -m pip install --quiet "${py_need[@]}" 2>/dev/null \
-    || python3 -m pip install --quiet --break-system-packages "${py_need[@]}"
+# boto3 (the AWS SDK for Python; its botocore signs the raw requests of the S3 bad-input
+# test) and the aws CLI, from PyPI when the system lacks either. Installed together, so pip
+# picks one botocore that both accept.
+if ! python3 -c 'import boto3' >/dev/null 2>&1 || ! have aws; then
+  echo "installing Python test dependencies: boto3 awscli"
+  python3 -m pip install --quiet boto3 awscli 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages boto3 awscli
+  hash -r
+fi
+
+# Every client the end-to-end tests drive must now be on PATH (pip run as a user may have
+# put aws in ~/.local/bin).
+missing=()
+for tool in fio qemu-io nbdinfo nbdcopy s3cmd rclone aws python3 md5sum; do
+  have "$tool" || missing+=("$tool")
+done
+python3 -c 'import boto3, botocore' >/dev/null 2>&1 || missing+=("python3 module boto3")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "still missing after installing: ${missing[*]} (is ~/.local/bin on PATH?)" >&2
+  exit 1
 fi
 
 if ! have cargo; then

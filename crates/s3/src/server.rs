@@ -4,15 +4,21 @@ use crate::gateway::Gateway;
 use crate::keys::KeyRing;
 use basalt_client::Cluster;
 use basalt_proto::PoolId;
-use hyper_util::rt::TokioIo;
+use hyper::body::{Body, Incoming};
+use hyper::service::Service;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::host::{S3Host, VirtualHost};
-use s3s::service::S3ServiceBuilder;
+use s3s::service::{S3Service, S3ServiceBuilder};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Largest request head (request line + headers) accepted; bigger gets 431.
 const MAX_HEAD_BYTES: usize = 64 << 10;
+/// How long a connection may take to send a whole request head, counted from when the
+/// gateway starts waiting for one (so it also bounds how long a keep-alive connection idles);
+/// then it is closed. Without it a client that stops mid-head holds its connection forever.
+const HEAD_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How a gateway serves.
 #[derive(Clone, Debug)]
@@ -72,7 +78,7 @@ pub async fn serve(
     builder.set_host(Hosts {
         domain: config.domain.clone(),
     });
-    let service = builder.build();
+    let service = CloseAfterBodilessExpect(builder.build());
     let every = (config.reclaim_after / 4).clamp(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(600),
@@ -95,6 +101,11 @@ pub async fn serve(
                     conns.spawn(async move {
                         let conn = hyper::server::conn::http1::Builder::new()
                             .max_buf_size(MAX_HEAD_BYTES.max(8192))
+                            // max_buf_size alone lets a head that arrives in one large read
+                            // through (a 100 KiB head was served); this caps the head itself.
+                            .max_header_size(MAX_HEAD_BYTES)
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEAD_READ_TIMEOUT)
                             .keep_alive(true)
                             .serve_connection(TokioIo::new(stream), service);
                         tokio::pin!(conn);
@@ -121,6 +132,43 @@ pub async fn serve(
     }
     while conns.join_next().await.is_some() {}
     let _ = sweeper.await;
+}
+
+/// The protocol layer's service, closing the connection after answering a request that
+/// carries `Expect: 100-continue` but no body.
+///
+/// hyper answers such a request without a `100 Continue` (RFC 9110 allows it: there is no
+/// body to wait for). botocore (boto3, the aws CLI) sends that expectation on every upload,
+/// empty ones included, and then parses the *next* response on the same connection against
+/// the stale status line, losing its headers (boto/botocore#3755): `aws s3 sync` of a tree
+/// with empty files failed with "upload failed: ... 'ETag'" when an UploadPart followed an
+/// empty PUT on one connection. A fresh connection resets botocore's state.
+#[derive(Clone)]
+struct CloseAfterBodilessExpect(S3Service);
+
+impl Service<hyper::Request<Incoming>> for CloseAfterBodilessExpect {
+    type Response = <S3Service as Service<hyper::Request<Incoming>>>::Response;
+    type Error = <S3Service as Service<hyper::Request<Incoming>>>::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+        let close = req.body().is_end_stream()
+            && req
+                .headers()
+                .get(hyper::header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let response = Service::call(&self.0, req);
+        Box::pin(async move {
+            let mut response = response.await?;
+            if close {
+                response.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(response)
+        })
+    }
 }
 
 /// The key ring as the protocol layer's authenticator.
