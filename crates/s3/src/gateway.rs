@@ -527,11 +527,9 @@ impl S3 for Gateway {
                 input.metadata,
             ),
         };
-        let committed = self.commit(&bucket, &input.key, &entry).await;
-        if committed.is_err() {
-            self.discard(&bucket, &segment).await;
-            committed?;
-        }
+        // A failed index update may still have been applied (a reply lost after retries):
+        // the data stays, and its intent lets the sweeper decide once nothing can race it.
+        self.commit(&bucket, &input.key, &entry).await?;
         self.clear_intent(&bucket, segment.data).await;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&entry.etag)),
@@ -925,16 +923,12 @@ impl S3 for Gateway {
                 headers,
             }
         };
-        let committed = self.commit(&bucket, &input.key, &entry).await;
+        // On failure the new data keeps its intent: the update may have been applied, so only
+        // the sweeper, which checks the index, may delete it.
+        self.commit(&bucket, &input.key, &entry).await?;
         if !same {
-            let segment = &entry.segments[0];
-            if committed.is_err() {
-                self.discard(&bucket, segment).await;
-            } else {
-                self.clear_intent(&bucket, segment.data).await;
-            }
+            self.clear_intent(&bucket, entry.segments[0].data).await;
         }
-        committed?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag(&entry.etag)),
@@ -1390,14 +1384,9 @@ impl Gateway {
     /// reclaimed), then clear its intent.
     async fn record_part(&self, bucket: &BucketRecord, id: &str, part: &Part) -> S3Result<()> {
         let key = part_key(id, part.number as i32);
-        let recorded = index::put_upload(&self.cluster, bucket, id, &key, Some(part)).await;
-        let previous = match recorded {
-            Ok(p) => p,
-            Err(e) => {
-                self.discard(bucket, &part.segment).await;
-                return Err(e.into());
-            }
-        };
+        // On failure the part's data keeps its intent (the record may have been written):
+        // the sweeper deletes it only if no part record references it.
+        let previous = index::put_upload(&self.cluster, bucket, id, &key, Some(part)).await?;
         self.clear_intent(bucket, part.segment.data).await;
         if let Some(prev) = previous.filter(|p: &Part| p.segment != part.segment) {
             self.reclaim(bucket, vec![prev.segment]);
