@@ -128,11 +128,15 @@ fn upload_interrupted_by_a_crash_is_invisible_and_reclaimed() {
         "space reclaimed: baseline {baseline}, after the crash {after_crash}, now {now}\n{}",
         tail(&cluster.stderr_text(), 3000)
     );
+    // The sweeper logs after it deleted, and the line reaches the test through a reader
+    // thread: wait for it (bounded) rather than look once.
     assert!(
-        cluster
-            .stderr_text()
-            .contains("reclaimed the data of unfinished uploads"),
-        "the sweeper says what it did"
+        cluster.wait_for_stderr(
+            "reclaimed the data of unfinished uploads",
+            Duration::from_secs(10)
+        ),
+        "the sweeper says what it did\n{}",
+        tail(&cluster.stderr_text(), 3000)
     );
 }
 
@@ -698,8 +702,10 @@ fn rclone() {
 /// the gateway keeps serving.
 #[test]
 fn bad_input() {
-    let cluster = Cluster::start();
+    let mut cluster = Cluster::start();
     python_suite(&cluster, "bad_input", "bad input suite");
+    // Stop first: only then has every line the gateway logged been collected.
+    cluster.stop();
     let stderr = cluster.stderr_text();
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

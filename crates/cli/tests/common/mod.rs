@@ -113,6 +113,23 @@ impl Cluster {
         String::from_utf8_lossy(&self.stderr.lock().expect("stderr buffer")).into_owned()
     }
 
+    /// Wait up to `timeout` for `needle` to appear in the daemon's stderr. A line is logged
+    /// after the effect it reports and reaches the buffer through a reader thread, so a test
+    /// that has just observed the effect must wait for the line, not look once.
+    pub fn wait_for_stderr(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        // Loop bound: `timeout`.
+        loop {
+            if self.stderr_text().contains(needle) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The daemon's stdout so far, across restarts (lossy UTF-8).
     pub fn stdout_text(&self) -> String {
         String::from_utf8_lossy(&self.stdout.lock().expect("stdout buffer")).into_owned()
