@@ -2,8 +2,9 @@
 //!
 //! It is deliberately small: volume management for the CLI. Requests are
 //! `{"op":"create","name":N,"size":BYTES}`, `{"op":"ls"}`, `{"op":"info","name":N}`,
-//! `{"op":"resize","name":N,"size":BYTES}`, `{"op":"rm","name":N}`, `{"op":"status"}`; replies are
-//! `{"ok":true,...}` or `{"ok":false,"error":MESSAGE}`.
+//! `{"op":"resize","name":N,"size":BYTES}`, `{"op":"rm","name":N}`, `{"op":"status"}`,
+//! `{"op":"snapshot","name":N,"snapshot":S}`, `{"op":"clone","name":N,"snapshot":S,"new":M}`;
+//! replies are `{"ok":true,...}` or `{"ok":false,"error":MESSAGE}`.
 
 use anyhow::Context;
 use basalt_client::{Cluster, VolumeInfo};
@@ -34,6 +35,17 @@ pub enum Request {
     },
     Rm {
         name: String,
+    },
+    /// Take snapshot `snapshot` of volume `name`; replies with the volume.
+    Snapshot {
+        name: String,
+        snapshot: String,
+    },
+    /// Clone `name@snapshot` into the new volume `new`; replies with the new volume.
+    Clone {
+        name: String,
+        snapshot: String,
+        new: String,
     },
     /// `interval_ms` > 0 samples counters twice that far apart to report rates.
     Status {
@@ -143,6 +155,20 @@ pub(crate) async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -
             ok: true,
             ..Response::default()
         }),
+        Request::Snapshot { name, snapshot } => {
+            match cluster.snapshot_volume(&name, &snapshot).await {
+                Ok(_) => cluster.volume_info(&name).await.map(Response::volume),
+                Err(e) => Err(e),
+            }
+        }
+        Request::Clone {
+            name,
+            snapshot,
+            new,
+        } => cluster
+            .clone_snapshot(&name, &snapshot, &new)
+            .await
+            .map(Response::volume),
         Request::Status { interval_ms } => {
             crate::status::gather_with_rates(cluster, interval_ms.min(60_000))
                 .await

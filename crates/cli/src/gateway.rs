@@ -1,4 +1,5 @@
-//! The NBD gateway: exports every volume of the cluster under its name.
+//! The NBD gateway: exports every volume of the cluster under its name, and every snapshot
+//! read-only as `VOLUME@SNAPSHOT`.
 
 use async_trait::async_trait;
 use basalt_client::{ClientError, Cluster, Volume};
@@ -48,6 +49,7 @@ fn device_error(e: ClientError) -> DeviceError {
         }
         | ClientError::OutOfRange { .. }
         | ClientError::Invalid { .. } => DeviceError::Invalid(e.to_string()),
+        ClientError::ReadOnly { .. } => DeviceError::ReadOnly,
         other => {
             tracing::error!("volume I/O failed: {other}");
             DeviceError::Io(other.to_string())
@@ -59,14 +61,24 @@ fn device_error(e: ClientError) -> DeviceError {
 impl Exports for VolumeExports {
     async fn list(&self) -> Result<Vec<ExportInfo>, DeviceError> {
         let volumes = self.cluster.list_volumes().await.map_err(device_error)?;
-        Ok(volumes
-            .into_iter()
-            .filter(|v| self.exported(&v.name))
-            .map(|v| ExportInfo {
+        let mut exports = Vec::new();
+        for v in volumes.into_iter().filter(|v| self.exported(&v.name)) {
+            for s in v.snapshots.iter().filter(|s| !s.removing) {
+                exports.push(ExportInfo {
+                    name: format!("{}@{}", v.name, s.name),
+                    description: format!(
+                        "Basalt snapshot of {}, {} bytes, read-only",
+                        v.name, s.size
+                    ),
+                });
+            }
+            exports.push(ExportInfo {
                 description: format!("Basalt volume, {} bytes, pool {}", v.size, v.pool),
                 name: v.name,
-            })
-            .collect())
+            });
+        }
+        exports.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(exports)
     }
 
     async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
@@ -75,6 +87,18 @@ impl Exports for VolumeExports {
             ("", None) => return Ok(None),
             (n, _) => n,
         };
+        if let Some((volume, snapshot)) = name.split_once('@') {
+            if !self.exported(volume) {
+                return Ok(None);
+            }
+            return match self.cluster.open_snapshot(volume, snapshot).await {
+                Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
+                Err(ClientError::NoSuchVolume { .. } | ClientError::NoSuchSnapshot { .. }) => {
+                    Ok(None)
+                }
+                Err(e) => Err(device_error(e)),
+            };
+        }
         if !self.exported(name) {
             return Ok(None);
         }
@@ -93,6 +117,10 @@ pub struct VolumeDevice(Volume);
 impl BlockDevice for VolumeDevice {
     fn size(&self) -> u64 {
         self.0.size()
+    }
+
+    fn read_only(&self) -> bool {
+        self.0.read_only()
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes, DeviceError> {

@@ -4,7 +4,6 @@ use crate::conn::{Connection, Reply};
 use crate::error::ClientError;
 use crate::pool::ConnPool;
 use crate::volume::VolumeState;
-use crate::volumes::VolumeInfo;
 use basalt_meta::MetaStore;
 use basalt_placement::ClusterMap;
 use basalt_proto::{Header, InodeId, ObjectId, Opcode, OsdId, PgId, Status};
@@ -78,7 +77,7 @@ pub struct Cluster {
     map: watch::Receiver<Arc<ClusterMap>>,
     conns: ConnPool,
     /// Shared state of every volume opened in this process, by inode.
-    volumes: Mutex<HashMap<InodeId, Arc<VolumeState>>>,
+    volumes: Mutex<HashMap<(InodeId, bool), Arc<VolumeState>>>,
 }
 
 impl Cluster {
@@ -241,11 +240,18 @@ impl Cluster {
     }
 
     /// The state shared by every handle of volume `info` in this process.
-    pub(crate) fn volume_state(&self, info: &VolumeInfo) -> Arc<VolumeState> {
+    /// The state every handle of one volume (or one snapshot view) in this process shares,
+    /// keyed by the volume's origin layer, or for a snapshot view by its layer (`snapshot`).
+    pub(crate) fn volume_state(
+        &self,
+        layer: InodeId,
+        snapshot: bool,
+        size: u64,
+    ) -> Arc<VolumeState> {
         let mut volumes = self.volumes.lock().expect("volumes lock");
         volumes
-            .entry(info.id)
-            .or_insert_with(|| Arc::new(VolumeState::new(info.size)))
+            .entry((layer, snapshot))
+            .or_insert_with(|| Arc::new(VolumeState::new(size, layer)))
             .clone()
     }
 
@@ -296,7 +302,11 @@ impl Cluster {
     /// Send one request to every OSD that is up and wait for all to succeed; when one fails
     /// in a way the cluster may heal (it went down, its map is behind), wait for a new map
     /// and send to the OSDs of that map, for up to [`RETRY_DEADLINE_MS`].
-    async fn broadcast(&self, opcode: Opcode, object: ObjectId) -> Result<(), ClientError> {
+    pub(crate) async fn broadcast(
+        &self,
+        opcode: Opcode,
+        object: ObjectId,
+    ) -> Result<(), ClientError> {
         let deadline = Instant::now() + Duration::from_millis(RETRY_DEADLINE_MS);
         let mut attempt = 0u32;
         loop {

@@ -24,6 +24,10 @@ pub enum ClientError {
     NoSuchVolume { name: String },
     #[error("volume \"{name}\" exists")]
     VolumeExists { name: String },
+    #[error("volume \"{volume}\" has no snapshot \"{snapshot}\"")]
+    NoSuchSnapshot { volume: String, snapshot: String },
+    #[error("{what} is read-only")]
+    ReadOnly { what: String },
     #[error("{reason}")]
     Invalid { reason: String },
     #[error("I/O [{offset}, +{len}) is beyond the end of the volume ({size} bytes)")]

@@ -12,6 +12,7 @@ pub mod frame_io;
 pub mod mapwatch;
 pub mod object;
 pub mod pool;
+pub mod snapshots;
 pub mod volume;
 pub mod volumes;
 
@@ -22,5 +23,6 @@ pub use conn::{Connection, LocalHandler, Reply, ReplySink};
 pub use error::ClientError;
 pub use mapwatch::follow_map;
 pub use pool::ConnPool;
+pub use snapshots::{check_snapshot_name, parse_snapshot_spec};
 pub use volume::{Extent, Volume};
-pub use volumes::{next_family, parse_size, VolumeInfo};
+pub use volumes::{next_family, parse_size, ParentRef, SnapshotInfo, VolumeInfo};

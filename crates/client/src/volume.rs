@@ -6,15 +6,21 @@ use crate::error::ClientError;
 use crate::object::{fua_flags, object_header};
 use crate::volumes::VolumeInfo;
 use basalt_placement::{ClusterMap, PoolSpec};
-use basalt_proto::{Header, ObjectId, Opcode, PgId, Status};
+use basalt_proto::{Flags, Header, InodeId, ObjectId, Opcode, PgId, Status};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Granularity of allocation reporting.
 pub const BLOCK_BYTES: u64 = 4096;
 /// Most object requests one volume call keeps in flight (bounds fan-out of huge I/O).
 const MAX_FANOUT: usize = 64;
+/// After this long with a frozen head the record does not move past, a handle finishes the
+/// snapshot itself (its command may have died between freezing and moving the head).
+const FINISH_SNAPSHOT_AFTER_MS: u64 = 2_000;
+/// Longest a request waits for a frozen head to be replaced before it fails.
+const FROZEN_WAIT_MS: u64 = 60_000;
 /// A shared buffer of zeros for WRITE_ZEROES without trimming (largest object size).
 static ZEROS: [u8; 4 << 20] = [0; 4 << 20];
 
@@ -29,6 +35,8 @@ pub struct Extent {
 /// it was removed, and a gate that resize and remove close while they change those.
 pub struct VolumeState {
     size: AtomicU64,
+    /// The layer I/O goes to; it only moves forward (a snapshot moves it to a newer layer).
+    head: AtomicU64,
     removed: AtomicBool,
     /// I/O holds it shared; resize and remove hold it exclusively, so no I/O checked against
     /// the old size can land after a shrink discarded the data past the new end.
@@ -36,9 +44,10 @@ pub struct VolumeState {
 }
 
 impl VolumeState {
-    pub(crate) fn new(size: u64) -> Self {
+    pub(crate) fn new(size: u64, head: InodeId) -> Self {
         Self {
             size: AtomicU64::new(size),
+            head: AtomicU64::new(head),
             removed: AtomicBool::new(false),
             gate: tokio::sync::RwLock::new(()),
         }
@@ -51,6 +60,8 @@ pub struct Volume {
     info: VolumeInfo,
     pool: PoolSpec,
     state: Arc<VolumeState>,
+    /// A read-only view of a snapshot (its frozen layer), not the volume's head.
+    snapshot: Option<String>,
 }
 
 /// The first attempt of an object request, in flight.
@@ -74,7 +85,45 @@ struct Piece {
 impl Volume {
     /// A volume handle; fails if its pool is not in the map.
     pub fn new(cluster: Arc<Cluster>, info: VolumeInfo) -> Result<Self, ClientError> {
-        if info.format_version < crate::volumes::VOLUME_FORMAT_VERSION
+        let pool = Self::pool_of(&cluster, &info)?;
+        let state = cluster.volume_state(info.origin(), false, info.size);
+        // Another handle may know an older head; the newest layer is the head.
+        state.head.fetch_max(info.id, Ordering::AcqRel);
+        Ok(Self {
+            cluster,
+            info,
+            pool,
+            state,
+            snapshot: None,
+        })
+    }
+
+    /// A read-only handle on snapshot `name` of the volume `info`.
+    pub fn snapshot(
+        cluster: Arc<Cluster>,
+        info: VolumeInfo,
+        name: &str,
+    ) -> Result<Self, ClientError> {
+        let snap = info
+            .snapshot(name)
+            .ok_or_else(|| ClientError::NoSuchSnapshot {
+                volume: info.name.clone(),
+                snapshot: name.to_string(),
+            })?
+            .clone();
+        let pool = Self::pool_of(&cluster, &info)?;
+        let state = cluster.volume_state(snap.inode, true, snap.size);
+        Ok(Self {
+            cluster,
+            info,
+            pool,
+            state,
+            snapshot: Some(snap.name),
+        })
+    }
+
+    fn pool_of(cluster: &Cluster, info: &VolumeInfo) -> Result<PoolSpec, ClientError> {
+        if info.format_version < crate::volumes::VOLUME_FORMAT_OLDEST
             || basalt_proto::inode_pool(info.id) != info.pool
         {
             return Err(ClientError::Invalid {
@@ -85,28 +134,92 @@ impl Volume {
                 ),
             });
         }
-        let pool = cluster
+        Ok(cluster
             .map()
             .pools
             .get(&info.pool)
             .cloned()
-            .ok_or(basalt_placement::MapError::NoSuchPool { pool: info.pool })?;
-        let state = cluster.volume_state(&info);
-        Ok(Self {
-            cluster,
-            info,
-            pool,
-            state,
-        })
+            .ok_or(basalt_placement::MapError::NoSuchPool { pool: info.pool })?)
     }
 
     pub fn info(&self) -> &VolumeInfo {
         &self.info
     }
 
+    /// Is this a read-only snapshot view?
+    pub fn read_only(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
     /// The current size (it follows resizes made through this process).
     pub fn size(&self) -> u64 {
         self.state.size.load(Ordering::Acquire)
+    }
+
+    /// The layer I/O goes to now.
+    pub fn head(&self) -> InodeId {
+        self.state.head.load(Ordering::Acquire)
+    }
+
+    /// Run `op` on the current head; when the head turns out frozen (a snapshot took it),
+    /// follow the volume record to its new head and run it again there.
+    async fn on_head<T, F, Fut>(&self, op: F) -> Result<T, ClientError>
+    where
+        F: Fn(InodeId) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        // Bound: FROZEN_WAIT_MS (follow_head fails past it).
+        loop {
+            let head = self.head();
+            match op(head).await {
+                Err(ClientError::Status {
+                    status: Status::Frozen,
+                }) if self.snapshot.is_none() => {
+                    self.follow_head(head, started, attempt).await?;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The head `stale` is frozen: learn the new head from the volume record. While the
+    /// record still names `stale`, the snapshot is in progress: wait, and after a while
+    /// finish it (its command may have died half-way; finishing is idempotent).
+    async fn follow_head(
+        &self,
+        stale: InodeId,
+        started: Instant,
+        attempt: u32,
+    ) -> Result<(), ClientError> {
+        let info = self.cluster.volume_info(&self.info.name).await?;
+        if info.origin() != self.info.origin() {
+            return Err(ClientError::NoSuchVolume {
+                name: self.info.name.clone(),
+            });
+        }
+        if info.id != stale {
+            tracing::debug!(volume = %self.info.name, head = info.id, "following a snapshot to the new head");
+            self.state.head.fetch_max(info.id, Ordering::AcqRel);
+            return Ok(());
+        }
+        let waited = started.elapsed();
+        if waited > Duration::from_millis(FROZEN_WAIT_MS) {
+            return Err(ClientError::Invalid {
+                reason: format!(
+                    "the head of volume \"{}\" is frozen and no snapshot moved it on within {} s",
+                    self.info.name,
+                    FROZEN_WAIT_MS / 1000
+                ),
+            });
+        }
+        if waited > Duration::from_millis(FINISH_SNAPSHOT_AFTER_MS) {
+            self.cluster.finish_snapshot(stale).await?;
+        }
+        tokio::time::sleep(crate::cluster::backoff(attempt)).await;
+        Ok(())
     }
 
     /// Enter the I/O gate and check the range against the current size.
@@ -128,8 +241,8 @@ impl Volume {
         }
     }
 
-    /// Split [offset, offset+len) at object boundaries.
-    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
+    /// Split [offset, offset+len) of layer `head` at object boundaries.
+    fn pieces(&self, head: InodeId, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
         let os = self.info.object_size as u64;
         let end = offset + len;
         let mut pos = offset;
@@ -141,7 +254,7 @@ impl Volume {
             let in_obj = pos % os;
             let n = (os - in_obj).min(end - pos);
             let piece = Piece {
-                obj: ObjectId::new(self.info.id, index),
+                obj: ObjectId::new(head, index),
                 offset: in_obj as u32,
                 len: n as u32,
                 buf_offset: (pos - offset) as usize,
@@ -157,6 +270,11 @@ impl Volume {
 
     /// The request header for one piece (the map epoch is set per attempt).
     fn header(&self, opcode: Opcode, piece: Piece, flags: u16) -> Header {
+        let flags = if self.snapshot.is_some() {
+            flags | Flags::SNAPSHOT
+        } else {
+            flags
+        };
         let mut h = object_header(opcode, piece.obj, piece.offset, piece.len, flags);
         h.pg = self.pg(piece.obj);
         h
@@ -236,7 +354,11 @@ impl Volume {
     /// Read `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, ClientError> {
         let _gate = self.enter(offset, len as u64).await?;
-        let pieces: Vec<Piece> = self.pieces(offset, len as u64).collect();
+        self.on_head(|head| self.read_at(head, offset, len)).await
+    }
+
+    async fn read_at(&self, head: InodeId, offset: u64, len: u32) -> Result<Bytes, ClientError> {
+        let pieces: Vec<Piece> = self.pieces(head, offset, len as u64).collect();
         if pieces.len() == 1 {
             let h = self.header(Opcode::Read, pieces[0], 0);
             let first = self.start(h, Bytes::new()).await;
@@ -255,29 +377,53 @@ impl Volume {
         Ok(buf.freeze())
     }
 
+    /// Refuse mutations of a snapshot view.
+    fn writable(&self) -> Result<(), ClientError> {
+        match &self.snapshot {
+            Some(snapshot) => Err(ClientError::ReadOnly {
+                what: format!("snapshot {}@{snapshot}", self.info.name),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Write `data` at `offset`; with `fua` it is durable when this returns.
     pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), ClientError> {
+        self.writable()?;
         let _gate = self.enter(offset, data.len() as u64).await?;
         let flags = fua_flags(fua);
-        let pieces: Vec<Piece> = self.pieces(offset, data.len() as u64).collect();
-        self.each_piece(pieces, |p| {
-            let slice = data.slice(p.buf_offset..p.buf_offset + p.len as usize);
-            (Opcode::Write, flags, slice)
+        self.on_head(|head| {
+            let pieces: Vec<Piece> = self.pieces(head, offset, data.len() as u64).collect();
+            async {
+                self.each_piece(pieces, |p| {
+                    let slice = data.slice(p.buf_offset..p.buf_offset + p.len as usize);
+                    (Opcode::Write, flags, slice)
+                })
+                .await
+                .map(drop)
+            }
         })
-        .await?;
-        Ok(())
+        .await
     }
 
     /// Deallocate a range: it reads back as zeros. Whole objects are deleted.
     pub async fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
+        self.writable()?;
         let _gate = self.enter(offset, len).await?;
-        self.trim_unchecked(offset, len, fua).await
+        self.on_head(|head| self.trim_unchecked(head, offset, len, fua))
+            .await
     }
 
-    async fn trim_unchecked(&self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
+    async fn trim_unchecked(
+        &self,
+        head: InodeId,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    ) -> Result<(), ClientError> {
         let flags = fua_flags(fua);
         let os = self.info.object_size;
-        let pieces: Vec<Piece> = self.pieces(offset, len).collect();
+        let pieces: Vec<Piece> = self.pieces(head, offset, len).collect();
         self.each_piece(pieces, |p| {
             let op = if p.offset == 0 && p.len == os {
                 Opcode::Delete
@@ -298,18 +444,26 @@ impl Volume {
         may_trim: bool,
         fua: bool,
     ) -> Result<(), ClientError> {
+        self.writable()?;
         let _gate = self.enter(offset, len).await?;
         if may_trim {
-            return self.trim_unchecked(offset, len, fua).await;
+            return self
+                .on_head(|head| self.trim_unchecked(head, offset, len, fua))
+                .await;
         }
         let flags = fua_flags(fua);
-        let pieces: Vec<Piece> = self.pieces(offset, len).collect();
-        self.each_piece(pieces, |p| {
-            let zeros = Bytes::from_static(&ZEROS[..p.len as usize]);
-            (Opcode::Write, flags, zeros)
+        self.on_head(|head| {
+            let pieces: Vec<Piece> = self.pieces(head, offset, len).collect();
+            async {
+                self.each_piece(pieces, |p| {
+                    let zeros = Bytes::from_static(&ZEROS[..p.len as usize]);
+                    (Opcode::Write, flags, zeros)
+                })
+                .await
+                .map(drop)
+            }
         })
-        .await?;
-        Ok(())
+        .await
     }
 
     /// Make every acknowledged write durable.
@@ -320,9 +474,11 @@ impl Volume {
     /// Allocation of [offset, offset+len) in runs, at 4 KiB granularity.
     pub async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ClientError> {
         let _gate = self.enter(offset, len).await?;
-        let pieces: Vec<Piece> = self.pieces(offset, len).collect();
         let results = self
-            .each_piece(pieces, |_| (Opcode::Allocation, 0, Bytes::new()))
+            .on_head(|head| {
+                let pieces: Vec<Piece> = self.pieces(head, offset, len).collect();
+                self.each_piece(pieces, |_| (Opcode::Allocation, 0, Bytes::new()))
+            })
             .await?;
         let mut extents: Vec<Extent> = Vec::new();
         let mut push = |length: u64, allocated: bool| match extents.last_mut() {
@@ -359,16 +515,24 @@ impl Volume {
         Ok(())
     }
 
-    /// Refuse all further I/O on every handle and delete all data. `commit` removes the
-    /// record; it runs after the data is gone, so a crash part-way leaves a record to retry.
-    pub(crate) async fn remove<F, Fut>(&self, commit: F) -> Result<(), ClientError>
+    /// Refuse all further I/O on every handle and delete all data (the head's, then that of
+    /// the volume's `snapshots` layers). `commit` removes the record; it runs after the data
+    /// is gone, so a crash part-way leaves a record to retry.
+    pub(crate) async fn remove<F, Fut>(
+        &self,
+        snapshots: &[InodeId],
+        commit: F,
+    ) -> Result<(), ClientError>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<(), ClientError>>,
     {
         let _gate = self.state.gate.write().await;
         self.state.removed.store(true, Ordering::Release);
-        self.cluster.purge(self.info.id, 0).await?;
+        self.cluster.purge(self.head(), 0).await?;
+        for &layer in snapshots {
+            self.cluster.purge(layer, 0).await?;
+        }
         self.cluster.flush().await?;
         commit().await
     }
@@ -378,10 +542,12 @@ impl Volume {
         let os = self.info.object_size as u64;
         let first_whole = from.div_ceil(os);
         let partial_end = (first_whole * os).min(old_end);
+        let head = self.head();
         if from < partial_end {
-            self.trim_unchecked(from, partial_end - from, false).await?;
+            self.trim_unchecked(head, from, partial_end - from, false)
+                .await?;
         }
-        self.cluster.purge(self.info.id, first_whole).await?;
+        self.cluster.purge(head, first_whole).await?;
         self.cluster.flush().await
     }
 }

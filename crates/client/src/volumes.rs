@@ -17,14 +17,19 @@ pub const SIZE_ALIGN_BYTES: u64 = 4096;
 /// Largest volume: 2^50 bytes (1 PiB); NBD offsets are u64 but keep object indexes sane.
 pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
 /// Version of the volume record format. Version 2: the inode id carries the pool and family
-/// (`basalt_proto::InodeId`); version 1 records predate that and are refused.
-pub const VOLUME_FORMAT_VERSION: u32 = 2;
+/// (`basalt_proto::InodeId`); version 1 records predate that and are refused. Version 3: `id`
+/// is the head layer, with `parent`, `snapshots` and `origin` (version 2 records read as
+/// flat volumes without snapshots).
+pub const VOLUME_FORMAT_VERSION: u32 = 3;
+/// Oldest record format this version reads.
+pub const VOLUME_FORMAT_OLDEST: u32 = 2;
 
 /// A volume as stored in metadata (JSON, versioned).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeInfo {
     pub format_version: u32,
     pub name: String,
+    /// The head: the writable layer I/O goes to (a snapshot moves it to a new layer).
     pub id: InodeId,
     /// Shared by every layer of a volume's clone family; places all layers in the same PGs.
     pub family: u64,
@@ -33,6 +38,57 @@ pub struct VolumeInfo {
     pub object_size: u32,
     /// Seconds since the Unix epoch.
     pub created: u64,
+    /// The snapshot this volume was cloned from (None: a volume of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRef>,
+    /// Snapshots, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotInfo>,
+    /// The inode of the volume's first layer: its identity in this process's table of open
+    /// volumes (0 in format 2 records: then `id`).
+    #[serde(default)]
+    pub origin: InodeId,
+}
+
+/// The snapshot a clone reads through to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentRef {
+    /// The volume the snapshot belongs to.
+    pub volume: String,
+    pub snapshot: String,
+    /// The snapshot's layer.
+    pub inode: InodeId,
+}
+
+/// A snapshot of a volume: a frozen layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub name: String,
+    /// Its layer.
+    pub inode: InodeId,
+    /// The volume's size when it was taken.
+    pub size: u64,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    /// `snapshot rm` is in progress: no new clone may name it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removing: bool,
+}
+
+impl VolumeInfo {
+    /// The identity of the volume in this process (see `origin`).
+    pub fn origin(&self) -> InodeId {
+        if self.origin == 0 {
+            self.id
+        } else {
+            self.origin
+        }
+    }
+
+    /// The snapshot called `name`.
+    pub fn snapshot(&self, name: &str) -> Option<&SnapshotInfo> {
+        self.snapshots.iter().find(|s| s.name == name)
+    }
 }
 
 /// Parse a size like `10G`, `512M`, `4096`, `1.5T`, `2GiB` (binary units: K = 1024).
@@ -108,14 +164,22 @@ pub fn check_size(size: u64) -> Result<(), ClientError> {
     Ok(())
 }
 
-fn key(name: &str) -> String {
+pub(crate) fn key(name: &str) -> String {
     format!("{VOLUMES_PREFIX}{name}")
 }
 
-fn decode(bytes: &[u8]) -> Result<VolumeInfo, ClientError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<VolumeInfo, ClientError> {
     serde_json::from_slice(bytes).map_err(|e| ClientError::Invalid {
         reason: format!("volume record is unreadable: {e}"),
     })
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Longest time a read of volume records waits for an unavailable metadata store.
@@ -124,7 +188,7 @@ pub const META_RETRY_MS: u64 = 30_000;
 const META_RETRY_PAUSE_MS: u64 = 250;
 
 /// Run a metadata read, retrying while the store is unavailable, for up to META_RETRY_MS.
-async fn meta_retry<T, F, Fut>(op: F) -> Result<T, basalt_meta::MetaError>
+pub(crate) async fn meta_retry<T, F, Fut>(op: F) -> Result<T, basalt_meta::MetaError>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T, basalt_meta::MetaError>>,
@@ -155,6 +219,23 @@ pub async fn next_family(meta: &dyn MetaStore) -> Result<u32, ClientError> {
     u32::try_from(family).map_err(|_| ClientError::Invalid {
         reason: "every volume id of this cluster has been used".into(),
     })
+}
+
+/// Allocate a fresh layer in the family of `inode` (see `InodeId`): layer numbers come from
+/// a per-family counter and are never reused.
+pub async fn next_family_layer(
+    meta: &dyn MetaStore,
+    inode: InodeId,
+) -> Result<InodeId, ClientError> {
+    let layer = basalt_meta::next_counter(meta, &basalt_meta::schema::next_layer_key(inode), 1)
+        .await?
+        .ok_or_else(|| ClientError::Invalid {
+            reason: "could not allocate a layer: too much contention".into(),
+        })?;
+    let layer = u16::try_from(layer).map_err(|_| ClientError::Invalid {
+        reason: "this volume family has used all of its 65,535 layers".into(),
+    })?;
+    Ok((inode & !0xffff) | layer as InodeId)
 }
 
 impl Cluster {
@@ -189,10 +270,10 @@ impl Cluster {
             size,
             pool,
             object_size: spec.object_size,
-            created: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            created: unix_now(),
+            parent: None,
+            snapshots: Vec::new(),
+            origin: id,
         };
         let value = serde_json::to_vec(&info).expect("volume record serialises");
         match self.meta().compare_and_swap(&key(name), 0, value).await? {
@@ -237,6 +318,20 @@ impl Cluster {
             .await?
             .ok_or_else(|| ClientError::NoSuchVolume { name: name.into() })?;
         let mut info = decode(&bytes)?;
+        if size < info.size && (info.parent.is_some() || !info.snapshots.is_empty()) {
+            // Purging the head past the new end would let the parent's data show through
+            // again if the volume grew back (see docs/design.md, "Layers").
+            return Err(ClientError::Invalid {
+                reason: format!(
+                    "volume \"{name}\" has {}: it can grow but not shrink",
+                    if info.parent.is_some() {
+                        "a parent snapshot (it is a clone)"
+                    } else {
+                        "snapshots"
+                    }
+                ),
+            });
+        }
         info.size = size;
         let volume = Volume::new(self.clone(), info.clone())?;
         let value = serde_json::to_vec(&info).expect("volume record serialises");
@@ -261,10 +356,15 @@ impl Cluster {
             .get(&key(name))
             .await?
             .ok_or_else(|| ClientError::NoSuchVolume { name: name.into() })?;
-        let info = decode(&bytes)?;
+        let mut info = decode(&bytes)?;
+        let mut rev = rev;
+        if !info.snapshots.is_empty() {
+            (info, rev) = self.mark_snapshots_removing(name, info, rev).await?;
+        }
+        let layers: Vec<InodeId> = info.snapshots.iter().map(|s| s.inode).collect();
         let volume = Volume::new(self.clone(), info)?;
         volume
-            .remove(|| async {
+            .remove(&layers, || async {
                 if self.meta().compare_and_delete(&key(name), rev).await? {
                     Ok(())
                 } else {

@@ -12,6 +12,9 @@
 //! | `/basalt/pgs/POOL.INDEX` | [`PgRecord`] | the PG's primary (CAS) |
 //! | `/basalt/volumes/NAME` | volume record (`basalt_client::VolumeInfo`) | volume tools |
 //! | `/basalt/next_inode` | decimal counter of volume families | volume tools |
+//! | `/basalt/layers/INODE` | [`LayerRecord`] (INODE in 16 hex digits) | volume tools, when a layer is made |
+//! | `/basalt/frozen/INODE` | [`FrozenRecord`]: the layer is frozen (and the snapshot intent) | `basalt volume snapshot` |
+//! | `/basalt/families/FAMILY/next_layer` | decimal counter of a family's layers (FAMILY = inode >> 16, hex) | volume tools |
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +25,30 @@ pub const ALIVE_PREFIX: &str = "/basalt/alive/";
 pub const NEXT_OSD_ID_KEY: &str = "/basalt/next_osd_id";
 pub const POOLS_PREFIX: &str = "/basalt/pools/";
 pub const PGS_PREFIX: &str = "/basalt/pgs/";
+pub const LAYERS_PREFIX: &str = "/basalt/layers/";
+pub const FROZEN_PREFIX: &str = "/basalt/frozen/";
+pub const FAMILIES_PREFIX: &str = "/basalt/families/";
+
+/// Key of a layer's record.
+pub fn layer_key(inode: u64) -> String {
+    format!("{LAYERS_PREFIX}{inode:016x}")
+}
+
+/// Key of a frozen layer's record.
+pub fn frozen_key(inode: u64) -> String {
+    format!("{FROZEN_PREFIX}{inode:016x}")
+}
+
+/// The inode a key under [`FROZEN_PREFIX`] or [`LAYERS_PREFIX`] names.
+pub fn inode_of_key(key: &str) -> Option<u64> {
+    let hex = key.rsplit('/').next()?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// Key of the layer counter of the family of `inode`.
+pub fn next_layer_key(inode: u64) -> String {
+    format!("{FAMILIES_PREFIX}{:012x}/next_layer", inode >> 16)
+}
 
 /// Key of OSD `id`'s static record.
 pub fn osd_key(id: u32) -> String {
@@ -116,4 +143,57 @@ pub struct PgRecord {
     /// Objects the primary still has to recover onto some member (0 = clean).
     #[serde(default)]
     pub degraded_objects: u64,
+}
+
+/// A layer of a volume family (see docs/design.md, "Layers"). Written once when the layer is
+/// made; `parent` only ever changes to a layer further down the same chain, after the data
+/// in between was copied up, so a cached chain stays correct for reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerRecord {
+    pub inode: u64,
+    /// The layer reads fall through to when this one lacks an object.
+    pub parent: Option<u64>,
+    /// The volume (or image) this layer belongs to, for messages and `volume info`.
+    pub owner: String,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+}
+
+/// A frozen layer: client writes to it are refused (status Frozen). Written before a
+/// snapshot fences the layer; it is also the snapshot's intent, so whoever meets the frozen
+/// head (the command's rerun, a gateway) can finish the snapshot. Never deleted: a stale
+/// writer must stay refused for as long as it may exist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrozenRecord {
+    pub inode: u64,
+    /// The volume whose head this layer was.
+    pub volume: String,
+    /// The snapshot the layer becomes.
+    pub snapshot: String,
+    /// The volume's next head (its parent is this layer).
+    pub next_head: u64,
+    /// Size of the volume when frozen.
+    pub size: u64,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: layer keys round-trip to their inode and sort by inode.
+    #[test]
+    fn layer_keys() {
+        let inode = 0x0001_0000_0042_0003;
+        assert_eq!(layer_key(inode), "/basalt/layers/0001000000420003");
+        assert_eq!(inode_of_key(&layer_key(inode)), Some(inode));
+        assert_eq!(inode_of_key(&frozen_key(inode)), Some(inode));
+        assert_eq!(inode_of_key("/basalt/frozen/xyz"), None);
+        assert_eq!(
+            next_layer_key(inode),
+            "/basalt/families/000100000042/next_layer"
+        );
+        assert!(layer_key(1) < layer_key(2));
+    }
 }

@@ -64,6 +64,8 @@ pub enum OsdError {
     },
     #[error("close store")]
     Close(#[source] StoreError),
+    #[error("read the frozen layers from the cluster metadata")]
+    Meta(#[source] basalt_meta::MetaError),
 }
 
 /// The state shared by every connection of one OSD.
@@ -80,6 +82,8 @@ pub struct Osd {
     /// Interval, role and version counter of every PG; a shard's lock orders its PGs'
     /// mutations.
     pub pgs: PgTable,
+    /// Layer chains, frozen layers and the fence gate.
+    pub layers: crate::layers::Layers,
     pub(crate) recovery: RecoveryConfig,
     /// Operation counters (STAT replies, `/metrics`).
     pub counters: crate::metrics::OsdCounters,
@@ -183,6 +187,7 @@ impl Osd {
             meta,
             peers: ConnPool::new(),
             pgs: PgTable::default(),
+            layers: Default::default(),
             recovery: config.recovery,
             counters: Default::default(),
             started: Instant::now(),
@@ -190,6 +195,12 @@ impl Osd {
             lease_renewed_ms: AtomicU64::new(0),
             fence_after_ms: AtomicU64::new(0),
         });
+        // Before serving: a snapshot frozen while this process was not running is refused
+        // from the first request on.
+        osd.layers
+            .reload_frozen(osd.meta.as_ref(), Instant::now())
+            .await
+            .map_err(OsdError::Meta)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let flusher = tokio::spawn(background_flush(osd.clone(), stop_rx.clone()));
         let intervals = tokio::spawn(crate::peering::follow_intervals(

@@ -6,6 +6,7 @@
 //! primary expects; otherwise the primary pushes the whole object.
 
 use crate::daemon::Osd;
+use crate::layers::{first_holder, LayerError};
 use crate::metrics::OsdCounters;
 use crate::pg::PgPhase;
 use crate::recovery::{apply_image, push_object, read_image};
@@ -14,8 +15,8 @@ use basalt_client::{LocalHandler, ReplySink};
 use basalt_placement::ClusterMap;
 use basalt_proto::image::put_list_entry;
 use basalt_proto::{
-    inode_pool, Flags, Header, ObjectImage, Opcode, PgId, Status, Version, LIST_ENTRY_BYTES,
-    LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
+    inode_pool, Flags, Header, InodeId, ObjectId, ObjectImage, Opcode, PgId, Status, Version,
+    LIST_ENTRY_BYTES, LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
 };
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
@@ -26,6 +27,9 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Requests one connection may have in progress; the reader stops reading past this.
 const MAX_IN_FLIGHT_PER_CONN: usize = 1024;
+
+/// Zeros for trims of shadowed objects, which write zeros instead (largest object size).
+static ZEROS: [u8; 4 << 20] = [0; 4 << 20];
 
 /// Longest wait for a replica's acknowledgement before the write is failed.
 pub(crate) const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
@@ -148,6 +152,15 @@ pub(crate) fn dispatch(
             }
         }
         Opcode::Push => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Fence if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Fence => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                osd.layers.fence(h.object.inode).await;
+                tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
+                (Status::Ok, Bytes::new())
+            });
+        }
         // Object classes run on the primary only; replicas get their effect as plain writes.
         Opcode::Call if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Call => {
@@ -162,29 +175,23 @@ pub(crate) fn dispatch(
                 sink.send(h.reply(status), Bytes::new());
                 return;
             }
-            if h.opcode == Opcode::Allocation {
-                let (status, data) = allocation(osd, &h);
-                sink.send(h.reply(status), data);
+            if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
+                // A reader that has not learnt of the snapshot must not see the old head.
+                sink.send(h.reply(Status::Frozen), Bytes::new());
                 return;
             }
-            let (status, data) = read(osd, &h);
-            if status == Status::Ok {
-                OsdCounters::add(&osd.counters.reads, 1);
-                OsdCounters::add(&osd.counters.read_bytes, data.len() as u64);
+            match osd.layers.cached_chain(h.object.inode) {
+                Some(chain) => serve_read(osd, h, &chain, sink, permit),
+                None => {
+                    let osd = osd.clone();
+                    tokio::spawn(async move {
+                        match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+                            Ok(chain) => serve_read(&osd, h, &chain, sink, permit),
+                            Err(e) => sink.send(h.reply(layer_status(&osd, &h, &e)), Bytes::new()),
+                        }
+                    });
+                }
             }
-            if status == Status::Io {
-                // Our copy is damaged (or unreadable): serve a replica's copy instead of an
-                // error when one is good. Never serve the damaged bytes.
-                let osd = osd.clone();
-                spawn_reply(
-                    sink,
-                    h,
-                    permit,
-                    async move { read_from_replicas(&osd, h).await },
-                );
-                return;
-            }
-            sink.send(h.reply(status), data);
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete => {
             let osd = osd.clone();
@@ -201,6 +208,53 @@ pub(crate) fn dispatch(
                 (status, Bytes::new())
             });
         }
+    }
+}
+
+/// Serve a client READ or ALLOCATION from the first layer of the chain holding the object
+/// (the object's own layer when it has no ancestors).
+fn serve_read(
+    osd: &Arc<Osd>,
+    h: Header,
+    chain: &[InodeId],
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let mut src = h;
+    if !chain.is_empty() {
+        if let Some(holder) = first_holder(h.object, chain, |o| osd.store.version(o).is_some()) {
+            src.object = holder;
+        }
+    }
+    if h.opcode == Opcode::Allocation {
+        let (status, data) = allocation(osd, &src);
+        sink.send(h.reply(status), data);
+        return;
+    }
+    let (status, data) = read(osd, &src);
+    if status == Status::Ok {
+        OsdCounters::add(&osd.counters.reads, 1);
+        OsdCounters::add(&osd.counters.read_bytes, data.len() as u64);
+    }
+    if status == Status::Io {
+        // Our copy is damaged (or unreadable): serve a replica's copy instead of an error
+        // when one is good. Never serve the damaged bytes.
+        let osd = osd.clone();
+        spawn_reply(sink, h, permit, async move {
+            read_from_replicas(&osd, src).await
+        });
+        return;
+    }
+    sink.send(h.reply(status), data);
+}
+
+/// The status for a request whose layer chain could not be read.
+fn layer_status(osd: &Osd, h: &Header, e: &LayerError) -> Status {
+    tracing::warn!(osd = osd.id, object = %h.object, "layer chain: {e}");
+    match e {
+        LayerError::Meta(_) => Status::Unavailable,
+        LayerError::Unknown { .. } => Status::Invalid,
+        LayerError::Corrupt { .. } | LayerError::TooDeep { .. } => Status::Io,
     }
 }
 
@@ -490,14 +544,96 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
 
 /// As primary: order the mutation, apply it locally, replicate it, and wait for every replica.
 async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
-    let result = replicate(osd, &h, |version| match apply(osd, &h, &payload, version) {
-        Status::Ok => Ok(((), Some((h, payload.clone())))),
-        status => Err(status),
+    let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+        Ok(chain) => chain,
+        Err(e) => return layer_status(osd, &h, &e),
+    };
+    let result = replicate(osd, &h, |version| {
+        if chain.is_empty() {
+            plain_mutation(osd, &h, &payload, version)
+        } else {
+            layered_mutation(osd, &h, &payload, version, &chain)
+        }
     })
     .await;
     match result {
         Ok(()) => Status::Ok,
         Err(status) => status,
+    }
+}
+
+/// Apply a client mutation as it came and forward it unchanged.
+fn plain_mutation(
+    osd: &Osd,
+    h: &Header,
+    payload: &Bytes,
+    version: Version,
+) -> Result<((), Option<Forward>), Status> {
+    match apply(osd, h, payload, version) {
+        Status::Ok => Ok(((), Some((*h, payload.clone())))),
+        status => Err(status),
+    }
+}
+
+/// A client mutation of a layer with ancestors (`chain`; docs/design.md, "Layers"). When
+/// an ancestor holds the object (it is *shadowed*), the head must end up holding it whole:
+/// a copy-up writes the ancestor's object with the mutation applied as one whole-object
+/// write (atomic in the store), and a trim or delete writes zeros instead of deallocating,
+/// since an object missing from the head would let the ancestor's bytes show through.
+/// Whatever was written locally is forwarded as a plain WRITE.
+fn layered_mutation(
+    osd: &Osd,
+    h: &Header,
+    payload: &Bytes,
+    version: Version,
+    chain: &[InodeId],
+) -> Result<((), Option<Forward>), Status> {
+    let object_size = osd.store.object_size();
+    let (offset, len) = match h.opcode {
+        Opcode::Write => (h.offset, payload.len() as u32),
+        Opcode::Trim => (h.offset, h.length),
+        Opcode::Delete => (0, object_size),
+        _ => unreachable!("only client mutations reach layered_mutation"),
+    };
+    if offset as u64 + len as u64 > object_size as u64 {
+        return Err(Status::Invalid);
+    }
+    let holds = |o: ObjectId| osd.store.version(o).is_some();
+    let nearest = ObjectId::new(chain[0], h.object.index);
+    let Some(ancestor) = first_holder(nearest, &chain[1..], holds) else {
+        return plain_mutation(osd, h, payload, version);
+    };
+    let zeroing = h.opcode != Opcode::Write;
+    let range = offset as usize..(offset + len) as usize;
+    let (write_offset, data) = if holds(h.object) {
+        if !zeroing {
+            return plain_mutation(osd, h, payload, version);
+        }
+        (offset, Bytes::from_static(&ZEROS[..len as usize]))
+    } else {
+        let mut buf = BytesMut::zeroed(object_size as usize);
+        if h.opcode != Opcode::Delete {
+            if let Err(e) = osd.store.read(ancestor, 0, &mut buf) {
+                tracing::error!(osd = osd.id, object = %h.object, %ancestor, "copy-up read failed: {e}");
+                return Err(status_of(&e));
+            }
+        }
+        if zeroing {
+            buf[range].fill(0);
+        } else {
+            buf[range].copy_from_slice(payload);
+        }
+        (0, buf.freeze())
+    };
+    let write = Header {
+        opcode: Opcode::Write,
+        offset: write_offset,
+        length: data.len() as u32,
+        ..*h
+    };
+    match apply(osd, &write, &data, version) {
+        Status::Ok => Ok(((), Some((write, data)))),
+        status => Err(status),
     }
 }
 
@@ -518,7 +654,12 @@ pub(crate) async fn replicate<T>(
     h: &Header,
     mutate: impl FnOnce(Version) -> Result<(T, Option<Forward>), Status>,
 ) -> Result<T, Status> {
+    // Held until the mutation is answered, so a FENCE returns only after it finished.
+    let _fence = osd.layers.enter().await;
     primary_gate(osd, h)?;
+    if osd.layers.is_frozen(h.object.inode) {
+        return Err(Status::Frozen);
+    }
     let map = osd.map();
     let acting = match map.acting(h.pg) {
         Ok(a) => a.to_vec(),

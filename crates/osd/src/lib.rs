@@ -7,6 +7,7 @@
 pub mod daemon;
 pub mod handler;
 mod kv;
+pub mod layers;
 pub mod liveness;
 pub mod metrics;
 pub mod peering;

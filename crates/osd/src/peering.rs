@@ -204,6 +204,7 @@ async fn try_peer(
     acting: &[(OsdId, u64)],
 ) -> Result<(), PeerError> {
     let retry = PeerError::Retry;
+    let began = std::time::Instant::now();
     let map = osd.map();
     let pool = map
         .pools
@@ -280,6 +281,11 @@ async fn try_peer(
         complete,
         degraded_objects: degraded,
     };
+    // Before serving as primary, know every layer frozen so far: this OSD may have been
+    // down, restarted or cut off when a snapshot fenced the others.
+    if let Err(e) = osd.layers.reload_frozen(osd.meta.as_ref(), began).await {
+        return Err(retry(format!("read the frozen layers: {e}")));
+    }
     let value = serde_json::to_vec(&rec).expect("PG record serialises");
     let key = pg_key(pg.pool, pg.index);
     match osd.meta.compare_and_swap(&key, expected_rev, value).await {

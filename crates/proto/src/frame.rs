@@ -66,6 +66,11 @@ pub enum Opcode {
     /// payload its result. Client requests only; a table edit reaches the replicas as an
     /// ordinary WRITE of the object.
     Call = 13,
+    /// Freeze the layer `object.inode` on this OSD (client → every OSD, before a snapshot
+    /// moves a volume's head): from the reply on, client mutations of that inode, and client
+    /// reads without [`Flags::SNAPSHOT`], answer [`Status::Frozen`]. The OSD replies once every
+    /// mutation that passed its frozen check before has finished.
+    Fence = 14,
 }
 
 /// Most entries in one LIST reply (32 bytes each: 2 MiB).
@@ -89,6 +94,7 @@ impl Opcode {
             11 => Self::Pull,
             12 => Self::Push,
             13 => Self::Call,
+            14 => Self::Fence,
             _ => return None,
         })
     }
@@ -105,6 +111,9 @@ impl Flags {
     pub const REPLICA: u16 = 1 << 1;
     /// Make this write durable before replying (NBD FUA).
     pub const FUA: u16 = 1 << 2;
+    /// A READ or ALLOCATION meant for a frozen layer (a snapshot export, a copy job): served
+    /// even though the inode is frozen. Without it such reads answer [`Status::Frozen`].
+    pub const SNAPSHOT: u16 = 1 << 3;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -138,6 +147,9 @@ pub enum Status {
     /// A condition of a CALL did not hold; nothing was applied. The reply payload is a u32
     /// naming the failing part (for a KV update: the index of the first failing edit).
     Conflict = 9,
+    /// The object's layer is frozen (a snapshot took it): the sender's view of the volume
+    /// is stale. Re-read the volume record and retry on its current head.
+    Frozen = 10,
 }
 
 impl Status {
@@ -164,6 +176,7 @@ impl Status {
             7 => Self::Peering,
             8 => Self::Stale,
             9 => Self::Conflict,
+            10 => Self::Frozen,
             // Unknown codes from a newer peer: treat as an I/O failure, never as success.
             _ => Self::Io,
         }
@@ -330,7 +343,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=13,
+            1u8..=14,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
@@ -362,7 +375,7 @@ mod tests {
     }
 
     /// Goal: CALL frames carry their payload both ways (a Conflict reply too, for the failing
-    /// index), other error replies carry none, and status codes past Conflict read as Io.
+    /// index), other error replies carry none, and status codes past Frozen read as Io.
     #[test]
     fn call_payloads_and_statuses() {
         let req = Header::request(Opcode::Call, 1, ObjectId::new(1, 2));
@@ -374,10 +387,17 @@ mod tests {
             .reply(Status::Conflict)
             .has_payload());
         assert_eq!(Status::from_u32(9), Status::Conflict);
-        assert_eq!(Status::from_u32(10), Status::Io);
+        assert_eq!(Status::from_u32(10), Status::Frozen);
+        assert_eq!(Status::from_u32(11), Status::Io);
         assert!(!Status::Conflict.is_retryable());
+        assert!(
+            !Status::Frozen.is_retryable(),
+            "Frozen needs a new volume record, not a map"
+        );
         assert_eq!(Opcode::from_u8(13), Some(Opcode::Call));
-        assert_eq!(Opcode::from_u8(14), None);
+        assert_eq!(Opcode::from_u8(14), Some(Opcode::Fence));
+        assert!(!Header::request(Opcode::Fence, 1, ObjectId::new(1, 0)).has_payload());
+        assert_eq!(Opcode::from_u8(15), None);
     }
 
     proptest! {

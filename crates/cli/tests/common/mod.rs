@@ -479,11 +479,22 @@ pub fn text(out: &Output) -> String {
     )
 }
 
-/// Run `qemu-io -f raw -c CMD... URI`; returns the output (not checked).
+/// Run `qemu-io -f raw -c CMD... URI`; returns the output (not checked). Snapshot exports
+/// (`VOLUME@SNAPSHOT`) are read-only and QEMU refuses to open those read-write, so they are
+/// opened with `-r`.
 pub fn qemu_io<S: AsRef<str>>(uri: &str, cmds: &[S]) -> Output {
     let bin = require_tool("qemu-io", "qemu-utils");
     let mut cmd = Command::new(bin);
     cmd.args(["-f", "raw"]);
+    // The export name: after the authority, before the query.
+    let export = uri
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map(|(_, path)| path.split('?').next().unwrap_or(""))
+        .unwrap_or("");
+    if export.contains('@') {
+        cmd.arg("-r");
+    }
     for c in cmds {
         cmd.arg("-c").arg(c.as_ref());
     }
