@@ -15,6 +15,9 @@ have nbdinfo || need+=(libnbd-bin)
 have nbdfuse || need+=(nbdfuse)
 have nbdkit || need+=(nbdkit)
 have mkfs.ext4 || need+=(e2fsprogs)
+# VM tests boot a tiny Debian guest (scripts/build-guest-image.sh) under QEMU (TCG).
+have qemu-system-x86_64 || need+=(qemu-system-x86)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 have fusermount3 || need+=(fuse3)
 have losetup || need+=(mount)
 # The test-cluster harness cuts hosts off with nftables rules inside network namespaces.

@@ -3,8 +3,11 @@
 //! It is deliberately small: volume management for the CLI. Requests are
 //! `{"op":"create","name":N,"size":BYTES}`, `{"op":"ls"}`, `{"op":"info","name":N}`,
 //! `{"op":"resize","name":N,"size":BYTES}`, `{"op":"rm","name":N}`, `{"op":"status"}`,
-//! `{"op":"snapshot","name":N,"snapshot":S}`, `{"op":"clone","name":N,"snapshot":S,"new":M}`;
-//! replies are `{"ok":true,...}` or `{"ok":false,"error":MESSAGE}`.
+//! `{"op":"snapshot","name":N,"snapshot":S}`, `{"op":"clone","name":N,"snapshot":S,"new":M}`,
+//! `{"op":"rollback","name":N,"snapshot":S}`, `{"op":"snapshot_rm","name":N,"snapshot":S}`,
+//! `{"op":"flatten","name":N}`; replies are `{"ok":true,...}` or
+//! `{"ok":false,"error":MESSAGE}`. Long operations first send progress lines,
+//! `{"ok":true,"progress":{"done":D,"total":T}}`, at most every PROGRESS_EVERY_MS.
 
 use anyhow::Context;
 use basalt_client::{Cluster, VolumeInfo};
@@ -15,6 +18,9 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Shortest time between two progress lines of one request.
+const PROGRESS_EVERY_MS: u64 = 200;
+
 /// Longest request line accepted (bytes); longer lines close the connection.
 const MAX_REQUEST_BYTES: usize = 64 << 10;
 
@@ -23,7 +29,12 @@ const MAX_REQUEST_BYTES: usize = 64 << 10;
 pub enum Request {
     Create {
         name: String,
+        /// Ignored with `from_image` (the clone has the image's size).
+        #[serde(default)]
         size: u64,
+        /// Make the volume as a clone of this image.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_image: Option<String>,
     },
     Ls,
     Info {
@@ -47,6 +58,45 @@ pub enum Request {
         snapshot: String,
         new: String,
     },
+    /// Roll volume `name` back to its snapshot `snapshot`; replies with the volume.
+    Rollback {
+        name: String,
+        snapshot: String,
+    },
+    /// Remove snapshot `name@snapshot` (copying what later layers still read into them).
+    #[serde(rename = "snapshot_rm")]
+    SnapshotRm {
+        name: String,
+        snapshot: String,
+    },
+    /// Copy into clone `name` everything it reads from its parent, then drop the link.
+    Flatten {
+        name: String,
+    },
+    /// Start importing image `name`; replies with the image and, when this process serves
+    /// NBD, the URI to write its data to.
+    #[serde(rename = "image_begin")]
+    ImageBegin {
+        name: String,
+        size: u64,
+        source: String,
+    },
+    /// End an import: durable, frozen, ready.
+    #[serde(rename = "image_finish")]
+    ImageFinish {
+        name: String,
+    },
+    #[serde(rename = "image_ls")]
+    ImageLs,
+    #[serde(rename = "image_info")]
+    ImageInfo {
+        name: String,
+    },
+    /// Remove an image (refused while volumes are clones of it); also aborts an import.
+    #[serde(rename = "image_rm")]
+    ImageRm {
+        name: String,
+    },
     /// `interval_ms` > 0 samples counters twice that far apart to report rates.
     Status {
         #[serde(default)]
@@ -65,10 +115,36 @@ pub struct Response {
     pub volumes: Option<Vec<VolumeInfo>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<crate::status::StatusReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<basalt_client::ImageInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<basalt_client::ImageInfo>>,
+    /// Where to write an image's data (image_begin, when this process serves NBD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nbd_uri: Option<String>,
+    /// A progress line of a long operation (not its final reply).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressLine>,
+}
+
+/// How far a long operation got.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct ProgressLine {
+    pub done: u64,
+    pub total: u64,
 }
 
 /// Serve the control API until the task is dropped.
-pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, pool: PoolId) {
+/// What requests are served with: the pool new volumes and images go to, and the NBD
+/// unix socket of this process's gateway (None when there is none: the caller serves
+/// the import itself).
+#[derive(Clone, Debug)]
+pub struct ServeContext {
+    pub pool: PoolId,
+    pub nbd_socket: Option<std::path::PathBuf>,
+}
+
+pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, ctx: ServeContext) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -79,15 +155,20 @@ pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, pool: PoolId) {
             }
         };
         let cluster = cluster.clone();
+        let ctx = ctx.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_one(stream, cluster, pool).await {
+            if let Err(e) = serve_one(stream, cluster, &ctx).await {
                 tracing::debug!("control connection ended: {e}");
             }
         });
     }
 }
 
-async fn serve_one(stream: TcpStream, cluster: Arc<Cluster>, pool: PoolId) -> anyhow::Result<()> {
+async fn serve_one(
+    stream: TcpStream,
+    cluster: Arc<Cluster>,
+    ctx: &ServeContext,
+) -> anyhow::Result<()> {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     let mut line = Vec::new();
@@ -104,7 +185,7 @@ async fn serve_one(stream: TcpStream, cluster: Arc<Cluster>, pool: PoolId) -> an
             Response::error(format!("request longer than {MAX_REQUEST_BYTES} bytes"))
         } else {
             match serde_json::from_slice::<Request>(&line) {
-                Ok(req) => handle(&cluster, pool, req).await,
+                Ok(req) => handle_streaming(&cluster, ctx, req, &mut wr).await?,
                 Err(e) => Response::error(format!("malformed request: {e}")),
             }
         };
@@ -113,6 +194,57 @@ async fn serve_one(stream: TcpStream, cluster: Arc<Cluster>, pool: PoolId) -> an
         wr.write_all(&out).await?;
         if n > MAX_REQUEST_BYTES {
             return Ok(());
+        }
+    }
+}
+
+/// Run `req`, sending its progress lines to `wr` while it runs.
+async fn handle_streaming(
+    cluster: &Arc<Cluster>,
+    ctx: &ServeContext,
+    req: Request,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+) -> anyhow::Result<Response> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ProgressLine>();
+    let throttle = Throttle::new(move |done, total| {
+        let _ = tx.send(ProgressLine { done, total });
+    });
+    let work = handle(cluster, ctx, req, &throttle);
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            resp = &mut work => return Ok(resp),
+            Some(p) = rx.recv() => {
+                let line = Response { ok: true, progress: Some(p), ..Response::default() };
+                let mut out = serde_json::to_vec(&line)?;
+                out.push(b'\n');
+                wr.write_all(&out).await?;
+            }
+        }
+    }
+}
+
+/// Passes on at most one progress report per PROGRESS_EVERY_MS, and always the last.
+pub struct Throttle<F> {
+    report: F,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl<F: Fn(u64, u64) + Send + Sync> Throttle<F> {
+    pub fn new(report: F) -> Self {
+        Self {
+            report,
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn report(&self, done: u64, total: u64) {
+        let mut last = self.last.lock().expect("progress lock");
+        let due =
+            last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(PROGRESS_EVERY_MS));
+        if due || done == total {
+            *last = Some(std::time::Instant::now());
+            (self.report)(done, total);
         }
     }
 }
@@ -126,6 +258,14 @@ impl Response {
         }
     }
 
+    fn image(image: basalt_client::ImageInfo) -> Self {
+        Self {
+            ok: true,
+            image: Some(image),
+            ..Self::default()
+        }
+    }
+
     fn volume(v: VolumeInfo) -> Self {
         Self {
             ok: true,
@@ -135,12 +275,53 @@ impl Response {
     }
 }
 
-pub(crate) async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -> Response {
+pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
+    cluster: &Arc<Cluster>,
+    ctx: &ServeContext,
+    req: Request,
+    progress: &Throttle<F>,
+) -> Response {
+    let pool = ctx.pool;
+    let progress = |done, total| progress.report(done, total);
     let result = match req {
-        Request::Create { name, size } => cluster
+        Request::Create {
+            name,
+            from_image: Some(image),
+            ..
+        } => cluster
+            .clone_image(&image, &name)
+            .await
+            .map(Response::volume),
+        Request::Create { name, size, .. } => cluster
             .create_volume(&name, size, pool)
             .await
             .map(Response::volume),
+        Request::ImageBegin { name, size, source } => cluster
+            .begin_image(&name, size, pool, &source)
+            .await
+            .map(|image| Response {
+                ok: true,
+                nbd_uri: ctx.nbd_socket.as_ref().map(|socket| {
+                    format!(
+                        "nbd+unix:///image:{}?socket={}",
+                        image.name,
+                        socket.display()
+                    )
+                }),
+                image: Some(image),
+                ..Response::default()
+            }),
+        Request::ImageFinish { name } => cluster.finish_image(&name).await.map(Response::image),
+        Request::ImageInfo { name } => cluster.image_info(&name).await.map(Response::image),
+        Request::ImageLs => cluster.list_images().await.map(|images| Response {
+            ok: true,
+            images: Some(images),
+            ..Response::default()
+        }),
+        Request::ImageRm { name } => cluster.remove_image(&name).await.map(|_| Response {
+            ok: true,
+            ..Response::default()
+        }),
         Request::Ls => cluster.list_volumes().await.map(|v| Response {
             ok: true,
             volumes: Some(v),
@@ -169,6 +350,21 @@ pub(crate) async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -
             .clone_snapshot(&name, &snapshot, &new)
             .await
             .map(Response::volume),
+        Request::Rollback { name, snapshot } => cluster
+            .rollback_volume(&name, &snapshot)
+            .await
+            .map(Response::volume),
+        Request::SnapshotRm { name, snapshot } => cluster
+            .remove_snapshot(&name, &snapshot, &progress)
+            .await
+            .map(|_| Response {
+                ok: true,
+                ..Response::default()
+            }),
+        Request::Flatten { name } => cluster
+            .flatten_volume(&name, &progress)
+            .await
+            .map(Response::volume),
         Request::Status { interval_ms } => {
             crate::status::gather_with_rates(cluster, interval_ms.min(60_000))
                 .await
@@ -184,6 +380,15 @@ pub(crate) async fn handle(cluster: &Arc<Cluster>, pool: PoolId, req: Request) -
 
 /// Send one request to the control API at `addr` and return its successful response.
 pub async fn call(addr: SocketAddr, req: &Request) -> anyhow::Result<Response> {
+    call_with_progress(addr, req, |_, _| {}).await
+}
+
+/// Like [`call`], passing the operation's progress lines to `progress(done, total)`.
+pub async fn call_with_progress(
+    addr: SocketAddr,
+    req: &Request,
+    progress: impl Fn(u64, u64),
+) -> anyhow::Result<Response> {
     let stream = TcpStream::connect(addr).await.with_context(|| {
         format!("connect to the control API at {addr} (is `basalt up` running?)")
     })?;
@@ -191,15 +396,26 @@ pub async fn call(addr: SocketAddr, req: &Request) -> anyhow::Result<Response> {
     let mut out = serde_json::to_vec(req)?;
     out.push(b'\n');
     wr.write_all(&out).await?;
-    let mut line = String::new();
-    BufReader::new(rd)
-        .read_line(&mut line)
-        .await
-        .context("read the control API's reply")?;
-    let resp: Response = serde_json::from_str(&line)
-        .with_context(|| format!("malformed reply from the control API: {line:?}"))?;
-    if !resp.ok {
-        anyhow::bail!("{}", resp.error.unwrap_or_else(|| "unknown error".into()));
+    let mut rd = BufReader::new(rd);
+    // Bound: the server sends a bounded number of progress lines, then the reply.
+    loop {
+        let mut line = String::new();
+        let n = rd
+            .read_line(&mut line)
+            .await
+            .context("read the control API's reply")?;
+        if n == 0 {
+            anyhow::bail!("the control API closed the connection without a reply");
+        }
+        let resp: Response = serde_json::from_str(&line)
+            .with_context(|| format!("malformed reply from the control API: {line:?}"))?;
+        if let Some(p) = resp.progress {
+            progress(p.done, p.total);
+            continue;
+        }
+        if !resp.ok {
+            anyhow::bail!("{}", resp.error.unwrap_or_else(|| "unknown error".into()));
+        }
+        return Ok(resp);
     }
-    Ok(resp)
 }

@@ -77,6 +77,18 @@ impl Exports for VolumeExports {
                 name: v.name,
             });
         }
+        if self.only.is_none() {
+            let images = self.cluster.list_images().await.map_err(device_error)?;
+            for i in images
+                .iter()
+                .filter(|i| i.state == basalt_client::ImageState::Ready)
+            {
+                exports.push(ExportInfo {
+                    name: format!("image:{}", i.name),
+                    description: format!("Basalt image, {} bytes, read-only", i.size),
+                });
+            }
+        }
         exports.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(exports)
     }
@@ -87,6 +99,21 @@ impl Exports for VolumeExports {
             ("", None) => return Ok(None),
             (n, _) => n,
         };
+        if let Some(image) = name.strip_prefix("image:") {
+            // An import writes here; a ready image is served read-only.
+            let opened = match self.cluster.image_info(image).await {
+                Ok(i) if i.state == basalt_client::ImageState::Importing => {
+                    self.cluster.open_image_for_import(image).await
+                }
+                Ok(_) => self.cluster.open_image(image).await,
+                Err(_) => return Ok(None),
+            };
+            return match opened {
+                Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
+                Err(ClientError::ReadOnly { .. } | ClientError::Invalid { .. }) => Ok(None),
+                Err(e) => Err(device_error(e)),
+            };
+        }
         if let Some((volume, snapshot)) = name.split_once('@') {
             if !self.exported(volume) {
                 return Ok(None);

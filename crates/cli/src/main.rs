@@ -7,6 +7,7 @@ mod bench_existing;
 mod control;
 mod daemons;
 mod gateway;
+mod image_cmd;
 mod metrics_http;
 mod s3_cmd;
 mod status;
@@ -61,6 +62,20 @@ enum Command {
         pool: String,
         #[command(subcommand)]
         command: volume_cmd::VolumeCommand,
+    },
+    /// Import VM images (raw, qcow2) and manage them; volumes are made from them in O(1)
+    /// with `basalt volume create NAME --from-image IMAGE`.
+    Image {
+        /// Control API address of the cluster (`basalt up --control-listen`).
+        #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
+        control: SocketAddr,
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        /// Pool of new images (with --meta).
+        #[arg(long, global = true, default_value = "rbd")]
+        pool: String,
+        #[command(subcommand)]
+        command: image_cmd::ImageCommand,
     },
     /// Show the cluster's health, OSDs, PG states and capacity (like `ceph -s`).
     Status {
@@ -155,6 +170,16 @@ fn main() -> std::process::ExitCode {
             init_logging("warn");
             let target = volume_cmd::Target::new(control, meta, pool);
             runtime().and_then(|rt| rt.block_on(volume_cmd::run(target, command)))
+        }
+        Command::Image {
+            control,
+            meta,
+            pool,
+            command,
+        } => {
+            init_logging("warn");
+            let target = volume_cmd::Target::new(control, meta, pool);
+            runtime().and_then(|rt| rt.block_on(image_cmd::run(target, command)))
         }
         Command::Status {
             control,

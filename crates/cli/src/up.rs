@@ -252,7 +252,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let control_addr = control.local_addr()?;
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
-    let control_task = tokio::spawn(crate::control::serve(control, cluster.clone(), pool.id));
+    let control_task = tokio::spawn(crate::control::serve(
+        control,
+        cluster.clone(),
+        crate::control::ServeContext {
+            pool: pool.id,
+            nbd_socket: Some(socket_path.clone()),
+        },
+    ));
     let (s3_stop, s3_stop_rx) = watch::channel(false);
     let s3 = match args.s3_listen.as_str() {
         "off" => None,

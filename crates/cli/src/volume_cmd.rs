@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 /// Where volume requests go: the control API of `basalt up`, or a cluster's metadata.
 pub struct Target {
     control: SocketAddr,
-    meta: MetaArgs,
+    pub(crate) meta: MetaArgs,
     pool: String,
 }
 
@@ -23,9 +23,18 @@ impl Target {
         }
     }
 
-    async fn call(&self, req: Request) -> anyhow::Result<Response> {
+    pub(crate) async fn call(&self, req: Request) -> anyhow::Result<Response> {
+        self.call_with_progress(req, |_, _| {}).await
+    }
+
+    /// Send `req`; a long operation reports `progress(done, total)` while it runs.
+    pub(crate) async fn call_with_progress(
+        &self,
+        req: Request,
+        progress: impl Fn(u64, u64) + Send + Sync,
+    ) -> anyhow::Result<Response> {
         if self.meta.meta.is_none() {
-            return crate::control::call(self.control, &req).await;
+            return crate::control::call_with_progress(self.control, &req, progress).await;
         }
         let cluster = crate::admin::open_cluster(&self.meta).await?;
         let map = cluster.map();
@@ -36,7 +45,13 @@ impl Target {
             .map(|p| p.id);
         let pool = match (pool, &req) {
             (Some(id), _) => id,
-            (None, Request::Create { .. }) => {
+            (
+                None,
+                Request::Create {
+                    from_image: None, ..
+                }
+                | Request::ImageBegin { .. },
+            ) => {
                 anyhow::bail!(
                     "pool \"{}\" is not in the cluster map (create it with `basalt pool create`, \
                      or choose one with --pool)",
@@ -45,7 +60,12 @@ impl Target {
             }
             (None, _) => 0,
         };
-        let resp = crate::control::handle(&cluster, pool, req).await;
+        let throttle = crate::control::Throttle::new(progress);
+        let ctx = crate::control::ServeContext {
+            pool,
+            nbd_socket: None,
+        };
+        let resp = crate::control::handle(&cluster, &ctx, req, &throttle).await;
         if !resp.ok {
             anyhow::bail!("{}", resp.error.unwrap_or_else(|| "unknown error".into()));
         }
@@ -58,11 +78,23 @@ pub enum VolumeCommand {
     /// Create a volume; it is exported over NBD under its name at once.
     ///
     /// Example: basalt volume create db1 --size 10G
+    ///
+    /// With --from-image the volume is a clone of the image, made in O(1) at any size: it
+    /// reads the image until it writes its own data.
+    /// Example: basalt volume create vm1-disk --from-image debian-12
     Create {
         name: String,
         /// Size with an optional K, M, G or T suffix (binary units); a multiple of 4096.
-        #[arg(long, short)]
-        size: String,
+        #[arg(
+            long,
+            short,
+            required_unless_present = "from_image",
+            conflicts_with = "from_image"
+        )]
+        size: Option<String>,
+        /// Make the volume a clone of this image (its size is the image's).
+        #[arg(long, value_name = "IMAGE")]
+        from_image: Option<String>,
     },
     /// List volumes.
     Ls {
@@ -97,6 +129,21 @@ pub enum VolumeCommand {
     /// Examples: basalt volume snapshot db1@before-upgrade
     ///           basalt volume snapshot ls db1
     Snapshot(SnapshotArgs),
+    /// Roll a volume back to one of its snapshots: it then reads exactly as the snapshot
+    /// (size included); what was written since is dropped. O(1).
+    ///
+    /// Stop the volume's users first: they see the old contents vanish under them.
+    /// Example: basalt volume rollback db1@before-upgrade
+    Rollback {
+        /// The snapshot to go back to, VOLUME@SNAPSHOT.
+        snapshot: String,
+    },
+    /// Make a clone independent of its parent snapshot: copy every object it still reads
+    /// from the parent into it (in the background of its I/O, with progress), then drop
+    /// the link. Afterwards the parent snapshot can be removed.
+    ///
+    /// Example: basalt volume flatten vm1-disk
+    Flatten { name: String },
     /// Make a new volume from a snapshot, in O(1): it reads the snapshot's data until it
     /// writes its own (copy-on-write, per object).
     ///
@@ -128,6 +175,12 @@ pub struct SnapshotArgs {
 
 #[derive(Subcommand)]
 pub enum SnapshotCommand {
+    /// Remove a snapshot. Refused while clones depend on it (named in the message). What
+    /// later snapshots or the volume still read from it is copied into them first.
+    Rm {
+        /// The snapshot, VOLUME@SNAPSHOT.
+        snapshot: String,
+    },
     /// List a volume's snapshots, oldest first.
     Ls {
         volume: String,
@@ -137,7 +190,33 @@ pub enum SnapshotCommand {
     },
 }
 
-fn human(bytes: u64) -> String {
+/// A progress bar on stderr for a long operation over `objects` (hidden when stderr is not
+/// a terminal), drawn from the first report on.
+fn object_progress(what: &str) -> impl Fn(u64, u64) + Send + Sync {
+    let bar = std::sync::OnceLock::<indicatif::ProgressBar>::new();
+    let what = what.to_string();
+    move |done, total| {
+        let bar = bar.get_or_init(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {pos}/{len} objects, {per_sec}, eta {eta}",
+                )
+                .expect("progress template")
+                .progress_chars("=> "),
+            );
+            bar.set_message(what.clone());
+            bar
+        });
+        bar.set_length(total);
+        bar.set_position(done);
+        if done == total {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
         ("T", 1 << 40),
         ("G", 1 << 30),
@@ -165,10 +244,7 @@ fn print_info(v: &VolumeInfo) {
     println!("object size: {}", human(v.object_size as u64));
     println!("created:     {}", utc_from_unix(v.created));
     match &v.parent {
-        Some(p) => println!(
-            "parent:      {}@{} (layer {})",
-            p.volume, p.snapshot, p.inode as u16
-        ),
+        Some(p) => println!("parent:      {p} (layer {:#x})", p.inode),
         None => println!("parent:      none"),
     }
     if !v.snapshots.is_empty() {
@@ -196,11 +272,30 @@ fn print_snapshots(v: &VolumeInfo) {
 
 pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
     match command {
-        VolumeCommand::Create { name, size } => {
-            let size = parse_size(&size)?;
-            let resp = target.call(Request::Create { name, size }).await?;
+        VolumeCommand::Create {
+            name,
+            size,
+            from_image,
+        } => {
+            let size = size.as_deref().map(parse_size).transpose()?.unwrap_or(0);
+            let started = std::time::Instant::now();
+            let resp = target
+                .call(Request::Create {
+                    name,
+                    size,
+                    from_image: from_image.clone(),
+                })
+                .await?;
             let v = resp.volume.expect("create returns the volume");
-            println!("created volume \"{}\" ({})", v.name, human(v.size));
+            match from_image {
+                Some(image) => println!(
+                    "created volume \"{}\" ({}) as a clone of image {image} in {:.1} ms",
+                    v.name,
+                    human(v.size),
+                    started.elapsed().as_secs_f64() * 1000.0
+                ),
+                None => println!("created volume \"{}\" ({})", v.name, human(v.size)),
+            }
         }
         VolumeCommand::Ls { json } => {
             let resp = target.call(Request::Ls).await?;
@@ -298,6 +393,55 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             println!(
                 "took snapshot {name}@{snapshot} in {:.1} ms",
                 started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        VolumeCommand::Snapshot(SnapshotArgs {
+            command: Some(SnapshotCommand::Rm { snapshot }),
+            ..
+        }) => {
+            let (name, snap) = parse_snapshot_spec(&snapshot)?;
+            let started = std::time::Instant::now();
+            target
+                .call_with_progress(
+                    Request::SnapshotRm {
+                        name: name.to_string(),
+                        snapshot: snap.to_string(),
+                    },
+                    object_progress(&format!("merging {name}@{snap}")),
+                )
+                .await?;
+            println!(
+                "removed snapshot {name}@{snap} in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        VolumeCommand::Rollback { snapshot } => {
+            let (name, snap) = parse_snapshot_spec(&snapshot)?;
+            let started = std::time::Instant::now();
+            let resp = target
+                .call(Request::Rollback {
+                    name: name.to_string(),
+                    snapshot: snap.to_string(),
+                })
+                .await?;
+            let v = resp.volume.expect("rollback returns the volume");
+            println!(
+                "rolled volume \"{name}\" back to {name}@{snap} ({}) in {:.1} ms",
+                human(v.size),
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        VolumeCommand::Flatten { name } => {
+            let started = std::time::Instant::now();
+            target
+                .call_with_progress(
+                    Request::Flatten { name: name.clone() },
+                    object_progress(&format!("flattening {name}")),
+                )
+                .await?;
+            println!(
+                "flattened volume \"{name}\" in {:.1} s: it no longer depends on a snapshot",
+                started.elapsed().as_secs_f64()
             );
         }
         VolumeCommand::Clone { snapshot, new } => {

@@ -376,3 +376,153 @@ fn layers_survive_kill9() {
     qemu_io_ok(&cluster.uri("vol0"), &["write -P 0x24 0 4k"]);
     qemu_io_ok(&cluster.uri("vol0@b"), &["read -P 0x22 0 4k"]);
 }
+
+/// Run fio (ioengine=nbd) random 4 KiB writes with crc32c verification over the first
+/// `size_mib` MiB of `uri`; returns the child.
+fn spawn_fio_verify(
+    cluster: &Cluster,
+    uri: &str,
+    size_mib: u64,
+    name: &str,
+) -> std::process::Child {
+    let fio = require_tool("fio", "fio");
+    Command::new(&fio)
+        .args([
+            &format!("--name={name}"),
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--rw=randwrite",
+            "--bs=4k",
+            &format!("--size={size_mib}m"),
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ])
+        .arg(format!(
+            "--output={}",
+            cluster.scratch().join(format!("{name}.json")).display()
+        ))
+        .current_dir(cluster.scratch())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fio")
+}
+
+/// Wait for a fio started by `spawn_fio_verify` and assert it verified everything.
+fn finish_fio(cluster: &Cluster, mut child: std::process::Child, name: &str, size_mib: u64) {
+    let status = wait_timeout(&mut child, Duration::from_secs(600)).expect("fio finished");
+    let json = std::fs::read(cluster.scratch().join(format!("{name}.json"))).unwrap_or_default();
+    assert!(
+        status.success(),
+        "fio {name}: {status}\n{}",
+        String::from_utf8_lossy(&json)
+    );
+    let v = parse_json(&json, "fio json");
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"].as_i64(), Some(0), "fio job error: {job}");
+    assert_eq!(
+        job["read"]["io_bytes"].as_u64(),
+        Some(size_mib * MIB),
+        "all verified"
+    );
+}
+
+/// Goal: a snapshot taken while fio writes is restored byte for byte by a rollback; then
+/// removing it (its data merged into the volume) leaves the volume's bytes unchanged.
+#[test]
+fn rollback_restores_a_snapshot_taken_under_fio_byte_for_byte() {
+    let nbdcopy = require_tool("nbdcopy", "libnbd-bin");
+    let cluster = Cluster::start();
+    let fio = spawn_fio_verify(&cluster, &cluster.uri("vol0"), 48, "before");
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.volume_ok(&["snapshot", "vol0@mid"]);
+    finish_fio(&cluster, fio, "before", 48);
+    let snap = read_export_prefix(
+        &cluster.uri("vol0@mid"),
+        48,
+        &cluster.scratch().join("s.raw"),
+    );
+    let head = read_export_prefix(&cluster.uri("vol0"), 48, &cluster.scratch().join("h.raw"));
+    assert_ne!(snap, head, "fio went on writing after the snapshot");
+    let out = cluster.volume_ok(&["rollback", "vol0@mid"]);
+    assert!(
+        out.contains("rolled volume \"vol0\" back to vol0@mid"),
+        "{out}"
+    );
+    let back = read_export_prefix(&cluster.uri("vol0"), 48, &cluster.scratch().join("b.raw"));
+    assert_same_bytes(&back, &snap, "the volume after rollback");
+    let out = cluster.volume_ok(&["snapshot", "rm", "vol0@mid"]);
+    assert!(out.contains("removed snapshot vol0@mid"), "{out}");
+    let after = read_export_prefix(&cluster.uri("vol0"), 48, &cluster.scratch().join("a.raw"));
+    assert_same_bytes(
+        &after,
+        &snap,
+        "the volume after its snapshot was merged and removed",
+    );
+    let names = nbd_list(&cluster.server_uri());
+    assert!(!names.iter().any(|n| n.contains('@')), "{names:?}");
+    let out = run(
+        Command::new(&nbdcopy)
+            .arg(cluster.uri("vol0@mid"))
+            .arg(cluster.scratch().join("gone.raw")),
+        Duration::from_secs(60),
+    );
+    assert!(
+        !out.status.success(),
+        "a removed snapshot is no longer exported"
+    );
+}
+
+/// Goal: a clone flattened while fio writes to it with verification loses nothing; after
+/// the flatten its parent snapshot can be removed and the clone still reads the parent's
+/// data it never overwrote; a flatten interrupted by kill -9 completes when run again.
+#[test]
+fn flatten_under_load_then_the_parent_goes() {
+    let mut cluster = Cluster::start();
+    qemu_io_ok(&cluster.uri("vol0"), &["write -P 0x5e 0 64M"]);
+    cluster.volume_ok(&["snapshot", "vol0@gold"]);
+    cluster.volume_ok(&["clone", "vol0@gold", "vm"]);
+    let fio = spawn_fio_verify(&cluster, &cluster.uri("vm"), 32, "clone");
+    std::thread::sleep(Duration::from_millis(500));
+    let out = cluster.volume_ok(&["flatten", "vm"]);
+    assert!(out.contains("flattened volume \"vm\""), "{out}");
+    finish_fio(&cluster, fio, "clone", 32);
+    let info = cluster.volume_ok(&["info", "vm"]);
+    assert!(info.contains("parent:      none"), "{info}");
+    cluster.volume_ok(&["snapshot", "rm", "vol0@gold"]);
+    qemu_io_ok(&cluster.uri("vm"), &["read -P 0x5e 32M 32M"]);
+    qemu_io_ok(&cluster.uri("vol0"), &["read -P 0x5e 0 64M"]);
+
+    // kill -9 in the middle of a flatten, then run it again.
+    cluster.volume_ok(&["snapshot", "vol0@g2"]);
+    cluster.volume_ok(&["clone", "vol0@g2", "vm2"]);
+    let mut flatten = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args([
+            "volume",
+            "--control",
+            &cluster.control.to_string(),
+            "flatten",
+            "vm2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start flatten");
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.kill9();
+    let _ = flatten.kill();
+    let _ = flatten.wait();
+    cluster.restart();
+    let again = cluster.volume(&["flatten", "vm2"]);
+    let all = text(&again);
+    assert!(
+        again.status.success() || all.contains("no parent"),
+        "flatten after the crash: {all}"
+    );
+    cluster.volume_ok(&["snapshot", "rm", "vol0@g2"]);
+    qemu_io_ok(&cluster.uri("vm2"), &["read -P 0x5e 0 64M"]);
+}

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod frame_io;
+pub mod images;
 pub mod mapwatch;
 pub mod object;
 pub mod pool;
@@ -21,6 +22,7 @@ pub use basalt_proto::kv::{KvCond, KvEdit, KvList, KvPage, KV_MAX_KEY, KV_MAX_VA
 pub use cluster::{is_retryable, Cluster, OsdStats};
 pub use conn::{Connection, LocalHandler, Reply, ReplySink};
 pub use error::ClientError;
+pub use images::{ImageInfo, ImageState};
 pub use mapwatch::follow_map;
 pub use pool::ConnPool;
 pub use snapshots::{check_snapshot_name, parse_snapshot_spec};

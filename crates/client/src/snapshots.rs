@@ -9,10 +9,13 @@ use crate::error::ClientError;
 use crate::volume::Volume;
 use crate::volumes::{check_name, decode, key, meta_retry, unix_now, ParentRef, SnapshotInfo};
 use crate::volumes::{next_family_layer, VolumeInfo, VOLUMES_PREFIX, VOLUME_FORMAT_VERSION};
-use basalt_meta::schema::{frozen_key, layer_key, FrozenRecord, LayerRecord};
+use basalt_meta::schema::{frozen_key, layer_key, FrozenRecord, LayerRecord, LAYERS_PREFIX};
 use basalt_meta::Revision;
-use basalt_proto::{InodeId, ObjectId, Opcode};
+use basalt_proto::{Header, InodeId, ObjectId, Opcode};
 use std::sync::Arc;
+
+/// COPYUP requests in flight while flattening or merging.
+const COPY_UP_WINDOW: usize = 64;
 
 /// Most snapshots one volume keeps (each is a layer of every later head's chain).
 pub const MAX_SNAPSHOTS: usize = 48;
@@ -81,22 +84,17 @@ impl Cluster {
         snapshot: &str,
     ) -> Result<SnapshotInfo, ClientError> {
         check_snapshot_name(snapshot)?;
-        let mut info = self.volume_record(name).await?.0;
         // A snapshot an earlier command left half done (it died after freezing the head)
         // is finished first; when it is this very snapshot, that is all there is to do.
-        // Bound: each round moves the head on, and a volume has at most MAX_SNAPSHOTS.
-        for _ in 0..=MAX_SNAPSHOTS {
-            let Some((frozen, _)) = self.frozen_record(info.id).await? else {
-                break;
-            };
-            self.finish_frozen(&frozen).await?;
-            info = self.volume_record(name).await?.0;
-            if frozen.snapshot == snapshot {
-                return info
-                    .snapshot(snapshot)
-                    .cloned()
-                    .ok_or_else(|| changed(name));
-            }
+        let (info, finished) = self.settle_head(name).await?;
+        if finished
+            .iter()
+            .any(|f| f.snapshot == snapshot && f.rollback_to.is_none())
+        {
+            return info
+                .snapshot(snapshot)
+                .cloned()
+                .ok_or_else(|| changed(name));
         }
         if info.snapshot(snapshot).is_some() {
             return Err(ClientError::Invalid {
@@ -118,6 +116,7 @@ impl Cluster {
             next_head,
             size: info.size,
             created: unix_now(),
+            rollback_to: None,
         };
         // The freeze and the intent in one record: created only if absent, so two commands
         // racing to snapshot the same head cannot both go on.
@@ -162,16 +161,26 @@ impl Cluster {
         }
     }
 
-    /// Steps 3–5 of the snapshot protocol; every step is idempotent.
+    /// Steps 3–5 of the snapshot (or rollback) protocol; every step is idempotent.
     async fn finish_frozen(&self, frozen: &FrozenRecord) -> Result<(), ClientError> {
         // 3. Every OSD refuses writes to the old head from now on (or is down, and re-reads
         //    the frozen layers before it serves again).
         self.broadcast(Opcode::Fence, ObjectId::new(frozen.inode, 0))
             .await?;
+        if frozen.next_head == 0 {
+            // An image's layer: frozen for good, nothing moves.
+            return Ok(());
+        }
+        if frozen.rollback_to.is_some() {
+            // A rollback drops the old head: nobody can read or write it any more (it is
+            // frozen and no snapshot names it), so its data goes before the head moves.
+            self.purge(frozen.inode, 0).await?;
+            self.flush().await?;
+        }
         // 4. The new head's layer record.
         let layer = LayerRecord {
             inode: frozen.next_head,
-            parent: Some(frozen.inode),
+            parent: Some(frozen.rollback_to.unwrap_or(frozen.inode)),
             owner: frozen.volume.clone(),
             created: frozen.created,
         };
@@ -190,18 +199,29 @@ impl Cluster {
             if info.id != frozen.inode {
                 return Ok(());
             }
-            info.snapshots.push(SnapshotInfo {
-                name: frozen.snapshot.clone(),
-                inode: frozen.inode,
-                size: frozen.size,
-                created: frozen.created,
-                removing: false,
-            });
+            if frozen.rollback_to.is_none() {
+                info.snapshots.push(SnapshotInfo {
+                    name: frozen.snapshot.clone(),
+                    inode: frozen.inode,
+                    size: frozen.size,
+                    created: frozen.created,
+                    removing: false,
+                });
+            }
             info.id = frozen.next_head;
+            info.size = frozen.size;
             match self.put_volume_record(&info, rev).await {
                 Ok(_) => {
+                    if frozen.rollback_to.is_some() {
+                        let _ = self.delete_layer_record(frozen.inode).await;
+                    }
                     tracing::info!(
-                        "snapshot {}@{} taken; head is now layer {:#x}",
+                        "{} {}@{}; head is now layer {:#x}",
+                        if frozen.rollback_to.is_some() {
+                            "rolled back to"
+                        } else {
+                            "took snapshot"
+                        },
                         frozen.volume,
                         frozen.snapshot,
                         frozen.next_head
@@ -212,6 +232,313 @@ impl Cluster {
             }
         }
         Err(changed(&frozen.volume))
+    }
+
+    /// Finish whatever snapshot or rollback froze the head of `name`, so a new one can
+    /// start; returns the volume record afterwards and what was finished.
+    pub(crate) async fn settle_head(
+        &self,
+        name: &str,
+    ) -> Result<(VolumeInfo, Vec<FrozenRecord>), ClientError> {
+        let mut info = self.volume_record(name).await?.0;
+        let mut finished = Vec::new();
+        // Bound: each round moves the head on to a newer layer.
+        for _ in 0..=MAX_SNAPSHOTS {
+            let Some((frozen, _)) = self.frozen_record(info.id).await? else {
+                return Ok((info, finished));
+            };
+            self.finish_frozen(&frozen).await?;
+            info = self.volume_record(name).await?.0;
+            finished.push(frozen);
+        }
+        Err(changed(name))
+    }
+
+    /// Roll volume `name` back to its snapshot `snapshot`: the volume reads exactly as the
+    /// snapshot does (size included) from when this returns; writes made since are
+    /// dropped. O(1) plus deleting the dropped writes. Open handles follow, as after a
+    /// snapshot.
+    pub async fn rollback_volume(
+        &self,
+        name: &str,
+        snapshot: &str,
+    ) -> Result<VolumeInfo, ClientError> {
+        check_snapshot_name(snapshot)?;
+        let (info, _) = self.settle_head(name).await?;
+        let snap = info
+            .snapshot(snapshot)
+            .filter(|s| !s.removing)
+            .cloned()
+            .ok_or_else(|| ClientError::NoSuchSnapshot {
+                volume: name.into(),
+                snapshot: snapshot.into(),
+            })?;
+        let next_head = next_family_layer(self.meta().as_ref(), info.id).await?;
+        let frozen = FrozenRecord {
+            inode: info.id,
+            volume: name.to_string(),
+            snapshot: snapshot.to_string(),
+            next_head,
+            size: snap.size,
+            created: unix_now(),
+            rollback_to: Some(snap.inode),
+        };
+        let value = serde_json::to_vec(&frozen).expect("frozen record serialises");
+        if self
+            .meta()
+            .compare_and_swap(&frozen_key(info.id), 0, value)
+            .await?
+            .is_none()
+        {
+            return Err(ClientError::Invalid {
+                reason: format!("a snapshot or rollback of volume \"{name}\" is in progress"),
+            });
+        }
+        self.finish_frozen(&frozen).await?;
+        Ok(self.volume_record(name).await?.0)
+    }
+
+    /// A layer's record, if it has one (layer 0s of flat volumes have none).
+    async fn layer_record(
+        &self,
+        inode: InodeId,
+    ) -> Result<Option<(LayerRecord, Revision)>, ClientError> {
+        match self.meta().get(&layer_key(inode)).await? {
+            Some((v, rev)) => serde_json::from_slice(&v)
+                .map(|r| Some((r, rev)))
+                .map_err(|e| ClientError::Invalid {
+                    reason: format!("layer record of {inode:#x} is unreadable: {e}"),
+                }),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) async fn delete_layer_record(&self, inode: InodeId) -> Result<(), ClientError> {
+        if let Some((_, rev)) = self.meta().get(&layer_key(inode)).await? {
+            self.meta()
+                .compare_and_delete(&layer_key(inode), rev)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Every layer whose parent is `parent`.
+    async fn children_of(&self, parent: InodeId) -> Result<Vec<LayerRecord>, ClientError> {
+        let entries = meta_retry(|| self.meta().list(LAYERS_PREFIX)).await?;
+        Ok(entries
+            .iter()
+            .filter_map(|(_, v, _)| serde_json::from_slice::<LayerRecord>(v).ok())
+            .filter(|r| r.parent == Some(parent))
+            .collect())
+    }
+
+    /// Point layer `inode`'s parent at `parent` (only ever further down its own chain,
+    /// after the layers in between were copied up: see docs/design.md, "Layers").
+    async fn set_layer_parent(
+        &self,
+        inode: InodeId,
+        parent: Option<InodeId>,
+    ) -> Result<(), ClientError> {
+        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
+            let Some((mut record, rev)) = self.layer_record(inode).await? else {
+                return Ok(());
+            };
+            record.parent = parent;
+            let value = serde_json::to_vec(&record).expect("layer record serialises");
+            if self
+                .meta()
+                .compare_and_swap(&layer_key(inode), rev, value)
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        Err(ClientError::Invalid {
+            reason: format!("layer {inode:#x} changed concurrently; try again"),
+        })
+    }
+
+    /// COPYUP every object index below `objects` into layer `inode` (each one copies the
+    /// nearest ancestor's object when the layer lacks it), COPY_UP_WINDOW at a time;
+    /// `progress(done, total)` after each.
+    async fn copy_up_all(
+        self: &Arc<Self>,
+        inode: InodeId,
+        objects: u64,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<(), ClientError> {
+        let mut set = tokio::task::JoinSet::new();
+        let mut done = 0u64;
+        for index in 0..objects {
+            if set.len() >= COPY_UP_WINDOW {
+                if let Some(r) = set.join_next().await {
+                    r.map_err(|e| ClientError::Invalid {
+                        reason: format!("copy-up task failed: {e}"),
+                    })??;
+                    done += 1;
+                    progress(done, objects);
+                }
+            }
+            let cluster = self.clone();
+            set.spawn(async move { cluster.copy_up(ObjectId::new(inode, index)).await });
+        }
+        while let Some(r) = set.join_next().await {
+            r.map_err(|e| ClientError::Invalid {
+                reason: format!("copy-up task failed: {e}"),
+            })??;
+            done += 1;
+            progress(done, objects);
+        }
+        Ok(())
+    }
+
+    /// One COPYUP request (retried across failovers like any object request).
+    pub async fn copy_up(&self, obj: ObjectId) -> Result<(), ClientError> {
+        let map = self.map();
+        let pool = map.pools.get(&basalt_proto::inode_pool(obj.inode)).ok_or(
+            basalt_placement::MapError::NoSuchPool {
+                pool: basalt_proto::inode_pool(obj.inode),
+            },
+        )?;
+        let pg = basalt_placement::ClusterMap::pg_of(pool, obj);
+        let mut h = Header::request(Opcode::CopyUp, 0, obj);
+        h.pg = pg;
+        let reply = self.object_request(pg, h, bytes::Bytes::new()).await?;
+        match reply.header.status {
+            basalt_proto::Status::Ok => Ok(()),
+            status => Err(ClientError::Status { status }),
+        }
+    }
+
+    /// Objects of a layer of `size` bytes in the pool of `info`.
+    fn objects_of(info: &VolumeInfo, size: u64) -> u64 {
+        size.div_ceil(info.object_size as u64)
+    }
+
+    /// Remove snapshot `volume@snapshot`: refused while clones depend on it. Its data that
+    /// the layers above it still read is copied into them first (see docs/design.md,
+    /// "Layers"), then the rest is deleted. `progress(done, total)` reports the copy.
+    pub async fn remove_snapshot(
+        self: &Arc<Self>,
+        volume: &str,
+        snapshot: &str,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<(), ClientError> {
+        check_snapshot_name(snapshot)?;
+        let (mut info, mut rev) = self.volume_record(volume).await?;
+        let Some(pos) = info.snapshots.iter().position(|s| s.name == snapshot) else {
+            return Err(ClientError::NoSuchSnapshot {
+                volume: volume.into(),
+                snapshot: snapshot.into(),
+            });
+        };
+        let snap = info.snapshots[pos].clone();
+        // Mark it, then look for clones: a clone made meanwhile sees the mark and undoes.
+        if !snap.removing {
+            info.snapshots[pos].removing = true;
+            rev = self.put_volume_record(&info, rev).await?;
+        }
+        let clones = self.clones_of(&[snap.inode]).await?;
+        if !clones.is_empty() {
+            info.snapshots[pos].removing = snap.removing;
+            let _ = self.put_volume_record(&info, rev).await;
+            return Err(ClientError::Invalid {
+                reason: format!(
+                    "snapshot {volume}@{snapshot} has clones: {}; remove or flatten them first",
+                    clones.join(", ")
+                ),
+            });
+        }
+        // Merge into every layer sitting on it (the next snapshot or the head of this
+        // volume; several after a rollback), then re-point them past it.
+        let parent = self
+            .layer_record(snap.inode)
+            .await?
+            .and_then(|(r, _)| r.parent);
+        let children = self.children_of(snap.inode).await?;
+        let objects = Self::objects_of(&info, snap.size);
+        let total = objects * children.len() as u64;
+        for (i, child) in children.iter().enumerate() {
+            let base = objects * i as u64;
+            self.copy_up_all(child.inode, objects, &|done, _| {
+                progress(base + done, total)
+            })
+            .await?;
+        }
+        self.flush().await?;
+        for child in &children {
+            self.set_layer_parent(child.inode, parent).await?;
+        }
+        self.purge(snap.inode, 0).await?;
+        self.flush().await?;
+        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
+            let (mut info, rev) = self.volume_record(volume).await?;
+            info.snapshots.retain(|s| s.inode != snap.inode);
+            if self.put_volume_record(&info, rev).await.is_ok() {
+                let _ = self.delete_layer_record(snap.inode).await;
+                return Ok(());
+            }
+        }
+        Err(changed(volume))
+    }
+
+    /// Make clone `name` independent of its parent snapshot: copy every object it still
+    /// reads from the parent into its own layers (the head, and its oldest snapshots),
+    /// under load, then drop the link. `progress(done, total)` reports the copy.
+    pub async fn flatten_volume(
+        self: &Arc<Self>,
+        name: &str,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<VolumeInfo, ClientError> {
+        let (info, _) = self.settle_head(name).await?;
+        let Some(parent) = info.parent.clone() else {
+            return Err(ClientError::Invalid {
+                reason: format!("volume \"{name}\" has no parent: nothing to flatten"),
+            });
+        };
+        // The volume's layers that sit directly on the parent.
+        let layers: Vec<(InodeId, u64)> = self
+            .children_of(parent.inode)
+            .await?
+            .into_iter()
+            .filter(|r| r.owner == name)
+            .map(|r| {
+                let size = if r.inode == info.id {
+                    info.size
+                } else {
+                    info.snapshots
+                        .iter()
+                        .find(|s| s.inode == r.inode)
+                        .map(|s| s.size)
+                        .unwrap_or(info.size)
+                };
+                (r.inode, size)
+            })
+            .collect();
+        let total: u64 = layers
+            .iter()
+            .map(|(_, s)| Self::objects_of(&info, *s))
+            .sum();
+        let mut base = 0;
+        for &(inode, size) in &layers {
+            let objects = Self::objects_of(&info, size);
+            self.copy_up_all(inode, objects, &|done, _| progress(base + done, total))
+                .await?;
+            base += objects;
+        }
+        self.flush().await?;
+        for &(inode, _) in &layers {
+            self.set_layer_parent(inode, None).await?;
+        }
+        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
+            let (mut info, rev) = self.volume_record(name).await?;
+            info.parent = None;
+            if self.put_volume_record(&info, rev).await.is_ok() {
+                return Ok(info);
+            }
+        }
+        Err(changed(name))
     }
 
     /// Clone `volume@snapshot` into a new volume `new` (O(1): a new layer whose parent is
@@ -259,6 +586,7 @@ impl Cluster {
                 volume: volume.to_string(),
                 snapshot: snapshot.to_string(),
                 inode: snap.inode,
+                image: None,
             }),
             snapshots: Vec::new(),
             origin: head,
@@ -307,7 +635,7 @@ impl Cluster {
         for (_, value, _) in entries {
             let Ok(info) = decode(&value) else { continue };
             if let Some(p) = info.parent.filter(|p| layers.contains(&p.inode)) {
-                clones.push(format!("{} (of {}@{})", info.name, p.volume, p.snapshot));
+                clones.push(format!("{} (of {p})", info.name));
             }
         }
         Ok(clones)

@@ -106,6 +106,7 @@ impl Volume {
     ) -> Result<Self, ClientError> {
         let snap = info
             .snapshot(name)
+            .filter(|s| !s.removing)
             .ok_or_else(|| ClientError::NoSuchSnapshot {
                 volume: info.name.clone(),
                 snapshot: name.to_string(),
@@ -203,6 +204,8 @@ impl Volume {
         if info.id != stale {
             tracing::debug!(volume = %self.info.name, head = info.id, "following a snapshot to the new head");
             self.state.head.fetch_max(info.id, Ordering::AcqRel);
+            // A rollback may have changed the size too.
+            self.state.size.store(info.size, Ordering::Release);
             return Ok(());
         }
         let waited = started.elapsed();

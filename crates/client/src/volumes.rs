@@ -50,14 +50,27 @@ pub struct VolumeInfo {
     pub origin: InodeId,
 }
 
-/// The snapshot a clone reads through to.
+/// The snapshot (or image) a clone reads through to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParentRef {
-    /// The volume the snapshot belongs to.
+    /// The volume the snapshot belongs to (empty for an image).
     pub volume: String,
+    /// The snapshot's name (empty for an image).
     pub snapshot: String,
-    /// The snapshot's layer.
+    /// The snapshot's (or image's) layer.
     pub inode: InodeId,
+    /// The image, when the parent is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+impl std::fmt::Display for ParentRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.image {
+            Some(image) => write!(f, "image {image}"),
+            None => write!(f, "{}@{}", self.volume, self.snapshot),
+        }
+    }
 }
 
 /// A snapshot of a volume: a frozen layer.
@@ -351,6 +364,8 @@ impl Cluster {
     /// Remove a volume and its data. Open handles in this process fail from then on. Data
     /// goes first: a crash part-way leaves the record, so `rm` can be repeated.
     pub async fn remove_volume(self: &Arc<Self>, name: &str) -> Result<(), ClientError> {
+        // A snapshot or rollback left half done moves the head first.
+        self.settle_head(name).await?;
         let (bytes, rev) = self
             .meta()
             .get(&key(name))
@@ -362,6 +377,7 @@ impl Cluster {
             (info, rev) = self.mark_snapshots_removing(name, info, rev).await?;
         }
         let layers: Vec<InodeId> = info.snapshots.iter().map(|s| s.inode).collect();
+        let head = info.id;
         let volume = Volume::new(self.clone(), info)?;
         volume
             .remove(&layers, || async {
@@ -373,7 +389,12 @@ impl Cluster {
                     })
                 }
             })
-            .await
+            .await?;
+        // The layers' records go last: a crash before leaves only records of empty layers.
+        for layer in layers.into_iter().chain([head]) {
+            self.delete_layer_record(layer).await?;
+        }
+        Ok(())
     }
 }
 

@@ -170,10 +170,16 @@ pub struct FrozenRecord {
     pub volume: String,
     /// The snapshot the layer becomes.
     pub snapshot: String,
-    /// The volume's next head (its parent is this layer).
+    /// The volume's next head (its parent is this layer); 0 for an image's layer, which is
+    /// frozen for good with nothing to finish (`volume` and `snapshot` are then empty).
     pub next_head: u64,
-    /// Size of the volume when frozen.
+    /// Size of the volume when frozen (for a rollback: the snapshot's size, the volume's
+    /// size afterwards).
     pub size: u64,
+    /// A rollback, not a snapshot: the new head's parent is this snapshot layer, `snapshot`
+    /// names it, and the frozen layer (the old head) is deleted instead of kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_to: Option<u64>,
     /// Seconds since the Unix epoch.
     pub created: u64,
 }

@@ -152,6 +152,13 @@ pub(crate) fn dispatch(
             }
         }
         Opcode::Push => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::CopyUp if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::CopyUp => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                (primary_copy_up(&osd, h).await, Bytes::new())
+            });
+        }
         Opcode::Fence if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Fence => {
             let osd = osd.clone();
@@ -548,11 +555,54 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
         Ok(chain) => chain,
         Err(e) => return layer_status(osd, &h, &e),
     };
-    let result = replicate(osd, &h, |version| {
+    let result = replicate(osd, &h, true, |version| {
         if chain.is_empty() {
             plain_mutation(osd, &h, &payload, version)
         } else {
             layered_mutation(osd, &h, &payload, version, &chain)
+        }
+    })
+    .await;
+    match result {
+        Ok(()) => Status::Ok,
+        Err(status) => status,
+    }
+}
+
+/// COPYUP: if the layer lacks the object and an ancestor holds it, copy the nearest
+/// holder's object into the layer as one whole-object write, replicated like any write.
+async fn primary_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
+    let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+        Ok(chain) => chain,
+        Err(e) => return layer_status(osd, &h, &e),
+    };
+    let result = replicate(osd, &h, false, |version| {
+        let holds = |o: ObjectId| osd.store.version(o).is_some();
+        let Some(&nearest) = chain.first() else {
+            return Ok(((), None));
+        };
+        if holds(h.object) {
+            return Ok(((), None));
+        }
+        let nearest = ObjectId::new(nearest, h.object.index);
+        let Some(ancestor) = first_holder(nearest, &chain[1..], holds) else {
+            return Ok(((), None));
+        };
+        let mut buf = BytesMut::zeroed(osd.store.object_size() as usize);
+        if let Err(e) = osd.store.read(ancestor, 0, &mut buf) {
+            tracing::error!(osd = osd.id, object = %h.object, %ancestor, "copy-up read failed: {e}");
+            return Err(status_of(&e));
+        }
+        let data = buf.freeze();
+        let write = Header {
+            opcode: Opcode::Write,
+            offset: 0,
+            length: data.len() as u32,
+            ..h
+        };
+        match apply(osd, &write, &data, version) {
+            Status::Ok => Ok(((), Some((write, data)))),
+            status => Err(status),
         }
     })
     .await;
@@ -648,16 +698,19 @@ pub(crate) type Forward = (Header, Bytes);
 /// and returns its result with the mutation to forward (None: nothing changed, nothing to
 /// replicate). The forwarded frame is queued to every replica under the same lock, so
 /// replicas receive this PG's mutations in version order; then wait for every replica
-/// (pushing the whole object to one whose copy is stale) and, for FUA, flush.
+/// (pushing the whole object to one whose copy is stale) and, for FUA, flush. With
+/// `refuse_frozen`, a mutation of a frozen layer answers Frozen (everything but COPYUP,
+/// which leaves what the layer reads unchanged).
 pub(crate) async fn replicate<T>(
     osd: &Arc<Osd>,
     h: &Header,
+    refuse_frozen: bool,
     mutate: impl FnOnce(Version) -> Result<(T, Option<Forward>), Status>,
 ) -> Result<T, Status> {
     // Held until the mutation is answered, so a FENCE returns only after it finished.
     let _fence = osd.layers.enter().await;
     primary_gate(osd, h)?;
-    if osd.layers.is_frozen(h.object.inode) {
+    if refuse_frozen && osd.layers.is_frozen(h.object.inode) {
         return Err(Status::Frozen);
     }
     let map = osd.map();

@@ -101,7 +101,7 @@ async fn update(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Bytes) {
         Err(e) => return (bad_args(osd, &h, e), Bytes::new()),
     };
     let object_size = osd.store.object_size() as usize;
-    let result = replicate(osd, &h, move |version| {
+    let result = replicate(osd, &h, true, move |version| {
         let mut table = read_table(osd, h.object).map_err(|e| table_status(osd, h.object, &e))?;
         let previous = lookup(&table, args.edits.iter().map(|e| &e.key));
         fits_in_reply(previous.encoded_len())?;

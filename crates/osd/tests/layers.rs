@@ -226,6 +226,7 @@ async fn a_half_taken_snapshot_is_finished_by_the_next_writer() {
         next_head,
         size: info.size,
         created: 0,
+        rollback_to: None,
     };
     c.meta()
         .put(&frozen_key(info.id), serde_json::to_vec(&frozen).unwrap())
@@ -313,4 +314,92 @@ async fn deep_chains_and_clones_of_clones() {
     }
     let left: usize = tc.osds.iter().map(|h| h.osd.store.objects().len()).sum();
     assert_eq!(left, 0, "every layer's objects were removed");
+}
+
+/// Layers of `inode` in the stores (any index).
+fn objects_of_layer(tc: &TestCluster, inode: u64) -> usize {
+    tc.osds
+        .iter()
+        .map(|h| {
+            h.osd
+                .store
+                .objects()
+                .iter()
+                .filter(|(o, _)| o.inode == inode)
+                .count()
+        })
+        .sum()
+}
+
+/// Goal: rollback makes the volume read as the snapshot (and drops the old head's data);
+/// removing a snapshot copies what the layers above still read into them (every one of
+/// them: after a rollback two layers sit on it) and deletes it; flatten makes a clone
+/// independent, after which its parent snapshot can go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_snapshot_rm_and_flatten() {
+    let tc = test_cluster().await;
+    let c = &tc.cluster;
+    c.create_volume("v", 4 * OS, 1).await.unwrap();
+    let v = c.open_volume("v").await.unwrap();
+    v.write(0, filled(0xa0, OS), false).await.unwrap();
+    v.write(OS, filled(0xa1, OS), false).await.unwrap();
+    let s1 = c.snapshot_volume("v", "s1").await.unwrap();
+    v.write(0, filled(0xb0, 4096), false).await.unwrap();
+    let s2 = c.snapshot_volume("v", "s2").await.unwrap();
+    v.write(2 * OS, filled(0xc2, 4096), false).await.unwrap();
+    let old_head = c.volume_info("v").await.unwrap().id;
+    c.resize_volume("v", 8 * OS).await.unwrap();
+
+    let after = c.rollback_volume("v", "s1").await.unwrap();
+    assert_eq!(after.size, 4 * OS, "the snapshot's size comes back");
+    assert_eq!(after.snapshots.len(), 2);
+    assert_eq!(v.read(0, OS as u32).await.unwrap(), filled(0xa0, OS));
+    assert_eq!(v.read(2 * OS, 4096).await.unwrap(), filled(0, 4096));
+    assert_eq!(
+        objects_of_layer(&tc, old_head),
+        0,
+        "the dropped head's data is gone"
+    );
+    let s2v = c.open_snapshot("v", "s2").await.unwrap();
+    assert_eq!(s2v.read(0, 4096).await.unwrap(), filled(0xb0, 4096));
+    v.write(3 * OS, filled(0xd3, 4096), false).await.unwrap();
+
+    // s1 has two children now: s2's layer and the new head.
+    let progress = |_: u64, _: u64| {};
+    c.remove_snapshot("v", "s1", &progress).await.unwrap();
+    assert_eq!(objects_of_layer(&tc, s1.inode), 0);
+    assert_eq!(v.read(0, OS as u32).await.unwrap(), filled(0xa0, OS));
+    assert_eq!(v.read(OS, OS as u32).await.unwrap(), filled(0xa1, OS));
+    assert_eq!(v.read(3 * OS, 4096).await.unwrap(), filled(0xd3, 4096));
+    let s2v = c.open_snapshot("v", "s2").await.unwrap();
+    assert_eq!(s2v.read(0, 4096).await.unwrap(), filled(0xb0, 4096));
+    assert_eq!(s2v.read(4096, 4096).await.unwrap(), filled(0xa0, 4096));
+    assert_eq!(s2v.read(OS, OS as u32).await.unwrap(), filled(0xa1, OS));
+    assert_eq!(c.volume_info("v").await.unwrap().snapshots.len(), 1);
+
+    // A clone of s2 blocks its removal until the clone is flattened.
+    c.clone_snapshot("v", "s2", "c").await.unwrap();
+    let cv = c.open_volume("c").await.unwrap();
+    cv.write(4096, filled(0xe0, 4096), false).await.unwrap();
+    let e = c
+        .remove_snapshot("v", "s2", &progress)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("c (of v@s2)"), "{e}");
+    let reports = std::sync::atomic::AtomicU64::new(0);
+    let counting = |done: u64, total: u64| {
+        assert!(done <= total);
+        reports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
+    let flat = c.flatten_volume("c", &counting).await.unwrap();
+    assert!(flat.parent.is_none());
+    assert!(reports.into_inner() >= 4, "progress reported per object");
+    c.remove_snapshot("v", "s2", &progress).await.unwrap();
+    assert_eq!(objects_of_layer(&tc, s2.inode), 0);
+    assert_eq!(cv.read(0, 4096).await.unwrap(), filled(0xb0, 4096));
+    assert_eq!(cv.read(4096, 4096).await.unwrap(), filled(0xe0, 4096));
+    assert_eq!(cv.read(OS, OS as u32).await.unwrap(), filled(0xa1, OS));
+    let e = c.flatten_volume("c", &progress).await.unwrap_err();
+    assert!(e.to_string().contains("no parent"), "{e}");
 }

@@ -71,6 +71,11 @@ pub enum Opcode {
     /// reads without [`Flags::SNAPSHOT`], answer [`Status::Frozen`]. The OSD replies once every
     /// mutation that passed its frozen check before has finished.
     Fence = 14,
+    /// If layer `object.inode` lacks object `object.index` and one of its ancestors holds
+    /// it, copy the nearest such ancestor's object into the layer, whole (client → the PG's
+    /// primary, replicated like a write). Allowed on frozen layers: what the layer reads does
+    /// not change. Used to flatten a clone and to merge a removed snapshot into its children.
+    CopyUp = 15,
 }
 
 /// Most entries in one LIST reply (32 bytes each: 2 MiB).
@@ -95,6 +100,7 @@ impl Opcode {
             12 => Self::Push,
             13 => Self::Call,
             14 => Self::Fence,
+            15 => Self::CopyUp,
             _ => return None,
         })
     }
@@ -343,7 +349,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=14,
+            1u8..=15,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
@@ -397,7 +403,9 @@ mod tests {
         assert_eq!(Opcode::from_u8(13), Some(Opcode::Call));
         assert_eq!(Opcode::from_u8(14), Some(Opcode::Fence));
         assert!(!Header::request(Opcode::Fence, 1, ObjectId::new(1, 0)).has_payload());
-        assert_eq!(Opcode::from_u8(15), None);
+        assert_eq!(Opcode::from_u8(15), Some(Opcode::CopyUp));
+        assert!(!Header::request(Opcode::CopyUp, 1, ObjectId::new(1, 0)).has_payload());
+        assert_eq!(Opcode::from_u8(16), None);
     }
 
     proptest! {

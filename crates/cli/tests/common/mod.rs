@@ -479,9 +479,9 @@ pub fn text(out: &Output) -> String {
     )
 }
 
-/// Run `qemu-io -f raw -c CMD... URI`; returns the output (not checked). Snapshot exports
-/// (`VOLUME@SNAPSHOT`) are read-only and QEMU refuses to open those read-write, so they are
-/// opened with `-r`.
+/// Run `qemu-io -f raw -c CMD... URI`; returns the output (not checked). Snapshot and image
+/// exports (`VOLUME@SNAPSHOT`, `image:NAME`) are read-only and QEMU refuses to open those
+/// read-write, so they are opened with `-r`.
 pub fn qemu_io<S: AsRef<str>>(uri: &str, cmds: &[S]) -> Output {
     let bin = require_tool("qemu-io", "qemu-utils");
     let mut cmd = Command::new(bin);
@@ -492,7 +492,7 @@ pub fn qemu_io<S: AsRef<str>>(uri: &str, cmds: &[S]) -> Output {
         .and_then(|(_, rest)| rest.split_once('/'))
         .map(|(_, path)| path.split('?').next().unwrap_or(""))
         .unwrap_or("");
-    if export.contains('@') {
+    if export.contains('@') || export.starts_with("image:") {
         cmd.arg("-r");
     }
     for c in cmds {
