@@ -115,8 +115,17 @@ pub struct Response {
     pub volumes: Option<Vec<VolumeInfo>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<crate::status::StatusReport>,
+    /// `info`: what each of the volume's layers holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<basalt_client::VolumeUsage>,
+    /// `ls`: the same for each volume, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usages: Option<Vec<basalt_client::VolumeUsage>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<basalt_client::ImageInfo>,
+    /// `image_ls`: bytes each image holds (one copy), in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_bytes: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub images: Option<Vec<basalt_client::ImageInfo>>,
     /// Where to write an image's data (image_begin, when this process serves NBD).
@@ -313,21 +322,41 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
             }),
         Request::ImageFinish { name } => cluster.finish_image(&name).await.map(Response::image),
         Request::ImageInfo { name } => cluster.image_info(&name).await.map(Response::image),
-        Request::ImageLs => cluster.list_images().await.map(|images| Response {
-            ok: true,
-            images: Some(images),
-            ..Response::default()
-        }),
+        Request::ImageLs => match cluster.list_images().await {
+            Ok(images) => {
+                let inodes: Vec<_> = images.iter().map(|i| i.inode).collect();
+                cluster.layer_usage(&inodes).await.map(|u| Response {
+                    ok: true,
+                    images: Some(images),
+                    image_bytes: Some(u.iter().map(|u| u.bytes).collect()),
+                    ..Response::default()
+                })
+            }
+            Err(e) => Err(e),
+        },
         Request::ImageRm { name } => cluster.remove_image(&name).await.map(|_| Response {
             ok: true,
             ..Response::default()
         }),
-        Request::Ls => cluster.list_volumes().await.map(|v| Response {
-            ok: true,
-            volumes: Some(v),
-            ..Response::default()
-        }),
-        Request::Info { name } => cluster.volume_info(&name).await.map(Response::volume),
+        Request::Ls => match cluster.list_volumes().await {
+            Ok(v) => cluster.volume_usage(&v).await.map(|u| Response {
+                ok: true,
+                volumes: Some(v),
+                usages: Some(u),
+                ..Response::default()
+            }),
+            Err(e) => Err(e),
+        },
+        Request::Info { name } => match cluster.volume_info(&name).await {
+            Ok(v) => cluster
+                .volume_usage(std::slice::from_ref(&v))
+                .await
+                .map(|mut u| Response {
+                    usage: u.pop(),
+                    ..Response::volume(v)
+                }),
+            Err(e) => Err(e),
+        },
         Request::Resize { name, size } => cluster
             .resize_volume(&name, size)
             .await

@@ -352,20 +352,31 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
             size,
         } => import(&target, file, name, format, size).await?,
         ImageCommand::Ls { json } => {
-            let images = target
-                .call(Request::ImageLs)
-                .await?
-                .images
-                .unwrap_or_default();
+            let resp = target.call(Request::ImageLs).await?;
+            let images = resp.images.unwrap_or_default();
+            let bytes = resp.image_bytes.unwrap_or_default();
             if json {
-                println!("{}", serde_json::to_string_pretty(&images)?);
+                let rows: Vec<serde_json::Value> = images
+                    .iter()
+                    .enumerate()
+                    .map(|(n, i)| {
+                        let mut row = serde_json::to_value(i).expect("image serialises");
+                        row["used_bytes"] = serde_json::json!(bytes.get(n));
+                        row
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<32} {:>10}  {:<20}  STATE", "NAME", "SIZE", "CREATED");
-                for i in &images {
+                println!(
+                    "{:<32} {:>10} {:>10}  {:<20}  STATE",
+                    "NAME", "SIZE", "USED", "CREATED"
+                );
+                for (n, i) in images.iter().enumerate() {
                     println!(
-                        "{:<32} {:>10}  {:<20}  {}",
+                        "{:<32} {:>10} {:>10}  {:<20}  {}",
                         i.name,
                         human(i.size),
+                        bytes.get(n).map(|b| human(*b)).unwrap_or_default(),
                         utc_from_unix(i.created),
                         state(i)
                     );

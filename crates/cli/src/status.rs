@@ -55,7 +55,18 @@ pub struct StatusReport {
     #[serde(default)]
     pub rates: Option<Rates>,
     pub volumes: u64,
+    /// Sum of the volumes' sizes (provisioned).
     pub volume_bytes: u64,
+    /// Bytes the volumes' own layers hold (heads and snapshots, one copy).
+    #[serde(default)]
+    pub volume_used_bytes: u64,
+    #[serde(default)]
+    pub snapshots: u64,
+    #[serde(default)]
+    pub images: u64,
+    /// Bytes the images hold (one copy).
+    #[serde(default)]
+    pub image_used_bytes: u64,
 }
 
 /// Cluster-wide rates measured between two samples of every OSD's counters.
@@ -233,6 +244,10 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::Cl
         .and_then(|(v, _)| serde_json::from_slice::<MonitorRecord>(&v).ok())
         .map(|m| m.holder);
     let volumes = cluster.list_volumes().await?;
+    let usage = cluster.volume_usage(&volumes).await?;
+    let images = cluster.list_images().await?;
+    let image_inodes: Vec<_> = images.iter().map(|i| i.inode).collect();
+    let image_usage = cluster.layer_usage(&image_inodes).await?;
     Ok(StatusReport {
         map_epoch: map.epoch,
         osds,
@@ -249,6 +264,10 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, basalt_client::Cl
         rates: None,
         volumes: volumes.len() as u64,
         volume_bytes: volumes.iter().map(|v| v.size).sum(),
+        volume_used_bytes: usage.iter().map(|u| u.total_bytes).sum(),
+        snapshots: volumes.iter().map(|v| v.snapshots.len() as u64).sum(),
+        images: images.len() as u64,
+        image_used_bytes: image_usage.iter().map(|u| u.bytes).sum(),
     })
 }
 
@@ -339,10 +358,19 @@ pub fn print(r: &StatusReport) {
     }
     println!("data:");
     println!(
-        "  volumes: {} ({} provisioned)",
+        "  volumes: {} ({} provisioned, {} stored in their layers, {} snapshots)",
         r.volumes,
-        human_bytes(r.volume_bytes)
+        human_bytes(r.volume_bytes),
+        human_bytes(r.volume_used_bytes),
+        r.snapshots
     );
+    if r.images > 0 {
+        println!(
+            "  images:  {} ({} stored)",
+            r.images,
+            human_bytes(r.image_used_bytes)
+        );
+    }
     let pct = if raw > 0 {
         used as f64 * 100.0 / raw as f64
     } else {

@@ -236,7 +236,7 @@ pub(crate) fn human(bytes: u64) -> String {
     format!("{bytes}")
 }
 
-fn print_info(v: &VolumeInfo) {
+fn print_info(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
     println!("name:        {}", v.name);
     println!("id:          {:#x} (head layer {})", v.id, v.id as u16);
     println!("size:        {} ({} bytes)", human(v.size), v.size);
@@ -247,22 +247,35 @@ fn print_info(v: &VolumeInfo) {
         Some(p) => println!("parent:      {p} (layer {:#x})", p.inode),
         None => println!("parent:      none"),
     }
+    if let Some(u) = usage {
+        println!(
+            "used:        {} in its own layers (head {}, snapshots {}); removing it frees that",
+            human(u.total_bytes),
+            human(u.head.bytes),
+            human(u.total_bytes - u.head.bytes)
+        );
+    }
     if !v.snapshots.is_empty() {
         println!("snapshots:   {}", v.snapshots.len());
-        print_snapshots(v);
+        print_snapshots(v, usage);
     }
 }
 
-fn print_snapshots(v: &VolumeInfo) {
+fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
     println!(
-        "  {:<24} {:>10} {:>6}  CREATED",
-        "SNAPSHOT", "SIZE", "LAYER"
+        "  {:<24} {:>10} {:>10} {:>6}  CREATED",
+        "SNAPSHOT", "SIZE", "USED", "LAYER"
     );
-    for s in &v.snapshots {
+    for (i, s) in v.snapshots.iter().enumerate() {
+        let used = usage
+            .and_then(|u| u.snapshots.get(i))
+            .map(|(_, l)| human(l.bytes))
+            .unwrap_or_else(|| "-".into());
         println!(
-            "  {:<24} {:>10} {:>6}  {}{}",
+            "  {:<24} {:>10} {:>10} {:>6}  {}{}",
             s.name,
             human(s.size),
+            used,
             s.inode as u16,
             utc_from_unix(s.created),
             if s.removing { "  (being removed)" } else { "" }
@@ -300,17 +313,39 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
         VolumeCommand::Ls { json } => {
             let resp = target.call(Request::Ls).await?;
             let volumes = resp.volumes.unwrap_or_default();
+            let usages = resp.usages.unwrap_or_default();
             if json {
-                println!("{}", serde_json::to_string_pretty(&volumes)?);
+                let rows: Vec<serde_json::Value> = volumes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let mut row = serde_json::to_value(v).expect("volume serialises");
+                        row["usage"] = serde_json::to_value(usages.get(i)).expect("usage");
+                        row
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<32} {:>10} {:>6} {:>8}", "NAME", "SIZE", "POOL", "ID");
-                for v in volumes {
+                println!(
+                    "{:<32} {:>10} {:>10} {:>6} {:>5}  PARENT",
+                    "NAME", "SIZE", "USED", "POOL", "SNAPS"
+                );
+                for (i, v) in volumes.iter().enumerate() {
+                    let used = usages
+                        .get(i)
+                        .map(|u| human(u.total_bytes))
+                        .unwrap_or_default();
                     println!(
-                        "{:<32} {:>10} {:>6} {:>8}",
+                        "{:<32} {:>10} {:>10} {:>6} {:>5}  {}",
                         v.name,
                         human(v.size),
+                        used,
                         v.pool,
-                        v.id
+                        v.snapshots.len(),
+                        v.parent
+                            .as_ref()
+                            .map(|p| p.to_string())
+                            .unwrap_or_else(|| "-".into())
                     );
                 }
             }
@@ -319,9 +354,11 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             let resp = target.call(Request::Info { name }).await?;
             let v = resp.volume.expect("info returns the volume");
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                let mut out = serde_json::to_value(&v)?;
+                out["usage"] = serde_json::to_value(&resp.usage)?;
+                println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                print_info(&v);
+                print_info(&v, resp.usage.as_ref());
             }
         }
         VolumeCommand::Resize { name, size } => {
@@ -369,7 +406,7 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             } else if v.snapshots.is_empty() {
                 println!("volume \"{}\" has no snapshots", v.name);
             } else {
-                print_snapshots(&v);
+                print_snapshots(&v, resp.usage.as_ref());
             }
         }
         VolumeCommand::Snapshot(SnapshotArgs {

@@ -526,3 +526,70 @@ fn flatten_under_load_then_the_parent_goes() {
     cluster.volume_ok(&["snapshot", "rm", "vol0@g2"]);
     qemu_io_ok(&cluster.uri("vm2"), &["read -P 0x5e 0 64M"]);
 }
+
+/// `volume info --json` usage: (head bytes, [snapshot bytes]).
+fn usage(cluster: &Cluster, name: &str) -> (u64, Vec<u64>) {
+    let out = cluster.volume_ok(&["info", name, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("info --json");
+    let u = &v["usage"];
+    let head = u["head"]["bytes"].as_u64().expect("head bytes");
+    let snaps = u["snapshots"]
+        .as_array()
+        .expect("snapshots")
+        .iter()
+        .map(|s| s[1]["bytes"].as_u64().expect("snapshot bytes"))
+        .collect();
+    (head, snaps)
+}
+
+/// Goal: `volume info` reports what each layer holds: a snapshot keeps what was written
+/// before it, the head what came after (whole objects copied up), a fresh clone nothing of
+/// its own; removing the snapshot moves what the head still reads into it; `volume ls`,
+/// `image ls` and `status` show the same accounting.
+#[test]
+fn usage_per_layer() {
+    const OBJ: u64 = 128 << 10;
+    let cluster = Cluster::start();
+    qemu_io_ok(&cluster.uri("vol0"), &["write -P 1 0 8M"]);
+    assert_eq!(usage(&cluster, "vol0"), (8 * MIB, vec![]));
+    cluster.volume_ok(&["snapshot", "vol0@s"]);
+    assert_eq!(usage(&cluster, "vol0"), (0, vec![8 * MIB]));
+    // 4 KiB into each of 4 objects: 4 whole objects copied up.
+    qemu_io_ok(
+        &cluster.uri("vol0"),
+        &[
+            "write -P 2 0 4k",
+            "write -P 2 128k 4k",
+            "write -P 2 256k 4k",
+            "write -P 2 384k 4k",
+        ],
+    );
+    assert_eq!(usage(&cluster, "vol0"), (4 * OBJ, vec![8 * MIB]));
+    cluster.volume_ok(&["clone", "vol0@s", "c"]);
+    assert_eq!(usage(&cluster, "c"), (0, vec![]));
+    qemu_io_ok(&cluster.uri("c"), &["write -P 3 1M 4k"]);
+    assert_eq!(usage(&cluster, "c"), (OBJ, vec![]));
+    let ls = cluster.volume_ok(&["ls"]);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("c ") && l.contains("128K") && l.contains("vol0@s")),
+        "{ls}"
+    );
+    let status = cluster.status_text();
+    assert!(
+        status.contains("2 volumes") || status.contains("volumes: 2"),
+        "{status}"
+    );
+    assert!(status.contains("1 snapshots"), "{status}");
+    cluster.volume_ok(&["rm", "c"]);
+    cluster.volume_ok(&["snapshot", "rm", "vol0@s"]);
+    assert_eq!(usage(&cluster, "vol0"), (8 * MIB, vec![]));
+    qemu_io_ok(
+        &cluster.uri("vol0"),
+        &[
+            "read -P 2 0 4k",
+            "read -P 1 4k 124k",
+            "read -P 1 512k 7680k",
+        ],
+    );
+}

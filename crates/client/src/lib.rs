@@ -14,6 +14,7 @@ pub mod mapwatch;
 pub mod object;
 pub mod pool;
 pub mod snapshots;
+pub mod usage;
 pub mod volume;
 pub mod volumes;
 
@@ -26,5 +27,6 @@ pub use images::{ImageInfo, ImageState};
 pub use mapwatch::follow_map;
 pub use pool::ConnPool;
 pub use snapshots::{check_snapshot_name, parse_snapshot_spec};
+pub use usage::{LayerUsage, VolumeUsage};
 pub use volume::{Extent, Volume};
 pub use volumes::{next_family, parse_size, ParentRef, SnapshotInfo, VolumeInfo};

@@ -96,6 +96,17 @@ pub(crate) fn dispatch(
     match h.opcode {
         Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),
         Opcode::Stat => sink.send(h.reply(Status::Ok), stat(osd)),
+        Opcode::Usage => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                let store = osd.store.clone();
+                match tokio::task::spawn_blocking(move || usage(&store, &payload)).await {
+                    Ok(Some(out)) => (Status::Ok, out),
+                    Ok(None) => (Status::Invalid, Bytes::new()),
+                    Err(_) => (Status::Io, Bytes::new()),
+                }
+            });
+        }
         Opcode::Flush => {
             let osd = osd.clone();
             spawn_reply(
@@ -327,6 +338,38 @@ fn stat(osd: &Osd) -> Bytes {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out.freeze()
+}
+
+/// USAGE: objects and allocated bytes of each requested inode in this store (None: a
+/// malformed request).
+fn usage(store: &basalt_store::Store, payload: &[u8]) -> Option<Bytes> {
+    let count = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) as usize;
+    if count == 0 || count > basalt_proto::USAGE_MAX_INODES || payload.len() != 4 + 8 * count {
+        return None;
+    }
+    let inodes: Vec<InodeId> = payload[4..]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let mut totals: std::collections::HashMap<InodeId, (u64, u64)> =
+        inodes.iter().map(|&i| (i, (0, 0))).collect();
+    for (obj, _) in store.objects() {
+        if let Some(t) = totals.get_mut(&obj.inode) {
+            let blocks: u32 = store
+                .allocation(obj)
+                .map(|words| words.iter().map(|w| w.count_ones()).sum())
+                .unwrap_or(0);
+            t.0 += 1;
+            t.1 += blocks as u64 * basalt_proto::IMAGE_BLOCK_BYTES as u64;
+        }
+    }
+    let mut out = BytesMut::with_capacity(16 * inodes.len());
+    for inode in inodes {
+        let (objects, bytes) = totals[&inode];
+        out.extend_from_slice(&objects.to_le_bytes());
+        out.extend_from_slice(&bytes.to_le_bytes());
+    }
+    Some(out.freeze())
 }
 
 fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {

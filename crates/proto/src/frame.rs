@@ -76,7 +76,14 @@ pub enum Opcode {
     /// primary, replicated like a write). Allowed on frozen layers: what the layer reads does
     /// not change. Used to flatten a clone and to merge a removed snapshot into its children.
     CopyUp = 15,
+    /// How much of some layers this OSD stores (every copy it holds, primary or not):
+    /// request payload u32 count (1..=[`USAGE_MAX_INODES`]) then that many u64 inodes;
+    /// reply payload per inode two u64: objects, allocated bytes. Little endian.
+    Usage = 16,
 }
+
+/// Most inodes one USAGE request may name.
+pub const USAGE_MAX_INODES: usize = 4096;
 
 /// Most entries in one LIST reply (32 bytes each: 2 MiB).
 pub const LIST_MAX_ENTRIES: usize = 65536;
@@ -101,6 +108,7 @@ impl Opcode {
             13 => Self::Call,
             14 => Self::Fence,
             15 => Self::CopyUp,
+            16 => Self::Usage,
             _ => return None,
         })
     }
@@ -265,6 +273,7 @@ impl Header {
                 reply && self.status == Status::Ok
             }
             Opcode::Call => !reply || matches!(self.status, Status::Ok | Status::Conflict),
+            Opcode::Usage => !reply || self.status == Status::Ok,
             _ => false,
         }
     }
@@ -349,7 +358,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=15,
+            1u8..=16,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
@@ -405,7 +414,11 @@ mod tests {
         assert!(!Header::request(Opcode::Fence, 1, ObjectId::new(1, 0)).has_payload());
         assert_eq!(Opcode::from_u8(15), Some(Opcode::CopyUp));
         assert!(!Header::request(Opcode::CopyUp, 1, ObjectId::new(1, 0)).has_payload());
-        assert_eq!(Opcode::from_u8(16), None);
+        assert_eq!(Opcode::from_u8(16), Some(Opcode::Usage));
+        let usage = Header::request(Opcode::Usage, 1, ObjectId::new(0, 0));
+        assert!(usage.has_payload() && usage.reply(Status::Ok).has_payload());
+        assert!(!usage.reply(Status::Invalid).has_payload());
+        assert_eq!(Opcode::from_u8(17), None);
     }
 
     proptest! {

@@ -12,7 +12,7 @@ pub mod kv;
 
 pub use frame::{
     DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, LIST_ENTRY_BYTES, LIST_MAX_ENTRIES,
-    MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_BYTES, USAGE_MAX_INODES,
 };
 pub use ids::{
     inode_family, inode_pool, make_inode, InodeId, ObjectId, OsdId, PgId, PoolId, Version,

@@ -355,6 +355,16 @@ impl Cluster {
         run(&mut cmd, CLIENT_TIMEOUT)
     }
 
+    /// `basalt status` as text (no rates).
+    pub fn status_text(&self) -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.args(["status", "--interval", "0", "--control"])
+            .arg(self.control.to_string());
+        let out = run(&mut cmd, CLIENT_TIMEOUT);
+        assert_ok(&out, "basalt status");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Run `basalt volume ...` and assert it succeeded; returns stdout.
     pub fn volume_ok(&self, args: &[&str]) -> String {
         let out = self.volume(args);
