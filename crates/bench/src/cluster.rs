@@ -43,6 +43,8 @@ pub struct Cluster {
     pub banner: Option<String>,
     /// The S3 gateway and its first-start key.
     s3: Option<crate::under_test::S3Endpoint>,
+    /// The control API address (`IP:PORT`).
+    control: Option<String>,
 }
 
 impl Cluster {
@@ -78,6 +80,7 @@ impl Cluster {
             uri: String::new(),
             banner: None,
             s3: None,
+            control: None,
         };
         let mut s3_url = None;
         let (tx, rx) = mpsc::channel();
@@ -99,6 +102,9 @@ impl Cluster {
                     }
                     if let Some(rest) = t.strip_prefix(NBD_PREFIX) {
                         cluster.uri = rest.trim().to_string();
+                    }
+                    if let Some(rest) = t.strip_prefix("Control API:") {
+                        cluster.control = rest.split_whitespace().next().map(String::from);
                     }
                     if let Some(rest) = t.strip_prefix("S3:") {
                         s3_url = rest.split_whitespace().next().map(String::from);
@@ -181,5 +187,9 @@ impl crate::under_test::UnderTest for Cluster {
 
     fn s3(&self) -> Option<crate::under_test::S3Endpoint> {
         self.s3.clone()
+    }
+
+    fn control(&self) -> Option<String> {
+        self.control.clone()
     }
 }

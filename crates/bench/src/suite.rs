@@ -22,7 +22,15 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 6] = ["network", "disk", "torus", "vitastor", scaling::ID, "s3"];
+pub const SECTION_IDS: [&str; 7] = [
+    "network",
+    "disk",
+    "torus",
+    "vitastor",
+    scaling::ID,
+    "s3",
+    crate::sections::plasmavmc::ID,
+];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
 /// once before they run).
 const PROFILE_SECTIONS: [&str; 3] = ["disk", "torus", "vitastor"];
@@ -43,6 +51,9 @@ pub struct StorageOptions {
     pub sections: Option<Vec<String>>,
     /// The command line, recorded in the report.
     pub command_line: String,
+    /// The test guest for the PlasmaVMC section's VM rows (`scripts/build-guest-image.sh`);
+    /// None: `target/guest` beside the executable, when it exists.
+    pub guest_dir: Option<PathBuf>,
 }
 
 impl StorageOptions {
@@ -177,6 +188,19 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         Box::new(ProfilesSection::vitastor(&settings)),
         Box::new(scaling),
         Box::new(crate::sections::s3::S3Section { quick: opts.quick }),
+        Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
+            image_data_bytes: if opts.smoke {
+                16 << 20
+            } else if opts.quick {
+                128 << 20
+            } else {
+                512 << 20
+            },
+            guest_dir: opts
+                .guest_dir
+                .clone()
+                .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir),
+        }),
     ]
     .into_iter()
     .filter(|s| opts.runs(s.id()))
@@ -414,6 +438,7 @@ mod tests {
             smoke: false,
             sections: sections.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
             command_line: String::new(),
+            guest_dir: None,
         }
     }
 

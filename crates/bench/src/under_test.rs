@@ -20,6 +20,11 @@ pub trait UnderTest {
     /// happened, for the report. Dropping without closing releases too, silently.
     fn close(&mut self) -> Vec<String>;
 
+    /// The control API of a local `basalt up` (None for an existing cluster).
+    fn control(&self) -> Option<String> {
+        None
+    }
+
     /// The S3 gateway of the cluster under test and an access key for it, if there is one.
     fn s3(&self) -> Option<S3Endpoint> {
         None

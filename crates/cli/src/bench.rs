@@ -65,7 +65,7 @@ pub struct StorageArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these sections, comma-separated, in their usual order: network, disk,
-    /// torus, vitastor, scaling, s3. Example: --sections network,disk
+    /// torus, vitastor, scaling, s3, plasmavmc. Example: --sections network,disk
     #[arg(long, value_delimiter = ',')]
     sections: Option<Vec<String>>,
     /// Directory being measured: the local disk baseline's test file (and a local
@@ -75,6 +75,10 @@ pub struct StorageArgs {
     /// Output directory for report.md, results.json, the plots and raw/.
     #[arg(long, default_value = "basalt-bench-report")]
     out: PathBuf,
+    /// The test guest the plasmavmc section boots (built by scripts/build-guest-image.sh)
+    /// [default: target/guest beside this executable, when it exists].
+    #[arg(long)]
+    guest_dir: Option<PathBuf>,
     /// Even shorter runs (1 s, 64 MiB) for the smoke test; figures mean little.
     #[arg(long, hide = true)]
     smoke: bool,
@@ -386,6 +390,7 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
         smoke: args.smoke,
         sections: args.sections,
         command_line,
+        guest_dir: args.guest_dir.clone(),
     };
     opts.check_sections()?;
     let report = if existing {
