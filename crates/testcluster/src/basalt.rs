@@ -220,9 +220,9 @@ impl BasaltCluster {
         serde_json::from_str(&out).with_context(|| format!("basalt status --json: {out}"))
     }
 
-    /// The incarnation the current run of an OSD printed in its banner.
+    /// The incarnation the current run of an OSD printed in its banner (None until it has).
     pub fn running_incarnation(&self, o: &OsdProc) -> Option<u64> {
-        let log = o.proc.log();
+        let log = o.proc.current_log();
         let line = log
             .lines()
             .rev()
@@ -264,13 +264,15 @@ impl BasaltCluster {
     /// Wait until every running OSD is up in the map as its current run (so a restart was
     /// noticed) and every PG is active+clean.
     pub fn wait_clean(&self, timeout: Duration) -> Result<serde_json::Value> {
-        let running: Vec<(u32, Option<u64>)> = self
-            .osds
-            .iter()
-            .filter(|o| o.proc.is_running())
-            .map(|o| (o.id, self.running_incarnation(o)))
-            .collect();
         self.wait_status("every PG active+clean", timeout, |st| {
+            // Read at every poll: an OSD restarted just before this call may not have
+            // printed its new incarnation yet (its log still ends with the old run's).
+            let running: Vec<(u32, Option<u64>)> = self
+                .osds
+                .iter()
+                .filter(|o| o.proc.is_running())
+                .map(|o| (o.id, self.running_incarnation(o)))
+                .collect();
             let total = st["pgs_total"].as_u64().unwrap_or(0);
             let clean = st["pgs_active_clean"].as_u64().unwrap_or(0);
             let osds = st["osds"].as_array().cloned().unwrap_or_default();
@@ -278,7 +280,8 @@ impl BasaltCluster {
                 osds.iter().any(|o| {
                     o["id"].as_u64() == Some(*id as u64)
                         && o["up"].as_bool() == Some(true)
-                        && (inc.is_none() || o["incarnation"].as_u64() == *inc)
+                        && inc.is_some()
+                        && o["incarnation"].as_u64() == *inc
                 })
             });
             total > 0 && clean == total && current

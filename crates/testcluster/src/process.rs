@@ -227,6 +227,13 @@ impl Proc {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// What the current run (since the last start or restart) wrote to the log.
+    pub fn current_log(&self) -> String {
+        let start = lock(&self.inner.state).log_start as usize;
+        let bytes = std::fs::read(&self.inner.log_path).unwrap_or_default();
+        String::from_utf8_lossy(bytes.get(start..).unwrap_or_default()).into_owned()
+    }
+
     /// The last `TAIL_LINES` lines of the log, for error messages.
     pub(crate) fn log_tail(&self) -> String {
         let log = self.log();
