@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)] // not every test binary that includes this module uses it
 pub use basalt_testcluster::basalt::DAEMON_START;
 pub use basalt_testcluster::Layout;
 
