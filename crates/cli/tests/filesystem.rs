@@ -130,6 +130,11 @@ struct Attached {
 /// Attach export `uri` of `size_bytes` as a loop device through nbdfuse; `None` (after a
 /// printed reason) when no loop device is free.
 fn attach(uri: &str, size_bytes: u64, work: &Path) -> Option<Attached> {
+    attach_as(uri, size_bytes, work, false)
+}
+
+/// `attach`, read-only when `read_only` (nbdfuse -r, losetup -r).
+fn attach_as(uri: &str, size_bytes: u64, work: &Path, read_only: bool) -> Option<Attached> {
     let nbdfuse = require_tool("nbdfuse", "nbdfuse");
     let losetup = require_tool("losetup", "mount");
     let fuse_dir = work.join("fuse");
@@ -137,7 +142,11 @@ fn attach(uri: &str, size_bytes: u64, work: &Path) -> Option<Attached> {
     let pidfile = work.join("nbdfuse.pid");
     let _ = std::fs::remove_file(&pidfile);
     let disk = fuse_dir.join("disk");
-    let child = Command::new(nbdfuse)
+    let mut cmd = Command::new(nbdfuse);
+    if read_only {
+        cmd.arg("-r");
+    }
+    let child = cmd
         .arg("-P")
         .arg(&pidfile)
         .arg(&disk)
@@ -166,10 +175,11 @@ fn attach(uri: &str, size_bytes: u64, work: &Path) -> Option<Attached> {
     }
     let meta = std::fs::metadata(&disk).expect("nbdfuse disk file");
     assert_eq!(meta.len(), size_bytes, "size of the nbdfuse file");
-    let out = run(
-        Command::new(&losetup).args(["-f", "--show"]).arg(&disk),
-        CLIENT_TIMEOUT,
-    );
+    let mut cmd = Command::new(&losetup);
+    if read_only {
+        cmd.arg("-r");
+    }
+    let out = run(cmd.args(["-f", "--show"]).arg(&disk), CLIENT_TIMEOUT);
     if !out.status.success() {
         eprintln!(
             "SKIPPED ext4_on_nbdfuse_loop_device: no free loop device ({})",
@@ -263,4 +273,96 @@ fn ext4_on_nbdfuse_loop_device() {
     };
     fsck_clean(&a.dev);
     check_files(&a.dev, &mnt, &files);
+}
+
+/// ext4 on a clone (read-write) while its parent's snapshot is mounted read-only on another
+/// attachment: the clone's changes stay its own, both file systems check clean, and the
+/// snapshot keeps reading exactly the files it was taken with.
+#[test]
+fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("SKIPPED ext4_on_a_clone_while_its_snapshot_is_mounted_read_only: {reason}");
+        return;
+    }
+    let mkfs = require_tool("mkfs.ext4", "e2fsprogs");
+    let cluster = Cluster::start();
+    let size_bytes: u64 = 128 << 20;
+    cluster.volume_ok(&["create", "fs", "--size", "128M"]);
+    let scratch = cluster.scratch();
+    let files = files();
+    let (snap_mnt, clone_mnt) = (scratch.join("snap-mnt"), scratch.join("clone-mnt"));
+    std::fs::create_dir_all(&snap_mnt).expect("mkdir");
+    std::fs::create_dir_all(&clone_mnt).expect("mkdir");
+    {
+        let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch.join("orig")) else {
+            return;
+        };
+        assert_ok(
+            &run(Command::new(&mkfs).args(["-q", "-F"]).arg(&a.dev), CLIENT_TIMEOUT),
+            "mkfs.ext4",
+        );
+        let mut m = MountGuard::mount(&a.dev, &clone_mnt);
+        for (rel, content) in &files {
+            let p = clone_mnt.join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir in the fs");
+            std::fs::write(&p, content).expect("write a file");
+        }
+        m.umount();
+    }
+    cluster.volume_ok(&["snapshot", "fs@golden"]);
+    cluster.volume_ok(&["clone", "fs@golden", "work"]);
+    let Some(snap) = attach_as(
+        &cluster.uri("fs@golden"),
+        size_bytes,
+        &scratch.join("snap"),
+        true,
+    ) else {
+        return;
+    };
+    // Read-only: no journal replay (noload).
+    let out = run(
+        Command::new("mount")
+            .args(["-o", "ro,noload"])
+            .arg(&snap.dev)
+            .arg(&snap_mnt),
+        CLIENT_TIMEOUT,
+    );
+    assert_ok(&out, "mount the snapshot read-only");
+    let mut snap_mount = MountGuard {
+        dir: snap_mnt.clone(),
+        mounted: true,
+    };
+    {
+        let Some(c) = attach(&cluster.uri("work"), size_bytes, &scratch.join("clone")) else {
+            return;
+        };
+        let mut m = MountGuard::mount(&c.dev, &clone_mnt);
+        std::fs::write(clone_mnt.join("clone-only.txt"), b"written in the clone\n")
+            .expect("write in the clone");
+        std::fs::remove_file(clone_mnt.join("big.bin")).expect("remove in the clone");
+        std::fs::write(clone_mnt.join("odd.bin"), b"changed").expect("rewrite in the clone");
+        assert_ok(&run(&mut Command::new("sync"), CLIENT_TIMEOUT), "sync");
+        // Meanwhile the snapshot still reads every original file.
+        for (rel, content) in &files {
+            let got = std::fs::read(snap_mnt.join(rel)).expect("read from the snapshot");
+            assert_same_bytes(&got, content, &format!("snapshot file {rel}"));
+        }
+        m.umount();
+        fsck_clean(&c.dev);
+        let mut m = MountGuard::mount(&c.dev, &clone_mnt);
+        assert_eq!(
+            std::fs::read(clone_mnt.join("clone-only.txt")).expect("clone file"),
+            b"written in the clone\n"
+        );
+        assert!(!clone_mnt.join("big.bin").exists());
+        m.umount();
+    }
+    snap_mount.umount();
+    fsck_clean(&snap.dev);
+    drop(snap);
+    // The origin volume was never touched by either.
+    let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch.join("orig2")) else {
+        return;
+    };
+    check_files(&a.dev, &clone_mnt, &files);
 }

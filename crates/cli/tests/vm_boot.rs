@@ -309,3 +309,52 @@ fn used(cluster: &Cluster) -> u64 {
         .map(|o| o["stats"]["used_bytes"].as_u64().expect("used_bytes"))
         .sum()
 }
+
+/// Goal: an import cut by kill -9 of the cluster is never usable: after the restart the image
+/// is listed as importing, a volume cannot be made from it, and `image rm` removes it and
+/// gives its space back.
+#[test]
+fn an_import_killed_midway_is_never_usable_and_rm_reclaims_it() {
+    let mut cluster = Cluster::start();
+    let file = cluster.scratch().join("big.raw");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&file).unwrap();
+        for i in 0..384u64 {
+            f.write_all(&pseudo_random(i, 1 << 20)).unwrap();
+        }
+    }
+    let before = used(&cluster);
+    let mut import = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["image", "--control", &cluster.control.to_string()])
+        .args(["import", file.to_str().unwrap(), "big"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the import");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while used(&cluster) < before + (64 << 20) {
+        assert!(Instant::now() < deadline, "the import wrote nothing");
+        assert!(import.try_wait().unwrap().is_none(), "the import finished too soon");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.kill9();
+    let _ = wait_timeout(&mut import, Duration::from_secs(30));
+    let _ = import.kill();
+    cluster.restart();
+    let ls = image_ok(&cluster, &["ls"]);
+    assert!(ls.contains("big") && ls.contains("importing"), "{ls}");
+    let refused = cluster.volume(&["create", "x", "--from-image", "big"]);
+    assert!(text(&refused).contains("still importing"), "{}", text(&refused));
+    assert!(
+        !nbd_list(&cluster.server_uri()).contains(&"image:big".to_string()),
+        "an unfinished image is not exported"
+    );
+    image_ok(&cluster, &["rm", "big"]);
+    assert!(!image_ok(&cluster, &["ls"]).contains("big"));
+    let after = used(&cluster);
+    assert!(
+        after < before + (8 << 20),
+        "image rm gave the space back: {before} before, {after} after"
+    );
+}
