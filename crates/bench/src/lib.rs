@@ -14,6 +14,7 @@ pub mod compare;
 pub mod cpu;
 pub mod environment;
 pub mod fio;
+pub mod guest;
 pub mod interrupt;
 pub mod procstat;
 pub mod progress;

@@ -298,7 +298,10 @@ fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
             return;
         };
         assert_ok(
-            &run(Command::new(&mkfs).args(["-q", "-F"]).arg(&a.dev), CLIENT_TIMEOUT),
+            &run(
+                Command::new(&mkfs).args(["-q", "-F"]).arg(&a.dev),
+                CLIENT_TIMEOUT,
+            ),
             "mkfs.ext4",
         );
         let mut m = MountGuard::mount(&a.dev, &clone_mnt);

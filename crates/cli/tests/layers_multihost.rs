@@ -7,55 +7,14 @@
 mod common;
 mod multihost;
 
-use common::{assert_same_bytes, require_tool, run, wait_timeout};
+use common::{assert_same_bytes, boot_guest, guest_image, require_tool, run, wait_timeout};
 use multihost::{Fio, Layout, MultiHost};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Longest a guest may run (TCG boot, a short fio, a failover pause).
 const VM_TIMEOUT: Duration = Duration::from_secs(300);
-
-fn guest_image() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = root.join("target/guest");
-    let built = run(
-        Command::new(root.join("scripts/build-guest-image.sh")).arg(&out),
-        Duration::from_secs(600),
-    );
-    common::assert_ok(&built, "scripts/build-guest-image.sh");
-    out
-}
-
-fn boot(guest: &Path, uri: &str, name: &str, console: &Path) -> std::process::Child {
-    Command::new(require_tool("qemu-system-x86_64", "qemu-system-x86"))
-        .args([
-            "-accel",
-            "tcg",
-            "-m",
-            "512",
-            "-smp",
-            "1",
-            "-nographic",
-            "-no-reboot",
-        ])
-        .args(["-nic", "none"])
-        .arg("-kernel")
-        .arg(guest.join("vmlinux"))
-        .arg("-initrd")
-        .arg(guest.join("initrd.cpio"))
-        .arg("-append")
-        .arg(format!(
-            "console=ttyS0 quiet panic=-1 basalt.name={name} basalt.fio=2"
-        ))
-        .arg("-drive")
-        .arg(format!("file={uri},format=raw,if=virtio,cache=none"))
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(console).expect("console file"))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start qemu")
-}
 
 fn copy_out(uri: &str, dest: &Path) -> Vec<u8> {
     let out = run(
@@ -92,7 +51,11 @@ fn vms_boot_from_clones_through_an_osd_kill_and_snapshots_fence_other_gateways()
     let mut vms = Vec::new();
     for vm in ["vm1", "vm2"] {
         let console = dir.path().join(format!("{vm}.console"));
-        vms.push((vm, boot(&guest, &mh.uri(vm), vm, &console), console));
+        vms.push((
+            vm,
+            boot_guest(&guest, &mh.uri(vm), vm, 2, &console),
+            console,
+        ));
     }
     std::thread::sleep(Duration::from_millis(1500));
     mh.osd(victim).proc.kill9().expect("kill -9 the primary");

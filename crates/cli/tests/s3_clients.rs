@@ -4,7 +4,7 @@
 mod common;
 mod s3;
 
-use common::{assert_ok, assert_same_bytes, parse_json, pseudo_random, run, text, Cluster};
+use common::{assert_ok, assert_same_bytes, pseudo_random, run, text, Cluster};
 use s3::{
     assert_same_tree, aws_ls, count_lines, count_lines_containing, credentials, endpoint, json,
     md5_hex, tail, tree_spec, write_files, Client, MIB,
@@ -48,22 +48,6 @@ fn python_suite(cluster: &Cluster, name: &str, passed: &str) {
     assert!(text.contains(&format!("{passed} passed")), "{text}");
 }
 
-/// Bytes used on all OSDs (every replica counted).
-fn used_bytes(cluster: &Cluster) -> u64 {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
-    cmd.args(["status", "--json", "--interval", "0", "--control"])
-        .arg(cluster.control.to_string());
-    let out = run(&mut cmd, Duration::from_secs(30));
-    assert_ok(&out, "basalt status --json");
-    let status = parse_json(&out.stdout, "basalt status --json");
-    status["osds"]
-        .as_array()
-        .expect("osds")
-        .iter()
-        .map(|o| o["stats"]["used_bytes"].as_u64().expect("used_bytes"))
-        .sum()
-}
-
 /// A gateway killed (-9) in the middle of a 48 MiB PUT: after the restart the object is not
 /// visible, and the sweeper reclaims the chunks that reached the OSDs (with
 /// `--s3-reclaim-after 2`, within seconds).
@@ -72,7 +56,7 @@ fn upload_interrupted_by_a_crash_is_invisible_and_reclaimed() {
     let mut cluster = Cluster::start_with(&["--s3-reclaim-after", "2"]);
     let (access, secret) = credentials(cluster.data_dir());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/interrupted_upload.py");
-    let baseline = used_bytes(&cluster);
+    let baseline = cluster.used_bytes();
     let mut upload = Command::new("python3")
         .arg(&script)
         .args(["start", &endpoint(&cluster)])
@@ -91,7 +75,7 @@ fn upload_interrupted_by_a_crash_is_invisible_and_reclaimed() {
     );
     // Let the gateway write what it received, then kill it mid-upload.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while used_bytes(&cluster) < baseline + (30 << 20) && std::time::Instant::now() < deadline {
+    while cluster.used_bytes() < baseline + (30 << 20) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
     // The chunks of a long upload are made durable at its end (one FLUSH of every OSD); flush
@@ -101,7 +85,7 @@ fn upload_interrupted_by_a_crash_is_invisible_and_reclaimed() {
     let _ = upload.kill();
     let _ = upload.wait();
     cluster.restart();
-    let after_crash = used_bytes(&cluster);
+    let after_crash = cluster.used_bytes();
     assert!(
         after_crash >= baseline + (20 << 20),
         "the half upload's chunks survived the crash (so there is something to reclaim): \
@@ -121,7 +105,7 @@ fn upload_interrupted_by_a_crash_is_invisible_and_reclaimed() {
     let mut now = after_crash;
     while now > baseline + (2 << 20) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
-        now = used_bytes(&cluster);
+        now = cluster.used_bytes();
     }
     assert!(
         now <= baseline + (2 << 20),

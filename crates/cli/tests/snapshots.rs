@@ -26,22 +26,6 @@ fn assert_error(out: &Output, message: &str, what: &str) {
     );
 }
 
-/// Bytes used on all OSDs (every replica counted).
-fn used_bytes(cluster: &Cluster) -> u64 {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
-    cmd.args(["status", "--json", "--interval", "0", "--control"])
-        .arg(cluster.control.to_string());
-    let out = run(&mut cmd, Duration::from_secs(30));
-    assert_ok(&out, "basalt status --json");
-    let status = parse_json(&out.stdout, "basalt status --json");
-    status["osds"]
-        .as_array()
-        .expect("osds")
-        .iter()
-        .map(|o| o["stats"]["used_bytes"].as_u64().expect("used_bytes"))
-        .sum()
-}
-
 /// Number of writes of the prefix test: 4 KiB each, written one at a time.
 const PREFIX_WRITES: u64 = 12_000;
 
@@ -152,49 +136,13 @@ fn snapshot_under_a_writer_holds_a_prefix_of_acknowledged_writes() {
 /// verifies afterwards; each snapshot is readable and stays as it was.
 #[test]
 fn fio_verifies_across_snapshots_taken_while_it_writes() {
-    let fio = require_tool("fio", "fio");
     let cluster = Cluster::start();
-    let json_path = cluster.scratch().join("fio.json");
-    let mut child = Command::new(&fio)
-        .args([
-            "--name=verify",
-            "--ioengine=nbd",
-            &format!("--uri={}", cluster.uri("vol0")),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=48m",
-            "--iodepth=16",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            "--output-format=json",
-        ])
-        .arg(format!("--output={}", json_path.display()))
-        .current_dir(cluster.scratch())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fio");
+    let fio = spawn_fio_verify(&cluster, &cluster.uri("vol0"), 48, "verify");
     for i in 0..3 {
         std::thread::sleep(Duration::from_millis(700));
         cluster.volume_ok(&["snapshot", &format!("vol0@during{i}")]);
     }
-    let status = wait_timeout(&mut child, Duration::from_secs(600)).expect("fio finished");
-    let json = std::fs::read(&json_path).unwrap_or_default();
-    assert!(
-        status.success(),
-        "fio failed: {status}\n{}",
-        String::from_utf8_lossy(&json)
-    );
-    let v = parse_json(&json, "fio json");
-    let job = &v["jobs"][0];
-    assert_eq!(job["error"].as_i64(), Some(0), "fio job error: {job}");
-    assert_eq!(
-        job["read"]["io_bytes"].as_u64(),
-        Some(48 * MIB),
-        "all verified"
-    );
+    finish_fio(&cluster, fio, "verify", 48);
     let ls = cluster.volume_ok(&["snapshot", "ls", "vol0", "--json"]);
     let snaps: serde_json::Value = serde_json::from_str(&ls).expect("snapshot ls --json");
     assert_eq!(snaps.as_array().map(|a| a.len()), Some(3), "{ls}");
@@ -284,7 +232,7 @@ fn clones_read_their_snapshot_and_keep_their_own_data() {
 fn bad_requests_and_removals() {
     let cluster = Cluster::start();
     qemu_io_ok(&cluster.uri("vol0"), &["write -P 0x33 0 8M"]);
-    let empty = used_bytes(&cluster);
+    let empty = cluster.used_bytes();
     cluster.volume_ok(&["snapshot", "vol0@s1"]);
     let v = |args: &[&str]| cluster.volume(args);
     assert_error(&v(&["snapshot", "vol0"]), "VOLUME@SNAPSHOT", "no @");
@@ -338,7 +286,7 @@ fn bad_requests_and_removals() {
     cluster.volume_ok(&["rm", "c2"]);
     cluster.volume_ok(&["rm", "c1"]);
     cluster.volume_ok(&["rm", "vol0"]);
-    let after = used_bytes(&cluster);
+    let after = cluster.used_bytes();
     assert!(
         after < empty / 4,
         "removing the volume, its snapshot and clones freed their space: \

@@ -10,10 +10,10 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::volume::Volume;
 use crate::volumes::{
-    check_name, check_size, meta_retry, next_family, next_family_layer, unix_now, ParentRef,
-    VolumeInfo, VOLUME_FORMAT_VERSION,
+    check_name, check_size, meta_retry, next_family, unix_now, ParentRef, VolumeInfo,
+    VOLUME_FORMAT_VERSION,
 };
-use basalt_meta::schema::{frozen_key, layer_key, FrozenRecord, LayerRecord};
+use basalt_meta::schema::{frozen_key, FrozenRecord};
 use basalt_meta::Revision;
 use basalt_proto::{inode_family, make_inode, InodeId, ObjectId, Opcode, PoolId};
 use serde::{Deserialize, Serialize};
@@ -218,62 +218,28 @@ impl Cluster {
                 ),
             });
         }
-        if self.meta().get(&crate::volumes::key(new)).await?.is_some() {
-            return Err(ClientError::VolumeExists { name: new.into() });
-        }
-        let head = next_family_layer(self.meta().as_ref(), img.inode).await?;
-        let layer = LayerRecord {
-            inode: head,
-            parent: Some(img.inode),
-            owner: new.to_string(),
-            created: unix_now(),
-        };
-        let value = serde_json::to_vec(&layer).expect("layer record serialises");
-        self.meta()
-            .compare_and_swap(&layer_key(head), 0, value)
-            .await?;
-        let info = VolumeInfo {
-            format_version: VOLUME_FORMAT_VERSION,
-            name: new.to_string(),
-            id: head,
-            family: inode_family(head),
-            size: img.size,
-            pool: img.pool,
-            object_size: img.object_size,
-            created: layer.created,
-            parent: Some(ParentRef {
+        let of = crate::snapshots::CloneOf {
+            parent: ParentRef {
                 volume: String::new(),
                 snapshot: String::new(),
                 inode: img.inode,
                 image: Some(image.to_string()),
-            }),
-            snapshots: Vec::new(),
-            origin: head,
+            },
+            size: img.size,
+            pool: img.pool,
+            object_size: img.object_size,
         };
-        let value = serde_json::to_vec(&info).expect("volume record serialises");
-        if self
-            .meta()
-            .compare_and_swap(&crate::volumes::key(new), 0, value)
-            .await?
-            .is_none()
-        {
-            return Err(ClientError::VolumeExists { name: new.into() });
-        }
         // `image rm` may have marked it meanwhile without seeing this clone: undo.
-        let still = self
-            .image_record(image)
-            .await
-            .ok()
-            .map(|(i, _)| !i.removing && i.inode == img.inode);
-        if still != Some(true) {
-            if let Some((_, rev)) = self.meta().get(&crate::volumes::key(new)).await? {
-                self.meta()
-                    .compare_and_delete(&crate::volumes::key(new), rev)
-                    .await?;
-            }
-            return Err(no_such(image));
-        }
-        Ok(info)
+        let still = || async {
+            self.image_record(image)
+                .await
+                .ok()
+                .map(|(i, _)| !i.removing && i.inode == img.inode)
+                == Some(true)
+        };
+        self.create_clone(new, of, still)
+            .await?
+            .ok_or_else(|| no_such(image))
     }
 
     /// Remove image `name` and its data; refused while volumes are clones of it.

@@ -14,6 +14,14 @@ use basalt_meta::Revision;
 use basalt_proto::{Header, InodeId, ObjectId, Opcode};
 use std::sync::Arc;
 
+/// What a clone is made from: its parent layer and the volume settings it inherits.
+pub(crate) struct CloneOf {
+    pub parent: ParentRef,
+    pub size: u64,
+    pub pool: basalt_proto::PoolId,
+    pub object_size: u32,
+}
+
 /// COPYUP requests in flight while flattening or merging.
 const COPY_UP_WINDOW: usize = 64;
 
@@ -74,6 +82,26 @@ impl Cluster {
             .compare_and_swap(&key(&info.name), rev, value)
             .await?
             .ok_or_else(|| changed(&info.name))
+    }
+
+    /// Change volume `name`'s record with `edit` and write it back with CAS, re-reading and
+    /// editing again when it changed meanwhile (bounded). `edit` returns false to leave the
+    /// record as it is. Returns the record as written (or as left).
+    pub(crate) async fn edit_volume(
+        &self,
+        name: &str,
+        mut edit: impl FnMut(&mut VolumeInfo) -> bool,
+    ) -> Result<VolumeInfo, ClientError> {
+        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
+            let (mut info, rev) = self.volume_record(name).await?;
+            if !edit(&mut info) {
+                return Ok(info);
+            }
+            if self.put_volume_record(&info, rev).await.is_ok() {
+                return Ok(info);
+            }
+        }
+        Err(changed(name))
     }
 
     /// Take snapshot `snapshot` of volume `name`: crash-consistent (every write
@@ -189,29 +217,31 @@ impl Cluster {
             .compare_and_swap(&layer_key(frozen.next_head), 0, value)
             .await?;
         // 5. Move the volume's head (unless that happened already).
-        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
-            let (mut info, rev) = match self.volume_record(&frozen.volume).await {
-                Ok(r) => r,
-                // The volume was removed meanwhile: nothing to move.
-                Err(ClientError::NoSuchVolume { .. }) => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            if info.id != frozen.inode {
-                return Ok(());
-            }
-            if frozen.rollback_to.is_none() {
-                info.snapshots.push(SnapshotInfo {
-                    name: frozen.snapshot.clone(),
-                    inode: frozen.inode,
-                    size: frozen.size,
-                    created: frozen.created,
-                    removing: false,
-                });
-            }
-            info.id = frozen.next_head;
-            info.size = frozen.size;
-            match self.put_volume_record(&info, rev).await {
-                Ok(_) => {
+        let moved = self
+            .edit_volume(&frozen.volume, |info| {
+                if info.id != frozen.inode {
+                    return false;
+                }
+                if frozen.rollback_to.is_none() {
+                    info.snapshots.push(SnapshotInfo {
+                        name: frozen.snapshot.clone(),
+                        inode: frozen.inode,
+                        size: frozen.size,
+                        created: frozen.created,
+                        removing: false,
+                    });
+                }
+                info.id = frozen.next_head;
+                info.size = frozen.size;
+                true
+            })
+            .await;
+        match moved {
+            // The volume was removed meanwhile: nothing to move.
+            Err(ClientError::NoSuchVolume { .. }) => Ok(()),
+            Err(e) => Err(e),
+            Ok(info) => {
+                if info.id == frozen.next_head {
                     if frozen.rollback_to.is_some() {
                         let _ = self.delete_layer_record(frozen.inode).await;
                     }
@@ -226,12 +256,10 @@ impl Cluster {
                         frozen.snapshot,
                         frozen.next_head
                     );
-                    return Ok(());
                 }
-                Err(_) => continue,
+                Ok(())
             }
         }
-        Err(changed(&frozen.volume))
     }
 
     /// Finish whatever snapshot or rollback froze the head of `name`, so a new one can
@@ -472,15 +500,12 @@ impl Cluster {
         }
         self.purge(snap.inode, 0).await?;
         self.flush().await?;
-        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
-            let (mut info, rev) = self.volume_record(volume).await?;
+        self.edit_volume(volume, |info| {
             info.snapshots.retain(|s| s.inode != snap.inode);
-            if self.put_volume_record(&info, rev).await.is_ok() {
-                let _ = self.delete_layer_record(snap.inode).await;
-                return Ok(());
-            }
-        }
-        Err(changed(volume))
+            true
+        })
+        .await?;
+        self.delete_layer_record(snap.inode).await
     }
 
     /// Make clone `name` independent of its parent snapshot: copy every object it still
@@ -531,14 +556,11 @@ impl Cluster {
         for &(inode, _) in &layers {
             self.set_layer_parent(inode, None).await?;
         }
-        for _ in 0..basalt_meta::counter::COUNTER_CAS_RETRIES {
-            let (mut info, rev) = self.volume_record(name).await?;
+        self.edit_volume(name, |info| {
             info.parent = None;
-            if self.put_volume_record(&info, rev).await.is_ok() {
-                return Ok(info);
-            }
-        }
-        Err(changed(name))
+            true
+        })
+        .await
     }
 
     /// Clone `volume@snapshot` into a new volume `new` (O(1): a new layer whose parent is
@@ -559,13 +581,56 @@ impl Cluster {
                 volume: volume.into(),
                 snapshot: snapshot.into(),
             })?;
+        let parent_ref = ParentRef {
+            volume: volume.to_string(),
+            snapshot: snapshot.to_string(),
+            inode: snap.inode,
+            image: None,
+        };
+        let template = CloneOf {
+            parent: parent_ref,
+            size: snap.size,
+            pool: parent.pool,
+            object_size: parent.object_size,
+        };
+        // If `snapshot rm` marked the snapshot meanwhile, it may not have seen this clone:
+        // undo (see docs/design.md, "Layers": whichever goes second sees the other).
+        let still = || async {
+            self.volume_record(volume).await.ok().and_then(|(p, _)| {
+                p.snapshot(snapshot)
+                    .map(|s| !s.removing && s.inode == snap.inode)
+            }) == Some(true)
+        };
+        match self.create_clone(new, template, still).await? {
+            Some(info) => Ok(info),
+            None => Err(ClientError::NoSuchSnapshot {
+                volume: volume.into(),
+                snapshot: snapshot.into(),
+            }),
+        }
+    }
+
+    /// Make volume `new` as a clone of `of.parent`: a new layer of the parent's family and a
+    /// volume record (CAS-absent). Then, if `still()` says the parent is no longer there
+    /// (its removal may have missed this clone), delete the record again and return None.
+    pub(crate) async fn create_clone<F, Fut>(
+        &self,
+        new: &str,
+        of: CloneOf,
+        still: F,
+    ) -> Result<Option<VolumeInfo>, ClientError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        check_name(new)?;
         if self.meta().get(&key(new)).await?.is_some() {
             return Err(ClientError::VolumeExists { name: new.into() });
         }
-        let head = next_family_layer(self.meta().as_ref(), snap.inode).await?;
+        let head = next_family_layer(self.meta().as_ref(), of.parent.inode).await?;
         let layer = LayerRecord {
             inode: head,
-            parent: Some(snap.inode),
+            parent: Some(of.parent.inode),
             owner: new.to_string(),
             created: unix_now(),
         };
@@ -577,17 +642,12 @@ impl Cluster {
             format_version: VOLUME_FORMAT_VERSION,
             name: new.to_string(),
             id: head,
-            family: parent.family,
-            size: snap.size,
-            pool: parent.pool,
-            object_size: parent.object_size,
+            family: basalt_proto::inode_family(head),
+            size: of.size,
+            pool: of.pool,
+            object_size: of.object_size,
             created: layer.created,
-            parent: Some(ParentRef {
-                volume: volume.to_string(),
-                snapshot: snapshot.to_string(),
-                inode: snap.inode,
-                image: None,
-            }),
+            parent: Some(of.parent),
             snapshots: Vec::new(),
             origin: head,
         };
@@ -600,22 +660,13 @@ impl Cluster {
         {
             return Err(ClientError::VolumeExists { name: new.into() });
         }
-        // If `snapshot rm` marked the snapshot meanwhile, it may not have seen this clone:
-        // undo (see docs/design.md, "Layers": whichever goes second sees the other).
-        let still = self.volume_record(volume).await.ok().and_then(|(p, _)| {
-            p.snapshot(snapshot)
-                .map(|s| !s.removing && s.inode == snap.inode)
-        });
-        if still != Some(true) {
+        if !still().await {
             if let Some((_, rev)) = self.meta().get(&key(new)).await? {
                 self.meta().compare_and_delete(&key(new), rev).await?;
             }
-            return Err(ClientError::NoSuchSnapshot {
-                volume: volume.into(),
-                snapshot: snapshot.into(),
-            });
+            return Ok(None);
         }
-        Ok(info)
+        Ok(Some(info))
     }
 
     /// A read-only handle on `volume@snapshot`.

@@ -4,41 +4,12 @@
 
 mod common;
 
-use basalt_client::{ClientError, Cluster, KvCond, KvEdit, KvList};
-use basalt_meta::EmbeddedMeta;
-use basalt_osd::OsdHandle;
+use basalt_client::{ClientError, KvCond, KvEdit, KvList};
 use basalt_proto::kv::{KvMethod, KvTable, KV_MAX_VALUE};
 use basalt_proto::{make_inode, Flags, Header, ObjectId, Opcode, Status};
 use bytes::Bytes;
-use common::{base_map, start_osds, OBJECT_SIZE};
+use common::{test_cluster, TestCluster, OBJECT_SIZE};
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use tokio::sync::watch;
-
-/// Three OSDs, the map publisher (kept alive) and a client; osd.0 is reached in-process so
-/// both client paths run.
-struct TestCluster {
-    _dir: tempfile::TempDir,
-    osds: Vec<OsdHandle>,
-    _maps: watch::Sender<Arc<basalt_placement::ClusterMap>>,
-    cluster: Arc<Cluster>,
-}
-
-async fn test_cluster() -> TestCluster {
-    let dir = tempfile::tempdir().unwrap();
-    let mut map = base_map();
-    let meta = Arc::new(EmbeddedMeta::in_memory());
-    let (osds, maps) = start_osds(dir.path(), &mut map, &meta).await;
-    let cluster = Cluster::new(meta, maps.subscribe());
-    let local = Arc::new(basalt_osd::LocalOsd(osds[0].osd.clone()));
-    cluster.add_local_osd(0, &osds[0].addr.to_string(), local);
-    TestCluster {
-        _dir: dir,
-        osds,
-        _maps: maps,
-        cluster,
-    }
-}
 
 /// An index object of pool 1.
 fn table_object(index: u64) -> ObjectId {
@@ -94,7 +65,7 @@ async fn raw_call(tc: &TestCluster, obj: ObjectId, method: u32, args: &[u8]) -> 
 /// start_after and pagination over a few thousand keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_get_list_round_trip() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(true).await;
     let c = &tc.cluster;
     let obj = table_object(1);
 
@@ -210,7 +181,7 @@ async fn update_get_list_round_trip() {
 /// nothing is applied), Equals compares values, and a retried put-if-absent succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_and_conflicts() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(true).await;
     let c = &tc.cluster;
     let obj = table_object(2);
     c.kv_update(obj, vec![KvEdit::put("a", "1").when(KvCond::Absent)], false)
@@ -308,7 +279,7 @@ async fn concurrent_updaters_lose_nothing() {
     const KEYS_PER_TASK: u64 = 4;
     /// Bound on one task's compare-and-swap attempts.
     const CAS_ATTEMPTS_MAX: usize = 10_000;
-    let tc = test_cluster().await;
+    let tc = test_cluster(true).await;
     let obj = table_object(3);
     // The counter starts at 0, so every increment is a compare-and-swap (Equals). Absent
     // would not do: two tasks putting the same "1" would both succeed (the retry rule).
@@ -373,7 +344,7 @@ async fn concurrent_updaters_lose_nothing() {
 /// intact; a value over the limit is refused by the client before it is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_table_is_refused() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(true).await;
     let c = &tc.cluster;
     let obj = table_object(4);
     let big = Bytes::from(vec![7u8; 40 << 10]);
@@ -411,7 +382,7 @@ async fn oversized_table_is_refused() {
 /// answer Invalid; a corrupt table answers Io and is not rewritten; the OSD keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(true).await;
     let c = &tc.cluster;
     let obj = table_object(5);
     c.kv_update(obj, vec![KvEdit::put("a", "1")], false)
@@ -487,7 +458,7 @@ async fn bad_input_is_refused() {
 /// ranges past the object are refused, and an object of an unknown pool is an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_objects_round_trip() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(true).await;
     let c = &tc.cluster;
     let obj = ObjectId::new(make_inode(1, 78, 0), 0);
     let data = b((0..10_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());

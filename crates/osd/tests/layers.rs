@@ -5,39 +5,14 @@
 
 mod common;
 
-use basalt_client::{ClientError, Cluster};
+use basalt_client::ClientError;
 use basalt_meta::schema::{frozen_key, FrozenRecord};
-use basalt_meta::EmbeddedMeta;
-use basalt_osd::OsdHandle;
 use basalt_proto::{Flags, Header, ObjectId, Opcode, Status};
 use bytes::Bytes;
-use common::{base_map, start_osds, OBJECT_SIZE};
-use std::sync::Arc;
+use common::{test_cluster, TestCluster, OBJECT_SIZE};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 
 const OS: u64 = OBJECT_SIZE as u64;
-
-struct TestCluster {
-    _dir: tempfile::TempDir,
-    osds: Vec<OsdHandle>,
-    _maps: watch::Sender<Arc<basalt_placement::ClusterMap>>,
-    cluster: Arc<Cluster>,
-}
-
-async fn test_cluster() -> TestCluster {
-    let dir = tempfile::tempdir().unwrap();
-    let mut map = base_map();
-    let meta = Arc::new(EmbeddedMeta::in_memory());
-    let (osds, maps) = start_osds(dir.path(), &mut map, &meta).await;
-    let cluster = Cluster::new(meta, maps.subscribe());
-    TestCluster {
-        _dir: dir,
-        osds,
-        _maps: maps,
-        cluster,
-    }
-}
 
 fn filled(byte: u8, len: u64) -> Bytes {
     Bytes::from(vec![byte; len as usize])
@@ -69,7 +44,7 @@ fn status_of(e: &ClientError) -> Option<Status> {
 /// object no ancestor holds behaves as in a flat volume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clone_copies_up_whole_objects_and_whiteouts_trims() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(false).await;
     let c = &tc.cluster;
     c.create_volume("base", 8 * OS, 1).await.unwrap();
     let base = c.open_volume("base").await.unwrap();
@@ -171,7 +146,7 @@ async fn clone_copies_up_whole_objects_and_whiteouts_trims() {
 /// the flag are served, and a snapshot view refuses writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_layers_refuse_stale_io() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(false).await;
     let c = &tc.cluster;
     let info = c.create_volume("v", 4 * OS, 1).await.unwrap();
     let v = c.open_volume("v").await.unwrap();
@@ -211,7 +186,7 @@ async fn frozen_layers_refuse_stale_io() {
 /// was written before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_taken_snapshot_is_finished_by_the_next_writer() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(false).await;
     let c = &tc.cluster;
     let info = c.create_volume("v", 4 * OS, 1).await.unwrap();
     let v = c.open_volume("v").await.unwrap();
@@ -262,7 +237,7 @@ async fn a_half_taken_snapshot_is_finished_by_the_next_writer() {
 /// and a clone of a clone reads through both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_chains_and_clones_of_clones() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(false).await;
     let c = &tc.cluster;
     c.create_volume("v", 16 * OS, 1).await.unwrap();
     let v = c.open_volume("v").await.unwrap();
@@ -337,7 +312,7 @@ fn objects_of_layer(tc: &TestCluster, inode: u64) -> usize {
 /// independent, after which its parent snapshot can go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_snapshot_rm_and_flatten() {
-    let tc = test_cluster().await;
+    let tc = test_cluster(false).await;
     let c = &tc.cluster;
     c.create_volume("v", 4 * OS, 1).await.unwrap();
     let v = c.open_volume("v").await.unwrap();

@@ -194,28 +194,7 @@ struct VmRun {
 /// Boot the guest from `uri`, bounded; its console goes to `console`.
 fn boot(guest: &Path, uri: &str, name: &str, console: &Path) -> anyhow::Result<VmRun> {
     let started = Instant::now();
-    let mut child = Command::new("qemu-system-x86_64")
-        .args([
-            "-accel",
-            "tcg",
-            "-m",
-            "512",
-            "-smp",
-            "1",
-            "-nographic",
-            "-no-reboot",
-        ])
-        .args(["-nic", "none"])
-        .arg("-kernel")
-        .arg(guest.join("vmlinux"))
-        .arg("-initrd")
-        .arg(guest.join("initrd.cpio"))
-        .arg("-append")
-        .arg(format!(
-            "console=ttyS0 quiet panic=-1 basalt.name={name} basalt.fio={GUEST_FIO_S}"
-        ))
-        .arg("-drive")
-        .arg(format!("file={uri},format=raw,if=virtio,cache=none"))
+    let mut child = crate::guest::qemu_command(guest, uri, name, GUEST_FIO_S)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

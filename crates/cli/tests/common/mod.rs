@@ -355,6 +355,22 @@ impl Cluster {
         run(&mut cmd, CLIENT_TIMEOUT)
     }
 
+    /// Bytes used on all OSDs (every replica counted), from `basalt status --json`.
+    pub fn used_bytes(&self) -> u64 {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.args(["status", "--json", "--interval", "0", "--control"])
+            .arg(self.control.to_string());
+        let out = run(&mut cmd, CLIENT_TIMEOUT);
+        assert_ok(&out, "basalt status --json");
+        let status = parse_json(&out.stdout, "basalt status --json");
+        status["osds"]
+            .as_array()
+            .expect("osds")
+            .iter()
+            .map(|o| o["stats"]["used_bytes"].as_u64().expect("used_bytes"))
+            .sum()
+    }
+
     /// `basalt status` as text (no rates).
     pub fn status_text(&self) -> String {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
@@ -720,4 +736,28 @@ impl Drop for QemuIoSession {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The test guest (kernel, initrd, image) built by scripts/build-guest-image.sh into
+/// target/guest, kept while up to date.
+pub fn guest_image() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = root.join("target/guest");
+    let built = run(
+        Command::new(root.join("scripts/build-guest-image.sh")).arg(&out),
+        Duration::from_secs(600),
+    );
+    assert_ok(&built, "scripts/build-guest-image.sh");
+    out
+}
+
+/// Boot the test guest from `uri` (its console into `console`), running fio `fio_s` s.
+pub fn boot_guest(guest: &Path, uri: &str, name: &str, fio_s: u32, console: &Path) -> Child {
+    require_tool("qemu-system-x86_64", "qemu-system-x86");
+    basalt_bench::guest::qemu_command(guest, uri, name, fio_s)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(console).expect("console file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start qemu")
 }

@@ -82,3 +82,31 @@ pub async fn start_osds(
     tx.send_replace(Arc::new(map.clone()));
     (handles, tx)
 }
+
+/// Three OSDs, the map publisher (kept alive) and a client.
+pub struct TestCluster {
+    pub _dir: tempfile::TempDir,
+    pub osds: Vec<OsdHandle>,
+    pub _maps: watch::Sender<Arc<ClusterMap>>,
+    pub cluster: Arc<basalt_client::Cluster>,
+}
+
+/// Start a [`TestCluster`]; with `local`, osd.0 is reached in-process (the co-located
+/// client path) and the others over TCP, so both paths run.
+pub async fn test_cluster(local: bool) -> TestCluster {
+    let dir = tempfile::tempdir().unwrap();
+    let mut map = base_map();
+    let meta = Arc::new(EmbeddedMeta::in_memory());
+    let (osds, maps) = start_osds(dir.path(), &mut map, &meta).await;
+    let cluster = basalt_client::Cluster::new(meta, maps.subscribe());
+    if local {
+        let handler = Arc::new(basalt_osd::LocalOsd(osds[0].osd.clone()));
+        cluster.add_local_osd(0, &osds[0].addr.to_string(), handler);
+    }
+    TestCluster {
+        _dir: dir,
+        osds,
+        _maps: maps,
+        cluster,
+    }
+}
