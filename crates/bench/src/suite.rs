@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
-             scaling, s3"
+             scaling, s3, plasmavmc"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

@@ -22,10 +22,16 @@ pub enum ImageCommand {
     /// Import a raw or qcow2 file (or raw data from stdin, FILE = -) as image NAME.
     ///
     /// Unallocated and zero ranges are skipped, so a sparse 20 GiB image holding 1 GiB of
-    /// data moves 1 GiB. Volumes are then made from it in O(1):
+    /// data moves 1 GiB. Volumes are then made from it in O(1).
+    ///
+    /// Examples:
+    ///
     ///   basalt image import debian-12.qcow2 debian-12
+    ///
     ///   basalt volume create vm1-disk --from-image debian-12
+    ///
     ///   xzcat disk.raw.xz | basalt image import - disk --size 20G
+    #[command(verbatim_doc_comment)]
     Import {
         /// The file, or - for raw data on stdin (then --size is needed).
         file: String,

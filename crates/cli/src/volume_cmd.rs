@@ -111,6 +111,7 @@ pub enum VolumeCommand {
     /// Change a volume's size. Shrinking discards the data past the new end.
     ///
     /// Connected NBD clients keep the size they negotiated; reconnect to see the new one.
+    /// A volume with snapshots, or a clone, can grow but not shrink.
     Resize {
         name: String,
         /// New size, e.g. 20G.
@@ -120,7 +121,8 @@ pub enum VolumeCommand {
     ///
     /// Refused while another volume is a clone of one of its snapshots.
     Rm { name: String },
-    /// Take a snapshot (`snapshot VOL@SNAP`), or list (`snapshot ls VOL`) a volume's snapshots.
+    /// Take (`snapshot VOL@SNAP`), list (`snapshot ls VOL`) or remove (`snapshot rm VOL@SNAP`)
+    /// snapshots.
     ///
     /// A snapshot is crash-consistent: it holds every write acknowledged before the command
     /// returns and none that starts after. It takes the same time at any volume size
