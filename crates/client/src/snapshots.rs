@@ -146,20 +146,7 @@ impl Cluster {
             created: unix_now(),
             rollback_to: None,
         };
-        // The freeze and the intent in one record: created only if absent, so two commands
-        // racing to snapshot the same head cannot both go on.
-        let value = serde_json::to_vec(&frozen).expect("frozen record serialises");
-        if self
-            .meta()
-            .compare_and_swap(&frozen_key(info.id), 0, value)
-            .await?
-            .is_none()
-        {
-            return Err(ClientError::Invalid {
-                reason: format!("another snapshot of volume \"{name}\" is being taken"),
-            });
-        }
-        self.finish_frozen(&frozen).await?;
+        self.freeze_and_finish(&frozen).await?;
         let (info, _) = self.volume_record(name).await?;
         info.snapshot(snapshot)
             .cloned()
@@ -187,6 +174,26 @@ impl Cluster {
             Some((frozen, _)) => self.finish_frozen(&frozen).await,
             None => Ok(()),
         }
+    }
+
+    /// Step 2 then steps 3–5: write the frozen record (the freeze and the intent) only if
+    /// absent, so two commands racing on the same head cannot both go on, then finish.
+    async fn freeze_and_finish(&self, frozen: &FrozenRecord) -> Result<(), ClientError> {
+        let value = serde_json::to_vec(frozen).expect("frozen record serialises");
+        if self
+            .meta()
+            .compare_and_swap(&frozen_key(frozen.inode), 0, value)
+            .await?
+            .is_none()
+        {
+            return Err(ClientError::Invalid {
+                reason: format!(
+                    "a snapshot or rollback of volume \"{}\" is in progress",
+                    frozen.volume
+                ),
+            });
+        }
+        self.finish_frozen(frozen).await
     }
 
     /// Steps 3–5 of the snapshot (or rollback) protocol; every step is idempotent.
@@ -293,14 +300,7 @@ impl Cluster {
     ) -> Result<VolumeInfo, ClientError> {
         check_snapshot_name(snapshot)?;
         let (info, _) = self.settle_head(name).await?;
-        let snap = info
-            .snapshot(snapshot)
-            .filter(|s| !s.removing)
-            .cloned()
-            .ok_or_else(|| ClientError::NoSuchSnapshot {
-                volume: name.into(),
-                snapshot: snapshot.into(),
-            })?;
+        let snap = info.live_snapshot(snapshot)?;
         let next_head = next_family_layer(self.meta().as_ref(), info.id).await?;
         let frozen = FrozenRecord {
             inode: info.id,
@@ -311,18 +311,7 @@ impl Cluster {
             created: unix_now(),
             rollback_to: Some(snap.inode),
         };
-        let value = serde_json::to_vec(&frozen).expect("frozen record serialises");
-        if self
-            .meta()
-            .compare_and_swap(&frozen_key(info.id), 0, value)
-            .await?
-            .is_none()
-        {
-            return Err(ClientError::Invalid {
-                reason: format!("a snapshot or rollback of volume \"{name}\" is in progress"),
-            });
-        }
-        self.finish_frozen(&frozen).await?;
+        self.freeze_and_finish(&frozen).await?;
         Ok(self.volume_record(name).await?.0)
     }
 
@@ -573,14 +562,7 @@ impl Cluster {
     ) -> Result<VolumeInfo, ClientError> {
         check_name(new)?;
         let (parent, _) = self.volume_record(volume).await?;
-        let snap = parent
-            .snapshot(snapshot)
-            .filter(|s| !s.removing)
-            .cloned()
-            .ok_or_else(|| ClientError::NoSuchSnapshot {
-                volume: volume.into(),
-                snapshot: snapshot.into(),
-            })?;
+        let snap = parent.live_snapshot(snapshot)?;
         let parent_ref = ParentRef {
             volume: volume.to_string(),
             snapshot: snapshot.to_string(),

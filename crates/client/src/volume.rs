@@ -104,14 +104,7 @@ impl Volume {
         info: VolumeInfo,
         name: &str,
     ) -> Result<Self, ClientError> {
-        let snap = info
-            .snapshot(name)
-            .filter(|s| !s.removing)
-            .ok_or_else(|| ClientError::NoSuchSnapshot {
-                volume: info.name.clone(),
-                snapshot: name.to_string(),
-            })?
-            .clone();
+        let snap = info.live_snapshot(name)?;
         let pool = Self::pool_of(&cluster, &info)?;
         let state = cluster.volume_state(snap.inode, true, snap.size);
         Ok(Self {

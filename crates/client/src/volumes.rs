@@ -102,6 +102,18 @@ impl VolumeInfo {
     pub fn snapshot(&self, name: &str) -> Option<&SnapshotInfo> {
         self.snapshots.iter().find(|s| s.name == name)
     }
+
+    /// The snapshot called `name`, unless it is being removed (then it cannot be cloned,
+    /// exported or rolled back to).
+    pub fn live_snapshot(&self, name: &str) -> Result<SnapshotInfo, ClientError> {
+        self.snapshot(name)
+            .filter(|s| !s.removing)
+            .cloned()
+            .ok_or_else(|| ClientError::NoSuchSnapshot {
+                volume: self.name.clone(),
+                snapshot: name.to_string(),
+            })
+    }
 }
 
 /// Parse a size like `10G`, `512M`, `4096`, `1.5T`, `2GiB` (binary units: K = 1024).
