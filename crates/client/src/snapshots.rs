@@ -282,6 +282,10 @@ impl Cluster {
             let Some((frozen, _)) = self.frozen_record(info.id).await? else {
                 return Ok((info, finished));
             };
+            if frozen.next_head == 0 {
+                // Frozen for good (a removal under way): the head will not move.
+                return Ok((info, finished));
+            }
             self.finish_frozen(&frozen).await?;
             info = self.volume_record(name).await?.0;
             finished.push(frozen);

@@ -390,6 +390,27 @@ impl Cluster {
         }
         let layers: Vec<InodeId> = info.snapshots.iter().map(|s| s.inode).collect();
         let head = info.id;
+        // Freeze the head for good before deleting its data: a gateway in another process
+        // that still has the volume open is refused from here on (its handle then finds no
+        // volume) instead of writing into the purged layer. `next_head` 0: nothing to finish.
+        let frozen = basalt_meta::schema::FrozenRecord {
+            inode: head,
+            volume: name.to_string(),
+            snapshot: String::new(),
+            next_head: 0,
+            size: info.size,
+            created: unix_now(),
+            rollback_to: None,
+        };
+        let value = serde_json::to_vec(&frozen).expect("frozen record serialises");
+        self.meta()
+            .put(&basalt_meta::schema::frozen_key(head), value)
+            .await?;
+        self.broadcast(
+            basalt_proto::Opcode::Fence,
+            basalt_proto::ObjectId::new(head, 0),
+        )
+        .await?;
         let volume = Volume::new(self.clone(), info)?;
         volume
             .remove(&layers, || async {

@@ -378,3 +378,30 @@ async fn rollback_snapshot_rm_and_flatten() {
     let e = c.flatten_volume("c", &progress).await.unwrap_err();
     assert!(e.to_string().contains("no parent"), "{e}");
 }
+
+/// Goal: removing a volume freezes its head first, so a handle in another process (here a
+/// second client) that still has it open is refused instead of writing into the purged
+/// layer, and the removal leaves no object behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removal_fences_handles_of_other_clients() {
+    let tc = test_cluster(false).await;
+    let c = &tc.cluster;
+    c.create_volume("v", 4 * OS, 1).await.unwrap();
+    let other = basalt_client::Cluster::new(c.meta().clone(), tc._maps.subscribe());
+    let stale = other.open_volume("v").await.unwrap();
+    stale.write(0, filled(1, 4096), false).await.unwrap();
+    let head = c.volume_info("v").await.unwrap().id;
+    c.remove_volume("v").await.unwrap();
+    let e = stale.write(OS, filled(2, 4096), false).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoSuchVolume { .. }), "{e}");
+    assert_eq!(
+        objects_of_layer(&tc, head),
+        0,
+        "nothing written after the removal"
+    );
+    // The name can be used again, by a new family.
+    c.create_volume("v", 4 * OS, 1).await.unwrap();
+    let v = c.open_volume("v").await.unwrap();
+    v.write(0, filled(3, 4096), false).await.unwrap();
+    assert_eq!(v.read(0, 4096).await.unwrap(), filled(3, 4096));
+}
