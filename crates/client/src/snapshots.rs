@@ -157,11 +157,21 @@ impl Cluster {
         &self,
         inode: InodeId,
     ) -> Result<Option<(FrozenRecord, Revision)>, ClientError> {
-        match self.meta().get(&frozen_key(inode)).await? {
+        self.json_record(&frozen_key(inode), "frozen-layer record")
+            .await
+    }
+
+    /// The JSON record at `key` with its revision, if present (`what` names it in errors).
+    async fn json_record<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<(T, Revision)>, ClientError> {
+        match self.meta().get(key).await? {
             Some((v, rev)) => serde_json::from_slice(&v)
                 .map(|r| Some((r, rev)))
                 .map_err(|e| ClientError::Invalid {
-                    reason: format!("frozen-layer record of {inode:#x} is unreadable: {e}"),
+                    reason: format!("{what} {key} is unreadable: {e}"),
                 }),
             None => Ok(None),
         }
@@ -324,14 +334,7 @@ impl Cluster {
         &self,
         inode: InodeId,
     ) -> Result<Option<(LayerRecord, Revision)>, ClientError> {
-        match self.meta().get(&layer_key(inode)).await? {
-            Some((v, rev)) => serde_json::from_slice(&v)
-                .map(|r| Some((r, rev)))
-                .map_err(|e| ClientError::Invalid {
-                    reason: format!("layer record of {inode:#x} is unreadable: {e}"),
-                }),
-            None => Ok(None),
-        }
+        self.json_record(&layer_key(inode), "layer record").await
     }
 
     pub(crate) async fn delete_layer_record(&self, inode: InodeId) -> Result<(), ClientError> {

@@ -36,8 +36,10 @@ pub fn layer_of(inode: InodeId) -> u16 {
 }
 
 /// What one OSD knows of layers.
-#[derive(Default)]
 pub struct Layers {
+    /// The chain of every layer 0 (no parent), shared so the flat-volume path of every
+    /// request clones a pointer instead of allocating.
+    empty: Chain,
     chains: RwLock<HashMap<InodeId, Chain>>,
     frozen: RwLock<HashSet<InodeId>>,
     /// Client mutations hold it shared from their frozen check to their reply; a FENCE takes
@@ -45,6 +47,18 @@ pub struct Layers {
     gate: tokio::sync::RwLock<()>,
     /// When the newest successful reload of the frozen set started.
     reloaded: Mutex<Option<Instant>>,
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Self {
+            empty: Arc::from([]),
+            chains: Default::default(),
+            frozen: Default::default(),
+            gate: Default::default(),
+            reloaded: Default::default(),
+        }
+    }
 }
 
 impl Layers {
@@ -97,7 +111,7 @@ impl Layers {
     /// The chain of `inode` if known without asking the metadata store.
     pub fn cached_chain(&self, inode: InodeId) -> Option<Chain> {
         if layer_of(inode) == 0 {
-            return Some(Arc::from([]));
+            return Some(self.empty.clone());
         }
         self.chains
             .read()
