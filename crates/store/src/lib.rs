@@ -12,13 +12,16 @@ mod device;
 mod error;
 mod index;
 mod journal;
+mod memdisk;
 mod options;
 mod recovery;
 mod store;
 mod superblock;
 pub mod wal;
 
+pub use device::Disk;
 pub use error::StoreError;
+pub use memdisk::{MemDisk, MemDiskHandle};
 pub use options::{
     StoreOptions, BLOCK_BYTES, DEFAULT_CAPACITY_BYTES, DEFAULT_OBJECT_BYTES, MAX_AUTO_WAL_BYTES,
     MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES, MIN_WAL_BYTES,

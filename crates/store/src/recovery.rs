@@ -9,7 +9,7 @@
 //! write, whose data is only in the slot.)
 
 use crate::checkpoint::{self, CheckpointHeader};
-use crate::device::DataFile;
+use crate::device::{DataFile, Disk};
 use crate::error::{io_err, StoreError};
 use crate::index::{Index, BLOCK};
 use crate::journal::{Leader, WalBuffer};
@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::Arc;
 
 /// LSN of the first record a new store writes.
 const FIRST_LSN: u64 = 1;
@@ -41,19 +42,38 @@ pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreErr
         .create_new(true)
         .open(path)
         .map_err(io_err("create store file"))?;
-    let result = format(file, layout, path);
+    let result = prepare_file(&file, &layout)
+        .and_then(|()| format(DataFile::new(Arc::new(file)), layout))
+        .and_then(|store| sync_parent_dir(path).map(|()| store));
     if result.is_err() {
         let _ = std::fs::remove_file(path);
     }
     result
 }
 
-fn format(file: File, layout: Layout, path: &Path) -> Result<Store, StoreError> {
-    lock_file(&file)?;
+/// Create a new store on `disk`, which must be at least `opts.capacity_bytes` long.
+pub(crate) fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Store, StoreError> {
+    let layout = Layout::compute(opts, new_store_id())?;
+    let len = disk.size_bytes().map_err(io_err("size of the disk"))?;
+    if len < layout.capacity_bytes {
+        return Err(StoreError::bad_options(format!(
+            "the disk holds {len} bytes, the store needs {}",
+            layout.capacity_bytes
+        )));
+    }
+    format(DataFile::new(disk), layout)
+}
+
+/// Lock a new file, size it and allocate its metadata regions.
+fn prepare_file(file: &File, layout: &Layout) -> Result<(), StoreError> {
+    lock_file(file)?;
     file.set_len(layout.capacity_bytes)
         .map_err(io_err("size store file"))?;
-    preallocate(&file, layout.slots_offset)?;
-    let file = DataFile::new(file);
+    preallocate(file, layout.slots_offset)
+}
+
+/// Write an empty store's first checkpoint and superblock, durably.
+fn format(file: DataFile, layout: Layout) -> Result<Store, StoreError> {
     let mut index = Index::new(layout.slot_count, layout.blocks_per_slot());
     index.rebuild_free_list();
     let header = CheckpointHeader {
@@ -78,10 +98,7 @@ fn format(file: File, layout: Layout, path: &Path) -> Result<Store, StoreError> 
     // The checkpoint is durable before the superblock that makes the file a store.
     file.sync("fdatasync first checkpoint")?;
     file.write_at(&layout.encode(), 0, "write superblock")?;
-    file.file()
-        .sync_all()
-        .map_err(io_err("fsync new store file"))?;
-    sync_parent_dir(path)?;
+    file.sync_all("fsync new store file")?;
     let wal = WalBuffer::new(layout.store_id, layout.wal_bytes, 0, 0, FIRST_LSN);
     let leader = Leader::new(0, FIRST_LSN - 1);
     Ok(Store::assemble(layout, file, index, wal, leader))
@@ -95,11 +112,16 @@ pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
         .open(path)
         .map_err(io_err("open store file"))?;
     lock_file(&file)?;
-    let len = file.metadata().map_err(io_err("stat store file"))?.len();
+    open_on(Arc::new(file))
+}
+
+/// Open the store on `disk` and recover it.
+pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
+    let file = DataFile::new(disk);
+    let len = file.size_bytes("stat store file")?;
     if len < SUPERBLOCK_BYTES {
         return Err(StoreError::corrupt("file is shorter than a superblock"));
     }
-    let file = DataFile::new(file);
     // Whatever a killed predecessor left in the page cache becomes durable before we rely on
     // it, so a power cut after this open cannot take back what recovery built on.
     file.sync("fdatasync at open")?;

@@ -4,7 +4,7 @@
 //! object) → the leader role (`leader`) → `gate` → `index` → `wal`. The index lock is held only
 //! to look up or change metadata and append to the WAL buffer, never during slot I/O.
 
-use crate::device::DataFile;
+use crate::device::{DataFile, Disk};
 use crate::error::StoreError;
 use crate::index::{Block, Index, BLOCK};
 use crate::journal::{Leader, WalBuffer, WalFull};
@@ -16,6 +16,7 @@ use basalt_proto::{ObjectId, Version};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Writer stripes: writers of objects hashing to one stripe run one at a time.
@@ -76,6 +77,16 @@ impl Store {
     /// Open an existing store, recovering from a crash if there was one.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         recovery::open(path)
+    }
+
+    /// Create a new store on `disk` (the simulator's [`crate::MemDisk`], or any [`Disk`]).
+    pub fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Store, StoreError> {
+        recovery::create_on(disk, opts)
+    }
+
+    /// Open the store on `disk`, recovering from a crash if there was one.
+    pub fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
+        recovery::open_on(disk)
     }
 
     /// Open the store at `path`, or create it with `opts` when there is no file.
