@@ -2,14 +2,10 @@
 
 use crate::daemons::MetaArgs;
 use anyhow::{bail, Context};
-use basalt_client::{parse_size, Cluster};
-use basalt_meta::schema::{osd_key, pool_key, OsdRecord, PoolRecord, POOLS_PREFIX};
-use basalt_meta::MetaStore;
+use basalt_client::{create_pool, parse_size, Cluster};
+use basalt_meta::schema::{osd_key, OsdRecord, PoolRecord, POOLS_PREFIX};
 use clap::Subcommand;
 use std::sync::Arc;
-
-/// Metadata key of the pool id counter.
-const NEXT_POOL_ID_KEY: &str = "/basalt/next_pool_id";
 
 #[derive(Subcommand, Debug)]
 pub enum PoolCommand {
@@ -38,71 +34,6 @@ pub enum PoolCommand {
     Ls,
 }
 
-/// Check a new pool's settings; the message says what to change.
-fn check_pool(
-    size: u32,
-    min_size: u32,
-    pgs: u32,
-    fd: &str,
-    object_size: u64,
-) -> anyhow::Result<()> {
-    if size == 0 || size > 16 {
-        bail!("--size must be between 1 and 16, got {size}");
-    }
-    if min_size == 0 || min_size > size {
-        bail!("--min-size must be between 1 and --size ({size}), got {min_size}");
-    }
-    if pgs == 0 || pgs > 65536 {
-        bail!("--pgs must be between 1 and 65536, got {pgs}");
-    }
-    if fd != "host" && fd != "osd" {
-        bail!("--failure-domain must be \"host\" or \"osd\", got \"{fd}\"");
-    }
-    if !object_size.is_power_of_two() || !(4096..=4 << 20).contains(&object_size) {
-        bail!("--object-size must be a power of two between 4K and 4M, got {object_size}");
-    }
-    Ok(())
-}
-
-/// Allocate a pool id (CAS on a counter).
-async fn next_pool_id(meta: &dyn MetaStore) -> anyhow::Result<u32> {
-    let Some(id) = basalt_meta::next_counter(meta, NEXT_POOL_ID_KEY, 1).await? else {
-        bail!("could not allocate a pool id: too much contention");
-    };
-    if id > u16::MAX as u64 {
-        bail!("no pool ids left");
-    }
-    Ok(id as u32)
-}
-
-/// Create a pool record; the monitor puts it in the map.
-pub async fn create_pool(
-    meta: &dyn MetaStore,
-    mut record: PoolRecord,
-) -> anyhow::Result<PoolRecord> {
-    check_pool(
-        record.size,
-        record.min_size,
-        record.pg_count,
-        &record.failure_domain,
-        record.object_size as u64,
-    )?;
-    crate::check_pool_name(&record.name)?;
-    if meta.get(&pool_key(&record.name)).await?.is_some() {
-        bail!("pool \"{}\" exists", record.name);
-    }
-    record.id = next_pool_id(meta).await?;
-    let value = serde_json::to_vec(&record)?;
-    if meta
-        .compare_and_swap(&pool_key(&record.name), 0, value)
-        .await?
-        .is_none()
-    {
-        bail!("pool \"{}\" exists", record.name);
-    }
-    Ok(record)
-}
-
 pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Result<()> {
     let meta = meta_args.connect().await?;
     match command {
@@ -121,7 +52,8 @@ pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Res
                 min_size,
                 pg_count: pgs,
                 failure_domain,
-                object_size: parse_size(&object_size)? as u32,
+                // Too large for u32: the check below rejects it by name.
+                object_size: u32::try_from(parse_size(&object_size)?).unwrap_or(u32::MAX),
             };
             let r = create_pool(meta.as_ref(), record).await?;
             println!(

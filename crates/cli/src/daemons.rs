@@ -211,13 +211,14 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         .context("read the cluster map")?;
     let config = OsdConfig {
         id,
-        store_path: dir.join("store.dat"),
+        store: basalt_osd::StoreLocation::File(dir.join("store.dat")),
         store_options: StoreOptions {
             capacity_bytes: parse_size(&args.capacity)?,
             object_size_bytes: parse_size(&args.object_size)? as u32,
             ..StoreOptions::default()
         },
         listen,
+        network: basalt_osd::Network::Tcp,
         create_if_missing: is_new,
         incarnation: None,
         recovery: RecoveryConfig {

@@ -277,22 +277,6 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Check a pool name: 1–64 characters of [A-Za-z0-9._-], not starting with '.' or '-'.
-pub fn check_pool_name(name: &str) -> anyhow::Result<()> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if name.is_empty()
-        || name.len() > 64
-        || !name.chars().all(ok_char)
-        || name.starts_with(['.', '-'])
-    {
-        anyhow::bail!(
-            "pool name \"{name}\" must be 1 to 64 letters, digits, '.', '_' or '-', not starting \
-             with '.' or '-'"
-        );
-    }
-    Ok(())
-}
-
 /// Where `basalt up` keeps its state by default.
 pub fn default_data_dir() -> PathBuf {
     PathBuf::from("./basalt-data")

@@ -117,8 +117,8 @@ async fn wait_ready(cluster: &Cluster, osds: &[OsdHandle]) -> anyhow::Result<()>
                 .is_some_and(|o| o.up && o.incarnation == h.osd.incarnation)
         });
         if registered {
-            let records = crate::status::pg_records(cluster).await?;
-            let pgs = crate::status::pg_states(&map, &records);
+            let records = basalt_client::status::pg_records(cluster).await?;
+            let pgs = basalt_client::status::pg_states(&map, &records);
             if !pgs.is_empty() && pgs.iter().all(|p| p.state.starts_with("active")) {
                 return Ok(());
             }
@@ -148,7 +148,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     args.data_dir.display()
                 );
             }
-            crate::admin::create_pool(meta.as_ref(), first_start_pool(&args)?).await?
+            basalt_client::create_pool(meta.as_ref(), first_start_pool(&args)?).await?
         }
     };
     let known: Vec<u32> = meta
@@ -175,13 +175,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(path.parent().expect("store path has a parent"))?;
         let config = OsdConfig {
             id,
-            store_path: path,
+            store: basalt_osd::StoreLocation::File(path),
             store_options: StoreOptions {
                 capacity_bytes: capacity,
                 object_size_bytes: pool.object_size,
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().expect("valid address"),
+            network: basalt_osd::Network::Tcp,
             create_if_missing: first_start,
             incarnation: None,
             recovery: RecoveryConfig::default(),

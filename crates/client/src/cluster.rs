@@ -10,8 +10,9 @@ use basalt_proto::{Header, InodeId, ObjectId, Opcode, OsdId, PgId, Status};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// What an OSD reports about its store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -83,11 +84,20 @@ pub struct Cluster {
 impl Cluster {
     /// A client that routes with the maps published on `map`.
     pub fn new(meta: Arc<dyn MetaStore>, map: watch::Receiver<Arc<ClusterMap>>) -> Arc<Self> {
+        Self::with_conns(meta, map, ConnPool::new())
+    }
+
+    /// A client whose connections to OSDs come from `conns` (the simulator's links).
+    pub fn with_conns(
+        meta: Arc<dyn MetaStore>,
+        map: watch::Receiver<Arc<ClusterMap>>,
+        conns: ConnPool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             counters: ClientCounters::default(),
             meta,
             map,
-            conns: ConnPool::new(),
+            conns,
             volumes: Mutex::new(HashMap::new()),
         })
     }
@@ -228,6 +238,7 @@ impl Cluster {
         let moved =
             maps.wait_for(|m| m.acting(pg).ok().and_then(|a| a.first().copied()) != Some(primary));
         tokio::select! {
+            biased;
             reply = timed(conn, pending) => reply,
             _ = moved => Err(ClientError::Status { status: Status::NotPrimary }),
         }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -40,10 +41,13 @@ impl Shared {
     /// Fail every waiting request and refuse new ones.
     fn kill(&self, reason: &str) {
         self.dead.store(true, Ordering::SeqCst);
-        let waiters: Vec<Waiter> = {
+        let mut waiters: Vec<(u64, Waiter)> = {
             let mut p = self.pending.lock().expect("pending lock");
-            p.drain().map(|(_, w)| w).collect()
+            p.drain().collect()
         };
+        // Oldest request first, whatever the map's order: runs replay the same way.
+        waiters.sort_unstable_by_key(|(id, _)| *id);
+        let waiters = waiters.into_iter().map(|(_, w)| w);
         for w in waiters {
             let _ = w.send(Err(ClientError::Closed {
                 addr: self.addr.clone(),
@@ -93,6 +97,28 @@ enum Transport {
     },
 }
 
+/// How connections to OSDs are opened: TCP in production ([`TcpDialer`]), in-process links
+/// with injected faults in the simulator.
+pub trait Dialer: Send + Sync + 'static {
+    /// Open a connection to the OSD listening at `addr`.
+    fn dial<'a>(
+        &'a self,
+        addr: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Connection, ClientError>> + Send + 'a>>;
+}
+
+/// Dials OSDs over TCP.
+pub struct TcpDialer;
+
+impl Dialer for TcpDialer {
+    fn dial<'a>(
+        &'a self,
+        addr: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Connection, ClientError>> + Send + 'a>> {
+        Box::pin(Connection::connect(addr))
+    }
+}
+
 /// A connection to one OSD. Cheap to share (`Arc`); safe to use from many tasks.
 pub struct Connection {
     transport: Transport,
@@ -100,7 +126,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connect to `addr` and start the reader and writer tasks.
+    /// Connect to `addr` over TCP and start the reader and writer tasks.
     pub async fn connect(addr: &str) -> Result<Connection, ClientError> {
         let connect = TcpStream::connect(addr);
         let stream = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
@@ -115,6 +141,25 @@ impl Connection {
             })?;
         stream.set_nodelay(true).ok();
         let (rd, wr) = stream.into_split();
+        Ok(Connection::over(rd, wr, addr))
+    }
+
+    /// A connection over an already open byte stream to the OSD at `addr` (the simulator's
+    /// in-process links; TCP goes through [`Connection::connect`]).
+    pub fn over_stream<S>(stream: S, addr: &str) -> Connection
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (rd, wr) = tokio::io::split(stream);
+        Connection::over(rd, wr, addr)
+    }
+
+    /// Start the reader and writer tasks of a connection on its two halves.
+    fn over<R, W>(rd: R, wr: W, addr: &str) -> Connection
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, rd);
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -148,10 +193,10 @@ impl Connection {
             };
             reader_shared.kill(&reason);
         });
-        Ok(Connection {
+        Connection {
             transport: Transport::Tcp { shared, tx },
             next_id: AtomicU64::new(1),
-        })
+        }
     }
 
     /// A connection to an OSD in this process; `addr` is its data-plane address (for

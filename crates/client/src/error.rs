@@ -24,6 +24,8 @@ pub enum ClientError {
     NoSuchVolume { name: String },
     #[error("volume \"{name}\" exists")]
     VolumeExists { name: String },
+    #[error("pool \"{name}\" exists")]
+    PoolExists { name: String },
     #[error("volume \"{volume}\" has no snapshot \"{snapshot}\"")]
     NoSuchSnapshot { volume: String, snapshot: String },
     #[error("{what} is read-only")]

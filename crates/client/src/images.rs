@@ -19,8 +19,7 @@ use basalt_proto::{inode_family, make_inode, InodeId, ObjectId, Opcode, PoolId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// Metadata key prefix of image records.
-pub const IMAGES_PREFIX: &str = "/basalt/images/";
+pub use basalt_meta::schema::IMAGES_PREFIX;
 /// Version of the image record format.
 pub const IMAGE_FORMAT_VERSION: u32 = 1;
 

@@ -1,22 +1,38 @@
 //! A cache of live connections, one per OSD.
 
-use crate::conn::Connection;
+use crate::conn::{Connection, Dialer, TcpDialer};
 use crate::error::ClientError;
 use basalt_proto::OsdId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Connections to OSDs, opened on first use and replaced when they die.
-#[derive(Default)]
 pub struct ConnPool {
     conns: Mutex<HashMap<OsdId, Arc<Connection>>>,
     /// Serialises connection set-up so a burst of requests opens one socket per OSD.
     connecting: tokio::sync::Mutex<()>,
+    dialer: Arc<dyn Dialer>,
+}
+
+impl Default for ConnPool {
+    fn default() -> Self {
+        Self::with_dialer(Arc::new(TcpDialer))
+    }
 }
 
 impl ConnPool {
+    /// A pool that connects over TCP.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A pool that opens its connections with `dialer`.
+    pub fn with_dialer(dialer: Arc<dyn Dialer>) -> Self {
+        Self {
+            conns: Mutex::new(HashMap::new()),
+            connecting: tokio::sync::Mutex::new(()),
+            dialer,
+        }
     }
 
     /// The live connection to `osd` at `addr`, opening one if needed.
@@ -28,7 +44,7 @@ impl ConnPool {
         if let Some(c) = self.cached(osd, addr) {
             return Ok(c);
         }
-        let conn = Arc::new(Connection::connect(addr).await?);
+        let conn = Arc::new(self.dialer.dial(addr).await?);
         self.conns
             .lock()
             .expect("conns lock")

@@ -10,7 +10,8 @@ use basalt_proto::{Flags, Header, InodeId, ObjectId, Opcode, PgId, Status};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Granularity of allocation reporting.
 pub const BLOCK_BYTES: u64 = 4096;

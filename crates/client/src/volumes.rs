@@ -8,10 +8,7 @@ use basalt_proto::{inode_family, make_inode, InodeId, PoolId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// Metadata key prefix of volume records.
-pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
-/// Metadata key of the inode id counter.
-pub const NEXT_INODE_KEY: &str = "/basalt/next_inode";
+pub use basalt_meta::schema::{NEXT_INODE_KEY, VOLUMES_PREFIX};
 /// Volume sizes are whole 4 KiB blocks.
 pub const SIZE_ALIGN_BYTES: u64 = 4096;
 /// Largest volume: 2^50 bytes (1 PiB); NBD offsets are u64 but keep object indexes sane.
@@ -218,12 +215,12 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T, basalt_meta::MetaError>>,
 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(META_RETRY_MS);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(META_RETRY_MS);
     // Bound: META_RETRY_MS of META_RETRY_PAUSE_MS rounds (each call has its own timeout).
     loop {
         match op().await {
             Err(basalt_meta::MetaError::Unavailable { reason })
-                if std::time::Instant::now() < deadline =>
+                if tokio::time::Instant::now() < deadline =>
             {
                 tracing::debug!("metadata unavailable, retrying: {reason}");
                 tokio::time::sleep(std::time::Duration::from_millis(META_RETRY_PAUSE_MS)).await;

@@ -9,9 +9,12 @@
 //! | `/basalt/alive/ID` | [`AliveRecord`], under the OSD's lease | the OSD |
 //! | `/basalt/next_osd_id` | decimal counter | `basalt osd` when allocating an id |
 //! | `/basalt/pools/NAME` | [`PoolRecord`] | `basalt pool create` |
+//! | `/basalt/next_pool_id` | decimal counter of pool ids | `basalt pool create` |
 //! | `/basalt/pgs/POOL.INDEX` | [`PgRecord`] | the PG's primary (CAS) |
 //! | `/basalt/volumes/NAME` | volume record (`basalt_client::VolumeInfo`) | volume tools |
 //! | `/basalt/next_inode` | decimal counter of volume families | volume tools |
+//! | `/basalt/images/NAME` | image record (`basalt_client::ImageInfo`) | `basalt image` |
+//! | `/basalt/s3/...` | buckets, access keys, the data-block counter (`basalt_s3`) | the S3 gateway |
 //! | `/basalt/layers/INODE` | [`LayerRecord`] (INODE in 16 hex digits) | volume tools, when a layer is made |
 //! | `/basalt/frozen/INODE` | [`FrozenRecord`]: the layer is frozen (and the snapshot intent) | `basalt volume snapshot` |
 //! | `/basalt/families/FAMILY/next_layer` | decimal counter of a family's layers (FAMILY = inode >> 16, hex) | volume tools |
@@ -24,6 +27,10 @@ pub const OSDS_PREFIX: &str = "/basalt/osds/";
 pub const ALIVE_PREFIX: &str = "/basalt/alive/";
 pub const NEXT_OSD_ID_KEY: &str = "/basalt/next_osd_id";
 pub const POOLS_PREFIX: &str = "/basalt/pools/";
+pub const NEXT_POOL_ID_KEY: &str = "/basalt/next_pool_id";
+pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
+pub const NEXT_INODE_KEY: &str = "/basalt/next_inode";
+pub const IMAGES_PREFIX: &str = "/basalt/images/";
 pub const PGS_PREFIX: &str = "/basalt/pgs/";
 pub const LAYERS_PREFIX: &str = "/basalt/layers/";
 pub const FROZEN_PREFIX: &str = "/basalt/frozen/";

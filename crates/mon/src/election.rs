@@ -9,8 +9,9 @@ use basalt_meta::{LeaseId, MetaError, MetaStore};
 use basalt_placement::ClusterMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How a monitor candidate behaves.
 #[derive(Clone, Debug)]
@@ -60,6 +61,7 @@ pub async fn run(meta: Arc<dyn MetaStore>, config: MonitorConfig, mut stop: watc
             Err(e) => tracing::debug!("monitor campaign: {e}"),
         }
         tokio::select! {
+            biased;
             _ = stop.changed() => {}
             _ = tokio::time::sleep(tick) => {}
         }
@@ -130,6 +132,7 @@ async fn lead(
             tracing::debug!("monitor update: {e}");
         }
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
             _ = tokio::time::sleep(tick) => {}
         }

@@ -3,31 +3,81 @@
 use crate::handler::serve_connection;
 use crate::pg::PgTable;
 use crate::recovery::RecoveryConfig;
-use basalt_client::ConnPool;
+use basalt_client::{ConnPool, Dialer};
 use basalt_meta::MetaStore;
 use basalt_placement::ClusterMap;
 use basalt_proto::OsdId;
-use basalt_store::{Store, StoreError, StoreOptions};
+use basalt_store::{Disk, Store, StoreError, StoreOptions};
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Where an OSD's store lives.
+#[derive(Clone)]
+pub enum StoreLocation {
+    /// A data file (production).
+    File(PathBuf),
+    /// A disk the caller hands over (the simulator's `MemDisk`).
+    Disk(Arc<dyn Disk>),
+}
+
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::File(path) => write!(f, "{}", path.display()),
+            StoreLocation::Disk(_) => f.write_str("(in-memory disk)"),
+        }
+    }
+}
+
+/// A byte stream a data-plane connection runs on.
+pub trait ConnStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> ConnStream for T {}
+
+/// A connection that arrived, and the address of its other end.
+pub type Accepted = (Box<dyn ConnStream>, String);
+
+/// Where an in-process OSD's connections come from (the simulator's network).
+pub trait Listener: Send + Sync + 'static {
+    /// The next connection and the address of its other end; None once the listener closed.
+    fn accept(&self) -> Pin<Box<dyn Future<Output = Option<Accepted>> + Send + '_>>;
+}
+
+/// How an OSD meets clients and peers.
+#[derive(Clone)]
+pub enum Network {
+    /// Listen on `OsdConfig::listen` and dial peers over TCP.
+    Tcp,
+    /// The simulator: connections arrive from `listener`, peers are dialled with `dialer`,
+    /// `OsdConfig::listen` is only the address the map advertises, and store calls that
+    /// would go to the blocking pool run inline (one thread: a run replays exactly).
+    InProcess {
+        listener: Arc<dyn Listener>,
+        dialer: Arc<dyn Dialer>,
+    },
+}
 
 /// What an OSD needs to start.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct OsdConfig {
     pub id: OsdId,
-    /// The store's data file; created with `store_options` when missing.
-    pub store_path: PathBuf,
+    /// The store; created with `store_options` when missing (see `create_if_missing`).
+    pub store: StoreLocation,
     pub store_options: StoreOptions,
     /// Data-plane listen address (port 0 picks a free port).
     pub listen: SocketAddr,
+    /// TCP, or the simulator's in-process links.
+    pub network: Network,
     /// Create the store when its file is missing. False for an OSD the cluster already
     /// knows: an empty store would serve holes where its data was.
     pub create_if_missing: bool,
@@ -37,6 +87,26 @@ pub struct OsdConfig {
     pub recovery: RecoveryConfig,
     /// How often to look for stray copies (of PGs this OSD left) to remove; None: never.
     pub stray_scan: Option<std::time::Duration>,
+}
+
+/// Run `f` on the blocking pool, or inline when `inline`. A panic in `f` is a bug: it is
+/// propagated.
+async fn run_blocking<T, F>(inline: bool, f: F) -> Result<T, StoreError>
+where
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+    T: Send + 'static,
+{
+    if inline {
+        return f();
+    }
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(StoreError::Io {
+            op: "store call",
+            source: std::io::Error::other("cancelled: the runtime is shutting down"),
+        }),
+    }
 }
 
 /// A random u64 from the standard library's per-process random hasher keys.
@@ -49,8 +119,11 @@ pub fn random_u64() -> u64 {
 /// OSD start-up failures.
 #[derive(Debug, Error)]
 pub enum OsdError {
-    #[error("open store {path}")]
-    Store { path: PathBuf, source: StoreError },
+    #[error("open store {location}")]
+    Store {
+        location: String,
+        source: StoreError,
+    },
     #[error(
         "the store of osd.{id} is missing at {path}; the cluster already holds data on it, \
          so it will not start with an empty one (restore the file, or remove the whole data \
@@ -95,6 +168,10 @@ pub struct Osd {
     /// Stop serving as primary when the lease was not renewed for this long (0: never; an
     /// OSD of the one-process cluster has no lease to lose).
     fence_after_ms: AtomicU64,
+    /// Run store calls inline instead of on the blocking pool (the simulator).
+    inline_store_calls: bool,
+    /// Becomes true (or its sender goes away) when the OSD stops: retry loops end then.
+    stop: watch::Receiver<bool>,
 }
 
 impl Osd {
@@ -106,6 +183,22 @@ impl Osd {
     /// A receiver of every new map.
     pub fn maps(&self) -> watch::Receiver<Arc<ClusterMap>> {
         self.map.clone()
+    }
+
+    /// Run a store call that may block (fsync, a scan): on the blocking pool, or inline in
+    /// the simulator.
+    pub(crate) async fn store_call<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        run_blocking(self.inline_store_calls, f).await
+    }
+
+    /// Is the OSD stopping (shut down, or its handle dropped as a crash)? Peering and recovery
+    /// retry loops end when it is.
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.borrow() || self.stop.has_changed().is_err()
     }
 
     fn now_ms(&self) -> u64 {
@@ -153,39 +246,61 @@ impl Osd {
         map: watch::Receiver<Arc<ClusterMap>>,
         meta: Arc<dyn MetaStore>,
     ) -> Result<OsdHandle, OsdError> {
-        if !config.create_if_missing && !config.store_path.exists() {
-            return Err(OsdError::StoreMissing {
-                id: config.id,
-                path: config.store_path.clone(),
-            });
-        }
-        let path = config.store_path.clone();
+        let inline = matches!(config.network, Network::InProcess { .. });
         let options = config.store_options.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open_or_create(&path, &options))
-            .await
-            .expect("store open task")
-            .map_err(|source| OsdError::Store {
-                path: config.store_path.clone(),
-                source,
-            })?;
-        let listener =
-            TcpListener::bind(config.listen)
+        let location = config.store.clone();
+        let store = match location.clone() {
+            StoreLocation::File(path) => {
+                if !config.create_if_missing && !path.exists() {
+                    return Err(OsdError::StoreMissing {
+                        id: config.id,
+                        path: path.clone(),
+                    });
+                }
+                run_blocking(inline, move || Store::open_or_create(&path, &options)).await
+            }
+            StoreLocation::Disk(disk) => {
+                let create = config.create_if_missing;
+                run_blocking(inline, move || match create {
+                    true => Store::create_on(disk, &options),
+                    false => Store::open_on(disk),
+                })
                 .await
-                .map_err(|source| OsdError::Listen {
+            }
+        }
+        .map_err(|source| OsdError::Store {
+            location: location.to_string(),
+            source,
+        })?;
+        let (incoming, peers, addr) = match &config.network {
+            Network::Tcp => {
+                let listener =
+                    TcpListener::bind(config.listen)
+                        .await
+                        .map_err(|source| OsdError::Listen {
+                            addr: config.listen,
+                            source,
+                        })?;
+                let addr = listener.local_addr().map_err(|source| OsdError::Listen {
                     addr: config.listen,
                     source,
                 })?;
-        let addr = listener.local_addr().map_err(|source| OsdError::Listen {
-            addr: config.listen,
-            source,
-        })?;
+                (Incoming::Tcp(listener), ConnPool::new(), addr)
+            }
+            Network::InProcess { listener, dialer } => (
+                Incoming::InProcess(listener.clone()),
+                ConnPool::with_dialer(dialer.clone()),
+                config.listen,
+            ),
+        };
+        let (stop_tx, stop_rx) = watch::channel(false);
         let osd = Arc::new(Osd {
             id: config.id,
             incarnation: config.incarnation.unwrap_or_else(random_u64),
             store: Arc::new(store),
             map,
             meta,
-            peers: ConnPool::new(),
+            peers,
             pgs: PgTable::default(),
             layers: Default::default(),
             recovery: config.recovery,
@@ -194,6 +309,8 @@ impl Osd {
             last_client_op_ms: AtomicU64::new(0),
             lease_renewed_ms: AtomicU64::new(0),
             fence_after_ms: AtomicU64::new(0),
+            inline_store_calls: inline,
+            stop: stop_rx.clone(),
         });
         // Before serving: a snapshot frozen while this process was not running is refused
         // from the first request on.
@@ -201,7 +318,6 @@ impl Osd {
             .reload_frozen(osd.meta.as_ref(), Instant::now())
             .await
             .map_err(OsdError::Meta)?;
-        let (stop_tx, stop_rx) = watch::channel(false);
         let flusher = tokio::spawn(background_flush(osd.clone(), stop_rx.clone()));
         let intervals = tokio::spawn(crate::peering::follow_intervals(
             osd.clone(),
@@ -214,7 +330,7 @@ impl Osd {
                 stop_rx.clone(),
             ));
         }
-        let task = tokio::spawn(accept_loop(osd.clone(), listener, stop_rx));
+        let task = tokio::spawn(accept_loop(osd.clone(), incoming, stop_rx));
         tracing::info!(osd = config.id, %addr, "osd serving");
         Ok(OsdHandle {
             addr,
@@ -241,6 +357,7 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
     ));
     loop {
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
@@ -248,37 +365,59 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         let store = osd.store.clone();
-        match tokio::task::spawn_blocking(move || store.flush()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                // The store is fail-stop now; requests will report it. Nothing more to do here.
-                tracing::error!(osd = osd.id, "background flush failed: {e}");
-                return;
-            }
-            Err(_) => return,
+        if let Err(e) = osd.store_call(move || store.flush()).await {
+            // The store is fail-stop now; requests will report it. Nothing more to do here.
+            tracing::error!(osd = osd.id, "background flush failed: {e}");
+            return;
         }
     }
 }
 
-async fn accept_loop(osd: Arc<Osd>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+/// Where an OSD's connections come from.
+enum Incoming {
+    Tcp(TcpListener),
+    InProcess(Arc<dyn Listener>),
+}
+
+async fn accept_loop(osd: Arc<Osd>, incoming: Incoming, mut stop: watch::Receiver<bool>) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
+            biased;
             _ = stop.changed() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    stream.set_nodelay(true).ok();
-                    conns.spawn(serve_connection(osd.clone(), stream, peer));
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = accept(&incoming) => match accepted {
+                Ok(Some((rd, wr, peer))) => {
+                    conns.spawn(serve_connection(osd.clone(), rd, wr, peer));
                 }
+                Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(osd = osd.id, "accept failed: {e}");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
     conns.shutdown().await;
+}
+
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The next connection, split into its halves (TCP's own halves need no lock).
+async fn accept(incoming: &Incoming) -> std::io::Result<Option<(ReadHalf, WriteHalf, String)>> {
+    match incoming {
+        Incoming::Tcp(listener) => {
+            let (stream, peer) = listener.accept().await?;
+            stream.set_nodelay(true).ok();
+            let (rd, wr) = stream.into_split();
+            Ok(Some((Box::new(rd), Box::new(wr), peer.to_string())))
+        }
+        Incoming::InProcess(listener) => Ok(listener.accept().await.map(|(stream, peer)| {
+            let (rd, wr) = tokio::io::split(stream);
+            (Box::new(rd) as ReadHalf, Box::new(wr) as WriteHalf, peer)
+        })),
+    }
 }
 
 /// A running OSD.
@@ -302,14 +441,14 @@ impl OsdHandle {
         self.osd.peers.clear();
         let osd = self.osd;
         let store = osd.store.clone();
+        let inline = osd.inline_store_calls;
         drop(osd);
-        tokio::task::spawn_blocking(move || match Arc::try_unwrap(store) {
+        run_blocking(inline, move || match Arc::try_unwrap(store) {
             Ok(store) => store.close(),
             // Someone still holds the store (a request finishing): make it durable instead.
             Err(store) => store.flush(),
         })
         .await
-        .expect("store close task")
         .map_err(OsdError::Close)
     }
 }

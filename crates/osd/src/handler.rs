@@ -8,7 +8,6 @@
 use crate::daemon::Osd;
 use crate::layers::{first_holder, LayerError};
 use crate::metrics::OsdCounters;
-use crate::pg::PgPhase;
 use crate::recovery::{apply_image, push_object, read_image};
 use basalt_client::frame_io::{read_frame, write_frames};
 use basalt_client::{LocalHandler, ReplySink};
@@ -20,9 +19,8 @@ use basalt_proto::{
 };
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Requests one connection may have in progress; the reader stops reading past this.
@@ -34,9 +32,13 @@ static ZEROS: [u8; 4 << 20] = [0; 4 << 20];
 /// Longest wait for a replica's acknowledgement before the write is failed.
 pub(crate) const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Serve requests on `stream` until it closes or sends a malformed frame.
-pub async fn serve_connection(osd: Arc<Osd>, stream: TcpStream, peer: SocketAddr) {
-    let (rd, wr) = stream.into_split();
+/// Serve requests on a connection (its two halves) until it closes or sends a malformed
+/// frame.
+pub async fn serve_connection<R, W>(osd: Arc<Osd>, rd: R, wr: W, peer: String)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut rd = tokio::io::BufReader::with_capacity(basalt_client::conn::READ_BUFFER_BYTES, rd);
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_frames(wr, rx));
@@ -100,10 +102,10 @@ pub(crate) fn dispatch(
             let osd = osd.clone();
             spawn_reply(sink, h, permit, async move {
                 let store = osd.store.clone();
-                match tokio::task::spawn_blocking(move || usage(&store, &payload)).await {
+                match osd.store_call(move || Ok(usage(&store, &payload))).await {
                     Ok(Some(out)) => (Status::Ok, out),
                     Ok(None) => (Status::Invalid, Bytes::new()),
-                    Err(_) => (Status::Io, Bytes::new()),
+                    Err(e) => (status_of(&e), Bytes::new()),
                 }
             });
         }
@@ -307,15 +309,8 @@ pub(crate) fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
         // The client knows a newer map than we do; ours arrives shortly.
         return Err(Status::Unavailable);
     }
-    osd.pgs.with(h.pg, |e| gate_entry(e, h))
-}
-
-fn gate_entry(e: &crate::pg::PgEntry, h: &Header) -> Result<u32, Status> {
-    match e.phase {
-        PgPhase::Active if h.map_epoch >= e.interval => Ok(e.interval),
-        PgPhase::Active | PgPhase::Replica => Err(Status::NotPrimary),
-        PgPhase::Peering | PgPhase::Incomplete => Err(Status::Peering),
-    }
+    osd.pgs
+        .with(h.pg, |e| crate::decide::client_gate(e, h.map_epoch))
 }
 
 fn in_object(osd: &Osd, h: &Header) -> bool {
@@ -430,13 +425,12 @@ fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
 
 pub(crate) async fn flush(osd: &Arc<Osd>) -> Status {
     let store = osd.store.clone();
-    match tokio::task::spawn_blocking(move || store.flush()).await {
-        Ok(Ok(())) => Status::Ok,
-        Ok(Err(e)) => {
+    match osd.store_call(move || store.flush()).await {
+        Ok(()) => Status::Ok,
+        Err(e) => {
             tracing::error!(osd = osd.id, "flush failed: {e}");
             status_of(&e)
         }
-        Err(_) => Status::Io,
     }
 }
 
@@ -446,22 +440,22 @@ async fn purge(osd: &Arc<Osd>, h: Header) -> Status {
     let store = osd.store.clone();
     let (inode, from) = (h.object.inode, h.object.index);
     let version = Version::new(osd.map().epoch as u64, 0);
-    let result = tokio::task::spawn_blocking(move || {
-        for (obj, _) in store.objects() {
-            if obj.inode == inode && obj.index >= from {
-                store.delete(obj, version)?;
+    let result = osd
+        .store_call(move || {
+            for (obj, _) in store.objects() {
+                if obj.inode == inode && obj.index >= from {
+                    store.delete(obj, version)?;
+                }
             }
-        }
-        Ok::<(), StoreError>(())
-    })
-    .await;
+            Ok(())
+        })
+        .await;
     match result {
-        Ok(Ok(())) => Status::Ok,
-        Ok(Err(e)) => {
+        Ok(()) => Status::Ok,
+        Err(e) => {
             tracing::error!(osd = osd.id, inode, "purge failed: {e}");
             status_of(&e)
         }
-        Err(_) => Status::Io,
     }
 }
 
@@ -588,6 +582,17 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
     }
     if current_version(osd, h.object) != h.prev_version {
         return Status::Stale;
+    }
+    if h.version <= h.prev_version {
+        // A primary never sends this (it asserts versions grow): refuse rather than apply.
+        tracing::error!(
+            osd = osd.id,
+            object = %h.object,
+            "refusing a replica write whose version {:?} does not exceed {:?}",
+            h.version,
+            h.prev_version
+        );
+        return Status::Invalid;
     }
     apply(osd, h, payload, h.version)
 }
@@ -784,7 +789,7 @@ pub(crate) async fn replicate<T>(
     let (out, pending, interval) = {
         let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
         let entry = shard.entry(h.pg).or_default();
-        let interval = gate_entry(entry, h)?;
+        let interval = crate::decide::client_gate(entry, h.map_epoch)?;
         // The replicas we connected to must be this interval's.
         if entry.acting.len() != acting.len()
             || entry.acting.iter().zip(&acting).any(|(a, b)| a.0 != *b)
@@ -796,6 +801,18 @@ pub(crate) async fn replicate<T>(
         entry.counter += 1;
         let version = Version::new(interval as u64, entry.counter);
         let prev = current_version(osd, h.object);
+        // Versions only grow: a later interval starts above every version an earlier one
+        // assigned, and within an interval the counter only rises. A copy at or above the
+        // version we are about to assign means two writers of one version: replicas that
+        // compare versions could no longer tell copies apart.
+        assert!(
+            version > prev,
+            "osd.{} pg {} interval {interval}: assigning version {version:?} to {} which is \
+             already at {prev:?}",
+            osd.id,
+            h.pg,
+            h.object
+        );
         let (out, forward) = mutate(version)?;
         let Some((fwd, payload)) = forward else {
             return Ok(out);
@@ -845,7 +862,11 @@ pub(crate) async fn replicate<T>(
         status = flush(osd).await;
     }
     match status {
-        Status::Ok => Ok(out),
+        Status::Ok => {
+            // For the simulator's split-brain check (see `crate::INVARIANT_EVENTS`).
+            tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %h.pg, interval, "acknowledged");
+            Ok(out)
+        }
         status => Err(status),
     }
 }

@@ -7,8 +7,8 @@ use basalt_meta::{MetaError, MetaStore};
 use basalt_proto::{inode_family, InodeId, ObjectId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
 use thiserror::Error;
+use tokio::time::Instant;
 
 /// Longest chain of ancestors a layer may have (also the bound of every walk up a chain,
 /// so a corrupt record naming a cycle ends in an error, not a loop).

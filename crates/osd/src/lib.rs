@@ -5,6 +5,8 @@
 //! applies what its primaries send, in the order they send it.
 
 pub mod daemon;
+pub mod decide;
+pub mod error;
 pub mod handler;
 mod kv;
 pub mod layers;
@@ -15,7 +17,18 @@ pub mod pg;
 pub mod recovery;
 pub mod stray;
 
-pub use daemon::{random_u64, Osd, OsdConfig, OsdError, OsdHandle};
+/// Target of the trace events a checker can follow to verify, from outside, what the OSDs
+/// must never do (the simulator does): `activated` (a primary activated `pg` in `interval`)
+/// and `acknowledged` (a primary acknowledged a client mutation of `pg` in `interval`);
+/// both carry `osd`, `pg` and `interval`. A write acknowledged in an interval older than
+/// one already activated for its PG is a split brain.
+pub const INVARIANT_EVENTS: &str = "basalt::invariant";
+
+pub use daemon::{
+    random_u64, Accepted, ConnStream, Listener, Network, Osd, OsdConfig, OsdError, OsdHandle,
+    StoreLocation,
+};
+pub use error::PgError;
 pub use handler::LocalOsd;
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;

@@ -100,6 +100,7 @@ async fn keep_alive(
     let mut failures = 0u64;
     loop {
         tokio::select! {
+            biased;
             _ = stop.changed() => break,
             _ = tokio::time::sleep(period) => {}
         }

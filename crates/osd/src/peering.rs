@@ -18,10 +18,11 @@
 //! complete copy of the last activated interval holds every acknowledged write.
 
 use crate::daemon::Osd;
-use crate::handler::REPLICA_TIMEOUT;
+use crate::decide::{choose_source, diff, Source};
+use crate::error::PgError;
 use crate::pg::PgPhase;
 use crate::recovery::{
-    apply_image_or_delete, diff, list_local, list_remote, read_record, recover_pg,
+    apply_image_or_delete, call_peer, list_local, list_remote, read_record, recover_pg,
 };
 use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
 use basalt_placement::ClusterMap;
@@ -41,6 +42,7 @@ pub(crate) async fn follow_intervals(osd: Arc<Osd>, mut stop: watch::Receiver<bo
         let map = maps.borrow_and_update().clone();
         on_map(&osd, &map);
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
             changed = maps.changed() => if changed.is_err() { return },
         }
@@ -106,7 +108,13 @@ enum PeerError {
     /// A newer interval replaced this one.
     Superseded,
     /// Cannot finish now (incomplete, undersized, a peer or the metadata unreachable).
-    Retry(String),
+    Retry(PgError),
+}
+
+impl From<PgError> for PeerError {
+    fn from(e: PgError) -> Self {
+        PeerError::Retry(e)
+    }
 }
 
 fn is_current(osd: &Osd, pg: PgId, generation: u64) -> bool {
@@ -136,7 +144,7 @@ async fn peer_pg(
                         false
                     }
                 });
-                if !still {
+                if !still || osd.stopping() {
                     return;
                 }
                 if attempts.is_multiple_of(20) {
@@ -149,53 +157,6 @@ async fn peer_pg(
     }
 }
 
-/// Where the authoritative contents of the PG are.
-enum Source {
-    Local,
-    /// This OSD, as long as it is still this incarnation (0: a restarted copy, any run).
-    Remote(OsdId, u64),
-}
-
-/// Choose the authoritative copy from the last activated interval's complete copies.
-fn choose_source(osd: &Osd, map: &ClusterMap, record: Option<&PgRecord>) -> Result<Source, String> {
-    let Some(rec) = record else {
-        return Ok(Source::Local); // A new PG: nobody ever wrote to it.
-    };
-    let me = CompleteCopy {
-        osd: osd.id,
-        incarnation: osd.incarnation,
-    };
-    if rec.complete.contains(&me) {
-        return Ok(Source::Local);
-    }
-    let up = |c: &CompleteCopy| map.osds.get(&c.osd).is_some_and(|o| o.up);
-    let same_run =
-        |c: &CompleteCopy| map.osds.get(&c.osd).map(|o| o.incarnation) == Some(c.incarnation);
-    if let Some(c) = rec.complete.iter().find(|c| up(c) && same_run(c)) {
-        // Pulled from only if the process that answers is still that incarnation: the map
-        // may not show a restart yet.
-        return Ok(Source::Remote(c.osd, c.incarnation));
-    }
-    // No complete copy on an OSD that kept running: every one restarted (a power cut, or
-    // crashes). A restarted copy holds every write flushed before the crash.
-    if rec.complete.iter().any(|c| c.osd == osd.id) {
-        return Ok(Source::Local);
-    }
-    if let Some(c) = rec.complete.iter().find(|c| up(c)) {
-        return Ok(Source::Remote(c.osd, 0));
-    }
-    let ids: Vec<String> = rec
-        .complete
-        .iter()
-        .map(|c| format!("osd.{}", c.osd))
-        .collect();
-    Err(format!(
-        "incomplete: the complete copies of interval {} are on {} and none is up",
-        rec.epoch,
-        ids.join(", ")
-    ))
-}
-
 async fn try_peer(
     osd: &Arc<Osd>,
     pg: PgId,
@@ -203,37 +164,44 @@ async fn try_peer(
     generation: u64,
     acting: &[(OsdId, u64)],
 ) -> Result<(), PeerError> {
-    let retry = PeerError::Retry;
-    let began = std::time::Instant::now();
+    let began = tokio::time::Instant::now();
     let map = osd.map();
     let pool = map
         .pools
         .get(&pg.pool)
-        .ok_or_else(|| PeerError::Retry("pool not in the map".into()))?;
+        .ok_or(PgError::NoPool { pool: pg.pool })?;
     if (acting.len() as u32) < pool.min_size {
-        return Err(retry(format!(
-            "undersized: {} of the pool's min_size {} OSDs are up",
-            acting.len(),
-            pool.min_size
-        )));
+        return Err(PgError::Undersized {
+            up: acting.len(),
+            min_size: pool.min_size,
+        }
+        .into());
     }
-    let record = read_record(osd, pg).await.map_err(retry)?;
+    let record = read_record(osd, pg).await?;
     let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
     if let Some((rec, _)) = &record {
         if rec.epoch > interval {
             // Activated by a newer interval already: our map is behind; wait for it.
-            return Err(retry(format!("PG record is at interval {}", rec.epoch)));
+            return Err(PgError::RecordAhead {
+                recorded: rec.epoch,
+            }
+            .into());
         }
     }
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(interval));
-    let source = choose_source(osd, &map, record.as_ref().map(|r| &r.0)).map_err(retry)?;
+    let me = CompleteCopy {
+        osd: osd.id,
+        incarnation: osd.incarnation,
+    };
+    let source = choose_source(me, &map, record.as_ref().map(|r| &r.0))?;
     if let Source::Remote(src, incarnation) = source {
         sync_from(osd, &map, pg, interval, generation, src, incarnation).await?;
         // What was pulled may include writes the client already flushed on the source: it
         // must be durable here before the record names this copy complete (after a power
         // cut, any complete copy may become the authority).
-        if crate::handler::flush(osd).await != Status::Ok {
-            return Err(retry("flush the pulled objects".into()));
+        let flushed = crate::handler::flush(osd).await;
+        if flushed != Status::Ok {
+            return Err(PgError::Flush(flushed).into());
         }
     }
     // Which replicas already equal us?
@@ -284,27 +252,31 @@ async fn try_peer(
     // Before serving as primary, know every layer frozen so far: this OSD may have been
     // down, restarted or cut off when a snapshot fenced the others.
     if let Err(e) = osd.layers.reload_frozen(osd.meta.as_ref(), began).await {
-        return Err(retry(format!("read the frozen layers: {e}")));
+        return Err(PgError::Meta(e).into());
     }
     let value = serde_json::to_vec(&rec).expect("PG record serialises");
     let key = pg_key(pg.pool, pg.index);
     match osd.meta.compare_and_swap(&key, expected_rev, value).await {
         Ok(Some(_)) => {}
-        Ok(None) => return Err(retry("PG record changed while peering".into())),
-        Err(e) => return Err(retry(format!("write PG record: {e}"))),
+        Ok(None) => return Err(PgError::RecordChanged.into()),
+        Err(e) => return Err(PgError::Meta(e).into()),
     }
     let activated = osd.pgs.with(pg, |e| {
         if e.generation != generation {
             return false;
         }
+        // The counter is not reset here: re-peering within one interval (after the lease
+        // expired) keeps counting from where the interval was, or the same version would
+        // name two different writes (found by the simulator, seed 12).
         e.phase = PgPhase::Active;
-        e.counter = 0;
         true
     });
     if !activated {
         return Err(PeerError::Superseded);
     }
     tracing::debug!(osd = osd.id, %pg, interval, behind = behind.len(), "active");
+    // For the simulator's split-brain check (see `crate::INVARIANT_EVENTS`).
+    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %pg, interval, "activated");
     if !behind.is_empty() {
         tokio::spawn(recover_pg(osd.clone(), pg, interval, generation, behind));
     }
@@ -315,9 +287,19 @@ async fn connect(
     osd: &Osd,
     map: &ClusterMap,
     peer: OsdId,
-) -> Result<Arc<basalt_client::Connection>, String> {
-    let addr = &map.osd(peer).map_err(|e| e.to_string())?.addr;
-    osd.peers.get(peer, addr).await.map_err(|e| e.to_string())
+) -> Result<Arc<basalt_client::Connection>, PgError> {
+    let addr = &map
+        .osd(peer)
+        .map_err(|_| PgError::NoOsd { osd: peer })?
+        .addr;
+    osd.peers
+        .get(peer, addr)
+        .await
+        .map_err(|source| PgError::Peer {
+            op: "connect",
+            peer: format!("osd.{peer}"),
+            source,
+        })
 }
 
 /// Make our copy of the PG equal to `src`'s: pull every object whose version differs,
@@ -331,11 +313,8 @@ async fn sync_from(
     src: OsdId,
     incarnation: u64,
 ) -> Result<(), PeerError> {
-    let retry = PeerError::Retry;
-    let conn = connect(osd, map, src).await.map_err(retry)?;
-    let theirs = list_remote(&conn, pg, interval, incarnation)
-        .await
-        .map_err(retry)?;
+    let conn = connect(osd, map, src).await?;
+    let theirs = list_remote(&conn, pg, interval, incarnation).await?;
     let ours = list_local(osd, pg);
     let todo = diff(&theirs, &ours);
     if !todo.is_empty() {
@@ -350,26 +329,19 @@ async fn sync_from(
         h.map_epoch = interval;
         h.version = basalt_proto::Version::new(incarnation, 0);
         h.flags = Flags(Flags::REPLICA);
-        let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new()))
-            .await
-            .map_err(|_| retry(format!("PULL {obj} from osd.{src} timed out")))?
-            .map_err(|e| retry(format!("PULL {obj} from osd.{src}: {e}")))?;
-        if reply.header.status != Status::Ok {
-            return Err(retry(format!(
-                "PULL {obj} from osd.{src}: {:?}",
-                reply.header.status
-            )));
-        }
+        let reply = call_peer(&conn, "PULL", h, Bytes::new()).await?;
         let image = if reply.payload.is_empty() {
             None
         } else {
-            Some(
-                ObjectImage::decode(&reply.payload)
-                    .map_err(|e| retry(format!("PULL {obj} from osd.{src}: {e}")))?,
-            )
+            let decoded = ObjectImage::decode(&reply.payload).map_err(|e| PgError::BadReply {
+                op: "PULL",
+                peer: conn.addr().to_string(),
+                reason: e.to_string(),
+            })?;
+            Some(decoded)
         };
         apply_image_or_delete(osd, obj, reply.header.version, image.as_ref())
-            .map_err(|e| retry(format!("apply pulled {obj}: {e}")))?;
+            .map_err(PgError::Store)?;
         crate::metrics::OsdCounters::add(&osd.counters.pulled_objects, 1);
     }
     Ok(())

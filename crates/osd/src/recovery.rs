@@ -9,6 +9,8 @@
 //! records it as complete in the PG record.
 
 use crate::daemon::Osd;
+use crate::decide::diff;
+use crate::error::PgError;
 use crate::handler::{local_list, REPLICA_TIMEOUT};
 use crate::pg::PgPhase;
 use basalt_client::Connection;
@@ -20,7 +22,6 @@ use basalt_proto::{
 };
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,6 +163,32 @@ pub(crate) async fn push_object(
     }
 }
 
+/// Send a replica request to a peer and wait (bounded) for a successful reply.
+pub(crate) async fn call_peer(
+    conn: &Connection,
+    op: &'static str,
+    h: Header,
+    payload: Bytes,
+) -> Result<basalt_client::Reply, PgError> {
+    let peer = || conn.addr().to_string();
+    let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, payload))
+        .await
+        .map_err(|_| PgError::PeerTimeout { op, peer: peer() })?
+        .map_err(|source| PgError::Peer {
+            op,
+            peer: peer(),
+            source,
+        })?;
+    match reply.header.status {
+        Status::Ok => Ok(reply),
+        status => Err(PgError::PeerStatus {
+            op,
+            peer: peer(),
+            status,
+        }),
+    }
+}
+
 /// LIST a PG on a peer (which also seals it below `epoch`), following the cursor. The peer
 /// must be the process `incarnation` (0: any).
 pub(crate) async fn list_remote(
@@ -169,7 +196,7 @@ pub(crate) async fn list_remote(
     pg: PgId,
     epoch: u32,
     incarnation: u64,
-) -> Result<Vec<(ObjectId, Version)>, String> {
+) -> Result<Vec<(ObjectId, Version)>, PgError> {
     let mut out = Vec::new();
     let mut from = ObjectId::new(0, 0);
     // Bound: one round per LIST_MAX_ENTRIES objects; a PG never holds 2^32 objects.
@@ -179,18 +206,12 @@ pub(crate) async fn list_remote(
         h.map_epoch = epoch;
         h.version = Version::new(incarnation, 0);
         h.flags = Flags(Flags::REPLICA);
-        let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new()))
-            .await
-            .map_err(|_| format!("LIST {pg} at {} timed out", conn.addr()))?
-            .map_err(|e| format!("LIST {pg}: {e}"))?;
-        if reply.header.status != Status::Ok {
-            return Err(format!(
-                "LIST {pg} at {}: {:?}",
-                conn.addr(),
-                reply.header.status
-            ));
-        }
-        let entries = decode_list(&reply.payload).map_err(|e| e.to_string())?;
+        let reply = call_peer(conn, "LIST", h, Bytes::new()).await?;
+        let entries = decode_list(&reply.payload).map_err(|e| PgError::BadReply {
+            op: "LIST",
+            peer: conn.addr().to_string(),
+            reason: e.to_string(),
+        })?;
         let full = entries.len() >= LIST_MAX_ENTRIES;
         if let Some((last, _)) = entries.last() {
             from = ObjectId::new(last.inode, last.index.wrapping_add(1));
@@ -200,28 +221,16 @@ pub(crate) async fn list_remote(
             return Ok(out);
         }
     }
-    Err(format!("LIST {pg}: too many objects"))
+    Err(PgError::TooManyObjects {
+        pg: pg.to_string(),
+        peer: conn.addr().to_string(),
+    })
 }
 
 /// Every local object of `pg` with its version.
 pub(crate) fn list_local(osd: &Osd, pg: PgId) -> Vec<(ObjectId, Version)> {
     let map = osd.map();
     local_list(osd, &map, pg, ObjectId::new(0, 0), usize::MAX).unwrap_or_default()
-}
-
-/// The objects whose (presence, version) differ between two lists.
-pub(crate) fn diff(a: &[(ObjectId, Version)], b: &[(ObjectId, Version)]) -> Vec<ObjectId> {
-    let mut both: BTreeMap<ObjectId, (Option<Version>, Option<Version>)> = BTreeMap::new();
-    for (o, v) in a {
-        both.entry(*o).or_default().0 = Some(*v);
-    }
-    for (o, v) in b {
-        both.entry(*o).or_default().1 = Some(*v);
-    }
-    both.into_iter()
-        .filter(|(_, (x, y))| x != y)
-        .map(|(o, _)| o)
-        .collect()
 }
 
 /// Is `generation` still `pg`'s current one with this OSD its active primary?
@@ -255,7 +264,7 @@ pub(crate) async fn recover_pg(
 ) {
     let mut left = behind;
     // Bound: retries go on while the interval lasts; each round waits RECOVERY_RETRY_MS.
-    while !left.is_empty() && still_active(&osd, pg, generation) {
+    while !left.is_empty() && still_active(&osd, pg, generation) && !osd.stopping() {
         let mut still_behind = Vec::new();
         for (peer, incarnation) in left {
             match recover_replica(&osd, pg, interval, generation, peer, incarnation).await {
@@ -289,15 +298,23 @@ async fn recover_replica(
     generation: u64,
     peer: OsdId,
     incarnation: u64,
-) -> Result<bool, String> {
+) -> Result<bool, PgError> {
     let map = osd.map();
-    let addr = map.osd(peer).map_err(|e| e.to_string())?.addr.clone();
+    let addr = map
+        .osd(peer)
+        .map_err(|_| PgError::NoOsd { osd: peer })?
+        .addr
+        .clone();
     let conn = osd
         .peers
         .get(peer, &addr)
         .await
-        .map_err(|e| e.to_string())?;
-    let mut last_progress = std::time::Instant::now();
+        .map_err(|source| PgError::Peer {
+            op: "connect",
+            peer: format!("osd.{peer}"),
+            source,
+        })?;
+    let mut last_progress = tokio::time::Instant::now();
     for _ in 0..RECOVERY_ROUNDS_MAX {
         if !still_active(osd, pg, generation) {
             return Ok(false);
@@ -308,7 +325,7 @@ async fn recover_replica(
         if todo.is_empty() {
             // Pushed objects may carry writes the client flushed long ago: make them durable
             // on the replica before it is recorded complete.
-            return flush_remote(&conn, peer).await.map(|()| true);
+            return flush_remote(&conn).await.map(|()| true);
         }
         let total = todo.len();
         for (done, obj) in todo.into_iter().enumerate() {
@@ -317,11 +334,15 @@ async fn recover_replica(
             }
             let status = push_object(osd, pg, interval, obj, &conn, false).await;
             if status != Status::Ok {
-                return Err(format!("push {obj} to osd.{peer}: {status:?}"));
+                return Err(PgError::PeerStatus {
+                    op: "PUSH",
+                    peer: format!("osd.{peer}"),
+                    status,
+                });
             }
             pace(osd, osd.store.object_size() as usize).await;
             if last_progress.elapsed().as_millis() > PROGRESS_INTERVAL_MS {
-                last_progress = std::time::Instant::now();
+                last_progress = tokio::time::Instant::now();
                 let _ = set_degraded(osd, pg, interval, (total - done) as u64).await;
             }
         }
@@ -330,24 +351,22 @@ async fn recover_replica(
 }
 
 /// FLUSH a peer's store.
-async fn flush_remote(conn: &Connection, peer: OsdId) -> Result<(), String> {
+async fn flush_remote(conn: &Connection) -> Result<(), PgError> {
     let h = Header::request(Opcode::Flush, 0, ObjectId::new(0, 0));
-    match tokio::time::timeout(REPLICA_TIMEOUT, conn.start(h, Bytes::new())).await {
-        Ok(Ok(r)) if r.header.status == Status::Ok => Ok(()),
-        Ok(Ok(r)) => Err(format!("flush osd.{peer}: {:?}", r.header.status)),
-        Ok(Err(e)) => Err(format!("flush osd.{peer}: {e}")),
-        Err(_) => Err(format!("flush osd.{peer} timed out")),
-    }
+    call_peer(conn, "FLUSH", h, Bytes::new()).await.map(|_| ())
 }
 
 /// Read the PG record (None when absent).
-pub(crate) async fn read_record(osd: &Osd, pg: PgId) -> Result<Option<(PgRecord, u64)>, String> {
+pub(crate) async fn read_record(osd: &Osd, pg: PgId) -> Result<Option<(PgRecord, u64)>, PgError> {
     let key = pg_key(pg.pool, pg.index);
-    match osd.meta.get(&key).await.map_err(|e| e.to_string())? {
+    match osd.meta.get(&key).await? {
         None => Ok(None),
         Some((bytes, rev)) => serde_json::from_slice(&bytes)
             .map(|r| Some((r, rev)))
-            .map_err(|e| format!("PG record {key} is unreadable: {e}")),
+            .map_err(|e| PgError::BadRecord {
+                key,
+                reason: e.to_string(),
+            }),
     }
 }
 
@@ -357,28 +376,22 @@ async fn update_record(
     pg: PgId,
     interval: u32,
     f: impl Fn(&mut PgRecord),
-) -> Result<(), String> {
+) -> Result<(), PgError> {
     let key = pg_key(pg.pool, pg.index);
     for _ in 0..8 {
         let Some((mut rec, rev)) = read_record(osd, pg).await? else {
-            return Err("PG record vanished".into());
+            return Err(PgError::TakenOver);
         };
         if rec.epoch != interval || rec.primary != osd.id {
-            return Err("a newer interval took over the PG".into());
+            return Err(PgError::TakenOver);
         }
         f(&mut rec);
         let value = serde_json::to_vec(&rec).expect("PG record serialises");
-        if osd
-            .meta
-            .compare_and_swap(&key, rev, value)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_some()
-        {
+        if osd.meta.compare_and_swap(&key, rev, value).await?.is_some() {
             return Ok(());
         }
     }
-    Err("PG record kept changing".into())
+    Err(PgError::RecordChanged)
 }
 
 async fn mark_complete(
@@ -387,7 +400,7 @@ async fn mark_complete(
     interval: u32,
     peer: OsdId,
     incarnation: u64,
-) -> Result<(), String> {
+) -> Result<(), PgError> {
     update_record(osd, pg, interval, |rec| {
         if !rec.complete.iter().any(|c| c.osd == peer) {
             rec.complete.push(CompleteCopy {
@@ -402,6 +415,6 @@ async fn mark_complete(
     .await
 }
 
-async fn set_degraded(osd: &Osd, pg: PgId, interval: u32, objects: u64) -> Result<(), String> {
+async fn set_degraded(osd: &Osd, pg: PgId, interval: u32, objects: u64) -> Result<(), PgError> {
     update_record(osd, pg, interval, |rec| rec.degraded_objects = objects).await
 }

@@ -20,6 +20,7 @@ pub(crate) async fn remove_strays(
 ) {
     loop {
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
             _ = tokio::time::sleep(interval) => {}
         }

@@ -60,13 +60,14 @@ pub async fn start_osds(
     for id in 0..3u32 {
         let config = OsdConfig {
             id,
-            store_path: dir.join(format!("osd{id}.dat")),
+            store: basalt_osd::StoreLocation::File(dir.join(format!("osd{id}.dat"))),
             store_options: StoreOptions {
                 capacity_bytes: 256 << 20,
                 object_size_bytes: OBJECT_SIZE,
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().unwrap(),
+            network: basalt_osd::Network::Tcp,
             create_if_missing: true,
             incarnation: None,
             recovery: basalt_osd::RecoveryConfig::default(),

@@ -1,0 +1,272 @@
+//! The cluster at a glance (`basalt status`, like `ceph -s`): every OSD's counts, every PG's
+//! state, pools, volumes and images, gathered from the map, the metadata and the OSDs.
+
+use crate::cluster::{Cluster, OsdStats};
+use crate::error::ClientError;
+use basalt_meta::schema::{MonitorRecord, PgRecord, MONITOR_KEY, PGS_PREFIX};
+use basalt_placement::{ClusterMap, PoolSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// One OSD in a status report.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OsdStatus {
+    pub id: u32,
+    pub host: String,
+    pub addr: String,
+    pub up: bool,
+    pub is_in: bool,
+    /// The run of the OSD process the map knows (new at every start).
+    #[serde(default)]
+    pub incarnation: u64,
+    /// None when the OSD did not answer.
+    pub stats: Option<OsdStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The whole cluster in one report.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub map_epoch: u32,
+    pub osds: Vec<OsdStatus>,
+    pub pools: Vec<PoolSpec>,
+    pub pgs_total: u64,
+    /// Every OSD of the acting set is up and the set has the pool's full size.
+    pub pgs_active_clean: u64,
+    /// Active with fewer OSDs than the pool's size.
+    pub pgs_degraded: u64,
+    /// Active, some replica still being brought up to date.
+    #[serde(default)]
+    pub pgs_recovering: u64,
+    /// Acting set changed, not yet active under it (or incomplete: no complete copy up).
+    #[serde(default)]
+    pub pgs_peering: u64,
+    /// Fewer than min_size OSDs up: I/O blocks.
+    pub pgs_inactive: u64,
+    /// Object copies still to recover, over every PG.
+    #[serde(default)]
+    pub degraded_objects: u64,
+    /// Who holds the monitor role.
+    #[serde(default)]
+    pub monitor: Option<String>,
+    /// Every PG's state.
+    #[serde(default)]
+    pub pgs: Vec<PgStatus>,
+    /// Rates over the sampling interval (absent when not sampled).
+    #[serde(default)]
+    pub rates: Option<Rates>,
+    pub volumes: u64,
+    /// Sum of the volumes' sizes (provisioned).
+    pub volume_bytes: u64,
+    /// Bytes the volumes' own layers hold (heads and snapshots, one copy).
+    #[serde(default)]
+    pub volume_used_bytes: u64,
+    #[serde(default)]
+    pub snapshots: u64,
+    #[serde(default)]
+    pub images: u64,
+    /// Bytes the images hold (one copy).
+    #[serde(default)]
+    pub image_used_bytes: u64,
+}
+
+/// Cluster-wide rates measured between two samples of every OSD's counters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Rates {
+    pub interval_ms: u64,
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+    /// Objects and bytes pushed to replicas per second (recovery).
+    pub recovery_objects_per_sec: f64,
+    pub recovery_bytes_per_sec: f64,
+}
+
+/// Rates between two samples taken `interval_ms` apart (OSDs in both samples only).
+fn rates(a: &[OsdStatus], b: &[OsdStatus], interval_ms: u64) -> Rates {
+    let secs = interval_ms.max(1) as f64 / 1000.0;
+    let mut r = Rates {
+        interval_ms,
+        ..Rates::default()
+    };
+    for ob in b {
+        let (Some(sb), Some(sa)) = (
+            ob.stats,
+            a.iter().find(|o| o.id == ob.id).and_then(|o| o.stats),
+        ) else {
+            continue;
+        };
+        let d = |x: u64, y: u64| x.saturating_sub(y) as f64 / secs;
+        r.read_iops += d(sb.reads, sa.reads);
+        r.write_iops += d(sb.writes, sa.writes);
+        r.read_bytes_per_sec += d(sb.read_bytes, sa.read_bytes);
+        r.write_bytes_per_sec += d(sb.write_bytes, sa.write_bytes);
+        r.recovery_objects_per_sec += d(sb.pushed_objects, sa.pushed_objects);
+        r.recovery_bytes_per_sec += d(sb.pushed_bytes, sa.pushed_bytes);
+    }
+    r
+}
+
+/// One PG in a status report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PgStatus {
+    pub pg: String,
+    /// "active+clean", "active+recovering", "active+degraded", "peering" or "inactive".
+    pub state: String,
+    pub acting: Vec<u32>,
+    /// Interval of the last activation (0: never activated).
+    pub interval: u32,
+    pub degraded_objects: u64,
+}
+
+/// Every PG record, by PG key suffix ("POOL.INDEX").
+pub async fn pg_records(cluster: &Cluster) -> Result<HashMap<String, PgRecord>, ClientError> {
+    Ok(cluster
+        .meta()
+        .list(PGS_PREFIX)
+        .await?
+        .into_iter()
+        .filter_map(|(k, v, _)| {
+            let rec = serde_json::from_slice(&v).ok()?;
+            Some((k[PGS_PREFIX.len()..].to_string(), rec))
+        })
+        .collect())
+}
+
+/// The state of every PG, from the map (who should serve it) and the PG records (what its
+/// primary last activated and which copies it knows complete).
+pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<PgStatus> {
+    let mut out = Vec::new();
+    for pg in map.all_pgs() {
+        let pool = &map.pools[&pg.pool];
+        let acting = map.acting(pg).map(|a| a.to_vec()).unwrap_or_default();
+        let rec = records.get(&format!("{}.{}", pg.pool, pg.index));
+        let incarnation = |id: u32| map.osds.get(&id).map(|o| o.incarnation);
+        // The record is of the current interval when its primary activated that interval
+        // (the map names the epoch that began it).
+        let current =
+            rec.is_some_and(|r| r.epoch == map.interval(pg) && acting.first() == Some(&r.primary));
+        // Complete copies that are still the same run of their OSD.
+        let complete = rec.map_or(0, |r| {
+            r.complete
+                .iter()
+                .filter(|c| acting.contains(&c.osd) && Some(c.incarnation) == incarnation(c.osd))
+                .count()
+        });
+        let state = if (acting.len() as u32) < pool.min_size {
+            "inactive"
+        } else if !current {
+            "peering"
+        } else if complete < acting.len() {
+            "active+recovering"
+        } else if (acting.len() as u32) < pool.size {
+            "active+degraded"
+        } else {
+            "active+clean"
+        };
+        out.push(PgStatus {
+            pg: pg.to_string(),
+            state: state.into(),
+            acting,
+            interval: rec.map(|r| r.epoch).unwrap_or(0),
+            degraded_objects: rec
+                .filter(|_| current)
+                .map(|r| r.degraded_objects)
+                .unwrap_or(0),
+        });
+    }
+    out
+}
+
+/// Longest wait for one OSD's counts.
+const STAT_TIMEOUT_MS: u64 = 2_000;
+
+/// Gather a report; with `interval_ms` > 0, sample every OSD's counters twice that far
+/// apart and report client and recovery rates.
+pub async fn gather_with_rates(
+    cluster: &Cluster,
+    interval_ms: u64,
+) -> Result<StatusReport, ClientError> {
+    if interval_ms == 0 {
+        return gather(cluster).await;
+    }
+    let first = osd_statuses(cluster).await;
+    tokio::time::sleep(std::time::Duration::from_millis(interval_ms)).await;
+    let mut report = gather(cluster).await?;
+    report.rates = Some(rates(&first, &report.osds, interval_ms));
+    Ok(report)
+}
+
+/// Every OSD of the map, with the counts of those that are up.
+async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
+    let map = cluster.map();
+    let mut osds = Vec::with_capacity(map.osds.len());
+    for o in map.osds.values() {
+        let (stats, error) = if !o.up {
+            (None, None)
+        } else {
+            let stat = cluster.osd_stats(o.id);
+            match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat)
+                .await
+            {
+                Ok(Ok(s)) => (Some(s), None),
+                Ok(Err(e)) => (None, Some(e.to_string())),
+                Err(_) => (None, Some(format!("no answer in {STAT_TIMEOUT_MS} ms"))),
+            }
+        };
+        osds.push(OsdStatus {
+            id: o.id,
+            host: o.host.clone(),
+            addr: o.addr.clone(),
+            up: o.up && error.is_none(),
+            is_in: o.is_in,
+            incarnation: o.incarnation,
+            stats,
+            error,
+        });
+    }
+    osds
+}
+
+/// Gather a report by asking every OSD that is up for its store's counts.
+pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
+    let map = cluster.map();
+    let osds = osd_statuses(cluster).await;
+    let records = pg_records(cluster).await?;
+    let pgs = pg_states(&map, &records);
+    let count = |state: &str| pgs.iter().filter(|p| p.state == state).count() as u64;
+    let monitor = cluster
+        .meta()
+        .get(MONITOR_KEY)
+        .await?
+        .and_then(|(v, _)| serde_json::from_slice::<MonitorRecord>(&v).ok())
+        .map(|m| m.holder);
+    let volumes = cluster.list_volumes().await?;
+    let usage = cluster.volume_usage(&volumes).await?;
+    let images = cluster.list_images().await?;
+    let image_inodes: Vec<_> = images.iter().map(|i| i.inode).collect();
+    let image_usage = cluster.layer_usage(&image_inodes).await?;
+    Ok(StatusReport {
+        map_epoch: map.epoch,
+        osds,
+        pools: map.pools.values().cloned().collect(),
+        pgs_total: pgs.len() as u64,
+        pgs_active_clean: count("active+clean"),
+        pgs_degraded: count("active+degraded"),
+        pgs_recovering: count("active+recovering"),
+        pgs_peering: count("peering"),
+        pgs_inactive: count("inactive"),
+        degraded_objects: pgs.iter().map(|p| p.degraded_objects).sum(),
+        monitor,
+        pgs,
+        rates: None,
+        volumes: volumes.len() as u64,
+        volume_bytes: volumes.iter().map(|v| v.size).sum(),
+        volume_used_bytes: usage.iter().map(|u| u.total_bytes).sum(),
+        snapshots: volumes.iter().map(|v| v.snapshots.len() as u64).sum(),
+        images: images.len() as u64,
+        image_used_bytes: image_usage.iter().map(|u| u.bytes).sum(),
+    })
+}
