@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
-# The whole test suite: install test dependencies, check formatting and lints, run every test.
+# The test suite: install test dependencies, check formatting and lints, run the tests.
+#
+#   scripts/test.sh          # everything (what CI runs)
+#   scripts/test.sh --fast   # unit, property, library-level and simulation tests: no
+#                            # end-to-end tests of the basalt binary (crates/cli/tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+fast=0
+case "${1:-}" in
+    "") ;;
+    --fast) fast=1 ;;
+    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument $1 (try --fast or --help)" >&2; exit 2 ;;
+esac
 
 ./scripts/install-test-deps.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+if [ "$fast" = 1 ]; then
+    echo "== cargo test (fast tier)"
+    { cargo test --workspace --exclude basalt-cli --no-fail-fast \
+        && cargo test -p basalt-cli --bins --no-fail-fast; } 2>&1 | tee "$log" || status=$?
+else
+    echo "== cargo test"
+    cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+fi
 # One closing line for the whole run (cargo prints one per test binary).
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
