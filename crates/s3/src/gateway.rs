@@ -6,7 +6,7 @@ use crate::buckets::{self, BucketError, BucketRecord};
 use crate::checksum::Wanted;
 use crate::data::{self, DataError, DataIds, PieceRange};
 use crate::index::{
-    self, Headers, IndexError, Intent, Listed, ObjectEntry, Part, Segment, Table, Upload,
+    self, now_ms, Headers, IndexError, Intent, Listed, ObjectEntry, Part, Segment, Table, Upload,
 };
 use crate::keys::KeyRing;
 use basalt_client::Cluster;
@@ -54,13 +54,6 @@ impl Gateway {
             refresh: crate::sweeper::intent_refresh(reclaim_after),
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn timestamp_ms(ms: i64) -> Timestamp {
