@@ -83,3 +83,57 @@ impl Gateway {
         Ok(src)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::dto::{etag, timestamp_ms};
+    use crate::index::Headers;
+    use s3s::S3ErrorCode;
+
+    fn entry(modified_ms: i64) -> ObjectEntry {
+        ObjectEntry {
+            size: 0,
+            etag: "abc".into(),
+            modified_ms,
+            segments: Vec::new(),
+            multipart: false,
+            headers: Headers::default(),
+        }
+    }
+
+    /// Goal: preconditions are judged in RFC 9110's order at whole seconds: If-Match
+    /// overrides If-Unmodified-Since, If-None-Match overrides If-Modified-Since, and a failed
+    /// match is 412 while a matching none-match or an unmodified object is 304.
+    #[test]
+    fn precondition_order() {
+        let e = entry(10_500);
+        let same = ETagCondition::ETag(etag("abc"));
+        let other = ETagCondition::ETag(etag("xyz"));
+        let any = ETagCondition::Any;
+        let before = timestamp_ms(9_000);
+        let same_second = timestamp_ms(10_000);
+        let failed = Some(S3ErrorCode::PreconditionFailed);
+        let not_modified = Some(S3ErrorCode::NotModified);
+        // (if_match, if_none_match, if_modified_since, if_unmodified_since) → outcome
+        let cases = [
+            (None, None, None, None, None),
+            (Some(&same), None, None, Some(&before), None),
+            (Some(&other), None, None, None, failed.clone()),
+            (None, None, None, Some(&before), failed),
+            (None, Some(&other), Some(&same_second), None, None),
+            (None, Some(&any), None, None, not_modified.clone()),
+            (None, None, Some(&same_second), None, not_modified),
+        ];
+        for (i, (m, none_match, since, unmodified, want)) in cases.into_iter().enumerate() {
+            let p = Preconditions {
+                if_match: m,
+                if_none_match: none_match,
+                if_modified_since: since,
+                if_unmodified_since: unmodified,
+            };
+            let got = check_conditions(&e, p).err().map(|e| e.code().clone());
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+}

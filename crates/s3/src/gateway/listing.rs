@@ -342,3 +342,18 @@ pub(super) async fn list_multipart_uploads(
         ..Default::default()
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: `encoding-type=url` percent-encodes all but unreserved characters and '/', and
+    /// without it names go out as they are.
+    #[test]
+    fn url_encoding_of_names() {
+        let url = encoder(&Some(EncodingType::from_static(EncodingType::URL)));
+        assert_eq!(url("a b/c~d+é".into()), "a%20b/c~d%2B%C3%A9");
+        let plain = encoder(&None);
+        assert_eq!(plain("a b".into()), "a b");
+    }
+}

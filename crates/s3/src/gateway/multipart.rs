@@ -292,3 +292,22 @@ pub(super) async fn abort_multipart_upload(
     gw.reclaim(&bucket, parts.into_iter().map(|p| p.segment).collect());
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use s3s::S3ErrorCode;
+
+    /// Goal: `x-amz-copy-source-range` is an inclusive `bytes=first-last` inside the object;
+    /// malformed is InvalidArgument, outside the object is InvalidRange.
+    #[test]
+    fn copy_source_range() {
+        assert_eq!(parse_copy_range("bytes=0-9", 10).ok(), Some((0, 10)));
+        assert_eq!(parse_copy_range("bytes=3-3", 10).ok(), Some((3, 4)));
+        let code = |r: &str| parse_copy_range(r, 10).err().map(|e| e.code().clone());
+        assert_eq!(code("bytes=0-10"), Some(S3ErrorCode::InvalidRange));
+        assert_eq!(code("bytes=5-4"), Some(S3ErrorCode::InvalidRange));
+        assert_eq!(code("0-4"), Some(S3ErrorCode::InvalidArgument));
+        assert_eq!(code("bytes=a-4"), Some(S3ErrorCode::InvalidArgument));
+    }
+}

@@ -292,3 +292,34 @@ impl Gateway {
         self.clear_intent(bucket, segment.data).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a byte range of a multi-piece entry maps onto the pieces it overlaps, with
+    /// offsets within each piece, and an empty range onto no bytes.
+    #[test]
+    fn pieces_of_a_range() {
+        let entry = ObjectEntry {
+            size: 25,
+            etag: String::new(),
+            modified_ms: 0,
+            segments: vec![
+                Segment { data: 1, size: 10 },
+                Segment { data: 2, size: 10 },
+                Segment { data: 3, size: 5 },
+            ],
+            multipart: true,
+            headers: Default::default(),
+        };
+        let got: Vec<(u64, u64, u64)> = pieces(&entry, 5, 22)
+            .iter()
+            .map(|r| (r.data, r.start, r.end))
+            .collect();
+        assert_eq!(got, vec![(1, 5, 10), (2, 0, 10), (3, 0, 2)]);
+        let got: Vec<u64> = pieces(&entry, 10, 20).iter().map(|r| r.data).collect();
+        assert_eq!(got, vec![2]);
+        assert!(pieces(&entry, 7, 7).iter().all(|r| r.start == r.end));
+    }
+}
