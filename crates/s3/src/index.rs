@@ -222,11 +222,66 @@ const LIST_PAGE: u32 = 1000;
 /// Byte budget of one shard page.
 const LIST_PAGE_BYTES: u32 = 1 << 20;
 
+/// A walk over the entries of one table object under a prefix, in key order, one page per
+/// round trip. Every paging loop over the tables goes through it.
+pub struct Scan {
+    obj: ObjectId,
+    prefix: Bytes,
+    /// The next page starts after this key; `None` once the last page was fetched.
+    after: Option<Bytes>,
+}
+
+impl Scan {
+    /// A walk over the entries of `obj` whose keys start with `prefix`.
+    pub fn new(obj: ObjectId, prefix: Bytes) -> Self {
+        Self {
+            obj,
+            prefix,
+            after: Some(Bytes::new()),
+        }
+    }
+
+    /// Skip ahead: the next page starts after `key`, unless the walk is already past it.
+    pub fn skip_past(&mut self, key: &[u8]) {
+        if let Some(after) = &mut self.after {
+            if key > after.as_ref() {
+                *after = Bytes::copy_from_slice(key);
+            }
+        }
+    }
+
+    /// The next page of entries, or `None` once the walk is done. A page is fetched only when
+    /// asked for, so a caller may edit the entries of one page before fetching the next.
+    pub async fn next_page(
+        &mut self,
+        cluster: &Cluster,
+    ) -> Result<Option<Vec<(Bytes, Bytes)>>, IndexError> {
+        let Some(after) = self.after.take() else {
+            return Ok(None);
+        };
+        let page = cluster
+            .kv_list(
+                self.obj,
+                KvList {
+                    start_after: after,
+                    prefix: self.prefix.clone(),
+                    max_entries: LIST_PAGE,
+                    max_bytes: LIST_PAGE_BYTES,
+                },
+            )
+            .await?;
+        // A truncated page holds at least one entry (the OSD's rule), so each page moves on.
+        if page.truncated {
+            self.after = page.entries.last().map(|(k, _)| k.clone());
+        }
+        Ok(Some(page.entries))
+    }
+}
+
 /// One shard's sorted stream of entries past a cursor.
 struct ShardCursor {
-    obj: ObjectId,
+    scan: Scan,
     buffered: std::collections::VecDeque<(Bytes, Bytes)>,
-    exhausted: bool,
 }
 
 /// Every key past `after` comes after this: keys are UTF-8, which never holds 0xFF.
@@ -249,9 +304,11 @@ pub async fn list_raw(
 ) -> Result<(Vec<(String, Option<Bytes>)>, bool), IndexError> {
     let mut shards: Vec<ShardCursor> = (0..bucket.index_shards.max(1))
         .map(|s| ShardCursor {
-            obj: table_object(bucket, table, s),
+            scan: Scan::new(
+                table_object(bucket, table, s),
+                Bytes::copy_from_slice(prefix.as_bytes()),
+            ),
             buffered: Default::default(),
-            exhausted: false,
         })
         .collect();
     // Everything at or below the cursor is done with.
@@ -268,20 +325,12 @@ pub async fn list_raw(
             {
                 s.buffered.pop_front();
             }
-            if s.buffered.is_empty() && !s.exhausted {
-                let page = cluster
-                    .kv_list(
-                        s.obj,
-                        KvList {
-                            start_after: Bytes::from(cursor.clone()),
-                            prefix: Bytes::copy_from_slice(prefix.as_bytes()),
-                            max_entries: LIST_PAGE,
-                            max_bytes: LIST_PAGE_BYTES,
-                        },
-                    )
-                    .await?;
-                s.exhausted = !page.truncated;
-                s.buffered.extend(page.entries);
+            if s.buffered.is_empty() {
+                // The cursor is at or past every key this shard returned so far.
+                s.scan.skip_past(&cursor);
+                if let Some(page) = s.scan.next_page(cluster).await? {
+                    s.buffered.extend(page);
+                }
             }
         }
         // The smallest head across shards.
@@ -426,56 +475,41 @@ pub async fn list_parts(
     bucket: &BucketRecord,
     id: &str,
 ) -> Result<Vec<Part>, IndexError> {
-    let obj = upload_object(bucket, id);
     let prefix = Bytes::from(format!("p/{id}/").into_bytes());
+    let mut scan = Scan::new(upload_object(bucket, id), prefix);
     let mut out = Vec::new();
-    let mut after = Bytes::new();
-    loop {
-        let page = cluster
-            .kv_list(
-                obj,
-                KvList {
-                    start_after: after.clone(),
-                    prefix: prefix.clone(),
-                    max_entries: LIST_PAGE,
-                    max_bytes: LIST_PAGE_BYTES,
-                },
-            )
-            .await?;
-        for (k, v) in &page.entries {
+    while let Some(page) = scan.next_page(cluster).await? {
+        for (k, v) in &page {
             out.push(decode::<Part>(k, v)?);
-        }
-        match page.entries.last() {
-            Some((k, _)) if page.truncated => after = k.clone(),
-            _ => break,
         }
     }
     out.sort_by_key(|p| p.number);
     Ok(out)
 }
 
-/// Every upload in progress in the bucket, as (upload id, upload).
+/// Every upload in progress in the bucket, as (upload id, upload), in no particular order.
 pub async fn list_uploads(
     cluster: &Cluster,
     bucket: &BucketRecord,
 ) -> Result<Vec<(String, Upload)>, IndexError> {
     let mut out = Vec::new();
-    let mut after = String::new();
-    loop {
-        let (page, truncated) =
-            list_raw(cluster, bucket, Table::Uploads, "u/", &after, None, 1000).await?;
-        for (k, v) in &page {
-            if let Some(v) = v {
-                out.push((
-                    k["u/".len()..].to_string(),
-                    decode::<Upload>(k.as_bytes(), v)?,
-                ));
+    for shard in 0..bucket.index_shards.max(1) {
+        let obj = table_object(bucket, Table::Uploads, shard);
+        let mut scan = Scan::new(obj, Bytes::from_static(b"u/"));
+        while let Some(page) = scan.next_page(cluster).await? {
+            for (k, v) in &page {
+                let id = String::from_utf8_lossy(&k["u/".len()..]).into_owned();
+                out.push((id, decode::<Upload>(k, v)?));
             }
-        }
-        match page.last() {
-            Some((k, _)) if truncated => after = k.clone(),
-            _ => break,
         }
     }
     Ok(out)
+}
+
+/// Milliseconds since the Unix epoch, as the records' times are kept.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

@@ -4,7 +4,10 @@
 //! * `buckets`: bucket records in cluster metadata.
 //! * `index`: each bucket's object index, as sharded KV table objects in the cluster.
 //! * `data`: object data, striped over cluster objects in chunks.
-//! * `gateway`: the S3 operations; `server`: HTTP serving (protocol by the `s3s` crate).
+//! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
+//! * `sweeper`: reclaiming the data of uploads a dead gateway left behind.
+//! * `gateway`: the S3 operations (a module per group of operations, see its docs);
+//!   `server`: HTTP serving (protocol by the `s3s` crate).
 
 pub mod buckets;
 pub mod checksum;

@@ -12,7 +12,7 @@ use crate::buckets::{self, BucketRecord};
 use crate::data;
 use crate::index::{self, Intent, ObjectEntry, Part, Table};
 use basalt_client::Cluster;
-use basalt_proto::kv::{KvCond, KvEdit, KvList};
+use basalt_proto::kv::{KvCond, KvEdit};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,13 +34,6 @@ pub struct Swept {
     pub cleared: u64,
     /// Intents too young to judge.
     pub live: u64,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Is data `data` referenced by what the intent was for?
@@ -70,24 +63,12 @@ pub async fn sweep_bucket(
     reclaim_after: Duration,
 ) -> Result<Swept, Box<dyn std::error::Error + Send + Sync>> {
     let mut swept = Swept::default();
-    let cutoff = now_ms() - reclaim_after.as_millis() as i64;
+    let cutoff = index::now_ms() - reclaim_after.as_millis() as i64;
     for shard in 0..bucket.index_shards.max(1) {
         let obj = index::table_object(bucket, Table::Intents, shard);
-        let mut after = Bytes::new();
-        // Bound: each round moves past a page of entries.
-        loop {
-            let page = cluster
-                .kv_list(
-                    obj,
-                    KvList {
-                        start_after: after.clone(),
-                        prefix: Bytes::new(),
-                        max_entries: 1000,
-                        max_bytes: 1 << 20,
-                    },
-                )
-                .await?;
-            for (key, value) in &page.entries {
+        let mut scan = index::Scan::new(obj, Bytes::new());
+        while let Some(page) = scan.next_page(cluster).await? {
+            for (key, value) in &page {
                 let Ok(id) = <[u8; 8]>::try_from(key.as_ref()) else {
                     continue;
                 };
@@ -123,10 +104,6 @@ pub async fn sweep_bucket(
                     Ok(_) | Err(basalt_client::ClientError::KvConflict { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
-            }
-            match page.entries.last() {
-                Some((k, _)) if page.truncated => after = k.clone(),
-                _ => break,
             }
         }
     }

@@ -1,0 +1,62 @@
+//! Bucket operations: CreateBucket, DeleteBucket, HeadBucket and GetBucketLocation
+//! (ListBuckets is with the other listings).
+
+use super::access::Access;
+use super::Gateway;
+use crate::buckets;
+use crate::index;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+/// CreateBucket: a new bucket owned by the caller, in the gateway's pool.
+pub(super) async fn create_bucket(
+    gw: &Gateway,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    // Only the caller: the bucket is to be created, so there is no owner to check yet.
+    let user = gw.caller(&req).await?;
+    let name = &req.input.bucket;
+    if let Some(existing) = buckets::get_bucket(&gw.cluster, name).await? {
+        return Err(if existing.owner == user {
+            s3_error!(BucketAlreadyOwnedByYou)
+        } else {
+            s3_error!(BucketAlreadyExists)
+        });
+    }
+    buckets::create_bucket(&gw.cluster, name, &user, gw.pool).await?;
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{name}")),
+    }))
+}
+
+/// DeleteBucket: only an empty bucket goes, with every cluster object under it.
+pub(super) async fn delete_bucket(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    if !index::is_empty(&gw.cluster, &bucket).await? {
+        return Err(s3_error!(BucketNotEmpty));
+    }
+    buckets::delete_bucket(&gw.cluster, &bucket).await?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}
+
+/// HeadBucket: whether the bucket exists and is the caller's.
+pub(super) async fn head_bucket(
+    gw: &Gateway,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    gw.authorise(&req, &req.input.bucket).await?;
+    Ok(S3Response::new(HeadBucketOutput::default()))
+}
+
+/// GetBucketLocation: the default region.
+pub(super) async fn get_bucket_location(
+    gw: &Gateway,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    gw.authorise(&req, &req.input.bucket).await?;
+    // Empty: the default region, as S3 answers for us-east-1.
+    Ok(S3Response::new(GetBucketLocationOutput::default()))
+}

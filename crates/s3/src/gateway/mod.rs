@@ -1,0 +1,100 @@
+//! The S3 operations, on top of buckets (metadata), the bucket index and object data
+//! (cluster objects). The protocol itself (routing, XML, SigV4, aws-chunked bodies) is the
+//! `s3s` crate's; this module maps each operation onto the cluster.
+//!
+//! * `access`: who sent a request and whether they own the bucket it names.
+//! * `errors`: the crate's errors as S3 errors.
+//! * `dto`: index records to and from the protocol's types.
+//! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
+//! * `store`: bodies into data pieces and entries into the index, with intents and reclaim.
+//! * `bucket_ops`, `objects`, `listing`, `multipart`: the operations themselves.
+
+mod access;
+mod bucket_ops;
+mod conditions;
+mod dto;
+mod errors;
+mod listing;
+mod multipart;
+mod objects;
+mod store;
+
+use crate::data::DataIds;
+use crate::keys::KeyRing;
+use basalt_client::Cluster;
+use basalt_proto::PoolId;
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, S3};
+use std::sync::Arc;
+
+pub use multipart::{MAX_PART_NUMBER, MIN_PART_BYTES};
+pub use objects::MAX_PUT_BYTES;
+
+/// The gateway: stateless apart from caches; several can serve the same buckets.
+pub struct Gateway {
+    cluster: Arc<Cluster>,
+    keys: Arc<KeyRing>,
+    ids: DataIds,
+    /// Pool new buckets are created in.
+    pool: PoolId,
+    /// How often a live upload refreshes its intent (see `sweeper`).
+    refresh: std::time::Duration,
+}
+
+impl Gateway {
+    /// A gateway over `cluster` that authenticates with `keys`, creates buckets in `pool`
+    /// and keeps the intents of live uploads fresh for a sweeper that waits `reclaim_after`.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        keys: Arc<KeyRing>,
+        pool: PoolId,
+        reclaim_after: std::time::Duration,
+    ) -> Self {
+        Self {
+            cluster,
+            keys,
+            ids: DataIds::default(),
+            pool,
+            refresh: crate::sweeper::intent_refresh(reclaim_after),
+        }
+    }
+}
+
+/// Implement `S3` by handing each operation to the function of the same name in its module:
+/// one line per operation, so this table is the list of what the gateway serves.
+macro_rules! operations {
+    ($($module:ident :: $op:ident($input:ident) -> $output:ident;)*) => {
+        #[async_trait::async_trait]
+        impl S3 for Gateway {
+            $(
+                async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    $module::$op(self, req).await
+                }
+            )*
+        }
+    };
+}
+
+operations! {
+    listing::list_buckets(ListBucketsInput) -> ListBucketsOutput;
+    bucket_ops::create_bucket(CreateBucketInput) -> CreateBucketOutput;
+    bucket_ops::delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
+    bucket_ops::head_bucket(HeadBucketInput) -> HeadBucketOutput;
+    bucket_ops::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+    objects::put_object(PutObjectInput) -> PutObjectOutput;
+    objects::get_object(GetObjectInput) -> GetObjectOutput;
+    objects::head_object(HeadObjectInput) -> HeadObjectOutput;
+    objects::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
+    objects::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
+    objects::copy_object(CopyObjectInput) -> CopyObjectOutput;
+    listing::list_objects(ListObjectsInput) -> ListObjectsOutput;
+    listing::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+    listing::list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
+    multipart::create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
+    multipart::upload_part(UploadPartInput) -> UploadPartOutput;
+    multipart::upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
+    multipart::complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
+    multipart::abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
+    listing::list_parts(ListPartsInput) -> ListPartsOutput;
+    listing::list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
+}

@@ -1,0 +1,313 @@
+//! Multipart uploads: CreateMultipartUpload, UploadPart, UploadPartCopy,
+//! CompleteMultipartUpload and AbortMultipartUpload, and the upload and part records they
+//! keep in the bucket's upload tables (see `index::Table::Uploads`).
+
+use super::access::Access;
+use super::conditions::preconditions;
+use super::dto::{etag, headers_of, timestamp_ms};
+use super::errors::internal;
+use super::objects::MAX_PUT_BYTES;
+use super::store::{checked_body, uploaded};
+use super::Gateway;
+use crate::buckets::BucketRecord;
+use crate::index::{self, now_ms, ObjectEntry, Part, Segment, Upload};
+use md5::{Digest, Md5};
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+/// Smallest part of a multipart upload but the last (S3's limit).
+pub const MIN_PART_BYTES: u64 = 5 << 20;
+/// Part numbers are 1..=10000 (S3's limit).
+pub const MAX_PART_NUMBER: i32 = 10_000;
+
+fn part_key(upload: &str, number: i32) -> String {
+    format!("p/{upload}/{number:05}")
+}
+
+fn upload_key(upload: &str) -> String {
+    format!("u/{upload}")
+}
+
+fn check_part_number(n: i32) -> S3Result<()> {
+    if (1..=MAX_PART_NUMBER).contains(&n) {
+        Ok(())
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "Part number must be an integer between 1 and 10000, inclusive"
+        ))
+    }
+}
+
+/// `bytes=first-last` of `x-amz-copy-source-range`, as `[start, end)`.
+fn parse_copy_range(r: &str, size: u64) -> S3Result<(u64, u64)> {
+    let bad = || s3_error!(InvalidArgument, "invalid x-amz-copy-source-range {r:?}");
+    let (a, b) = r
+        .strip_prefix("bytes=")
+        .and_then(|s| s.split_once('-'))
+        .ok_or_else(bad)?;
+    let first: u64 = a.parse().map_err(|_| bad())?;
+    let last: u64 = b.parse().map_err(|_| bad())?;
+    if first > last || last >= size {
+        return Err(s3_error!(InvalidRange));
+    }
+    Ok((first, last + 1))
+}
+
+impl Gateway {
+    /// The upload `id`, which must be for `key`.
+    pub(super) async fn upload(
+        &self,
+        bucket: &BucketRecord,
+        id: &str,
+        key: &str,
+    ) -> S3Result<Upload> {
+        match index::get_upload::<Upload>(&self.cluster, bucket, id, &upload_key(id)).await? {
+            Some(u) if u.key == key => Ok(u),
+            _ => Err(s3_error!(NoSuchUpload)),
+        }
+    }
+
+    /// Every recorded part of an upload, by number.
+    pub(super) async fn parts(&self, bucket: &BucketRecord, id: &str) -> S3Result<Vec<Part>> {
+        Ok(index::list_parts(&self.cluster, bucket, id).await?)
+    }
+
+    /// Record a stored part (replacing an earlier upload of the same number, whose data is
+    /// reclaimed), then clear its intent.
+    async fn record_part(&self, bucket: &BucketRecord, id: &str, part: &Part) -> S3Result<()> {
+        let key = part_key(id, part.number as i32);
+        // On failure the part's data keeps its intent (the record may have been written):
+        // the sweeper deletes it only if no part record references it.
+        let previous = index::put_upload(&self.cluster, bucket, id, &key, Some(part)).await?;
+        self.clear_intent(bucket, part.segment.data).await;
+        if let Some(prev) = previous.filter(|p: &Part| p.segment != part.segment) {
+            self.reclaim(bucket, vec![prev.segment]);
+        }
+        Ok(())
+    }
+
+    /// Remove an upload's record and its parts' records in one atomic edit.
+    async fn drop_upload(&self, bucket: &BucketRecord, id: &str, parts: &[Part]) -> S3Result<()> {
+        let mut keys = vec![upload_key(id)];
+        keys.extend(parts.iter().map(|p| part_key(id, p.number as i32)));
+        index::delete_upload_records(&self.cluster, bucket, id, keys).await?;
+        Ok(())
+    }
+}
+
+/// CreateMultipartUpload: record a new upload, with the headers its object will have.
+pub(super) async fn create_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    let input = req.input;
+    let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
+    let upload = Upload {
+        key: input.key.clone(),
+        initiated_ms: now_ms(),
+        owner: user,
+        headers: headers_of!(input),
+    };
+    index::put_upload(&gw.cluster, &bucket, &id, &upload_key(&id), Some(&upload)).await?;
+    Ok(S3Response::new(CreateMultipartUploadOutput {
+        bucket: Some(bucket.name),
+        key: Some(input.key),
+        upload_id: Some(id),
+        ..Default::default()
+    }))
+}
+
+/// UploadPart: store a part's body, check its digests, then record it (replacing an earlier
+/// part of the same number).
+pub(super) async fn upload_part(
+    gw: &Gateway,
+    mut req: S3Request<UploadPartInput>,
+) -> S3Result<S3Response<UploadPartOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let body = checked_body!(req);
+    let input = req.input;
+    gw.upload(&bucket, &input.upload_id, &input.key).await?;
+    check_part_number(input.part_number)?;
+    let (segment, md5, checksums) = gw
+        .store_checked(
+            &bucket,
+            &input.key,
+            Some(&input.upload_id),
+            body,
+            MAX_PUT_BYTES,
+        )
+        .await?;
+    let part = Part {
+        number: input.part_number as u32,
+        segment: segment.clone(),
+        etag: hex::encode(md5),
+        modified_ms: now_ms(),
+    };
+    gw.record_part(&bucket, &input.upload_id, &part).await?;
+    Ok(S3Response::new(uploaded!(
+        UploadPartOutput,
+        etag(&part.etag),
+        checksums
+    )))
+}
+
+/// UploadPartCopy: a part from (a range of) an existing object.
+pub(super) async fn upload_part_copy(
+    gw: &Gateway,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let copy = gw
+        .authorise_copy(&req, &req.input.copy_source, &req.input.bucket)
+        .await?;
+    let input = req.input;
+    let bucket = &copy.bucket;
+    gw.upload(bucket, &input.upload_id, &input.key).await?;
+    check_part_number(input.part_number)?;
+    let src = gw
+        .copy_source(&copy, preconditions!(copy source of input))
+        .await?;
+    let (start, end) = match &input.copy_source_range {
+        None => (0, src.size),
+        Some(r) => parse_copy_range(r, src.size)?,
+    };
+    let body = gw.read(&copy.source, &src, start, end);
+    let (segment, md5) = gw
+        .store_body(
+            bucket,
+            &input.key,
+            Some(&input.upload_id),
+            body,
+            Some(end - start),
+            MAX_PUT_BYTES,
+        )
+        .await?;
+    let part = Part {
+        number: input.part_number as u32,
+        segment,
+        etag: hex::encode(md5),
+        modified_ms: now_ms(),
+    };
+    gw.record_part(bucket, &input.upload_id, &part).await?;
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(etag(&part.etag)),
+            last_modified: Some(timestamp_ms(part.modified_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+/// CompleteMultipartUpload: the chosen parts become the object; the rest is reclaimed.
+pub(super) async fn complete_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let input = req.input;
+    let upload = gw.upload(&bucket, &input.upload_id, &input.key).await?;
+    let stored = gw.parts(&bucket, &input.upload_id).await?;
+    let wanted = input
+        .multipart_upload
+        .and_then(|m| m.parts)
+        .unwrap_or_default();
+    if wanted.is_empty() {
+        return Err(s3_error!(
+            MalformedXML,
+            "the upload must name at least one part"
+        ));
+    }
+    let mut chosen: Vec<&Part> = Vec::with_capacity(wanted.len());
+    let mut last = 0;
+    for w in &wanted {
+        let n = w.part_number.ok_or_else(|| s3_error!(InvalidPart))?;
+        if n <= last {
+            return Err(s3_error!(InvalidPartOrder));
+        }
+        last = n;
+        let part = stored
+            .iter()
+            .find(|p| p.number as i32 == n)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {n} was not uploaded"))?;
+        if let Some(e) = &w.e_tag {
+            if e.value() != part.etag {
+                return Err(s3_error!(InvalidPart, "part {n}: ETag does not match"));
+            }
+        }
+        chosen.push(part);
+    }
+    if let Some(small) = chosen[..chosen.len() - 1]
+        .iter()
+        .find(|p| p.segment.size < MIN_PART_BYTES)
+    {
+        return Err(s3_error!(
+            EntityTooSmall,
+            "part {} is {} bytes; every part but the last must be at least 5 MiB",
+            small.number,
+            small.segment.size
+        ));
+    }
+    let mut md5s = Md5::new();
+    for p in &chosen {
+        md5s.update(hex::decode(&p.etag).map_err(internal)?);
+    }
+    let entry = ObjectEntry {
+        size: chosen.iter().map(|p| p.segment.size).sum(),
+        etag: format!("{}-{}", hex::encode(md5s.finalize()), chosen.len()),
+        modified_ms: now_ms(),
+        segments: chosen.iter().map(|p| p.segment.clone()).collect(),
+        multipart: true,
+        headers: upload.headers,
+    };
+    gw.commit(&bucket, &input.key, &entry).await?;
+    // The object is visible now: drop the upload's records and the unused parts.
+    let unused: Vec<Segment> = stored
+        .iter()
+        .filter(|p| !entry.segments.contains(&p.segment))
+        .map(|p| p.segment.clone())
+        .collect();
+    gw.drop_upload(&bucket, &input.upload_id, &stored).await?;
+    gw.reclaim(&bucket, unused);
+    Ok(S3Response::new(CompleteMultipartUploadOutput {
+        bucket: Some(bucket.name.clone()),
+        key: Some(input.key.clone()),
+        e_tag: Some(etag(&entry.etag)),
+        location: Some(format!("/{}/{}", bucket.name, input.key)),
+        ..Default::default()
+    }))
+}
+
+/// AbortMultipartUpload: drop the upload's records and reclaim its parts.
+pub(super) async fn abort_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let input = req.input;
+    gw.upload(&bucket, &input.upload_id, &input.key).await?;
+    let parts = gw.parts(&bucket, &input.upload_id).await?;
+    gw.drop_upload(&bucket, &input.upload_id, &parts).await?;
+    gw.reclaim(&bucket, parts.into_iter().map(|p| p.segment).collect());
+    Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use s3s::S3ErrorCode;
+
+    /// Goal: `x-amz-copy-source-range` is an inclusive `bytes=first-last` inside the object;
+    /// malformed is InvalidArgument, outside the object is InvalidRange.
+    #[test]
+    fn copy_source_range() {
+        assert_eq!(parse_copy_range("bytes=0-9", 10).ok(), Some((0, 10)));
+        assert_eq!(parse_copy_range("bytes=3-3", 10).ok(), Some((3, 4)));
+        let code = |r: &str| parse_copy_range(r, 10).err().map(|e| e.code().clone());
+        assert_eq!(code("bytes=0-10"), Some(S3ErrorCode::InvalidRange));
+        assert_eq!(code("bytes=5-4"), Some(S3ErrorCode::InvalidRange));
+        assert_eq!(code("0-4"), Some(S3ErrorCode::InvalidArgument));
+        assert_eq!(code("bytes=a-4"), Some(S3ErrorCode::InvalidArgument));
+    }
+}

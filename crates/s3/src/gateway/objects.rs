@@ -1,0 +1,270 @@
+//! Object operations: PutObject, GetObject, HeadObject, DeleteObject(s) and CopyObject.
+
+use super::access::Access;
+use super::conditions::{check_conditions, preconditions, Preconditions};
+use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
+use super::store::{checked_body, uploaded};
+use super::Gateway;
+use crate::buckets::BucketRecord;
+use crate::index::{now_ms, ObjectEntry};
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+/// Largest single PUT (S3's limit).
+pub const MAX_PUT_BYTES: u64 = 5 << 30;
+
+/// What a GET or HEAD reads: the entry, its preconditions checked, and the bytes
+/// `[start, end)` of it asked for (`partial` for a range request).
+struct Target {
+    entry: ObjectEntry,
+    start: u64,
+    end: u64,
+    partial: bool,
+}
+
+/// The [`Target`] of `key`, if preconditions `p` hold, and of `range` if one was asked for.
+async fn target(
+    gw: &Gateway,
+    bucket: &BucketRecord,
+    key: &str,
+    p: Preconditions<'_>,
+    range: Option<&Range>,
+) -> S3Result<Target> {
+    let entry = gw.entry(bucket, key).await?;
+    check_conditions(&entry, p)?;
+    let (start, end, partial) = match range {
+        None => (0, entry.size, false),
+        Some(r) => {
+            let r = r.check(entry.size).map_err(|_| s3_error!(InvalidRange))?;
+            (r.start, r.end, true)
+        }
+    };
+    Ok(Target {
+        entry,
+        start,
+        end,
+        partial,
+    })
+}
+
+/// [`target`] for a GetObject or HeadObject input (they name the key, the preconditions and
+/// the range alike).
+macro_rules! target_of {
+    ($gw:ident, $bucket:expr, $input:ident) => {
+        target(
+            $gw,
+            $bucket,
+            &$input.key,
+            preconditions!($input),
+            $input.range.as_ref(),
+        )
+    };
+}
+
+/// What GET and HEAD say of a [`Target`]: `$output` (GetObjectOutput or HeadObjectOutput,
+/// which name these fields alike), with `$extra` fields.
+macro_rules! described {
+    ($output:ident { $($extra:tt)* }, $target:expr) => {{
+        let Target { entry, start, end, partial } = $target;
+        let h = &entry.headers;
+        $output {
+            $($extra)*
+            accept_ranges: Some("bytes".into()),
+            content_length: Some((end - start) as i64),
+            content_range: partial
+                .then(|| format!("bytes {start}-{}/{}", end.saturating_sub(1), entry.size)),
+            content_type: h.content_type.clone(),
+            content_encoding: h.content_encoding.clone(),
+            content_disposition: h.content_disposition.clone(),
+            content_language: h.content_language.clone(),
+            cache_control: h.cache_control.clone(),
+            expires: h.expires.map(timestamp_ms),
+            e_tag: Some(etag(&entry.etag)),
+            last_modified: Some(timestamp_ms(entry.modified_ms)),
+            metadata: metadata_of(h),
+            parts_count: entry.multipart.then_some(entry.segments.len() as i32),
+            ..Default::default()
+        }
+    }};
+}
+
+/// PutObject: store the body under an intent, check its digests, then point the key at it.
+pub(super) async fn put_object(
+    gw: &Gateway,
+    mut req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let body = checked_body!(req);
+    let input = req.input;
+    if body.expected_len.is_some_and(|l| l > MAX_PUT_BYTES) {
+        return Err(s3_error!(EntityTooLarge));
+    }
+    let (segment, md5, checksums) = gw
+        .store_checked(&bucket, &input.key, None, body, MAX_PUT_BYTES)
+        .await?;
+    let entry = ObjectEntry {
+        size: segment.size,
+        etag: hex::encode(md5),
+        modified_ms: now_ms(),
+        segments: vec![segment.clone()],
+        multipart: false,
+        headers: headers_of!(input),
+    };
+    // A failed index update may still have been applied (a reply lost after retries):
+    // the data stays, and its intent lets the sweeper decide once nothing can race it.
+    gw.commit(&bucket, &input.key, &entry).await?;
+    gw.clear_intent(&bucket, segment.data).await;
+    Ok(S3Response::new(uploaded!(
+        PutObjectOutput,
+        etag(&entry.etag),
+        checksums
+    )))
+}
+
+/// GetObject: the object's bytes (or the range asked for), if its preconditions hold.
+pub(super) async fn get_object(
+    gw: &Gateway,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let input = &req.input;
+    let target = target_of!(gw, &bucket, input).await?;
+    let body = gw.read(&bucket, &target.entry, target.start, target.end);
+    Ok(S3Response::new(described!(
+        GetObjectOutput {
+            body: Some(StreamingBlob::new(body)),
+        },
+        target
+    )))
+}
+
+/// HeadObject: what GetObject would answer, without the bytes.
+pub(super) async fn head_object(
+    gw: &Gateway,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let input = &req.input;
+    let target = target_of!(gw, &bucket, input).await?;
+    Ok(S3Response::new(described!(HeadObjectOutput {}, target)))
+}
+
+/// DeleteObject: remove the key (absent is fine, as in S3) and reclaim its data.
+pub(super) async fn delete_object(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    gw.remove(&bucket, &req.input.key).await?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+/// DeleteObjects: remove each key in turn, reporting failures per key.
+pub(super) async fn delete_objects(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let quiet = req.input.delete.quiet.unwrap_or(false);
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for obj in req.input.delete.objects {
+        match gw.remove(&bucket, &obj.key).await {
+            Ok(()) => {
+                if !quiet {
+                    deleted.push(DeletedObject {
+                        key: Some(obj.key),
+                        ..Default::default()
+                    })
+                }
+            }
+            Err(e) => errors.push(Error {
+                code: Some(e.code().as_str().into()),
+                key: Some(obj.key),
+                message: e.message().map(String::from),
+                version_id: None,
+            }),
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: (!errors.is_empty()).then_some(errors),
+        ..Default::default()
+    }))
+}
+
+/// CopyObject: the source's bytes under a new key, or new headers on the same object.
+pub(super) async fn copy_object(
+    gw: &Gateway,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let copy = gw
+        .authorise_copy(&req, &req.input.copy_source, &req.input.bucket)
+        .await?;
+    let input = req.input;
+    let src = gw
+        .copy_source(&copy, preconditions!(copy source of input))
+        .await?;
+    let bucket = &copy.bucket;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let headers = if replace {
+        headers_of!(input)
+    } else {
+        src.headers.clone()
+    };
+    let same = copy.source.name == bucket.name && copy.source_key == input.key;
+    let entry = if same {
+        if !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to \
+                 itself without changing the object's metadata, storage class, website \
+                 redirect location or encryption attributes."
+            ));
+        }
+        // Same data, new headers: no bytes move.
+        ObjectEntry {
+            headers,
+            modified_ms: now_ms(),
+            ..src
+        }
+    } else {
+        let body = gw.read(&copy.source, &src, 0, src.size);
+        let (segment, md5) = gw
+            .store_body(
+                bucket,
+                &input.key,
+                None,
+                body,
+                Some(src.size),
+                MAX_PUT_BYTES,
+            )
+            .await?;
+        ObjectEntry {
+            size: segment.size,
+            // A copy is a single-part object: its ETag is the MD5 of its bytes.
+            etag: hex::encode(md5),
+            modified_ms: now_ms(),
+            segments: vec![segment],
+            multipart: false,
+            headers,
+        }
+    };
+    // On failure the new data keeps its intent: the update may have been applied, so only
+    // the sweeper, which checks the index, may delete it.
+    gw.commit(bucket, &input.key, &entry).await?;
+    if !same {
+        gw.clear_intent(bucket, entry.segments[0].data).await;
+    }
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&entry.etag)),
+            last_modified: Some(timestamp_ms(entry.modified_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
