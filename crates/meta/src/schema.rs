@@ -150,6 +150,12 @@ pub struct PgRecord {
     /// Objects the primary still has to recover onto some member (0 = clean).
     #[serde(default)]
     pub degraded_objects: u64,
+    /// Members not (yet) known complete that still hold every acknowledged write: complete
+    /// or holders in the previous activated interval, as this same run. Every write
+    /// acknowledged since needed them too. When every complete copy restarted (and lost
+    /// what it had not flushed), a holder that kept running is the better authority.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<CompleteCopy>,
 }
 
 /// A layer of a volume family (see docs/design.md, "Layers"). Written once when the layer is

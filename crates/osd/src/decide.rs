@@ -44,6 +44,14 @@ pub fn choose_source(
         // may not show a restart yet.
         return Ok(Source::Remote(c.osd, c.incarnation));
     }
+    // Every complete copy restarted: a holder that kept running still has every
+    // acknowledged write, a restarted copy only the flushed ones.
+    if rec.holders.contains(&me) {
+        return Ok(Source::Local);
+    }
+    if let Some(c) = rec.holders.iter().find(|c| up(c) && same_run(c)) {
+        return Ok(Source::Remote(c.osd, c.incarnation));
+    }
     if rec.complete.iter().any(|c| c.osd == me.osd) {
         return Ok(Source::Local);
     }
@@ -54,6 +62,49 @@ pub fn choose_source(
         interval: rec.epoch,
         copies: rec.complete.iter().map(|c| c.osd).collect(),
     })
+}
+
+/// The members of the new interval's `acting` set (with incarnations) that hold every
+/// acknowledged write without being known complete: complete or holders in the previous
+/// activated interval's record as this same run.
+pub fn carried_holders(
+    previous: Option<&PgRecord>,
+    acting: &[(OsdId, u64)],
+    complete: &[CompleteCopy],
+) -> Vec<CompleteCopy> {
+    let Some(prev) = previous else {
+        return Vec::new();
+    };
+    acting
+        .iter()
+        .map(|&(osd, incarnation)| CompleteCopy { osd, incarnation })
+        .filter(|c| !complete.contains(c))
+        .filter(|c| prev.complete.contains(c) || prev.holders.contains(c))
+        .collect()
+}
+
+/// The record's complete copies and holders less those that are down or restarted, when
+/// `me` (this run) is complete and some are; None when nothing changes. An undersized
+/// primary narrows the record so that, should it restart too, the next primary does not
+/// take a copy that crashed earlier (and may lack writes flushed since) for the authority.
+pub fn narrowed(
+    rec: &PgRecord,
+    map: &ClusterMap,
+    me: CompleteCopy,
+) -> Option<(Vec<CompleteCopy>, Vec<CompleteCopy>)> {
+    if !rec.complete.contains(&me) {
+        return None;
+    }
+    let running = |c: &&CompleteCopy| {
+        map.osds
+            .get(&c.osd)
+            .is_some_and(|o| o.up && o.incarnation == c.incarnation)
+            || **c == me
+    };
+    let complete: Vec<CompleteCopy> = rec.complete.iter().filter(running).copied().collect();
+    let holders: Vec<CompleteCopy> = rec.holders.iter().filter(running).copied().collect();
+    (complete.len() != rec.complete.len() || holders.len() != rec.holders.len())
+        .then_some((complete, holders))
 }
 
 /// May the primary serve a client request sent under map epoch `client_epoch`, given its
@@ -125,6 +176,7 @@ mod tests {
             acting: complete.iter().map(|c| c.osd).collect(),
             complete: complete.to_vec(),
             degraded_objects: 0,
+            holders: Vec::new(),
         }
     }
 
@@ -144,6 +196,8 @@ mod tests {
     fn choose_source_table() {
         use Source::*;
         let rec = record(&[copy(0, 10), copy(1, 11), copy(2, 12)]);
+        let mut with_holders = record(&[copy(0, 10), copy(1, 11)]);
+        with_holders.holders = vec![copy(3, 33)];
         let cases: Vec<Case> = vec![
             (
                 "new PG",
@@ -181,6 +235,13 @@ mod tests {
                 Ok(Remote(1, 11)),
             ),
             (
+                "every complete copy restarted; a holder kept running (seed 1000273)",
+                copy(0, 99),
+                map(&[(0, true, 99), (1, true, 98), (2, true, 12), (3, true, 33)]),
+                Some(&with_holders),
+                Ok(Remote(3, 33)),
+            ),
+            (
                 "every complete copy restarted: ours (it kept every flushed write)",
                 copy(0, 99),
                 map(&[(0, true, 99), (1, true, 98), (2, true, 97)]),
@@ -211,6 +272,42 @@ mod tests {
             let got = choose_source(me, &map, rec).map_err(|_| ());
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    /// Goal: holders carry over only as the same run, only while in the acting set, and
+    /// only from the complete copies or holders of the previous record.
+    #[test]
+    fn carried_holders_table() {
+        let mut prev = record(&[copy(0, 10), copy(1, 11)]);
+        prev.holders = vec![copy(2, 12)];
+        let acting = [(1, 11), (2, 12), (0, 99), (3, 30)];
+        let complete = [copy(1, 11)];
+        assert_eq!(
+            carried_holders(Some(&prev), &acting, &complete),
+            vec![copy(2, 12)],
+            "osd.0 restarted, osd.3 never held everything, osd.1 is complete"
+        );
+        assert!(carried_holders(None, &acting, &complete).is_empty());
+        assert!(carried_holders(Some(&prev), &[(1, 11)], &complete).is_empty());
+    }
+
+    /// Goal: an undersized complete primary drops down and restarted copies, keeps itself,
+    /// and changes nothing when it is not complete or nothing is gone (seed 1001055).
+    #[test]
+    fn narrowed_table() {
+        let rec = record(&[copy(0, 10), copy(1, 11), copy(2, 12)]);
+        let m = map(&[(0, true, 10), (1, true, 99), (2, false, 12)]);
+        assert_eq!(
+            narrowed(&rec, &m, copy(0, 10)),
+            Some((vec![copy(0, 10)], vec![]))
+        );
+        assert_eq!(
+            narrowed(&rec, &m, copy(0, 77)),
+            None,
+            "not complete as this run"
+        );
+        let all_up = map(&[(0, true, 10), (1, true, 11), (2, true, 12)]);
+        assert_eq!(narrowed(&rec, &all_up, copy(0, 10)), None);
     }
 
     /// Goal: only the active primary of the current interval serves, and only clients whose

@@ -18,7 +18,7 @@
 //! complete copy of the last activated interval holds every acknowledged write.
 
 use crate::daemon::Osd;
-use crate::decide::{choose_source, diff, Source};
+use crate::decide::{carried_holders, choose_source, diff, narrowed, Source};
 use crate::error::PgError;
 use crate::pg::PgPhase;
 use crate::recovery::{
@@ -171,6 +171,13 @@ async fn try_peer(
         .get(&pg.pool)
         .ok_or(PgError::NoPool { pool: pg.pool })?;
     if (acting.len() as u32) < pool.min_size {
+        // No I/O until enough members are up; but if complete copies went down or
+        // restarted, say so now: should this copy restart too, the record must not
+        // send the next primary to a copy that crashed before this one (it may lack
+        // writes flushed since).
+        if let Err(e) = narrow_record(osd, &map, pg, interval).await {
+            tracing::debug!(osd = osd.id, %pg, "narrow the PG record: {e}");
+        }
         return Err(PgError::Undersized {
             up: acting.len(),
             min_size: pool.min_size,
@@ -242,12 +249,14 @@ async fn try_peer(
     if !is_current(osd, pg, generation) {
         return Err(PeerError::Superseded);
     }
+    let holders = carried_holders(record.as_ref().map(|r| &r.0), acting, &complete);
     let rec = PgRecord {
         epoch: interval,
         primary: osd.id,
         acting: acting.iter().map(|a| a.0).collect(),
         complete,
         degraded_objects: degraded,
+        holders,
     };
     // Before serving as primary, know every layer frozen so far: this OSD may have been
     // down, restarted or cut off when a snapshot fenced the others.
@@ -281,6 +290,40 @@ async fn try_peer(
         tokio::spawn(recover_pg(osd.clone(), pg, interval, generation, behind));
     }
     Ok(())
+}
+
+/// Drop from the PG record the complete copies that are down or restarted, when this run
+/// of this OSD is one of them and so stays (see [`narrowed`]).
+async fn narrow_record(
+    osd: &Osd,
+    map: &ClusterMap,
+    pg: PgId,
+    interval: u32,
+) -> Result<(), PgError> {
+    let Some((mut rec, rev)) = read_record(osd, pg).await? else {
+        return Ok(());
+    };
+    let me = CompleteCopy {
+        osd: osd.id,
+        incarnation: osd.incarnation,
+    };
+    if rec.epoch > interval {
+        return Ok(());
+    }
+    let Some((complete, holders)) = narrowed(&rec, map, me) else {
+        return Ok(());
+    };
+    rec.complete = complete;
+    rec.holders = holders;
+    let value = serde_json::to_vec(&rec).expect("PG record serialises");
+    let key = pg_key(pg.pool, pg.index);
+    match osd.meta.compare_and_swap(&key, rev, value).await? {
+        Some(_) => {
+            tracing::info!(osd = osd.id, %pg, "PG record narrowed to the copies still running");
+            Ok(())
+        }
+        None => Err(PgError::RecordChanged),
+    }
 }
 
 async fn connect(
