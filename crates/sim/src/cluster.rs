@@ -157,6 +157,11 @@ impl SimCluster {
         Ok(cluster)
     }
 
+    /// The metadata store itself (for checkers: every node reaches it through its own view).
+    pub fn meta(&self) -> Arc<EmbeddedMeta> {
+        self.meta.clone()
+    }
+
     /// The pool every volume lives in.
     pub fn pool(&self) -> &PoolRecord {
         &self.pool

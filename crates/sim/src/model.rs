@@ -3,9 +3,14 @@
 //! Every 4 KiB block of the volume has one writer, so its history is a sequence: each write
 //! (or trim) appends a value. A read may return the newest acknowledged value or any value
 //! written after it (a write still in flight, or one that failed and may or may not have
-//! landed), never an older one and never anything else. A flush makes every value
-//! acknowledged before it durable: after the whole cluster lost power, reads may go back to
-//! the newest durable value, no further.
+//! landed), never an older one and never anything else.
+//!
+//! What Basalt promises (docs/design.md, "What survives"): a value acknowledged before a
+//! successful flush (or with FUA) is never lost. An acknowledged value not yet flushed lives
+//! in the memory of the OSDs that applied it (the acting set when it was acknowledged): it
+//! survives as long as one of them keeps running and stays in its PG's acting set. Once every
+//! such *holder* crashed (kill or power cut) or left the acting set, reads may go back to the
+//! newest durable value, no further.
 
 use bytes::{Bytes, BytesMut};
 
@@ -24,11 +29,16 @@ pub enum Value {
 #[derive(Debug)]
 struct BlockHistory {
     values: Vec<Value>,
-    /// Index of the newest acknowledged value.
+    /// Index of the newest acknowledged value (the oldest value a read may return).
     acked: usize,
     /// Index of the newest value known durable.
     durable: usize,
+    /// OSDs holding the acknowledged value in memory (bit per OSD id).
+    holders: u64,
 }
+
+/// A set of OSDs, one bit per id (ids below 64).
+pub type OsdSet = u64;
 
 /// Every block of the volume.
 pub struct Model {
@@ -66,6 +76,15 @@ pub fn decode_block(block: u64, data: &[u8]) -> Result<Value, String> {
     ))
 }
 
+impl BlockHistory {
+    /// With no holder left, the acknowledged value may be lost: back to the durable one.
+    fn relax_if_unheld(&mut self) {
+        if self.holders == 0 && self.acked > self.durable {
+            self.acked = self.durable;
+        }
+    }
+}
+
 impl Model {
     /// A volume of `blocks` zero blocks.
     pub fn new(blocks: u64) -> Model {
@@ -75,6 +94,7 @@ impl Model {
                     values: vec![Value::Zero],
                     acked: 0,
                     durable: 0,
+                    holders: 0,
                 })
                 .collect(),
             next_seq: 1,
@@ -114,14 +134,36 @@ impl Model {
         out
     }
 
-    /// The write was acknowledged (durable too when `fua`).
-    pub fn acked(&mut self, written: &[(u64, usize, Value)], fua: bool) {
+    /// The write was acknowledged (durable too when `fua`); `holders` applied it.
+    pub fn acked(&mut self, written: &[(u64, usize, Value)], fua: bool, holders: OsdSet) {
         for &(b, at, _) in written {
             let h = &mut self.blocks[b as usize];
-            h.acked = h.acked.max(at);
+            if at > h.acked {
+                h.acked = at;
+                h.holders = holders;
+            }
             if fua {
                 h.durable = h.durable.max(at);
             }
+            h.relax_if_unheld();
+        }
+    }
+
+    /// `osd` crashed (process killed or power cut): it no longer holds anything unflushed.
+    pub fn crashed(&mut self, osd: u32) {
+        for h in &mut self.blocks {
+            h.holders &= !(1u64 << osd);
+            h.relax_if_unheld();
+        }
+    }
+
+    /// Only `acting` serve the PG of `blocks` now: an OSD that left stops counting as a
+    /// holder (the cluster may move on without its copy).
+    pub fn only_held_by(&mut self, blocks: impl Iterator<Item = u64>, acting: OsdSet) {
+        for b in blocks {
+            let h = &mut self.blocks[b as usize];
+            h.holders &= acting;
+            h.relax_if_unheld();
         }
     }
 
@@ -134,13 +176,6 @@ impl Model {
     pub fn flushed(&mut self, positions: &[usize]) {
         for (h, &p) in self.blocks.iter_mut().zip(positions) {
             h.durable = h.durable.max(p);
-        }
-    }
-
-    /// Every OSD lost power at once: what was not durable may be gone.
-    pub fn whole_cluster_power_cut(&mut self) {
-        for h in &mut self.blocks {
-            h.acked = h.durable;
         }
     }
 
@@ -170,17 +205,18 @@ impl Model {
 mod tests {
     use super::*;
 
-    /// Goal: a read may return the acknowledged value or a later one, never an older one;
-    /// after a whole-cluster power cut, back to the durable one and no further.
+    /// Goal: a read may return the acknowledged value or a later one, never an older one
+    /// while a holder of it runs; once every holder crashed or left, back to the durable one
+    /// and no further.
     #[test]
     fn reads_are_checked_against_acknowledged_and_durable_values() {
         let mut m = Model::new(2);
         let w1 = m.begin_write(0..1, false);
-        m.acked(&w1, false);
+        m.acked(&w1, false, 0b111);
         let flush = m.acked_positions();
         m.flushed(&flush);
         let w2 = m.begin_write(0..1, false);
-        m.acked(&w2, false);
+        m.acked(&w2, false, 0b111);
         let w3 = m.begin_write(0..1, false);
         assert!(m.check_read(0, w2[0].2).is_ok());
         assert!(
@@ -192,10 +228,16 @@ mod tests {
             "a lost acknowledged write passed"
         );
         assert!(m.check_read(0, Value::Data(999)).is_err());
-        m.whole_cluster_power_cut();
+        m.crashed(0);
+        m.crashed(1);
+        assert!(
+            m.check_read(0, w1[0].2).is_err(),
+            "osd.2 still holds w2: w1 must not show"
+        );
+        m.only_held_by(0..1, 0b011);
         assert!(
             m.check_read(0, w1[0].2).is_ok(),
-            "the durable value is allowed after a power cut"
+            "no holder left: the durable value may show"
         );
         assert!(
             m.check_read(0, Value::Zero).is_err(),

@@ -3,13 +3,14 @@
 //! against the model and every replica against its primary.
 
 use crate::cluster::{ClusterShape, SimCluster};
-use crate::model::{block_data, decode_block, Model, BLOCK};
+use crate::model::{block_data, decode_block, Model, OsdSet, BLOCK};
 use crate::observer::Observer;
 use crate::rng::SimRng;
 use basalt_client::{Cluster, Volume};
-use basalt_proto::{ObjectId, OsdId};
+use basalt_proto::{ObjectId, OsdId, PgId};
 use bytes::BytesMut;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -169,8 +170,12 @@ struct Shared {
     /// The first violation found by a reader.
     violation: Mutex<Option<String>>,
     ops: Mutex<(u64, u64)>,
-    /// Whole-cluster power cuts so far: an operation that spans one is not trusted.
-    power_epoch: Mutex<u64>,
+    /// Crashes (kills and power cuts) so far, per OSD.
+    crashes: Mutex<Vec<u64>>,
+    /// Where every PG of the volume is served under the newest map (bit per OSD).
+    acting: Mutex<BTreeMap<PgId, OsdSet>>,
+    /// The PG of every object of the volume.
+    object_pgs: Vec<PgId>,
     digest: Mutex<Digest>,
     started: Instant,
     observer: Observer,
@@ -214,8 +219,81 @@ impl Shared {
         }
     }
 
-    fn epoch(&self) -> u64 {
-        *self.power_epoch.lock().expect("epoch lock")
+    fn crash_counts(&self) -> Vec<u64> {
+        self.crashes.lock().expect("crashes lock").clone()
+    }
+
+    /// `osd` crashed: what it held unflushed is gone.
+    fn crash(&self, osd: OsdId) {
+        self.crashes.lock().expect("crashes lock")[osd as usize] += 1;
+        self.model.lock().expect("model lock").crashed(osd);
+    }
+
+    /// The OSDs that hold a write of `object` acknowledged now, sent when the crash counts
+    /// were `before`: its acting set in the client's map and in the newest map, less those
+    /// that crashed meanwhile.
+    fn holders(&self, client: &Cluster, object: u64, before: &[u64]) -> OsdSet {
+        let pg = self.object_pgs[object as usize];
+        let seen = client.map().acting(pg).map(set_of).unwrap_or(0);
+        let newest = self
+            .acting
+            .lock()
+            .expect("acting lock")
+            .get(&pg)
+            .copied()
+            .unwrap_or(0);
+        let crashes = self.crash_counts();
+        let mut out = seen & newest;
+        for (osd, (a, b)) in crashes.iter().zip(before).enumerate() {
+            if a != b {
+                out &= !(1u64 << osd);
+            }
+        }
+        out
+    }
+}
+
+/// A set of OSDs as bits.
+fn set_of(osds: &[OsdId]) -> OsdSet {
+    osds.iter().fold(0, |s, &o| s | (1u64 << o))
+}
+
+/// Follow every map the monitor publishes (from the metadata itself, so none is missed):
+/// an OSD that leaves a PG's acting set stops holding that PG's unflushed writes.
+async fn follow_acting(
+    meta: Arc<basalt_meta::EmbeddedMeta>,
+    shared: Arc<Shared>,
+    pool: u32,
+    bpo: u64,
+) {
+    use basalt_meta::{MetaStore, WatchEvent};
+    let Ok(mut events) = meta.watch_prefix(basalt_meta::schema::MAP_KEY, 1).await else {
+        shared.fail("cannot watch the cluster map".into());
+        return;
+    };
+    // Bound: one iteration per map; ends when the run drops the metadata store.
+    while let Some(Ok(event)) = events.recv().await {
+        let WatchEvent::Put { value, .. } = event else {
+            continue;
+        };
+        let Ok(mut map) = serde_json::from_slice::<basalt_placement::ClusterMap>(&value) else {
+            shared.fail("undecodable cluster map".into());
+            return;
+        };
+        if map.acting.is_empty() {
+            map.update_acting();
+        }
+        if !map.pools.contains_key(&pool) {
+            continue;
+        }
+        let mut acting = shared.acting.lock().expect("acting lock");
+        let mut model = shared.model.lock().expect("model lock");
+        for (object, &pg) in shared.object_pgs.iter().enumerate() {
+            let set = map.acting(pg).map(set_of).unwrap_or(0);
+            acting.insert(pg, set);
+            let first = object as u64 * bpo;
+            model.only_held_by(first..first + bpo, set);
+        }
     }
 }
 
@@ -240,16 +318,34 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
             .await
             .map_err(|e| format!("open the volume: {e}"))?,
     );
+    let pool = cluster
+        .client
+        .map()
+        .pools
+        .get(&cluster.pool().id)
+        .cloned()
+        .ok_or("the pool is not in the map")?;
+    let object_pgs = (0..config.volume_objects)
+        .map(|i| basalt_placement::ClusterMap::pg_of(&pool, ObjectId::new(volume.head(), i)))
+        .collect();
     let shared = Arc::new(Shared {
         model: Mutex::new(Model::new(size / BLOCK as u64)),
         violation: Mutex::new(None),
         ops: Mutex::new((0, 0)),
-        power_epoch: Mutex::new(0),
+        crashes: Mutex::new(vec![0; config.shape.osds as usize]),
+        acting: Mutex::new(BTreeMap::new()),
+        object_pgs,
         digest: Mutex::new(Digest(0xcbf2_9ce4_8422_2325)),
         started,
         observer: observer.clone(),
         echo: config.echo_log.is_some(),
     });
+    let follower = tokio::spawn(follow_acting(
+        cluster.meta(),
+        shared.clone(),
+        cluster.pool().id,
+        object_size / BLOCK as u64,
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let writers: Vec<_> = (0..config.writers)
         .map(|w| {
@@ -259,6 +355,7 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
                 objects: config.volume_objects,
                 blocks_per_object: object_size / BLOCK as u64,
                 volume: volume.clone(),
+                client: cluster.client.clone(),
                 shared: shared.clone(),
                 rng: rng.fork(),
                 stop: stop_rx.clone(),
@@ -302,8 +399,9 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
     wait_clean(&cluster.client, CLEAN_TIMEOUT)
         .await
         .map_err(|e| format!("after healing, the cluster {e}"))?;
-    check_volume(&volume, &shared).await?;
+    check_volume(&cluster, &volume, &shared).await?;
     check_replicas(&cluster, &volume).await?;
+    follower.abort();
     let (ops, failed_ops) = *shared.ops.lock().expect("ops lock");
     let digest = shared.digest.lock().expect("digest lock").0;
     Ok(Outcome {
@@ -344,8 +442,22 @@ async fn wait_clean(client: &Cluster, timeout: Duration) -> Result<(), String> {
 }
 
 /// Read the whole volume and check every block against the model.
-async fn check_volume(volume: &Volume, shared: &Shared) -> Result<(), String> {
+async fn check_volume(
+    cluster: &SimCluster,
+    volume: &Volume,
+    shared: &Shared,
+) -> Result<(), String> {
     let object_size = volume.info().object_size as u64;
+    let map = cluster.client.map();
+    let pool = map
+        .pools
+        .get(&cluster.pool().id)
+        .ok_or("the pool is not in the map")?;
+    let place = |index: u64| {
+        let pg = basalt_placement::ClusterMap::pg_of(pool, ObjectId::new(volume.head(), index));
+        let acting = map.acting(pg).map(|a| a.to_vec()).unwrap_or_default();
+        format!("object {index}, pg {pg}, acting {acting:?}")
+    };
     let mut offset = 0;
     while offset < volume.size() {
         let data = volume
@@ -355,10 +467,11 @@ async fn check_volume(volume: &Volume, shared: &Shared) -> Result<(), String> {
         let model = shared.model.lock().expect("model lock");
         for (i, chunk) in data.chunks(BLOCK).enumerate() {
             let block = offset / BLOCK as u64 + i as u64;
-            let value = decode_block(block, chunk)?;
+            let value = decode_block(block, chunk)
+                .map_err(|e| format!("final read ({}): {e}", place(offset / object_size)))?;
             model
                 .check_read(block, value)
-                .map_err(|e| format!("final read: {e}"))?;
+                .map_err(|e| format!("final read ({}): {e}", place(offset / object_size)))?;
         }
         offset += object_size;
     }
@@ -412,6 +525,7 @@ struct Writer {
     objects: u64,
     blocks_per_object: u64,
     volume: Arc<Volume>,
+    client: Arc<Cluster>,
     shared: Arc<Shared>,
     rng: SimRng,
     stop: watch::Receiver<bool>,
@@ -452,7 +566,7 @@ impl Writer {
     }
 
     async fn write(&mut self, blocks: std::ops::Range<u64>, zero: bool, fua: bool) {
-        let epoch = self.shared.epoch();
+        let before = self.shared.crash_counts();
         let written = self
             .shared
             .model
@@ -474,14 +588,14 @@ impl Writer {
             self.volume.write(offset, data.freeze(), fua).await
         };
         let ok = result.is_ok();
-        // An acknowledgement that may have been sent before a whole-cluster power cut and
-        // arrived after it proves nothing about what survived.
-        if ok && self.shared.epoch() == epoch {
+        if ok {
+            let object = blocks.start / self.blocks_per_object;
+            let holders = self.shared.holders(&self.client, object, &before);
             self.shared
                 .model
                 .lock()
                 .expect("model lock")
-                .acked(&written, fua);
+                .acked(&written, fua, holders);
         }
         self.shared.count(ok);
         self.shared.record(&format!(
@@ -513,7 +627,6 @@ impl Writer {
     }
 
     async fn flush(&mut self) {
-        let epoch = self.shared.epoch();
         let positions = self
             .shared
             .model
@@ -521,7 +634,9 @@ impl Writer {
             .expect("model lock")
             .acked_positions();
         let ok = self.volume.flush().await.is_ok();
-        if ok && self.shared.epoch() == epoch {
+        // A successful flush makes durable whatever was acknowledged before it, even if
+        // OSDs crashed meanwhile: it must not succeed otherwise.
+        if ok {
             self.shared
                 .model
                 .lock()
@@ -664,6 +779,7 @@ impl Injector {
         let kind = match roll {
             0..=29 => {
                 cluster.kill_osd(osd);
+                shared.crash(osd);
                 self.note(shared, format!("kill osd.{osd} for {for_:?}"));
                 Kind::Down
             }
@@ -672,6 +788,7 @@ impl Injector {
                 // writes then always survive on the machines that kept power.
                 let mut keep = self.rng.fork();
                 cluster.power_cut_osd(osd, move |_| keep.chance(50));
+                shared.crash(osd);
                 self.note(shared, format!("power cut osd.{osd} for {for_:?}"));
                 Kind::Down
             }
@@ -733,17 +850,10 @@ impl Injector {
         cluster: &mut SimCluster,
         shared: &Shared,
     ) -> Result<(), String> {
-        {
-            *shared.power_epoch.lock().expect("epoch lock") += 1;
-            shared
-                .model
-                .lock()
-                .expect("model lock")
-                .whole_cluster_power_cut();
-        }
         for id in cluster.osd_ids() {
             let mut keep = self.rng.fork();
             cluster.power_cut_osd(id, move |_| keep.chance(50));
+            shared.crash(id);
         }
         self.note(shared, "power cut of every OSD".into());
         tokio::time::sleep(Duration::from_millis(self.rng.between(100, 3000))).await;

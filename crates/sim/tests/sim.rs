@@ -33,6 +33,7 @@ fn run_seeds(first: u64, count: u64) {
     };
     let began = Instant::now();
     let (mut ops, mut faults, mut virtual_ms) = (0u64, 0usize, 0u64);
+    let mut failures = Vec::new();
     for &seed in &seeds {
         match run(seed, &config) {
             Ok(o) => {
@@ -40,16 +41,28 @@ fn run_seeds(first: u64, count: u64) {
                 faults += o.faults.len();
                 virtual_ms += o.virtual_ms;
             }
-            Err(f) => panic!("{f}"),
+            Err(f) => {
+                if failures.is_empty() {
+                    eprintln!("{f}");
+                }
+                failures.push(format!("{}: {}", f.seed, f.error));
+            }
         }
     }
     eprintln!(
-        "simulation: {} seeds from {} passed in {:.1} s: {ops} client operations, {faults} \
-         faults, {:.0} virtual seconds",
+        "simulation: {} seeds from {}, {} failed, in {:.1} s: {ops} client operations, \
+         {faults} faults, {:.0} virtual seconds",
         seeds.len(),
         seeds[0],
+        failures.len(),
         began.elapsed().as_secs_f64(),
         virtual_ms as f64 / 1000.0
+    );
+    assert!(
+        failures.is_empty(),
+        "{} seeds failed (the first one's report is above):\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }
 
