@@ -1,8 +1,10 @@
 //! The simulator in the test suite: many short seeds of the real replication code under
 //! injected faults, a determinism check, and (ignored) long runs.
 //!
-//! `BASALT_SIM_SEEDS=N` sets how many seeds the default test runs, `BASALT_SIM_SEED=S` runs
-//! only S (replay), `BASALT_SIM_FIRST=F` starts from F; `BASALT_SIM_LOG=1` (or `debug`, `trace`) prints the log.
+//! The default test runs 200 seeds of 10 virtual seconds, the long one 2000 of 20.
+//! `BASALT_SIM_SEEDS=N` sets how many, `BASALT_SIM_FIRST=F` the first, `BASALT_SIM_SECS=S`
+//! their length; `BASALT_SIM_SEED=S` runs only S (replay); `BASALT_SIM_LOG=1` (or `debug`,
+//! `trace`) prints the log.
 
 use basalt_sim::{run, SimConfig};
 use std::time::Instant;
@@ -11,8 +13,11 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn config() -> SimConfig {
+/// Short runs for the everyday suite, the default length for the long one;
+/// `BASALT_SIM_SECS` overrides both.
+fn config(run_secs: u64) -> SimConfig {
     SimConfig {
+        run_secs: env_u64("BASALT_SIM_SECS").unwrap_or(run_secs),
         echo_log: match std::env::var("BASALT_SIM_LOG").as_deref() {
             Ok("debug") => Some(tracing::Level::DEBUG),
             Ok("trace") => Some(tracing::Level::TRACE),
@@ -25,8 +30,8 @@ fn config() -> SimConfig {
 
 /// Run seeds `first..first + count` (or the one in BASALT_SIM_SEED); panic with the first
 /// failure's report.
-fn run_seeds(first: u64, count: u64) {
-    let config = config();
+fn run_seeds(first: u64, count: u64, run_secs: u64) {
+    let config = config(run_secs);
     let seeds: Vec<u64> = match env_u64("BASALT_SIM_SEED") {
         Some(s) => vec![s],
         None => (first..first + count).collect(),
@@ -71,8 +76,8 @@ fn run_seeds(first: u64, count: u64) {
 /// seeds.
 #[test]
 fn seeds_hold_every_invariant() {
-    let count = env_u64("BASALT_SIM_SEEDS").unwrap_or(100);
-    run_seeds(env_u64("BASALT_SIM_FIRST").unwrap_or(1), count);
+    let count = env_u64("BASALT_SIM_SEEDS").unwrap_or(200);
+    run_seeds(env_u64("BASALT_SIM_FIRST").unwrap_or(1), count, 10);
 }
 
 /// Goal: a seed replays exactly: two runs of one seed do the same operations with the same
@@ -84,7 +89,7 @@ fn a_seed_replays_exactly() {
         "built without --cfg tokio_unstable (RUSTFLAGS in the environment replaces \
          .cargo/config.toml): seeds cannot replay"
     );
-    let config = config();
+    let config = config(10);
     for seed in [3, 17] {
         let a = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
         let b = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
@@ -97,5 +102,5 @@ fn a_seed_replays_exactly() {
 #[ignore = "long: thousands of seeds"]
 fn many_seeds() {
     let count = env_u64("BASALT_SIM_SEEDS").unwrap_or(2000);
-    run_seeds(env_u64("BASALT_SIM_FIRST").unwrap_or(1_000_000), count);
+    run_seeds(env_u64("BASALT_SIM_FIRST").unwrap_or(1_000_000), count, 20);
 }
