@@ -35,6 +35,8 @@ have python3 || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # md5sum (coreutils) checks the ETags the S3 clients get back.
 have md5sum || need+=(coreutils)
+# libfuzzer-sys compiles libFuzzer (C++) for the fuzz smoke run.
+have c++ || need+=(g++)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test dependencies: ${need[*]}"
@@ -71,3 +73,15 @@ if ! have cargo; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# The fuzz smoke run (scripts/fuzz-smoke.sh): cargo-fuzz builds the targets with nightly's
+# sanitizer and coverage flags. Any nightly will do, so one already present is kept as it
+# is (no update on every run); cargo-fuzz builds from crates.io in about a minute and a half.
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  echo "installing the nightly Rust toolchain (for cargo fuzz)"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
+fi

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test suite: install test dependencies, check formatting and lints, run the tests.
 #
-#   scripts/test.sh          # everything (what CI runs)
+#   scripts/test.sh          # everything (what CI runs), then a short fuzz run of every target
 #   scripts/test.sh --fast   # unit, property, library-level and simulation tests: no
-#                            # end-to-end tests of the basalt binary (crates/cli/tests)
+#                            # end-to-end tests of the basalt binary (crates/cli/tests), no fuzz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,10 +30,13 @@ if [ "$fast" = 1 ]; then
 else
     echo "== cargo test"
     cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+    # Every fuzz target for a few seconds each; its targets count as tests in the closing line.
+    echo "== fuzz smoke"
+    ./scripts/fuzz-smoke.sh 2>&1 | tee -a "$log" || status=$?
 fi
 # One closing line for the whole run (cargo prints one per test binary).
-passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
-failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
+passed=$(awk '/^test result:/ {s += $4} /^fuzz: [0-9]+ passed/ {s += $2} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} /^fuzz: [0-9]+ passed/ {s += $4} END {print s + 0}' "$log")
 ignored=$(awk '/^test result:/ {s += $8} END {print s + 0}' "$log")
 echo
 echo "${passed} passed, ${failed} failed, ${ignored} skipped"

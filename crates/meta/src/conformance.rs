@@ -5,6 +5,10 @@
 //! Every wait is bounded: watch events must arrive within [`EVENT_WAIT_MS`], and a lease
 //! must end within [`LEASE_END_WAIT_MS`] of its last keep-alive.
 
+// A test suite compiled into the library so every backend's tests can run it: a failed
+// unwrap is a failed check, reported by the panic like any assert.
+#![allow(clippy::unwrap_used)]
+
 use crate::store::{MetaError, MetaStore, WatchEvent, WatchReceiver};
 use std::sync::Arc;
 use std::time::Duration;

@@ -26,17 +26,26 @@ struct Made {
 fn populate(net: &Net) -> Made {
     let mut made = Made {
         dir: net.dir().to_path_buf(),
-        links: vec![net.bridge().unwrap().to_string()],
+        links: vec![net
+            .bridge()
+            .expect("populate needs a Net with namespaces, not loopback mode")
+            .to_string()],
         ..Made::default()
     };
     for name in ["a", "b"] {
-        let h = net.add_host(name).unwrap();
-        made.netns.push(h.netns.clone().unwrap());
-        let p = net.spawn(&h, ProcessSpec::new("sleep").arg("60")).unwrap();
+        let h = net.add_host(name).expect("add host");
+        made.netns.push(
+            h.netns
+                .clone()
+                .expect("a host of a Net with namespaces has one"),
+        );
+        let p = net
+            .spawn(&h, ProcessSpec::new("sleep").arg("60"))
+            .expect("spawn sleep");
         made.pids.push(p.pid());
     }
     let hosts = net.hosts();
-    net.partition(&hosts[0], &[&hosts[1]]).unwrap();
+    net.partition(&hosts[0], &[&hosts[1]]).expect("partition");
     made
 }
 

@@ -17,7 +17,7 @@ fn etcdctl(net: &Net, from: &Host, endpoint: &str, args: &[&str]) -> String {
                 .args(args),
             ETCDCTL_TIMEOUT,
         )
-        .unwrap();
+        .expect("run etcdctl");
     assert!(
         out.status.success(),
         "etcdctl {args:?}: {}",

@@ -263,12 +263,12 @@ impl RawClient {
 
     pub fn u32(&mut self) -> u32 {
         let b = self.read_n(4);
-        u32::from_be_bytes(b.try_into().unwrap())
+        u32::from_be_bytes(b.try_into().expect("read_n(4) gives 4 bytes"))
     }
 
     pub fn u64(&mut self) -> u64 {
         let b = self.read_n(8);
-        u64::from_be_bytes(b.try_into().unwrap())
+        u64::from_be_bytes(b.try_into().expect("read_n(8) gives 8 bytes"))
     }
 
     pub fn send_option(&mut self, code: u32, data: &[u8]) {
@@ -331,7 +331,7 @@ impl RawClient {
             assert_eq!(opt, OPT_GO);
             match kind {
                 REP_INFO if u16::from_be_bytes([data[0], data[1]]) == INFO_EXPORT => {
-                    let size = u64::from_be_bytes(data[2..10].try_into().unwrap());
+                    let size = u64::from_be_bytes(data[2..10].try_into().expect("8-byte slice"));
                     let flags = u16::from_be_bytes([data[10], data[11]]);
                     export = Some((size, flags));
                 }

@@ -100,7 +100,10 @@ pub fn download(from: &Host, to: SocketAddr) -> usize {
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat[stat.rfind(')').unwrap() + 1..]
+            let state = stat[stat
+                .rfind(')')
+                .expect("/proc/PID/stat names the command in parentheses")
+                + 1..]
                 .trim_start()
                 .chars()
                 .next();
