@@ -42,8 +42,8 @@ fn stored_bodies(tc: &TestCluster, obj: ObjectId) -> Vec<(Option<basalt_proto::V
         .iter()
         .map(|h| {
             let mut buf = vec![0u8; OBJECT_SIZE as usize];
-            h.osd.store.read(obj, 0, &mut buf).unwrap();
-            let len = KvTable::body_len(&buf, buf.len()).unwrap();
+            h.osd.store.read(obj, 0, &mut buf).expect("read the object");
+            let len = KvTable::body_len(&buf, buf.len()).expect("a well-formed table");
             buf.truncate(len);
             (h.osd.store.version(obj), buf)
         })
@@ -52,7 +52,7 @@ fn stored_bodies(tc: &TestCluster, obj: ObjectId) -> Vec<(Option<basalt_proto::V
 
 /// Send a raw CALL through the client's retrying path and return its status.
 async fn raw_call(tc: &TestCluster, obj: ObjectId, method: u32, args: &[u8]) -> Status {
-    let pg = tc.cluster.pg_of(obj).unwrap();
+    let pg = tc.cluster.pg_of(obj).expect("the object has a PG");
     let mut h = Header::request(Opcode::Call, 0, obj);
     h.offset = method;
     match tc.cluster.object_request(pg, h, b(args)).await {

@@ -25,8 +25,14 @@ fn copies(tc: &TestCluster, obj: ObjectId) -> Vec<Option<(Vec<u64>, Vec<u8>)>> {
         .map(|h| {
             h.osd.store.version(obj)?;
             let mut buf = vec![0u8; OS as usize];
-            h.osd.store.read(obj, 0, &mut buf).unwrap();
-            Some((h.osd.store.allocation(obj).unwrap(), buf))
+            h.osd.store.read(obj, 0, &mut buf).expect("read the object");
+            Some((
+                h.osd
+                    .store
+                    .allocation(obj)
+                    .expect("the allocation of the object"),
+                buf,
+            ))
         })
         .collect()
 }

@@ -66,15 +66,17 @@ pub async fn start_osds(
                 object_size_bytes: OBJECT_SIZE,
                 ..StoreOptions::default()
             },
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listen: "127.0.0.1:0".parse().expect("a valid address"),
             network: basalt_osd::Network::Tcp,
             create_if_missing: true,
             incarnation: None,
             recovery: basalt_osd::RecoveryConfig::default(),
             stray_scan: None,
         };
-        let h = Osd::start(config, rx.clone(), meta.clone()).await.unwrap();
-        let info = map.osds.get_mut(&id).unwrap();
+        let h = Osd::start(config, rx.clone(), meta.clone())
+            .await
+            .expect("start an OSD");
+        let info = map.osds.get_mut(&id).expect("the OSD is in the map");
         info.addr = h.addr.to_string();
         info.incarnation = h.osd.incarnation;
         handles.push(h);
@@ -95,7 +97,7 @@ pub struct TestCluster {
 /// Start a [`TestCluster`]; with `local`, osd.0 is reached in-process (the co-located
 /// client path) and the others over TCP, so both paths run.
 pub async fn test_cluster(local: bool) -> TestCluster {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("make a temporary directory");
     let mut map = base_map();
     let meta = Arc::new(EmbeddedMeta::in_memory());
     let (osds, maps) = start_osds(dir.path(), &mut map, &meta).await;
