@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod decide;
 pub mod error;
 pub mod handler;
+pub mod identity;
 mod kv;
 pub mod layers;
 pub mod liveness;
@@ -30,6 +31,7 @@ pub use daemon::{
 };
 pub use error::PgError;
 pub use handler::LocalOsd;
+pub use identity::{allocate_osd_id, identity, IdentityError};
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;
 pub use recovery::RecoveryConfig;

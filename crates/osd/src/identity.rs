@@ -1,0 +1,147 @@
+//! Which OSD a data directory belongs to: its identity file (`osd.json`), written once when
+//! the directory is first used, with an id allocated from the cluster metadata.
+
+use basalt_meta::schema::{NEXT_OSD_ID_KEY, OSDS_PREFIX};
+use basalt_meta::{MetaError, MetaStore};
+use basalt_proto::OsdId;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Version of the identity file format.
+const IDENTITY_FORMAT_VERSION: u32 = 1;
+/// Name of the identity file in an OSD's data directory.
+pub const IDENTITY_FILE: &str = "osd.json";
+
+/// The identity file of an OSD's data directory.
+#[derive(Serialize, Deserialize)]
+struct OsdIdentity {
+    format_version: u32,
+    id: OsdId,
+}
+
+/// Why a data directory's identity could not be read or made.
+#[derive(Debug, Error)]
+pub enum IdentityError {
+    #[error("{path} is unreadable: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("{dir} belongs to osd.{found}, not osd.{wanted} (drop --id, or use another --data)")]
+    OtherOsd {
+        dir: PathBuf,
+        found: OsdId,
+        wanted: OsdId,
+    },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("could not allocate an OSD id: {0}")]
+    Allocate(String),
+    #[error("cluster metadata: {0}")]
+    Meta(#[from] MetaError),
+}
+
+/// Allocate the next free OSD id (compare-and-swap on a counter; skips registered ids).
+pub async fn allocate_osd_id(meta: &dyn MetaStore) -> Result<OsdId, IdentityError> {
+    let taken: Vec<OsdId> = meta
+        .list(OSDS_PREFIX)
+        .await?
+        .iter()
+        .filter_map(|(k, _, _)| k[OSDS_PREFIX.len()..].parse().ok())
+        .collect();
+    // Bound: ids already taken are skipped, at most one attempt each (plus one).
+    for _ in 0..=taken.len() {
+        let Some(id) = basalt_meta::next_counter(meta, NEXT_OSD_ID_KEY, 0).await? else {
+            return Err(IdentityError::Allocate("too much contention".into()));
+        };
+        let id = OsdId::try_from(id).map_err(|_| IdentityError::Allocate("no ids left".into()))?;
+        if !taken.contains(&id) {
+            return Ok(id);
+        }
+    }
+    Err(IdentityError::Allocate("every id tried is taken".into()))
+}
+
+/// The id of the OSD whose data directory is `dir`: read from its identity file, or (first
+/// use) `wanted` or a newly allocated id, written durably. Returns (id, is_new).
+pub async fn identity(
+    dir: &Path,
+    wanted: Option<OsdId>,
+    meta: &dyn MetaStore,
+) -> Result<(OsdId, bool), IdentityError> {
+    let path = dir.join(IDENTITY_FILE);
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| IdentityError::Io { op, path, source }
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let ident: OsdIdentity =
+                serde_json::from_slice(&bytes).map_err(|e| IdentityError::Unreadable {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            match wanted {
+                Some(w) if w != ident.id => Err(IdentityError::OtherOsd {
+                    dir: dir.to_path_buf(),
+                    found: ident.id,
+                    wanted: w,
+                }),
+                _ => Ok((ident.id, false)),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = match wanted {
+                Some(id) => id,
+                None => allocate_osd_id(meta).await?,
+            };
+            let ident = OsdIdentity {
+                format_version: IDENTITY_FORMAT_VERSION,
+                id,
+            };
+            let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
+            let bytes = serde_json::to_vec(&ident).expect("an identity serialises");
+            std::fs::write(&tmp, bytes).map_err(io("write", &tmp))?;
+            // Durable before it names the directory's OSD: file, rename, directory.
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io("fsync", &tmp))?;
+            std::fs::rename(&tmp, &path).map_err(io("rename to", &path))?;
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("fsync", dir))?;
+            Ok((id, true))
+        }
+        Err(e) => Err(io("read", &path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_meta::EmbeddedMeta;
+
+    /// Goal: the first use allocates and records an id, later uses read it back, and a
+    /// directory of another OSD is refused by name.
+    #[tokio::test]
+    async fn identity_is_allocated_once_and_checked() {
+        let meta = EmbeddedMeta::in_memory();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (id, new) = identity(dir.path(), None, &meta).await.expect("first use");
+        assert!(new);
+        let (again, new) = identity(dir.path(), None, &meta).await.expect("second use");
+        assert_eq!((again, new), (id, false));
+        let other = identity(dir.path(), Some(id + 5), &meta).await;
+        assert!(
+            matches!(other, Err(IdentityError::OtherOsd { .. })),
+            "{other:?}"
+        );
+        let second = tempfile::tempdir().expect("a temporary directory");
+        let (next, _) = identity(second.path(), None, &meta)
+            .await
+            .expect("another OSD");
+        assert_ne!(next, id, "two directories got one id");
+    }
+}
