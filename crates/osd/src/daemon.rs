@@ -139,6 +139,8 @@ pub enum OsdError {
     Close(#[source] StoreError),
     #[error("read the frozen layers from the cluster metadata")]
     Meta(#[source] basalt_meta::MetaError),
+    #[error("register with the cluster")]
+    Register(#[source] basalt_meta::MetaError),
 }
 
 /// The state shared by every connection of one OSD.

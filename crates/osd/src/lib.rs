@@ -15,6 +15,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod peering;
 pub mod pg;
+pub mod process;
 pub mod recovery;
 pub mod stray;
 
@@ -34,4 +35,5 @@ pub use handler::LocalOsd;
 pub use identity::{allocate_osd_id, identity, IdentityError};
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;
+pub use process::RunningOsd;
 pub use recovery::RecoveryConfig;

@@ -9,7 +9,9 @@ use basalt_client::{Cluster, ConnPool};
 use basalt_meta::schema::PoolRecord;
 use basalt_meta::{EmbeddedMeta, MetaStore};
 use basalt_mon::MonitorConfig;
-use basalt_osd::{Network, Osd, OsdConfig, OsdHandle, RecoveryConfig, Registration, StoreLocation};
+use basalt_osd::{
+    Network, Osd, OsdConfig, RecoveryConfig, Registration, RunningOsd, StoreLocation,
+};
 use basalt_proto::OsdId;
 use basalt_store::{MemDisk, StoreOptions};
 use std::collections::BTreeMap;
@@ -54,15 +56,9 @@ impl Default for ClusterShape {
 struct OsdSlot {
     disk: Arc<MemDisk>,
     /// The running process, if any.
-    running: Option<Running>,
+    running: Option<RunningOsd>,
     /// Process starts so far (each gets its own incarnation number).
     starts: u64,
-}
-
-struct Running {
-    handle: OsdHandle,
-    keepalive: JoinHandle<()>,
-    stop_tx: watch::Sender<bool>,
 }
 
 /// The address the map advertises for `id` (never bound: the simulated network routes it).
@@ -182,7 +178,7 @@ impl SimCluster {
         self.osds
             .get(&id)
             .and_then(|s| s.running.as_ref())
-            .map(|r| &r.handle.osd)
+            .map(|r| r.osd())
     }
 
     /// Start a new process of OSD `id` on its disk (formatting it on the first start).
@@ -223,23 +219,15 @@ impl SimCluster {
             recovery: RecoveryConfig::default(),
             stray_scan: Some(Duration::from_secs(10)),
         };
-        let handle = Osd::start(config, map, meta)
-            .await
-            .map_err(|e| format!("start osd.{id}: {e:#}"))?;
-        let (stop_tx, stop_rx) = watch::channel(false);
         let registration = Registration {
             host: format!("host{id}"),
             lease_ttl_secs: self.shape.lease_ttl_secs,
             metrics_addr: None,
         };
-        let keepalive = basalt_osd::register(handle.osd.clone(), addr, registration, stop_rx)
+        let running = RunningOsd::start(config, map, meta, registration)
             .await
-            .map_err(|e| format!("register osd.{id}: {e}"))?;
-        slot.running = Some(Running {
-            handle,
-            keepalive,
-            stop_tx,
-        });
+            .map_err(|e| format!("start osd.{id}: {e}"))?;
+        slot.running = Some(running);
         Ok(())
     }
 
@@ -248,11 +236,9 @@ impl SimCluster {
         let slot = self.osds.get_mut(&id)?;
         let running = slot.running.take()?;
         self.net.kill_node(id);
-        running.keepalive.abort();
-        drop(running.stop_tx);
-        // Dropping the handle ends the OSD's loops; its zombie tasks find the disk, the
-        // network and the metadata gone.
-        drop(running.handle);
+        // The OSD's loops end; its leftover tasks find the disk, the network and the
+        // metadata gone.
+        running.abandon();
         Some(slot.disk.clone())
     }
 
