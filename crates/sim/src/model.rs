@@ -7,8 +7,8 @@
 //!
 //! What Basalt promises (docs/design.md, "What survives"): a value acknowledged before a
 //! successful flush (or with FUA) is never lost. An acknowledged value not yet flushed lives
-//! in the memory of the OSDs that applied it (the acting set when it was acknowledged): it
-//! survives as long as one of them keeps running and stays in its PG's acting set. Once every
+//! in the memory of the OSDs that applied it: it survives as long as one of those that were
+//! complete copies (or holders) of its PG keeps running and stays in the PG's acting set. Once every
 //! such *holder* crashed (kill or power cut) or left the acting set, reads may go back to the
 //! newest durable value, no further.
 

@@ -174,6 +174,10 @@ struct Shared {
     crashes: Mutex<Vec<u64>>,
     /// Where every PG of the volume is served under the newest map (bit per OSD).
     acting: Mutex<BTreeMap<PgId, OsdSet>>,
+    /// Every OSD's incarnation in the newest map.
+    incarnations: Mutex<BTreeMap<OsdId, u64>>,
+    /// The newest record of every PG (its complete copies and holders).
+    records: Mutex<BTreeMap<PgId, basalt_meta::schema::PgRecord>>,
     /// The PG of every object of the volume.
     object_pgs: Vec<PgId>,
     digest: Mutex<Digest>,
@@ -223,6 +227,20 @@ impl Shared {
         self.crashes.lock().expect("crashes lock").clone()
     }
 
+    /// The OSDs the newest record of `pg` names complete or holders, as their current run.
+    fn complete_now(&self, pg: PgId) -> OsdSet {
+        let records = self.records.lock().expect("records lock");
+        let Some(rec) = records.get(&pg) else {
+            return 0;
+        };
+        let incarnations = self.incarnations.lock().expect("incarnations lock");
+        rec.complete
+            .iter()
+            .chain(&rec.holders)
+            .filter(|c| incarnations.get(&c.osd) == Some(&c.incarnation))
+            .fold(0, |s, c| s | (1u64 << c.osd))
+    }
+
     /// `osd` crashed: what it held unflushed is gone.
     fn crash(&self, osd: OsdId) {
         self.crashes.lock().expect("crashes lock")[osd as usize] += 1;
@@ -230,8 +248,10 @@ impl Shared {
     }
 
     /// The OSDs that hold a write of `object` acknowledged now, sent when the crash counts
-    /// were `before`: its acting set in the client's map and in the newest map, less those
-    /// that crashed meanwhile.
+    /// were `before`: its acting set in the client's map and in the newest map, that its
+    /// PG's record names complete (or holders) as their current run, less those that
+    /// crashed meanwhile. A replica still recovering applies the write too, but its copy of
+    /// the PG is not one the cluster can rely on, and the contract does not count it.
     fn holders(&self, client: &Cluster, object: u64, before: &[u64]) -> OsdSet {
         let pg = self.object_pgs[object as usize];
         let seen = client.map().acting(pg).map(set_of).unwrap_or(0);
@@ -242,8 +262,9 @@ impl Shared {
             .get(&pg)
             .copied()
             .unwrap_or(0);
+        let complete = self.complete_now(pg);
         let crashes = self.crash_counts();
-        let mut out = seen & newest;
+        let mut out = seen & newest & complete;
         for (osd, (a, b)) in crashes.iter().zip(before).enumerate() {
             if a != b {
                 out &= !(1u64 << osd);
@@ -286,6 +307,8 @@ async fn follow_acting(
         if !map.pools.contains_key(&pool) {
             continue;
         }
+        *shared.incarnations.lock().expect("incarnations lock") =
+            map.osds.values().map(|o| (o.id, o.incarnation)).collect();
         let mut acting = shared.acting.lock().expect("acting lock");
         let mut model = shared.model.lock().expect("model lock");
         for (object, &pg) in shared.object_pgs.iter().enumerate() {
@@ -294,6 +317,33 @@ async fn follow_acting(
             let first = object as u64 * bpo;
             model.only_held_by(first..first + bpo, set);
         }
+    }
+}
+
+/// Follow every PG record as it is written (complete copies and holders).
+async fn follow_records(meta: Arc<basalt_meta::EmbeddedMeta>, shared: Arc<Shared>) {
+    use basalt_meta::schema::{PgRecord, PGS_PREFIX};
+    use basalt_meta::{MetaStore, WatchEvent};
+    let Ok(mut events) = meta.watch_prefix(PGS_PREFIX, 1).await else {
+        shared.fail("cannot watch the PG records".into());
+        return;
+    };
+    // Bound: one iteration per record change; ends when the run drops the metadata store.
+    while let Some(Ok(event)) = events.recv().await {
+        let WatchEvent::Put { key, value, .. } = event else {
+            continue;
+        };
+        let pg = key[PGS_PREFIX.len()..].split_once('.').and_then(|(p, i)| {
+            Some(PgId {
+                pool: p.parse().ok()?,
+                index: i.parse().ok()?,
+            })
+        });
+        let (Some(pg), Ok(rec)) = (pg, serde_json::from_slice::<PgRecord>(&value)) else {
+            shared.fail(format!("undecodable PG record {key}"));
+            return;
+        };
+        shared.records.lock().expect("records lock").insert(pg, rec);
     }
 }
 
@@ -334,6 +384,8 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         ops: Mutex::new((0, 0)),
         crashes: Mutex::new(vec![0; config.shape.osds as usize]),
         acting: Mutex::new(BTreeMap::new()),
+        incarnations: Mutex::new(BTreeMap::new()),
+        records: Mutex::new(BTreeMap::new()),
         object_pgs,
         digest: Mutex::new(Digest(0xcbf2_9ce4_8422_2325)),
         started,
@@ -346,6 +398,7 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         cluster.pool().id,
         object_size / BLOCK as u64,
     ));
+    let record_follower = tokio::spawn(follow_records(cluster.meta(), shared.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let writers: Vec<_> = (0..config.writers)
         .map(|w| {
@@ -402,6 +455,7 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
     check_volume(&cluster, &volume, &shared).await?;
     check_replicas(&cluster, &volume).await?;
     follower.abort();
+    record_follower.abort();
     let (ops, failed_ops) = *shared.ops.lock().expect("ops lock");
     let digest = shared.digest.lock().expect("digest lock").0;
     Ok(Outcome {
