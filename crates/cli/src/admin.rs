@@ -95,11 +95,9 @@ pub enum OsdAdminCommand {
 
 /// A client handle on the cluster for tools (follows the map).
 pub async fn open_cluster(meta_args: &MetaArgs) -> anyhow::Result<Arc<Cluster>> {
-    let meta = meta_args.connect().await?;
-    let map = basalt_client::follow_map(meta.clone())
+    Cluster::connect(meta_args.connect().await?)
         .await
-        .context("read the cluster map")?;
-    Ok(Cluster::new(meta, map))
+        .context("read the cluster map")
 }
 
 pub async fn run_osd_admin(meta_args: &MetaArgs, command: OsdAdminCommand) -> anyhow::Result<()> {

@@ -6,11 +6,11 @@
 //! its NBD socket; with --meta this process serves the image on a private socket.
 
 use crate::control::Request;
-use crate::gateway::VolumeExports;
 use crate::volume_cmd::{human, Target};
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_client::{ImageInfo, ImageState};
+use basalt_nbd::VolumeExports;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

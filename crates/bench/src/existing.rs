@@ -4,14 +4,13 @@
 //! ([`VolumeExports`]), charges every OSD's CPU (read from its `/metrics`) to each step, and
 //! removes what it created however the run ends.
 
-use crate::daemons::MetaArgs;
-use crate::gateway::VolumeExports;
+use crate::cpu::CpuSource;
+use crate::results::{ExistingClusterInfo, PoolSettings, StorageHost};
+use crate::{size, ExistingCluster, StreamResult, UnderTest};
 use anyhow::{bail, Context};
-use basalt_bench::cpu::CpuSource;
-use basalt_bench::results::{ExistingClusterInfo, PoolSettings, StorageHost};
-use basalt_bench::{size, ExistingCluster, StreamResult, UnderTest};
 use basalt_client::Cluster;
 use basalt_meta::schema::{alive_key, osd_key, AliveRecord, OsdRecord};
+use basalt_nbd::VolumeExports;
 use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
 use basalt_proto::ObjectId;
 use std::net::SocketAddr;
@@ -64,13 +63,8 @@ impl Existing {
                 .build()
                 .context("start the client runtime")?,
         );
-        let meta = MetaArgs {
-            meta: Some(meta_url.to_string()),
-        };
         let cluster = rt
-            .block_on(async {
-                tokio::time::timeout(CONNECT_TIMEOUT, crate::admin::open_cluster(&meta)).await
-            })
+            .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, open_cluster(meta_url)).await })
             .with_context(|| {
                 format!(
                     "no answer from the cluster metadata at {meta_url} within {CONNECT_TIMEOUT:?}"
@@ -207,6 +201,14 @@ impl Existing {
             done: false,
         }
     }
+}
+
+/// A client of the cluster whose metadata is at `meta_url` (etcd://...).
+pub async fn open_cluster(meta_url: &str) -> anyhow::Result<Arc<Cluster>> {
+    let meta = basalt_meta::connect_meta(meta_url)
+        .await
+        .with_context(|| format!("connect to the cluster metadata at {meta_url}"))?;
+    Cluster::connect(meta).await.context("read the cluster map")
 }
 
 /// `osd.addr`'s IP in place of an unspecified metrics IP (`--metrics-listen 0.0.0.0:P`).
