@@ -6,12 +6,13 @@
 
 use crate::cpu::CpuSource;
 use crate::results::{ExistingClusterInfo, PoolSettings, StorageHost};
-use crate::{size, ExistingCluster, StreamResult, UnderTest};
+use crate::{ExistingCluster, StreamResult, UnderTest};
 use anyhow::{bail, Context};
 use basalt_client::Cluster;
 use basalt_meta::schema::{alive_key, osd_key, AliveRecord, OsdRecord};
 use basalt_nbd::VolumeExports;
 use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
+use basalt_proto::size::format_size;
 use basalt_proto::ObjectId;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -148,7 +149,7 @@ impl Existing {
                 .into(),
             ),
             pgs: spec.pg_count,
-            object_size: size::exact(u64::from(spec.object_size)),
+            object_size: format_size(u64::from(spec.object_size)),
             osd_size: capacity_range(&capacities),
             banner: None,
         };
@@ -255,8 +256,8 @@ pub fn storage_hosts(map: &ClusterMap) -> Vec<StorageHost> {
 /// `8G`, or `2G to 8G` when the stores differ; `?` when no record was readable.
 fn capacity_range(capacities: &[u64]) -> String {
     match (capacities.iter().min(), capacities.iter().max()) {
-        (Some(&lo), Some(&hi)) if lo == hi => size::exact(lo),
-        (Some(&lo), Some(&hi)) => format!("{} to {}", size::exact(lo), size::exact(hi)),
+        (Some(&lo), Some(&hi)) if lo == hi => format_size(lo),
+        (Some(&lo), Some(&hi)) => format!("{} to {}", format_size(lo), format_size(hi)),
         _ => "?".into(),
     }
 }
@@ -331,7 +332,7 @@ impl ExistingCluster for Existing {
             method: format!(
                 "built-in: {STREAM_QUEUE_DEPTH} concurrent {} reads of never-written objects \
                  whose primary is at {ip}, {seconds} s",
-                size::exact(u64::from(self.pool.object_size))
+                format_size(u64::from(self.pool.object_size))
             ),
         })
     }

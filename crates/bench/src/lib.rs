@@ -28,7 +28,6 @@ pub mod progress;
 pub mod report;
 pub mod results;
 pub mod sections;
-pub mod size;
 pub mod suite;
 pub mod svg;
 pub mod under_test;

@@ -2,8 +2,8 @@
 //! namespaces, 2 OSDs each, stores on tmpfs, the test harness of crates/testcluster) with an
 //! NBD gateway, and the failover pause.
 
-use crate::size;
 use anyhow::{Context, Result};
+use basalt_proto::size::format_size;
 use basalt_testcluster::{BasaltCluster, Layout};
 use bytes::Bytes;
 use std::path::Path;
@@ -28,7 +28,7 @@ pub fn start(hosts: usize, data_root: &Path, size_bytes: u64) -> Result<(BasaltC
         "create",
         "bench",
         "--size",
-        &size::exact(size_bytes),
+        &format_size(size_bytes),
     ])?;
     let uri = cluster.uri("bench");
     Ok((cluster, uri))

@@ -12,8 +12,9 @@ use crate::cluster::{Cluster, ClusterConfig};
 use crate::fio::{self, Job, Span, Target};
 use crate::results::FioSummary;
 use crate::suite::RemoveOnDrop;
-use crate::{environment, multihost, size};
+use crate::{environment, multihost};
 use anyhow::{bail, Context};
+use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -182,7 +183,7 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         pgs: 32,
         object_size: "128K".into(),
         osd_size: "4G".into(),
-        volume_size: size::exact(opts.size_bytes),
+        volume_size: format_size(opts.size_bytes),
         s3: false,
     };
     let basalt = Cluster::start(
@@ -210,7 +211,7 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
 
     eprintln!(
         "preconditioning: writing {} to each target",
-        size::exact(opts.size_bytes)
+        format_size(opts.size_bytes)
     );
     for (name, uri) in &targets {
         run_fio(uri, &fio::FILL, Span::Once, opts.size_bytes, &scratch)
@@ -261,7 +262,7 @@ fn render(opts: &NbdOptions, names: &[&str], samples: &[Vec<Vec<Sample>>]) -> St
          each, 3 replicas (failure domain host), NBD gateway on its own host.\n\n",
         opts.rounds,
         opts.runtime_s,
-        size::exact(opts.size_bytes)
+        format_size(opts.size_bytes)
     ));
     s.push_str("| Profile |");
     for n in names {

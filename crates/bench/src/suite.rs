@@ -10,8 +10,9 @@ use crate::sections::profiles::ProfilesSection;
 use crate::sections::scaling::{self, ScalingPlan, ScalingSection};
 use crate::sections::{Ctx, Section, Settings, Side};
 use crate::under_test::{ExistingCluster, UnderTest};
-use crate::{environment, fio, interrupt, report, size, svg};
+use crate::{environment, fio, interrupt, report, svg};
 use anyhow::{bail, Context};
+use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -168,8 +169,8 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         replicas: 3,
         pgs: 32,
         object_size: "128K".into(),
-        osd_size: size::exact(MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2)),
-        volume_size: size::exact(settings.size_bytes),
+        osd_size: format_size(MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2)),
+        volume_size: format_size(settings.size_bytes),
         s3: true,
     };
     let disk_direct = environment::supports_direct_io(&work);

@@ -2,8 +2,9 @@
 
 use crate::daemons::MetaArgs;
 use anyhow::{bail, Context};
-use basalt_client::{create_pool, parse_size, Cluster};
+use basalt_client::{create_pool, Cluster};
 use basalt_meta::schema::{osd_key, OsdRecord, PoolRecord, POOLS_PREFIX};
+use basalt_proto::size::parse_size;
 use clap::Subcommand;
 use std::sync::Arc;
 

@@ -181,7 +181,7 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
     let opts = basalt_bench::NbdOptions {
         rounds: args.rounds,
         runtime_s: args.runtime,
-        size_bytes: basalt_client::parse_size(&args.size)?,
+        size_bytes: basalt_proto::size::parse_size(&args.size)?,
         scratch: args.scratch,
         hosts: args.hosts,
         failovers: args.failovers,
