@@ -32,6 +32,8 @@ pub struct ClusterConfig {
     pub osd_size: String,
     /// Size of the volume `bench` (`256M`).
     pub volume_size: String,
+    /// Whether the S3 gateway runs (on an ephemeral port).
+    pub s3: bool,
 }
 
 /// A running `basalt up`; SIGTERM then SIGKILL on drop.
@@ -60,7 +62,7 @@ impl Cluster {
             .arg(data_dir)
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--control-listen", "127.0.0.1:0"])
-            .args(["--s3-listen", "127.0.0.1:0"])
+            .args(["--s3-listen", if config.s3 { "127.0.0.1:0" } else { "off" }])
             .args(["--default-volume", "bench"])
             .args(["--default-volume-size", &config.volume_size])
             .args(["--osds", &config.osds.to_string()])

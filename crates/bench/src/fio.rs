@@ -2,6 +2,7 @@
 
 use crate::results::FioSummary;
 use anyhow::{bail, Context};
+use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,7 +86,7 @@ pub fn args(job: &Job, target: &Target, size: u64, span: Span, output: &Path) ->
         format!("--bs={}", job.bs),
         format!("--iodepth={}", job.iodepth),
         format!("--numjobs={}", job.numjobs),
-        format!("--size={}", crate::size::exact(size)),
+        format!("--size={}", format_size(size)),
     ];
     if let Some(mix) = job.rwmixread {
         a.push(format!("--rwmixread={mix}"));

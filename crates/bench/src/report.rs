@@ -4,8 +4,8 @@
 
 use crate::results::{Figure, Layout, Results, Row, SectionReport, SectionStatus};
 use crate::sections::scaling;
-use crate::size;
 use crate::svg;
+use basalt_proto::size::human_bytes;
 use std::fmt::Write;
 
 /// A figure's value with its unit, as the tables print it.
@@ -141,7 +141,7 @@ fn cluster_paragraph(r: &Results) -> String {
     format!(
         "{cluster} Target size {} (disk test file and Basalt volume, each written once before \
          the runs). {} s per timed fio run{}; the disk baseline {}.",
-        size::human(e.target_size_bytes as f64),
+        human_bytes(e.target_size_bytes),
         r.runtime_s,
         if r.quick { " (quick mode)" } else { "" },
         if e.disk_direct_io {
@@ -280,7 +280,7 @@ fn render_cpu(s: &mut String, r: &Results) {
             s,
             "| {label} | {:.2} | {} | {} | {} | {} |",
             cpu.cpu_seconds,
-            size::human(fio.io_bytes as f64),
+            human_bytes(fio.io_bytes),
             fio.total_ios,
             opt(cpu.per_gib),
             opt(cpu.per_1000_ios)
@@ -324,7 +324,7 @@ fn render_daemons(s: &mut String, runs: &[(String, &Figure)]) {
             } else {
                 0.0
             };
-            let rss = rss.map_or("-".to_string(), |b| size::human(b as f64));
+            let rss = rss.map_or("-".to_string(), human_bytes);
             let _ = writeln!(s, "| {name} | {cpu:.2} | {share:.0}% | {rss} |");
         }
         s.push('\n');

@@ -10,8 +10,9 @@ use crate::sections::profiles::ProfilesSection;
 use crate::sections::scaling::{self, ScalingPlan, ScalingSection};
 use crate::sections::{Ctx, Section, Settings, Side};
 use crate::under_test::{ExistingCluster, UnderTest};
-use crate::{environment, fio, interrupt, report, size, svg};
+use crate::{environment, fio, interrupt, report, svg};
 use anyhow::{bail, Context};
+use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -110,8 +111,8 @@ impl StorageOptions {
     }
 }
 
-/// Removes the scratch directory however the run ends.
-struct RemoveOnDrop(PathBuf);
+/// Removes a scratch directory however the run ends.
+pub(crate) struct RemoveOnDrop(pub(crate) PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -124,13 +125,17 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
     run(opts, None)
 }
 
-/// Run the suite on a volume of an existing cluster and return the path of `report.md`.
-/// The volume is removed however the run ends (a failed step, an error, Ctrl-C).
+/// Run the suite on a volume in `pool` of the existing cluster whose metadata is at
+/// `meta_url` (etcd://...), and return the path of `report.md`. The volume is removed however
+/// the run ends (a failed step, an error, Ctrl-C).
 pub fn run_storage_on(
     opts: &StorageOptions,
-    existing: &dyn ExistingCluster,
+    meta_url: &str,
+    pool: &str,
 ) -> anyhow::Result<PathBuf> {
-    run(opts, Some(existing))
+    opts.check_sections()?;
+    let existing = crate::existing::Existing::connect(meta_url, pool)?;
+    run(opts, Some(&existing))
 }
 
 fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow::Result<PathBuf> {
@@ -164,8 +169,9 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         replicas: 3,
         pgs: 32,
         object_size: "128K".into(),
-        osd_size: size::exact(MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2)),
-        volume_size: size::exact(settings.size_bytes),
+        osd_size: format_size(MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2)),
+        volume_size: format_size(settings.size_bytes),
+        s3: true,
     };
     let disk_direct = environment::supports_direct_io(&work);
     let info = existing.map(|e| e.info());

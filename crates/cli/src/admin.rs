@@ -2,8 +2,9 @@
 
 use crate::daemons::MetaArgs;
 use anyhow::{bail, Context};
-use basalt_client::{create_pool, parse_size, Cluster};
+use basalt_client::{create_pool, Cluster};
 use basalt_meta::schema::{osd_key, OsdRecord, PoolRecord, POOLS_PREFIX};
+use basalt_proto::size::parse_size;
 use clap::Subcommand;
 use std::sync::Arc;
 
@@ -95,11 +96,9 @@ pub enum OsdAdminCommand {
 
 /// A client handle on the cluster for tools (follows the map).
 pub async fn open_cluster(meta_args: &MetaArgs) -> anyhow::Result<Arc<Cluster>> {
-    let meta = meta_args.connect().await?;
-    let map = basalt_client::follow_map(meta.clone())
+    Cluster::connect(meta_args.connect().await?)
         .await
-        .context("read the cluster map")?;
-    Ok(Cluster::new(meta, map))
+        .context("read the cluster map")
 }
 
 pub async fn run_osd_admin(meta_args: &MetaArgs, command: OsdAdminCommand) -> anyhow::Result<()> {

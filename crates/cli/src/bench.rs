@@ -1,15 +1,8 @@
-//! `basalt bench nbd`: fio against a Basalt volume and against qemu-nbd, interleaved.
-//!
-//! Both targets serve from tmpfs so the comparison measures software cost, not the (noisy)
-//! virtual disk. Rounds alternate Basalt and qemu-nbd profile by profile, so drift in the
-//! machine's speed affects both alike; the table reports medians and the ratio.
+//! `basalt bench`: the arguments of the benchmarks in crates/bench, and their output.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Args, Subcommand};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -119,224 +112,6 @@ pub struct NbdArgs {
     failovers: usize,
 }
 
-/// One fio workload.
-struct Profile {
-    name: &'static str,
-    rw: &'static str,
-    bs: &'static str,
-    iodepth: u32,
-}
-
-const PROFILES: &[Profile] = &[
-    Profile {
-        name: "4k randread QD1",
-        rw: "randread",
-        bs: "4k",
-        iodepth: 1,
-    },
-    Profile {
-        name: "4k randread QD32",
-        rw: "randread",
-        bs: "4k",
-        iodepth: 32,
-    },
-    Profile {
-        name: "4k randwrite QD1",
-        rw: "randwrite",
-        bs: "4k",
-        iodepth: 1,
-    },
-    Profile {
-        name: "4k randwrite QD32",
-        rw: "randwrite",
-        bs: "4k",
-        iodepth: 32,
-    },
-    Profile {
-        name: "1M seq read QD8",
-        rw: "read",
-        bs: "1M",
-        iodepth: 8,
-    },
-    Profile {
-        name: "1M seq write QD8",
-        rw: "write",
-        bs: "1M",
-        iodepth: 8,
-    },
-];
-
-/// What one fio run measured.
-#[derive(Clone, Copy, Debug, Default)]
-struct Sample {
-    iops: f64,
-    mib_s: f64,
-    lat_us_mean: f64,
-}
-
-/// A child process killed when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn need(tool: &str, package: &str) -> anyhow::Result<()> {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !found {
-        bail!("{tool} is not installed; install it with: apt-get install -y {package}");
-    }
-    Ok(())
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// Start `basalt up` on tmpfs and return it with its NBD URI.
-fn start_basalt(dir: &Path, size: &str) -> anyhow::Result<(Guard, String)> {
-    let exe = std::env::current_exe().context("find the basalt executable")?;
-    let mut child = Command::new(exe)
-        .args([
-            "up",
-            "--nbd-listen",
-            "127.0.0.1:0",
-            "--control-listen",
-            "127.0.0.1:0",
-            "--s3-listen",
-            "off",
-        ])
-        .arg("--data-dir")
-        .arg(dir)
-        .args([
-            "--osd-size",
-            "4G",
-            "--default-volume",
-            "bench",
-            "--default-volume-size",
-            size,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start basalt up")?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let guard = Guard(child);
-    let mut uri = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line?;
-        if let Some(rest) = line.trim().strip_prefix("NBD (TCP):") {
-            uri = Some(rest.trim().to_string());
-        }
-        if line.starts_with("Press Ctrl-C") {
-            break;
-        }
-    }
-    let uri = uri.context("basalt up did not print its NBD address")?;
-    Ok((guard, uri))
-}
-
-/// Start qemu-nbd on a raw tmpfs file and return it with its NBD URI.
-fn start_qemu_nbd(file: &Path, size_bytes: u64) -> anyhow::Result<(Guard, String)> {
-    std::fs::File::create(file)?.set_len(size_bytes)?;
-    let port = free_port()?;
-    let child = Command::new("qemu-nbd")
-        .args([
-            "-f",
-            "raw",
-            "-x",
-            "bench",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .args(["--shared=8", "--persistent"])
-        .arg(file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start qemu-nbd")?;
-    let guard = Guard(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("qemu-nbd did not start listening on port {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok((guard, format!("nbd://127.0.0.1:{port}/bench")))
-}
-
-fn fio(
-    uri: &str,
-    rw: &str,
-    bs: &str,
-    iodepth: u32,
-    runtime: Option<u32>,
-    size: &str,
-    out: &Path,
-) -> anyhow::Result<Sample> {
-    let mut cmd = Command::new("fio");
-    cmd.args(["--name=bench", "--ioengine=nbd", "--thread"])
-        .arg(format!("--uri={uri}"))
-        .arg(format!("--rw={rw}"))
-        .arg(format!("--bs={bs}"))
-        .arg(format!("--iodepth={iodepth}"))
-        .arg(format!("--size={size}"))
-        .args(["--output-format=json", "--randrepeat=0", "--norandommap"])
-        .arg(format!("--output={}", out.display()));
-    if let Some(rt) = runtime {
-        cmd.args(["--time_based", "--ramp_time=1"])
-            .arg(format!("--runtime={rt}"));
-    }
-    let status = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
-    if !status.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&status.stderr));
-    }
-    let text = std::fs::read_to_string(out)?;
-    let summary = basalt_bench::fio::parse(&text)
-        .with_context(|| format!("parse fio output {}", out.display()))?;
-    let read = rw.contains("read");
-    Ok(Sample {
-        iops: if read {
-            summary.read_iops
-        } else {
-            summary.write_iops
-        },
-        mib_s: if read {
-            summary.read_mib_s
-        } else {
-            summary.write_mib_s
-        },
-        lat_us_mean: if read {
-            summary.read_lat_mean_us
-        } else {
-            summary.write_lat_mean_us
-        },
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
-
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Nbd(args) => nbd(args),
@@ -392,10 +167,8 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
         command_line,
         guest_dir: args.guest_dir.clone(),
     };
-    opts.check_sections()?;
     let report = if existing {
-        let cluster = crate::bench_existing::Existing::connect(&args.cluster, &args.pool)?;
-        basalt_bench::run_storage_on(&opts, &cluster)
+        basalt_bench::run_storage_on(&opts, &args.cluster, &args.pool)
     } else {
         basalt_bench::run_storage(&opts)
     }
@@ -405,161 +178,18 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
 }
 
 fn nbd(args: NbdArgs) -> anyhow::Result<()> {
-    need("fio", "fio")?;
-    need("qemu-nbd", "qemu-utils")?;
-    let size_bytes = basalt_client::parse_size(&args.size)?;
-    let scratch = tempdir_in(&args.scratch)?;
-    let _cleanup = RemoveOnDrop(scratch.clone());
-    let (_basalt, basalt_uri) = start_basalt(&scratch.join("basalt"), &args.size)?;
-    let (_qemu, qemu_uri) = start_qemu_nbd(&scratch.join("qemu.raw"), size_bytes)?;
-    let mut targets: Vec<(String, String)> =
-        vec![("basalt".into(), basalt_uri), ("qemu-nbd".into(), qemu_uri)];
-    let cluster = if args.hosts > 0 {
-        eprintln!(
-            "starting a {}-host cluster in network namespaces",
-            args.hosts
-        );
-        let (cluster, uri) =
-            crate::bench_cluster::start(args.hosts, &scratch.join("cluster"), &args.size)?;
-        targets.insert(1, (format!("basalt {}-host", args.hosts), uri));
-        Some(cluster)
-    } else {
-        None
+    let opts = basalt_bench::NbdOptions {
+        rounds: args.rounds,
+        runtime_s: args.runtime,
+        size_bytes: basalt_proto::size::parse_size(&args.size)?,
+        scratch: args.scratch,
+        hosts: args.hosts,
+        failovers: args.failovers,
     };
-    let out = scratch.join("fio.json");
-
-    eprintln!("preconditioning: writing {} to each target", args.size);
-    for (name, uri) in &targets {
-        fio(uri, "write", "1M", 8, None, &args.size, &out)
-            .with_context(|| format!("precondition {name}"))?;
-    }
-    // samples[profile][target] = per-round samples
-    let n = targets.len();
-    let mut samples = vec![vec![Vec::<Sample>::new(); n]; PROFILES.len()];
-    let total = args.rounds as usize * PROFILES.len() * n;
-    let mut step = 0;
-    for round in 0..args.rounds {
-        for (p, profile) in PROFILES.iter().enumerate() {
-            // Rotate which target goes first, so none always runs on a warmer machine.
-            for k in 0..n {
-                let t = (k + round as usize + p) % n;
-                step += 1;
-                let (name, uri) = &targets[t];
-                eprintln!(
-                    "[{step}/{total}] round {} {} on {name}",
-                    round + 1,
-                    profile.name
-                );
-                let s = fio(
-                    uri,
-                    profile.rw,
-                    profile.bs,
-                    profile.iodepth,
-                    Some(args.runtime),
-                    &args.size,
-                    &out,
-                )
-                .with_context(|| format!("{} on {name}", profile.name))?;
-                samples[p][t].push(s);
-            }
-        }
-    }
-    let names: Vec<&str> = targets.iter().map(|t| t.0.as_str()).collect();
-    let mut table = render(&args, &names, &samples);
-    if let Some(cluster) = &cluster {
-        let pauses = crate::bench_cluster::failover_pauses(cluster, args.failovers)?;
-        table.push_str(&render_failover(&pauses));
-    }
+    let table = basalt_bench::nbd::run(&opts).context("basalt bench nbd")?;
     println!("{table}");
     if let Some(path) = &args.out {
         std::fs::write(path, &table).with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
-}
-
-fn render_failover(pauses: &[crate::bench_cluster::Failover]) -> String {
-    let mut s = String::from(
-        "\nFailover pause: 4 KiB writes at QD1 to one PG through the client library; the PG's \
-         primary is killed with SIGKILL; the pause runs from the kill to the completion of the \
-         first write issued after it (lease TTL 3 s). Target: <= 5 s.\n\n\
-         | Trial | Killed | Pause |\n|---:|---|---:|\n",
-    );
-    for (i, f) in pauses.iter().enumerate() {
-        s.push_str(&format!(
-            "| {} | osd.{} | {:.2} s |\n",
-            i + 1,
-            f.osd,
-            f.pause.as_secs_f64()
-        ));
-    }
-    let secs: Vec<f64> = pauses.iter().map(|f| f.pause.as_secs_f64()).collect();
-    s.push_str(&format!("| median | | {:.2} s |\n", median(secs)));
-    s
-}
-
-/// Removes a scratch directory however the benchmark ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempdir_in(base: &Path) -> anyhow::Result<PathBuf> {
-    let dir = base.join(format!("basalt-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    Ok(dir)
-}
-
-fn render(args: &NbdArgs, names: &[&str], samples: &[Vec<Vec<Sample>>]) -> String {
-    let qemu = names.iter().position(|n| *n == "qemu-nbd").unwrap_or(0);
-    let mut s = String::new();
-    s.push_str(&format!(
-        "fio ioengine=nbd, {} rounds x {} s, {} target on tmpfs; medians. `basalt`: `basalt up`, \
-         3 OSDs, 3 replicas, in-process gateway. Multi-host: hosts in network namespaces, 2 OSDs \
-         each, 3 replicas (failure domain host), NBD gateway on its own host.\n\n",
-        args.rounds, args.runtime, args.size
-    ));
-    s.push_str("| Profile |");
-    for n in names {
-        s.push_str(&format!(" {n} |"));
-    }
-    for n in names.iter().filter(|n| **n != "qemu-nbd") {
-        s.push_str(&format!(" {n} / qemu-nbd |"));
-    }
-    for n in names {
-        s.push_str(&format!(" {n} mean lat |"));
-    }
-    s.push_str("\n|---|");
-    let cols = names.len() * 2 + names.len() - 1;
-    s.push_str(&"---:|".repeat(cols));
-    s.push('\n');
-    for (p, profile) in PROFILES.iter().enumerate() {
-        let seq = profile.bs == "1M";
-        let metric = |t: usize| -> f64 {
-            median(
-                samples[p][t]
-                    .iter()
-                    .map(|x| if seq { x.mib_s } else { x.iops })
-                    .collect(),
-            )
-        };
-        let lat = |t: usize| median(samples[p][t].iter().map(|x| x.lat_us_mean).collect());
-        let unit = if seq { "MiB/s" } else { "IOPS" };
-        s.push_str(&format!("| {} |", profile.name));
-        for t in 0..names.len() {
-            s.push_str(&format!(" {:.0} {unit} |", metric(t)));
-        }
-        let q = metric(qemu);
-        for t in (0..names.len()).filter(|&t| t != qemu) {
-            let r = if q > 0.0 { metric(t) / q } else { 0.0 };
-            s.push_str(&format!(" {r:.2}x |"));
-        }
-        for t in 0..names.len() {
-            s.push_str(&format!(" {:.1} us |", lat(t)));
-        }
-        s.push('\n');
-    }
-    s
 }

@@ -1,13 +1,14 @@
 //! The multi-host daemons: `basalt osd`, `basalt mon` and `basalt nbd`, each pointed at the
 //! cluster's etcd with `--meta etcd://HOST:2379`.
 
-use crate::gateway::VolumeExports;
 use anyhow::{bail, Context};
-use basalt_client::{parse_size, Cluster};
+use basalt_client::Cluster;
 use basalt_meta::schema::{NEXT_OSD_ID_KEY, OSDS_PREFIX};
 use basalt_meta::{connect_meta, MetaStore};
 use basalt_mon::MonitorConfig;
+use basalt_nbd::VolumeExports;
 use basalt_osd::{Osd, OsdConfig, RecoveryConfig, Registration};
+use basalt_proto::size::parse_size;
 use basalt_store::StoreOptions;
 use clap::Args;
 use serde::{Deserialize, Serialize};

@@ -6,11 +6,12 @@
 //! its NBD socket; with --meta this process serves the image on a private socket.
 
 use crate::control::Request;
-use crate::gateway::VolumeExports;
-use crate::volume_cmd::{human, Target};
+use crate::volume_cmd::Target;
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_client::{ImageInfo, ImageState};
+use basalt_nbd::VolumeExports;
+use basalt_proto::size::{human_bytes, parse_size};
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -253,7 +254,7 @@ async fn import(
             anyhow::bail!("stdin is read as raw data; convert other formats from a file");
         }
         let size = size.context("importing from stdin needs --size (e.g. --size 20G)")?;
-        let size = basalt_client::parse_size(&size)?;
+        let size = parse_size(&size)?;
         (
             String::from("raw"),
             size,
@@ -318,29 +319,17 @@ async fn import(
     println!(
         "imported image \"{}\" ({}, {format}) in {secs:.1} s{moved}",
         image.name,
-        human(image.size)
+        human_bytes(image.size)
     );
     Ok(())
-}
-
-/// Bytes with a binary unit and one decimal.
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 fn print_image(i: &ImageInfo) {
     println!("name:        {}", i.name);
     println!("layer:       {:#x}", i.inode);
-    println!("size:        {} ({} bytes)", human(i.size), i.size);
+    println!("size:        {} ({} bytes)", human_bytes(i.size), i.size);
     println!("pool:        {}", i.pool);
-    println!("object size: {}", human(i.object_size as u64));
+    println!("object size: {}", human_bytes(i.object_size as u64));
     println!("created:     {}", utc_from_unix(i.created));
     println!("source:      {}", i.source);
     println!("state:       {}", state(i));
@@ -386,8 +375,8 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
                     println!(
                         "{:<32} {:>10} {:>10}  {:<20}  {}",
                         i.name,
-                        human(i.size),
-                        bytes.get(n).map(|b| human(*b)).unwrap_or_default(),
+                        human_bytes(i.size),
+                        bytes.get(n).map(|b| human_bytes(*b)).unwrap_or_default(),
                         utc_from_unix(i.created),
                         state(i)
                     );

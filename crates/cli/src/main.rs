@@ -2,11 +2,8 @@
 
 mod admin;
 mod bench;
-mod bench_cluster;
-mod bench_existing;
 mod control;
 mod daemons;
-mod gateway;
 mod image_cmd;
 mod metrics_http;
 mod s3_cmd;

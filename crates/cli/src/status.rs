@@ -1,22 +1,7 @@
 //! `basalt status`: printing the cluster report gathered by `basalt_client::status`.
 
 pub use basalt_client::status::{gather, gather_with_rates, StatusReport};
-
-/// Bytes in binary units with one decimal.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
+use basalt_proto::size::human_bytes;
 
 /// Print the report for people.
 pub fn print(r: &StatusReport) {

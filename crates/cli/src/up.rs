@@ -6,12 +6,13 @@
 //! primaries peer their PGs. Every byte goes client → primary OSD → replicas over the same
 //! data-plane protocol.
 
-use crate::gateway::VolumeExports;
 use anyhow::{bail, Context};
-use basalt_client::{parse_size, Cluster};
+use basalt_client::Cluster;
 use basalt_meta::schema::{pool_key, PoolRecord, MAP_KEY, OSDS_PREFIX};
 use basalt_meta::{EmbeddedMeta, MetaStore};
+use basalt_nbd::VolumeExports;
 use basalt_osd::{Osd, OsdConfig, OsdHandle, RecoveryConfig, Registration};
+use basalt_proto::size::parse_size;
 use basalt_store::StoreOptions;
 use clap::Args;
 use std::net::SocketAddr;

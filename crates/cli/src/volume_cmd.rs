@@ -3,7 +3,8 @@
 use crate::control::{Request, Response};
 use crate::daemons::MetaArgs;
 use basalt_bench::environment::utc_from_unix;
-use basalt_client::{parse_size, parse_snapshot_spec, VolumeInfo};
+use basalt_client::{parse_snapshot_spec, VolumeInfo};
+use basalt_proto::size::{human_bytes, parse_size};
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 
@@ -218,32 +219,12 @@ fn object_progress(what: &str) -> impl Fn(u64, u64) + Send + Sync {
     }
 }
 
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("T", 1 << 40),
-        ("G", 1 << 30),
-        ("M", 1 << 20),
-        ("K", 1 << 10),
-    ];
-    for (unit, size) in UNITS {
-        if bytes >= size && bytes.is_multiple_of(size) {
-            return format!("{}{unit}", bytes / size);
-        }
-    }
-    for (unit, size) in UNITS {
-        if bytes >= size {
-            return format!("{:.1}{unit}", bytes as f64 / size as f64);
-        }
-    }
-    format!("{bytes}")
-}
-
 fn print_info(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
     println!("name:        {}", v.name);
     println!("id:          {:#x} (head layer {})", v.id, v.id as u16);
-    println!("size:        {} ({} bytes)", human(v.size), v.size);
+    println!("size:        {} ({} bytes)", human_bytes(v.size), v.size);
     println!("pool:        {}", v.pool);
-    println!("object size: {}", human(v.object_size as u64));
+    println!("object size: {}", human_bytes(v.object_size as u64));
     println!("created:     {}", utc_from_unix(v.created));
     match &v.parent {
         Some(p) => println!("parent:      {p} (layer {:#x})", p.inode),
@@ -252,9 +233,9 @@ fn print_info(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
     if let Some(u) = usage {
         println!(
             "used:        {} in its own layers (head {}, snapshots {}); removing it frees that",
-            human(u.total_bytes),
-            human(u.head.bytes),
-            human(u.total_bytes - u.head.bytes)
+            human_bytes(u.total_bytes),
+            human_bytes(u.head.bytes),
+            human_bytes(u.total_bytes - u.head.bytes)
         );
     }
     if !v.snapshots.is_empty() {
@@ -271,12 +252,12 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
     for (i, s) in v.snapshots.iter().enumerate() {
         let used = usage
             .and_then(|u| u.snapshots.get(i))
-            .map(|(_, l)| human(l.bytes))
+            .map(|(_, l)| human_bytes(l.bytes))
             .unwrap_or_else(|| "-".into());
         println!(
             "  {:<24} {:>10} {:>10} {:>6}  {}{}",
             s.name,
-            human(s.size),
+            human_bytes(s.size),
             used,
             s.inode as u16,
             utc_from_unix(s.created),
@@ -306,10 +287,10 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 Some(image) => println!(
                     "created volume \"{}\" ({}) as a clone of image {image} in {:.1} ms",
                     v.name,
-                    human(v.size),
+                    human_bytes(v.size),
                     started.elapsed().as_secs_f64() * 1000.0
                 ),
-                None => println!("created volume \"{}\" ({})", v.name, human(v.size)),
+                None => println!("created volume \"{}\" ({})", v.name, human_bytes(v.size)),
             }
         }
         VolumeCommand::Ls { json } => {
@@ -335,12 +316,12 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 for (i, v) in volumes.iter().enumerate() {
                     let used = usages
                         .get(i)
-                        .map(|u| human(u.total_bytes))
+                        .map(|u| human_bytes(u.total_bytes))
                         .unwrap_or_default();
                     println!(
                         "{:<32} {:>10} {:>10} {:>6} {:>5}  {}",
                         v.name,
-                        human(v.size),
+                        human_bytes(v.size),
                         used,
                         v.pool,
                         v.snapshots.len(),
@@ -367,7 +348,7 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             let size = parse_size(&size)?;
             let resp = target.call(Request::Resize { name, size }).await?;
             let v = resp.volume.expect("resize returns the volume");
-            println!("resized volume \"{}\" to {}", v.name, human(v.size));
+            println!("resized volume \"{}\" to {}", v.name, human_bytes(v.size));
         }
         VolumeCommand::Locate { name, offset } => {
             if target.meta.meta.is_none() {
@@ -466,7 +447,7 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             let v = resp.volume.expect("rollback returns the volume");
             println!(
                 "rolled volume \"{name}\" back to {name}@{snap} ({}) in {:.1} ms",
-                human(v.size),
+                human_bytes(v.size),
                 started.elapsed().as_secs_f64() * 1000.0
             );
         }
@@ -497,7 +478,7 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             println!(
                 "created volume \"{}\" ({}) as a clone of {name}@{snap} in {:.1} ms",
                 v.name,
-                human(v.size),
+                human_bytes(v.size),
                 started.elapsed().as_secs_f64() * 1000.0
             );
         }

@@ -520,7 +520,7 @@ fn usage_per_layer() {
     let ls = cluster.volume_ok(&["ls"]);
     assert!(
         ls.lines()
-            .any(|l| l.starts_with("c ") && l.contains("128K") && l.contains("vol0@s")),
+            .any(|l| l.starts_with("c ") && l.contains("128.0 KiB") && l.contains("vol0@s")),
         "{ls}"
     );
     let status = cluster.status_text();

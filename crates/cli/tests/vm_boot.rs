@@ -160,7 +160,7 @@ fn imports_skip_holes_and_refuse_bad_input() {
     let before = cluster.used_bytes();
     let started = Instant::now();
     let out = image_ok(&cluster, &["import", sparse.to_str().unwrap(), "sparse"]);
-    assert!(out.contains("(2G, raw)"), "{out}");
+    assert!(out.contains("(2.0 GiB, raw)"), "{out}");
     assert!(out.contains("4.0 MiB of data"), "{out}");
     let grew = cluster.used_bytes() - before;
     assert!(

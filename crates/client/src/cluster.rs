@@ -87,6 +87,12 @@ impl Cluster {
         Self::with_conns(meta, map, ConnPool::new())
     }
 
+    /// A client of the cluster whose metadata is `meta`: reads the map, then follows it.
+    pub async fn connect(meta: Arc<dyn MetaStore>) -> Result<Arc<Self>, basalt_meta::MetaError> {
+        let map = crate::follow_map(meta.clone()).await?;
+        Ok(Self::new(meta, map))
+    }
+
     /// A client whose connections to OSDs come from `conns` (the simulator's links).
     pub fn with_conns(
         meta: Arc<dyn MetaStore>,

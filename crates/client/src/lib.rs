@@ -32,4 +32,4 @@ pub use pools::{check_pool_name, create_pool};
 pub use snapshots::{check_snapshot_name, parse_snapshot_spec};
 pub use usage::{LayerUsage, VolumeUsage};
 pub use volume::{Extent, Volume};
-pub use volumes::{next_family, parse_size, ParentRef, SnapshotInfo, VolumeInfo};
+pub use volumes::{next_family, ParentRef, SnapshotInfo, VolumeInfo};

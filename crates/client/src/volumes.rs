@@ -113,40 +113,6 @@ impl VolumeInfo {
     }
 }
 
-/// Parse a size like `10G`, `512M`, `4096`, `1.5T`, `2GiB` (binary units: K = 1024).
-pub fn parse_size(s: &str) -> Result<u64, ClientError> {
-    let invalid = || ClientError::Invalid {
-        reason: format!(
-            "invalid size \"{s}\": expected a number with an optional K, M, G or T suffix"
-        ),
-    };
-    let upper = s.trim().to_ascii_uppercase();
-    let t = upper
-        .strip_suffix("IB")
-        .or_else(|| upper.strip_suffix('B'))
-        .or_else(|| upper.strip_suffix('I'))
-        .unwrap_or(&upper);
-    let (num, mult) = match t.chars().last() {
-        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        Some('T') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    if num.is_empty() || !num.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return Err(invalid());
-    }
-    if let Ok(n) = num.parse::<u64>() {
-        return n.checked_mul(mult).ok_or_else(invalid);
-    }
-    let f: f64 = num.parse().map_err(|_| invalid())?;
-    let bytes = f * mult as f64;
-    if !(bytes.is_finite() && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
-        return Err(invalid());
-    }
-    Ok(bytes as u64)
-}
-
 /// Check a volume name: 1–128 characters of [A-Za-z0-9._-], not starting with '.' or '-'.
 pub fn check_name(name: &str) -> Result<(), ClientError> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
@@ -431,31 +397,6 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Goal: sizes parse with binary suffixes and bad ones are refused with a reason.
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("10G").unwrap(), 10 << 30);
-        assert_eq!(parse_size("10g").unwrap(), 10 << 30);
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("1.5K").unwrap(), 1536);
-        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
-        assert_eq!(parse_size("2Gi").unwrap(), 2 << 30);
-        assert_eq!(parse_size("1T").unwrap(), 1 << 40);
-        for bad in [
-            "",
-            "G",
-            "x",
-            "-1",
-            "1.1",
-            "99999999999999999999T",
-            "1Q",
-            "1e3",
-        ] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
-    }
 
     /// Goal: size and name checks give the precise messages users see.
     #[test]

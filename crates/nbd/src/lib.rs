@@ -9,7 +9,8 @@
 //! Layout: [`wire`] constants and limits · [`option`] and [`request`] pure decoders ·
 //! [`reply`] frame encoding · `handshake` and `transmission`, the two protocol phases ·
 //! [`server`] sockets and shutdown · [`export`] the storage interface and
-//! [`conformance`] its test suite · [`mem`] an in-memory device.
+//! [`conformance`] its test suite · [`mem`] an in-memory device · [`volumes`] the volumes,
+//! snapshots and images of a Basalt cluster, through the client library.
 
 #![warn(missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod reply;
 pub mod request;
 pub mod server;
 mod transmission;
+pub mod volumes;
 pub mod wire;
 
 pub use error::NbdError;
@@ -31,3 +33,4 @@ pub use handshake::{check_client_flags, transmission_flags};
 pub use mem::MemDevice;
 pub use server::{Server, ServerConfig};
 pub use transmission::{MAX_IN_FLIGHT_BYTES, MAX_IN_FLIGHT_REQUESTS};
+pub use volumes::{VolumeDevice, VolumeExports};

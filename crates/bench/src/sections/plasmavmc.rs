@@ -8,6 +8,7 @@ use super::{Ctx, FioRun, Section};
 use crate::fio::{self, Job, Span, Target};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
+use basalt_proto::size::format_size;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -387,7 +388,7 @@ impl PlasmaVmcSection {
     /// Host fio through a 10-deep chain beside a flat volume, interleaved.
     fn chain_rows(&self, ctx: &mut Ctx, control: &str, base_uri: &str, rows: &mut Vec<Row>) {
         let size = ctx.settings.size_bytes;
-        let size_arg = crate::size::exact(size);
+        let size_arg = format_size(size);
         let made: anyhow::Result<()> = (|| {
             for v in ["chain", "flat"] {
                 cli(control, "volume", &["create", v, "--size", &size_arg])?;
@@ -486,7 +487,7 @@ impl PlasmaVmcSection {
             cli(
                 control,
                 "volume",
-                &["create", "vm-flat", "--size", &crate::size::exact(size)],
+                &["create", "vm-flat", "--size", &format_size(size)],
             )?;
             run_ok(
                 Command::new("qemu-img")

@@ -16,8 +16,8 @@ use crate::cluster::{Cluster, ClusterConfig};
 use crate::fio::{self, Job, Span, Target};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use crate::sections::profiles::Metric;
-use crate::size;
 use crate::under_test::UnderTest;
+use basalt_proto::size::{format_size, human_bytes};
 
 /// Section id, the prefix of its figure keys.
 pub const ID: &str = "scaling";
@@ -236,7 +236,7 @@ impl ScalingSection {
              the same workloads at {m} OSDs.",
             j = ctx.settings.jobs,
             q = ctx.settings.deep_iodepth,
-            size = size::human(p.size_bytes as f64),
+            size = human_bytes(p.size_bytes),
             rt = p.runtime_s,
             osds = and_list(&p.osd_counts),
             cores = crate::environment::cores(),
@@ -259,7 +259,7 @@ impl ScalingSection {
         let config = ClusterConfig {
             osds,
             replicas,
-            volume_size: size::exact(self.plan.size_bytes),
+            volume_size: format_size(self.plan.size_bytes),
             ..self.base.clone()
         };
         let figures = match Cluster::start(&data_dir, &log, &config) {

@@ -1,9 +1,11 @@
-//! The NBD gateway: exports every volume of the cluster under its name, and every snapshot
-//! read-only as `VOLUME@SNAPSHOT`.
+//! The NBD gateway of a Basalt cluster: exports every volume of the cluster under its name,
+//! every snapshot read-only as `VOLUME@SNAPSHOT` and every ready image as `image:NAME`,
+//! through the client library. `basalt up`, `basalt nbd`, `basalt image import` and the
+//! benchmark's private gateway all serve this catalogue.
 
+use crate::{BlockDevice, DeviceError, ExportInfo, Exports, Extent};
 use async_trait::async_trait;
 use basalt_client::{ClientError, Cluster, Volume};
-use basalt_nbd::{BlockDevice, DeviceError, ExportInfo, Exports, Extent};
 use basalt_proto::Status;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ pub struct VolumeExports {
 }
 
 impl VolumeExports {
+    /// Every volume of `cluster`; the export name `""` opens `default_volume`, if any.
     pub fn new(cluster: Arc<Cluster>, default_volume: Option<String>) -> Self {
         Self {
             cluster,
@@ -39,6 +42,7 @@ impl VolumeExports {
     }
 }
 
+/// The NBD error a client library error becomes (logged when it is an I/O failure).
 fn device_error(e: ClientError) -> DeviceError {
     match e {
         ClientError::Status {

@@ -4,15 +4,15 @@
 //! ([`VolumeExports`]), charges every OSD's CPU (read from its `/metrics`) to each step, and
 //! removes what it created however the run ends.
 
-use crate::daemons::MetaArgs;
-use crate::gateway::VolumeExports;
+use crate::cpu::CpuSource;
+use crate::results::{ExistingClusterInfo, PoolSettings, StorageHost};
+use crate::{ExistingCluster, StreamResult, UnderTest};
 use anyhow::{bail, Context};
-use basalt_bench::cpu::CpuSource;
-use basalt_bench::results::{ExistingClusterInfo, PoolSettings, StorageHost};
-use basalt_bench::{size, ExistingCluster, StreamResult, UnderTest};
 use basalt_client::Cluster;
 use basalt_meta::schema::{alive_key, osd_key, AliveRecord, OsdRecord};
+use basalt_nbd::VolumeExports;
 use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
+use basalt_proto::size::format_size;
 use basalt_proto::ObjectId;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -64,13 +64,8 @@ impl Existing {
                 .build()
                 .context("start the client runtime")?,
         );
-        let meta = MetaArgs {
-            meta: Some(meta_url.to_string()),
-        };
         let cluster = rt
-            .block_on(async {
-                tokio::time::timeout(CONNECT_TIMEOUT, crate::admin::open_cluster(&meta)).await
-            })
+            .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, open_cluster(meta_url)).await })
             .with_context(|| {
                 format!(
                     "no answer from the cluster metadata at {meta_url} within {CONNECT_TIMEOUT:?}"
@@ -154,7 +149,7 @@ impl Existing {
                 .into(),
             ),
             pgs: spec.pg_count,
-            object_size: size::exact(u64::from(spec.object_size)),
+            object_size: format_size(u64::from(spec.object_size)),
             osd_size: capacity_range(&capacities),
             banner: None,
         };
@@ -209,6 +204,14 @@ impl Existing {
     }
 }
 
+/// A client of the cluster whose metadata is at `meta_url` (etcd://...).
+pub async fn open_cluster(meta_url: &str) -> anyhow::Result<Arc<Cluster>> {
+    let meta = basalt_meta::connect_meta(meta_url)
+        .await
+        .with_context(|| format!("connect to the cluster metadata at {meta_url}"))?;
+    Cluster::connect(meta).await.context("read the cluster map")
+}
+
 /// `osd.addr`'s IP in place of an unspecified metrics IP (`--metrics-listen 0.0.0.0:P`).
 fn reachable_metrics_addr(metrics: &str, data: &str) -> String {
     match (metrics.parse::<SocketAddr>(), data.parse::<SocketAddr>()) {
@@ -253,8 +256,8 @@ pub fn storage_hosts(map: &ClusterMap) -> Vec<StorageHost> {
 /// `8G`, or `2G to 8G` when the stores differ; `?` when no record was readable.
 fn capacity_range(capacities: &[u64]) -> String {
     match (capacities.iter().min(), capacities.iter().max()) {
-        (Some(&lo), Some(&hi)) if lo == hi => size::exact(lo),
-        (Some(&lo), Some(&hi)) => format!("{} to {}", size::exact(lo), size::exact(hi)),
+        (Some(&lo), Some(&hi)) if lo == hi => format_size(lo),
+        (Some(&lo), Some(&hi)) => format!("{} to {}", format_size(lo), format_size(hi)),
         _ => "?".into(),
     }
 }
@@ -329,7 +332,7 @@ impl ExistingCluster for Existing {
             method: format!(
                 "built-in: {STREAM_QUEUE_DEPTH} concurrent {} reads of never-written objects \
                  whose primary is at {ip}, {seconds} s",
-                size::exact(u64::from(self.pool.object_size))
+                format_size(u64::from(self.pool.object_size))
             ),
         })
     }
