@@ -3,7 +3,6 @@
 
 use anyhow::{bail, Context};
 use basalt_client::Cluster;
-use basalt_meta::schema::{NEXT_OSD_ID_KEY, OSDS_PREFIX};
 use basalt_meta::{connect_meta, MetaStore};
 use basalt_mon::MonitorConfig;
 use basalt_nbd::VolumeExports;
@@ -11,9 +10,8 @@ use basalt_osd::{Osd, OsdConfig, RecoveryConfig, Registration};
 use basalt_proto::size::parse_size;
 use basalt_store::StoreOptions;
 use clap::Args;
-use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -98,83 +96,12 @@ pub struct OsdArgs {
     pub mon: MonArgs,
 }
 
-/// The identity file of an OSD's data directory.
-#[derive(Serialize, Deserialize)]
-struct OsdIdentity {
-    format_version: u32,
-    id: u32,
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".into())
-}
-
-/// Allocate the next OSD id (CAS on a counter; skips ids already registered).
-async fn allocate_osd_id(meta: &dyn MetaStore) -> anyhow::Result<u32> {
-    let taken: Vec<u32> = meta
-        .list(OSDS_PREFIX)
-        .await?
-        .iter()
-        .filter_map(|(k, _, _)| k[OSDS_PREFIX.len()..].parse().ok())
-        .collect();
-    // Bound: ids already taken are skipped, at most one attempt each (plus one).
-    for _ in 0..=taken.len() {
-        let Some(id) = basalt_meta::next_counter(meta, NEXT_OSD_ID_KEY, 0).await? else {
-            bail!("could not allocate an OSD id: too much contention");
-        };
-        let id = u32::try_from(id).context("no OSD ids left")?;
-        if !taken.contains(&id) {
-            return Ok(id);
-        }
-    }
-    bail!("could not allocate an OSD id")
-}
-
-/// Read the identity file, or create it (allocating an id). Returns (id, is_new).
-async fn identity(
-    dir: &Path,
-    wanted: Option<u32>,
-    meta: &dyn MetaStore,
-) -> anyhow::Result<(u32, bool)> {
-    let path = dir.join("osd.json");
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let ident: OsdIdentity = serde_json::from_slice(&bytes)
-                .with_context(|| format!("{} is unreadable", path.display()))?;
-            if let Some(w) = wanted {
-                if w != ident.id {
-                    bail!(
-                        "{} belongs to osd.{}, not osd.{w} (drop --id, or use another --data)",
-                        dir.display(),
-                        ident.id
-                    );
-                }
-            }
-            Ok((ident.id, false))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = match wanted {
-                Some(id) => id,
-                None => allocate_osd_id(meta).await?,
-            };
-            let ident = OsdIdentity {
-                format_version: 1,
-                id,
-            };
-            let tmp = dir.join("osd.json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec(&ident)?)
-                .with_context(|| format!("write {}", tmp.display()))?;
-            std::fs::File::open(&tmp)?.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(dir)?.sync_all()?;
-            Ok((id, true))
-        }
-        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
-    }
 }
 
 /// Start a monitor candidate in this process.
@@ -205,7 +132,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     }
     let meta = args.meta.connect().await?;
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let (id, is_new) = identity(&dir, args.id, meta.as_ref()).await?;
+    let (id, is_new) = basalt_osd::identity(&dir, args.id, meta.as_ref()).await?;
     let host = args.host.clone().unwrap_or_else(hostname);
     let map = basalt_client::follow_map(meta.clone())
         .await

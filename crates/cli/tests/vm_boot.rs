@@ -57,7 +57,7 @@ fn two_vms_boot_from_clones_of_an_imported_image() {
         ],
     );
     assert!(
-        out.contains("imported image \"guest\" (256M, qcow2)"),
+        out.contains("imported image \"guest\" (256.0 MiB, qcow2)"),
         "{out}"
     );
     for vm in ["vm1", "vm2"] {
