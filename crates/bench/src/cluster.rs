@@ -54,6 +54,16 @@ impl Cluster {
     /// until it serves.
     pub fn start(data_dir: &Path, log: &Path, config: &ClusterConfig) -> anyhow::Result<Cluster> {
         let exe = std::env::current_exe().context("find the basalt executable")?;
+        Cluster::start_exe(&exe, data_dir, log, config)
+    }
+
+    /// [`Cluster::start`] with the `basalt` executable `exe` (another build, to compare).
+    pub fn start_exe(
+        exe: &Path,
+        data_dir: &Path,
+        log: &Path,
+        config: &ClusterConfig,
+    ) -> anyhow::Result<Cluster> {
         let log_file =
             std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
         let mut child = Command::new(exe)

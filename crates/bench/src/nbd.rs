@@ -1,8 +1,10 @@
-//! `basalt bench nbd`: fio against a Basalt volume and against qemu-nbd, interleaved.
+//! `basalt bench nbd`: fio against a Basalt volume, qemu-nbd and nbdkit, interleaved.
 //!
-//! Both targets serve from tmpfs so the comparison measures software cost, not the (noisy)
-//! virtual disk. Rounds alternate Basalt and qemu-nbd profile by profile, so drift in the
-//! machine's speed affects both alike; the table reports medians and the ratio. With
+//! Every target serves from tmpfs so the comparison measures software cost, not the (noisy)
+//! virtual disk. Rounds alternate the targets profile by profile, so drift in the machine's
+//! speed affects all alike; the table reports medians and the ratios to qemu-nbd and to
+//! nbdkit's file plugin (a thin C server: the practical limit of an NBD server here), and
+//! the CPU each server process spends per IO. With
 //! `hosts > 0` a multi-host cluster in network namespaces is measured too ([`multihost`]),
 //! and its failover pause.
 //!
@@ -12,7 +14,7 @@ use crate::cluster::{Cluster, ClusterConfig};
 use crate::fio::{self, Job, Span, Target};
 use crate::results::FioSummary;
 use crate::suite::RemoveOnDrop;
-use crate::{environment, multihost};
+use crate::{environment, multihost, procstat};
 use anyhow::{bail, Context};
 use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};
@@ -34,6 +36,11 @@ pub struct NbdOptions {
     pub hosts: usize,
     /// Failover measurements on the multi-host cluster.
     pub failovers: usize,
+    /// Another `basalt` executable (an earlier build) measured beside this one as
+    /// `basalt-before`, for before/after tables from one interleaved run.
+    pub before: Option<PathBuf>,
+    /// Profiles to run, by id (`rr1`, `rr32`, `rw1`, `rw32`, `sr8`, `sw8`); empty: all.
+    pub profiles: Vec<String>,
 }
 
 /// Warm-up seconds of every timed run, not measured.
@@ -41,15 +48,29 @@ const RAMP_S: u32 = 1;
 /// How long qemu-nbd may take to listen.
 const QEMU_NBD_START: Duration = Duration::from_secs(20);
 
+/// How long nbdkit may take to listen.
+const NBDKIT_START: Duration = Duration::from_secs(20);
+
 /// One fio workload of the table.
-struct Profile {
-    name: &'static str,
+#[derive(Debug)]
+pub struct Profile {
+    /// Short id for `--profiles`.
+    pub id: &'static str,
+    /// Its name in the table.
+    pub name: &'static str,
     job: Job,
 }
 
 /// A profile running `rw` in blocks of `bs` at queue depth `iodepth`, one job.
-const fn profile(name: &'static str, rw: &'static str, bs: &'static str, iodepth: u32) -> Profile {
+const fn profile(
+    id: &'static str,
+    name: &'static str,
+    rw: &'static str,
+    bs: &'static str,
+    iodepth: u32,
+) -> Profile {
     Profile {
+        id,
         name,
         job: Job {
             rw,
@@ -61,14 +82,30 @@ const fn profile(name: &'static str, rw: &'static str, bs: &'static str, iodepth
     }
 }
 
-const PROFILES: &[Profile] = &[
-    profile("4k randread QD1", "randread", "4k", 1),
-    profile("4k randread QD32", "randread", "4k", 32),
-    profile("4k randwrite QD1", "randwrite", "4k", 1),
-    profile("4k randwrite QD32", "randwrite", "4k", 32),
-    profile("1M seq read QD8", "read", "1M", 8),
-    profile("1M seq write QD8", "write", "1M", 8),
+/// Every profile of the table, in order.
+pub const PROFILES: &[Profile] = &[
+    profile("rr1", "4k randread QD1", "randread", "4k", 1),
+    profile("rr32", "4k randread QD32", "randread", "4k", 32),
+    profile("rw1", "4k randwrite QD1", "randwrite", "4k", 1),
+    profile("rw32", "4k randwrite QD32", "randwrite", "4k", 32),
+    profile("sr8", "1M seq read QD8", "read", "1M", 8),
+    profile("sw8", "1M seq write QD8", "write", "1M", 8),
 ];
+
+/// The profiles `ids` names (all for none); an unknown id is an error naming the known ones.
+fn select_profiles(ids: &[String]) -> anyhow::Result<Vec<&'static Profile>> {
+    if ids.is_empty() {
+        return Ok(PROFILES.iter().collect());
+    }
+    ids.iter()
+        .map(|id| {
+            PROFILES.iter().find(|p| p.id == id).ok_or_else(|| {
+                let known: Vec<&str> = PROFILES.iter().map(|p| p.id).collect();
+                anyhow::anyhow!("unknown profile \"{id}\"; known: {}", known.join(", "))
+            })
+        })
+        .collect()
+}
 
 /// What one fio run measured, in the direction it ran.
 #[derive(Clone, Copy, Debug, Default)]
@@ -76,6 +113,8 @@ struct Sample {
     iops: f64,
     mib_s: f64,
     lat_us_mean: f64,
+    /// CPU microseconds the server process spent per IO (None: not measured).
+    cpu_us_per_io: Option<f64>,
 }
 
 impl Sample {
@@ -85,12 +124,14 @@ impl Sample {
                 iops: summary.read_iops,
                 mib_s: summary.read_mib_s,
                 lat_us_mean: summary.read_lat_mean_us,
+                cpu_us_per_io: None,
             }
         } else {
             Sample {
                 iops: summary.write_iops,
                 mib_s: summary.write_mib_s,
                 lat_us_mean: summary.write_lat_mean_us,
+                cpu_us_per_io: None,
             }
         }
     }
@@ -139,6 +180,40 @@ fn start_qemu_nbd(file: &Path, size_bytes: u64) -> anyhow::Result<(Guard, String
     Ok((guard, format!("nbd://127.0.0.1:{port}/bench")))
 }
 
+/// Start nbdkit's file plugin on a raw tmpfs file and return it with its NBD URI.
+fn start_nbdkit(file: &Path, size_bytes: u64) -> anyhow::Result<(Guard, String)> {
+    std::fs::File::create(file)?.set_len(size_bytes)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let child = Command::new("nbdkit")
+        .args(["--foreground", "-i", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .arg("file")
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start nbdkit")?;
+    let guard = Guard(child);
+    let deadline = Instant::now() + NBDKIT_START;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nbdkit did not start listening on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((guard, format!("nbd://127.0.0.1:{port}/bench")))
+}
+
+/// A server fio runs against.
+struct ServerTarget {
+    name: String,
+    uri: String,
+    /// Its process, for CPU accounting (None: several processes, not measured).
+    pid: Option<u32>,
+}
+
 /// Run `job` on the NBD export `uri` for `span` (bounded), its files in `dir`.
 fn run_fio(
     uri: &str,
@@ -171,6 +246,8 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
     need("fio", "fio")?;
     need("qemu-nbd", "qemu-utils")?;
+    need("nbdkit", "nbdkit")?;
+    let profiles = select_profiles(&opts.profiles)?;
     let scratch = opts
         .scratch
         .join(format!("basalt-bench-{}", std::process::id()));
@@ -191,11 +268,47 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         &scratch.join("basalt.log"),
         &config,
     )?;
-    let (_qemu, qemu_uri) = start_qemu_nbd(&scratch.join("qemu.raw"), opts.size_bytes)?;
-    let mut targets: Vec<(String, String)> = vec![
-        ("basalt".into(), basalt.uri.clone()),
-        ("qemu-nbd".into(), qemu_uri),
+    let before = match &opts.before {
+        Some(exe) => Some(
+            Cluster::start_exe(
+                exe,
+                &scratch.join("basalt-before"),
+                &scratch.join("basalt-before.log"),
+                &config,
+            )
+            .with_context(|| format!("start basalt up from {}", exe.display()))?,
+        ),
+        None => None,
+    };
+    let (qemu, qemu_uri) = start_qemu_nbd(&scratch.join("qemu.raw"), opts.size_bytes)?;
+    let (nbdkit, nbdkit_uri) = start_nbdkit(&scratch.join("nbdkit.raw"), opts.size_bytes)?;
+    let mut targets = vec![
+        ServerTarget {
+            name: "basalt".into(),
+            uri: basalt.uri.clone(),
+            pid: Some(basalt.pid()),
+        },
+        ServerTarget {
+            name: "qemu-nbd".into(),
+            uri: qemu_uri,
+            pid: Some(qemu.0.id()),
+        },
+        ServerTarget {
+            name: "nbdkit".into(),
+            uri: nbdkit_uri,
+            pid: Some(nbdkit.0.id()),
+        },
     ];
+    if let Some(before) = &before {
+        targets.insert(
+            1,
+            ServerTarget {
+                name: "basalt-before".into(),
+                uri: before.uri.clone(),
+                pid: Some(before.pid()),
+            },
+        );
+    }
     let cluster = if opts.hosts > 0 {
         eprintln!(
             "starting a {}-host cluster in network namespaces",
@@ -203,7 +316,14 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         );
         let (cluster, uri) =
             multihost::start(opts.hosts, &scratch.join("cluster"), opts.size_bytes)?;
-        targets.insert(1, (format!("basalt {}-host", opts.hosts), uri));
+        targets.insert(
+            1,
+            ServerTarget {
+                name: format!("basalt {}-host", opts.hosts),
+                uri,
+                pid: None,
+            },
+        );
         Some(cluster)
     } else {
         None
@@ -213,39 +333,53 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         "preconditioning: writing {} to each target",
         format_size(opts.size_bytes)
     );
-    for (name, uri) in &targets {
-        run_fio(uri, &fio::FILL, Span::Once, opts.size_bytes, &scratch)
-            .with_context(|| format!("precondition {name}"))?;
+    for t in &targets {
+        run_fio(&t.uri, &fio::FILL, Span::Once, opts.size_bytes, &scratch)
+            .with_context(|| format!("precondition {}", t.name))?;
     }
     // samples[profile][target] = per-round samples
     let n = targets.len();
-    let mut samples = vec![vec![Vec::<Sample>::new(); n]; PROFILES.len()];
-    let total = opts.rounds as usize * PROFILES.len() * n;
+    let mut samples = vec![vec![Vec::<Sample>::new(); n]; profiles.len()];
+    let total = opts.rounds as usize * profiles.len() * n;
     let span = Span::Timed {
         runtime_s: opts.runtime_s,
         ramp_s: RAMP_S,
     };
     let mut step = 0;
     for round in 0..opts.rounds {
-        for (p, profile) in PROFILES.iter().enumerate() {
+        for (p, profile) in profiles.iter().enumerate() {
             // Rotate which target goes first, so none always runs on a warmer machine.
             for k in 0..n {
                 let t = (k + round as usize + p) % n;
                 step += 1;
-                let (name, uri) = &targets[t];
+                let target = &targets[t];
                 eprintln!(
-                    "[{step}/{total}] round {} {} on {name}",
+                    "[{step}/{total}] round {} {} on {}",
                     round + 1,
-                    profile.name
+                    profile.name,
+                    target.name
                 );
-                let summary = run_fio(uri, &profile.job, span, opts.size_bytes, &scratch)
-                    .with_context(|| format!("{} on {name}", profile.name))?;
-                samples[p][t].push(Sample::of(&summary, profile.job.rw.contains("read")));
+                let cpu_before = target.pid.map(procstat::cpu_seconds).transpose()?;
+                let started = Instant::now();
+                let summary = run_fio(&target.uri, &profile.job, span, opts.size_bytes, &scratch)
+                    .with_context(|| format!("{} on {}", profile.name, target.name))?;
+                let wall = started.elapsed().as_secs_f64();
+                let cpu_after = target.pid.map(procstat::cpu_seconds).transpose()?;
+                let mut sample = Sample::of(&summary, profile.job.rw.contains("read"));
+                if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+                    // fio's ramp and start-up are included in the CPU time: charge it to the
+                    // IOs the measured rate implies over the whole run (a steady rate).
+                    let ios = sample.iops * wall;
+                    if ios > 0.0 {
+                        sample.cpu_us_per_io = Some((b - a) * 1e6 / ios);
+                    }
+                }
+                samples[p][t].push(sample);
             }
         }
     }
-    let names: Vec<&str> = targets.iter().map(|t| t.0.as_str()).collect();
-    let mut table = render(opts, &names, &samples);
+    let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+    let mut table = render(opts, &profiles, &names, &samples);
     if let Some(cluster) = &cluster {
         let pauses = multihost::failover_pauses(cluster, opts.failovers)?;
         table.push_str(&multihost::render(&pauses));
@@ -253,32 +387,62 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
     Ok(table)
 }
 
-fn render(opts: &NbdOptions, names: &[&str], samples: &[Vec<Vec<Sample>>]) -> String {
-    let qemu = names.iter().position(|n| *n == "qemu-nbd").unwrap_or(0);
+/// Targets every Basalt figure is compared with.
+const BASELINES: &[&str] = &["qemu-nbd", "nbdkit"];
+
+fn render(
+    opts: &NbdOptions,
+    profiles: &[&Profile],
+    names: &[&str],
+    samples: &[Vec<Vec<Sample>>],
+) -> String {
+    let baselines: Vec<usize> = (0..names.len())
+        .filter(|&t| BASELINES.contains(&names[t]))
+        .collect();
+    let measured: Vec<usize> = (0..names.len())
+        .filter(|t| !baselines.contains(t))
+        .collect();
     let mut s = String::new();
     s.push_str(&format!(
         "fio ioengine=nbd, {} rounds x {} s, {} target on tmpfs; medians. `basalt`: `basalt up`, \
          3 OSDs, 3 replicas, in-process gateway. Multi-host: hosts in network namespaces, 2 OSDs \
-         each, 3 replicas (failure domain host), NBD gateway on its own host.\n\n",
+         each, 3 replicas (failure domain host), NBD gateway on its own host. CPU: the server \
+         process's CPU time over the run divided by the IOs it served.\n\n",
         opts.rounds,
         opts.runtime_s,
         format_size(opts.size_bytes)
     ));
+    let mut cols = 0;
     s.push_str("| Profile |");
     for n in names {
         s.push_str(&format!(" {n} |"));
+        cols += 1;
     }
-    for n in names.iter().filter(|n| **n != "qemu-nbd") {
-        s.push_str(&format!(" {n} / qemu-nbd |"));
+    for &m in &measured {
+        for &b in &baselines {
+            s.push_str(&format!(" {} / {} |", names[m], names[b]));
+            cols += 1;
+        }
     }
     for n in names {
         s.push_str(&format!(" {n} mean lat |"));
+        cols += 1;
+    }
+    let with_cpu: Vec<usize> = (0..names.len())
+        .filter(|&t| {
+            samples
+                .iter()
+                .any(|p| p[t].iter().any(|x| x.cpu_us_per_io.is_some()))
+        })
+        .collect();
+    for &t in &with_cpu {
+        s.push_str(&format!(" {} CPU/IO |", names[t]));
+        cols += 1;
     }
     s.push_str("\n|---|");
-    let cols = names.len() * 2 + names.len() - 1;
     s.push_str(&"---:|".repeat(cols));
     s.push('\n');
-    for (p, profile) in PROFILES.iter().enumerate() {
+    for (p, profile) in profiles.iter().enumerate() {
         let seq = profile.job.bs == "1M";
         let metric = |t: usize| -> f64 {
             median(
@@ -294,13 +458,22 @@ fn render(opts: &NbdOptions, names: &[&str], samples: &[Vec<Vec<Sample>>]) -> St
         for t in 0..names.len() {
             s.push_str(&format!(" {:.0} {unit} |", metric(t)));
         }
-        let q = metric(qemu);
-        for t in (0..names.len()).filter(|&t| t != qemu) {
-            let r = if q > 0.0 { metric(t) / q } else { 0.0 };
-            s.push_str(&format!(" {r:.2}x |"));
+        for &m in &measured {
+            for &b in &baselines {
+                let q = metric(b);
+                let r = if q > 0.0 { metric(m) / q } else { 0.0 };
+                s.push_str(&format!(" {r:.2}x |"));
+            }
         }
         for t in 0..names.len() {
             s.push_str(&format!(" {:.1} us |", lat(t)));
+        }
+        for &t in &with_cpu {
+            let cpu: Vec<f64> = samples[p][t]
+                .iter()
+                .filter_map(|x| x.cpu_us_per_io)
+                .collect();
+            s.push_str(&format!(" {:.1} us |", median(cpu)));
         }
         s.push('\n');
     }
@@ -322,11 +495,14 @@ mod tests {
             scratch: "/dev/shm".into(),
             hosts: 0,
             failovers: 0,
+            before: None,
+            profiles: Vec::new(),
         };
         let sample = |iops: f64| Sample {
             iops,
             mib_s: iops / 10.0,
             lat_us_mean: 100.0,
+            cpu_us_per_io: Some(iops / 5.0),
         };
         let samples: Vec<Vec<Vec<Sample>>> = PROFILES
             .iter()
@@ -334,17 +510,42 @@ mod tests {
                 vec![
                     vec![sample(50.0), sample(60.0), sample(40.0)],
                     vec![sample(100.0); 3],
+                    vec![sample(200.0); 3],
                 ]
             })
             .collect();
-        let table = render(&opts, &["basalt", "qemu-nbd"], &samples);
-        assert!(table.contains("3 rounds x 10 s, 512M target"), "{table}");
-        assert!(table.contains("| Profile | basalt | qemu-nbd | basalt / qemu-nbd |"));
-        assert!(table.contains("| 4k randread QD1 | 50 IOPS | 100 IOPS | 0.50x | 100.0 us |"));
-        assert!(table.contains("| 1M seq write QD8 | 5 MiB/s | 10 MiB/s | 0.50x |"));
+        let all = select_profiles(&[]).unwrap();
+        let table = render(&opts, &all, &["basalt", "qemu-nbd", "nbdkit"], &samples);
+        assert!(
+            table.contains("3 rounds x 10 s, 512M target"),
+            "{table}"
+        );
+        assert!(table.contains(
+            "| Profile | basalt | qemu-nbd | nbdkit | basalt / qemu-nbd | basalt / nbdkit |"
+        ));
+        assert!(
+            table.contains(
+                "| 4k randread QD1 | 50 IOPS | 100 IOPS | 200 IOPS | 0.50x | 0.25x | 100.0 us |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 1M seq write QD8 | 5 MiB/s | 10 MiB/s | 20 MiB/s | 0.50x | 0.25x |")
+        );
+        // CPU per IO: the median of each target's rounds.
+        assert!(table.contains("basalt CPU/IO | qemu-nbd CPU/IO | nbdkit CPU/IO |"));
+        assert!(table.contains("| 10.0 us | 20.0 us | 40.0 us |"), "{table}");
         assert_eq!(
             table.lines().filter(|l| l.starts_with("| ")).count(),
             1 + PROFILES.len()
+        );
+        let some = select_profiles(&["rw32".into(), "sw8".into()]).unwrap();
+        assert_eq!(some.len(), 2);
+        assert_eq!(some[1].name, "1M seq write QD8");
+        let err = select_profiles(&["rw64".into()]).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown profile \"rw64\"; known: rr1, rr32"),
+            "{err}"
         );
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(Vec::new()), 0.0);

@@ -110,6 +110,14 @@ pub struct NbdArgs {
     /// Failover measurements (with --hosts).
     #[arg(long, default_value_t = 3)]
     failovers: usize,
+    /// Also measure this `basalt` executable (an earlier build) as `basalt-before`, in the
+    /// same interleaved run: before/after figures that share the machine's drift.
+    #[arg(long, value_name = "PATH")]
+    before: Option<PathBuf>,
+    /// Run only these profiles (comma-separated ids): rr1 (4k randread QD1), rr32, rw1
+    /// (4k randwrite QD1), rw32, sr8 (1M sequential read QD8), sw8. Default: all.
+    #[arg(long, value_delimiter = ',')]
+    profiles: Vec<String>,
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -185,6 +193,8 @@ fn nbd(args: NbdArgs) -> anyhow::Result<()> {
         scratch: args.scratch,
         hosts: args.hosts,
         failovers: args.failovers,
+        before: args.before,
+        profiles: args.profiles,
     };
     let table = basalt_bench::nbd::run(&opts).context("basalt bench nbd")?;
     println!("{table}");

@@ -152,6 +152,7 @@ fn init_logging(default: &str) {
 }
 
 fn main() -> std::process::ExitCode {
+    basalt_store::memory::keep_io_buffers_in_heap();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => {

@@ -68,8 +68,9 @@ pub struct UpArgs {
     /// mid-upload) is reclaimed.
     #[arg(long, default_value_t = 3600)]
     s3_reclaim_after: u64,
-    /// Send the gateway's requests to the in-process OSDs over TCP too, instead of calling
-    /// their request handlers directly (replication always uses TCP).
+    /// Send the gateway's requests to the in-process OSDs, and the OSDs' replication to
+    /// each other, over loopback TCP too, instead of calling their request handlers directly
+    /// (to measure or test the data-plane protocol in one process).
     #[arg(long)]
     no_local_path: bool,
 }
@@ -223,6 +224,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             let handler = Arc::new(basalt_osd::LocalOsd(h.osd.clone()));
             cluster.add_local_osd(h.osd.id, &h.addr.to_string(), handler);
         }
+        let linked: Vec<_> = osds
+            .iter()
+            .map(|h| (h.osd.clone(), h.addr.to_string()))
+            .collect();
+        basalt_osd::link_in_process(&linked);
     }
     wait_ready(&cluster, &osds).await?;
     if first_start && !args.default_volume.is_empty() {

@@ -67,6 +67,13 @@ impl ConnPool {
         self.conns.lock().expect("conns lock").insert(osd, conn);
     }
 
+    /// Route requests for `osd` at `addr` to an in-process handler run by a task of its own,
+    /// in the order they are started ([`Connection::queued`]).
+    pub fn add_queued(&self, osd: OsdId, addr: &str, handler: Arc<dyn crate::conn::LocalHandler>) {
+        let conn = Arc::new(Connection::queued(handler, addr));
+        self.conns.lock().expect("conns lock").insert(osd, conn);
+    }
+
     /// Drop every connection.
     pub fn clear(&self) {
         self.conns.lock().expect("conns lock").clear();

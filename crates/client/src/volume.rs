@@ -350,28 +350,47 @@ impl Volume {
 
     /// Read `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, ClientError> {
+        let pieces = self.read_pieces(offset, len).await?;
+        if pieces.len() == 1 {
+            return Ok(pieces.into_iter().next().unwrap_or_default());
+        }
+        let mut buf = BytesMut::with_capacity(len as usize);
+        for piece in &pieces {
+            buf.extend_from_slice(piece);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Read `len` bytes at `offset` as consecutive pieces, one per object the range touches
+    /// (no copy to join them: a frontend sends them out as they are).
+    pub async fn read_pieces(&self, offset: u64, len: u32) -> Result<Vec<Bytes>, ClientError> {
         let _gate = self.enter(offset, len as u64).await?;
         self.on_head(|head| self.read_at(head, offset, len)).await
     }
 
-    async fn read_at(&self, head: InodeId, offset: u64, len: u32) -> Result<Bytes, ClientError> {
+    async fn read_at(
+        &self,
+        head: InodeId,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<Bytes>, ClientError> {
         let pieces: Vec<Piece> = self.pieces(head, offset, len as u64).collect();
         if pieces.len() == 1 {
             let h = self.header(Opcode::Read, pieces[0], 0);
             let first = self.start(h, Bytes::new()).await;
-            return self.finish(h, Bytes::new(), first).await;
+            return Ok(vec![self.finish(h, Bytes::new(), first).await?]);
         }
-        let mut buf = BytesMut::zeroed(len as usize);
-        for (piece, data) in self
+        let results = self
             .each_piece(pieces, |_| (Opcode::Read, 0, Bytes::new()))
-            .await?
-        {
+            .await?;
+        let mut out = Vec::with_capacity(results.len());
+        for (piece, data) in results {
             if data.len() != piece.len as usize {
                 return Err(ClientError::Status { status: Status::Io });
             }
-            buf[piece.buf_offset..piece.buf_offset + data.len()].copy_from_slice(&data);
+            out.push(data);
         }
-        Ok(buf.freeze())
+        Ok(out)
     }
 
     /// Refuse mutations of a snapshot view.

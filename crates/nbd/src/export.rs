@@ -82,6 +82,13 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// Read exactly `len` bytes at `offset`.
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes, DeviceError>;
 
+    /// Read exactly `len` bytes at `offset` as consecutive pieces (sent to the client in
+    /// order without joining them first). A device whose data arrives in pieces (a volume's
+    /// objects) overrides this to save a copy; by default it is [`BlockDevice::read`].
+    async fn read_pieces(&self, offset: u64, len: u32) -> Result<Vec<Bytes>, DeviceError> {
+        Ok(vec![self.read(offset, len).await?])
+    }
+
     /// Write `data` at `offset`; with `fua`, the data is durable when this returns.
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DeviceError>;
 

@@ -9,12 +9,14 @@ use crate::wire::{self, MAX_STATUS_EXTENTS};
 /// Largest frame header: structured chunk header (20) plus a chunk's fixed fields (≤ 8).
 const MAX_HEAD_BYTES: usize = 32;
 
-/// One reply message ready for the wire: `head()` then `payload()`.
+/// One reply message ready for the wire: `head()` then `payload()`, then `more()`.
 #[derive(Debug, Clone)]
 pub struct Frame {
     head: [u8; MAX_HEAD_BYTES],
     head_len: u8,
     payload: Bytes,
+    /// Further payload pieces, sent after `payload` (a read whose data came in pieces).
+    more: Vec<Bytes>,
 }
 
 impl Frame {
@@ -28,9 +30,19 @@ impl Frame {
         &self.payload
     }
 
+    /// Payload pieces that follow [`Frame::payload`] on the wire (usually none).
+    pub fn more(&self) -> &[Bytes] {
+        &self.more
+    }
+
+    /// Payload bytes, all pieces together.
+    pub fn payload_len(&self) -> usize {
+        self.payload.len() + self.more.iter().map(Bytes::len).sum::<usize>()
+    }
+
     /// Total bytes on the wire.
     pub fn wire_len(&self) -> usize {
-        self.head_len as usize + self.payload.len()
+        self.head_len as usize + self.payload_len()
     }
 
     fn build(fill: impl FnOnce(&mut &mut [u8]), payload: Bytes) -> Frame {
@@ -42,7 +54,28 @@ impl Frame {
             head,
             head_len,
             payload,
+            more: Vec::new(),
         }
+    }
+
+    /// A read's reply whose data is `pieces` in order: a simple reply, or one final
+    /// `OFFSET_DATA` chunk at `offset` when structured replies were negotiated. `pieces`
+    /// must hold at least one byte in all.
+    pub fn read_data(handle: u64, structured: bool, offset: u64, pieces: Vec<Bytes>) -> Frame {
+        let mut pieces = pieces.into_iter().filter(|p| !p.is_empty());
+        let first = pieces.next().unwrap_or_default();
+        let mut frame = if structured {
+            Frame::offset_data(handle, offset, first)
+        } else {
+            Frame::simple(handle, 0, first)
+        };
+        frame.more = pieces.collect();
+        if structured {
+            // The chunk length covers every piece.
+            let len = 8 + frame.payload_len() as u32;
+            frame.head[16..20].copy_from_slice(&len.to_be_bytes());
+        }
+        frame
     }
 
     /// A simple reply: magic, error, handle; `data` follows only for a successful read.
@@ -173,6 +206,36 @@ pub fn encode_extents(extents: &[Extent], len: u32, req_one: bool) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn wire(frame: &Frame) -> Vec<u8> {
+        let mut out = frame.head().to_vec();
+        out.extend_from_slice(frame.payload());
+        for piece in frame.more() {
+            out.extend_from_slice(piece);
+        }
+        out
+    }
+
+    #[test]
+    fn read_data_in_pieces_is_one_reply() {
+        // Goal: a read whose data comes in pieces goes out as exactly the bytes of one
+        // reply holding all of it, structured (chunk length covers every piece) or simple.
+        let pieces = vec![
+            Bytes::from_static(b"abc"),
+            Bytes::new(),
+            Bytes::from_static(b"defgh"),
+        ];
+        let joined = Frame::offset_data(7, 4096, Bytes::from_static(b"abcdefgh"));
+        let split = Frame::read_data(7, true, 4096, pieces.clone());
+        assert_eq!(wire(&split), wire(&joined));
+        assert_eq!(split.wire_len(), joined.wire_len());
+        assert_eq!(split.payload_len(), 8);
+        let simple = Frame::read_data(9, false, 4096, pieces);
+        assert_eq!(
+            wire(&simple),
+            wire(&Frame::simple(9, 0, Bytes::from_static(b"abcdefgh")))
+        );
+    }
 
     fn ext(length: u64, hole: bool, zero: bool) -> Extent {
         Extent { length, hole, zero }

@@ -38,6 +38,11 @@ const READ_BUFFER_BYTES: usize = 128 << 10;
 const WRITE_BUFFER_BYTES: usize = 128 << 10;
 /// Replies gathered before one flush, so a flood of replies cannot starve the flush.
 const MAX_FRAMES_PER_FLUSH: usize = 64;
+/// Largest read polled on the reader's own task before it becomes a task of its own. A
+/// device may serve a read synchronously inside that first poll (an in-process store), and
+/// the reader reads no further request meanwhile: right for a 4 KiB read (no spawn, no
+/// wake-up), wrong for 1 MiB (reads of one connection would run one at a time, on one core).
+const INLINE_POLL_MAX_BYTES: u32 = 64 << 10;
 
 /// A reply on its way to the socket, with the permits it releases once written.
 struct Outgoing {
@@ -187,7 +192,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 // a request that has to wait becomes a task of its own.
                 let c = conn.clone();
                 let mut work = Box::pin(async move { c.execute(req.handle, cmd, payload).await });
-                match std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+                let inline =
+                    !matches!(cmd, Command::Read { len, .. } if len > INLINE_POLL_MAX_BYTES);
+                let polled = if inline {
+                    std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await
+                } else {
+                    Poll::Pending
+                };
+                match polled {
                     Poll::Ready(frame) => {
                         let out = Outgoing {
                             frame,
@@ -307,10 +319,53 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 async fn put<W: AsyncWrite + Unpin>(w: &mut BufWriter<W>, out: Outgoing) -> std::io::Result<()> {
-    w.write_all(out.frame.head()).await?;
-    let payload = out.frame.payload();
-    if !payload.is_empty() {
-        w.write_all(payload).await?;
+    let frame = &out.frame;
+    if frame.payload_len() < WRITE_BUFFER_BYTES {
+        w.write_all(frame.head()).await?;
+        for piece in std::iter::once(frame.payload()).chain(frame.more()) {
+            w.write_all(piece).await?;
+        }
+        return Ok(());
+    }
+    // A large reply (a big read): out of the buffer in vectored writes, no copy into it.
+    w.flush().await?;
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(2 + frame.more().len());
+    parts.push(frame.head());
+    parts.push(frame.payload());
+    parts.extend(frame.more().iter().map(|b| &b[..]));
+    write_all_vectored(w.get_mut(), &mut parts).await
+}
+
+/// Write every byte of `parts`, in order, with as few (vectored) writes as the socket takes.
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    parts: &mut [&[u8]],
+) -> std::io::Result<()> {
+    /// Slices per write (below every platform's IOV_MAX).
+    const MAX_SLICES: usize = 64;
+    let mut first = 0;
+    while first < parts.len() {
+        if parts[first].is_empty() {
+            first += 1;
+            continue;
+        }
+        let end = (first + MAX_SLICES).min(parts.len());
+        let slices: Vec<std::io::IoSlice<'_>> = parts[first..end]
+            .iter()
+            .map(|p| std::io::IoSlice::new(p))
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let take = n.min(parts[first].len());
+            parts[first] = &parts[first][take..];
+            n -= take;
+            if parts[first].is_empty() {
+                first += 1;
+            }
+        }
     }
     Ok(())
 }
@@ -367,16 +422,13 @@ impl Conn {
                 Frame::simple(handle, 0, Bytes::new())
             };
         }
-        match self.device.read(offset, len).await {
-            Ok(data) if data.len() == len as usize => {
-                if self.structured {
-                    Frame::offset_data(handle, offset, data)
-                } else {
-                    Frame::simple(handle, 0, data)
-                }
+        match self.device.read_pieces(offset, len).await {
+            Ok(pieces) if pieces.iter().map(Bytes::len).sum::<usize>() == len as usize => {
+                Frame::read_data(handle, self.structured, offset, pieces)
             }
-            Ok(data) => {
-                let msg = format!("device returned {} bytes for a {len}-byte read", data.len());
+            Ok(pieces) => {
+                let got: usize = pieces.iter().map(Bytes::len).sum();
+                let msg = format!("device returned {got} bytes for a {len}-byte read");
                 tracing::warn!("{msg}");
                 self.error(handle, wire::EIO, Bytes::from(msg))
             }

@@ -158,6 +158,10 @@ impl BlockDevice for VolumeDevice {
         self.0.read(offset, len).await.map_err(device_error)
     }
 
+    async fn read_pieces(&self, offset: u64, len: u32) -> Result<Vec<Bytes>, DeviceError> {
+        self.0.read_pieces(offset, len).await.map_err(device_error)
+    }
+
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DeviceError> {
         self.0.write(offset, data, fua).await.map_err(device_error)
     }

@@ -199,7 +199,7 @@ impl Osd {
 
     /// Is the OSD stopping (shut down, or its handle dropped as a crash)? Peering and recovery
     /// retry loops end when it is.
-    pub(crate) fn stopping(&self) -> bool {
+    pub fn stopping(&self) -> bool {
         *self.stop.borrow() || self.stop.has_changed().is_err()
     }
 
@@ -352,7 +352,11 @@ const BACKGROUND_FLUSH_INTERVAL_MS: u64 = 20;
 const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
 
 /// Flush the store off the runtime threads (on the blocking pool) once enough is unflushed,
-/// so writers rarely meet the store's inline flush.
+/// so writers rarely meet the store's inline flush; and, while rewrites and deletes left
+/// freed slots awaiting confirmation, at every tick, so those slots are reused within a few
+/// ticks. (Without that, whole-object rewrites with no flush from the client would walk
+/// through every free slot of the file first: on tmpfs, memory grows to the store's whole
+/// capacity; on a disk, the working set spreads over it.)
 async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(
         BACKGROUND_FLUSH_INTERVAL_MS,
@@ -363,11 +367,22 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        if osd.store.unflushed_bytes() < BACKGROUND_FLUSH_BYTES {
+        let unflushed = osd.store.unflushed_bytes();
+        let freed = unflushed < BACKGROUND_FLUSH_BYTES && osd.store.pending_freed_slots() > 0;
+        if unflushed < BACKGROUND_FLUSH_BYTES && !freed {
             continue;
         }
         let store = osd.store.clone();
-        if let Err(e) = osd.store_call(move || store.flush()).await {
+        let work = move || {
+            if unflushed == 0 && freed {
+                // Idle since the last batch: confirm its frees with a small batch of its own.
+                store.confirm_freed_slots()
+            } else {
+                // A batch makes the newest frees durable and confirms the previous batch's.
+                store.flush()
+            }
+        };
+        if let Err(e) = osd.store_call(work).await {
             // The store is fail-stop now; requests will report it. Nothing more to do here.
             tracing::error!(osd = osd.id, "background flush failed: {e}");
             return;

@@ -279,12 +279,49 @@ fn layer_status(osd: &Osd, h: &Header, e: &LayerError) -> Status {
 }
 
 /// The in-process entry point: a client in the same process calls the OSD's request handler
-/// directly (no socket, no framing); replication to peers still goes over the data plane.
+/// directly (no socket, no framing). Replication to peers goes over the data plane, or
+/// through in-process queues between the OSDs of one process ([`link_in_process`]).
 pub struct LocalOsd(pub Arc<Osd>);
 
 impl LocalHandler for LocalOsd {
     fn handle(&self, header: Header, payload: Bytes, reply: ReplySink) {
         dispatch(&self.0, header, payload, reply, None);
+    }
+}
+
+/// A peer OSD of the same process, as its replicas see it: requests reach its handler
+/// through an in-process queue ([`basalt_client::Connection::queued`]) instead of loopback
+/// TCP. Holds the OSD weakly, so peers never keep each other alive; once the OSD stops or is
+/// gone, requests fail as on a closed connection.
+pub struct PeerOsd(pub std::sync::Weak<Osd>);
+
+impl LocalHandler for PeerOsd {
+    fn handle(&self, header: Header, payload: Bytes, reply: ReplySink) {
+        match self.0.upgrade() {
+            Some(osd) if !osd.stopping() => dispatch(&osd, header, payload, reply, None),
+            _ => {
+                if let ReplySink::Direct(waiter) = reply {
+                    let _ = waiter.send(Err(basalt_client::ClientError::Closed {
+                        addr: String::new(),
+                        reason: "the in-process OSD stopped".into(),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// Make the OSDs of one process (`basalt up`) replicate to each other through in-process
+/// queues; `osds` pairs each with its data-plane address in the map. A peer whose address
+/// changes in the map (a restart) is dialled over TCP again.
+pub fn link_in_process(osds: &[(Arc<Osd>, String)]) {
+    for (from, _) in osds {
+        for (to, addr) in osds {
+            if from.id != to.id {
+                let handler = Arc::new(PeerOsd(Arc::downgrade(to)));
+                from.peers.add_queued(to.id, addr, handler);
+            }
+        }
     }
 }
 

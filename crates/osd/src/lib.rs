@@ -31,7 +31,7 @@ pub use daemon::{
     StoreLocation,
 };
 pub use error::PgError;
-pub use handler::LocalOsd;
+pub use handler::{link_in_process, LocalOsd, PeerOsd};
 pub use identity::{allocate_osd_id, identity, IdentityError};
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;

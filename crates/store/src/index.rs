@@ -117,6 +117,11 @@ impl Index {
         !self.pending_free.is_empty()
     }
 
+    /// Slots freed by a record that are not yet reusable (awaiting two durable batches).
+    pub fn pending_frees(&self) -> usize {
+        self.pending_free.len()
+    }
+
     /// Take a free slot for a writer (`Free → Reserved`).
     pub fn reserve_free_slot(&mut self) -> Option<u32> {
         let slot = self.free.pop()?;

@@ -13,6 +13,7 @@ mod error;
 mod index;
 mod journal;
 mod memdisk;
+pub mod memory;
 mod options;
 mod recovery;
 mod store;

@@ -274,6 +274,20 @@ impl Store {
         self.unflushed_bytes.load(Ordering::Relaxed)
     }
 
+    /// Slots freed by rewrites and deletes that are not reusable yet: they become free once
+    /// the record that freed them is durable and confirmed by a later durable batch. Lets
+    /// the owner confirm them in the background ([`Store::confirm_freed_slots`]) so rewrites
+    /// reuse recently freed slots instead of spreading over the whole file.
+    pub fn pending_freed_slots(&self) -> usize {
+        read(&self.index).pending_frees()
+    }
+
+    /// Make every slot freed so far reusable now (up to two small durable batches).
+    pub fn confirm_freed_slots(&self) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        self.reclaim_slots()
+    }
+
     /// Bitmap of allocated 4 KiB blocks of `obj` (block `i` is bit `i % 64` of word `i / 64`);
     /// all zero when the object is absent.
     pub fn allocation(&self, obj: ObjectId) -> Result<Vec<u64>, StoreError> {
