@@ -516,10 +516,7 @@ mod tests {
             .collect();
         let all = select_profiles(&[]).unwrap();
         let table = render(&opts, &all, &["basalt", "qemu-nbd", "nbdkit"], &samples);
-        assert!(
-            table.contains("3 rounds x 10 s, 512M target"),
-            "{table}"
-        );
+        assert!(table.contains("3 rounds x 10 s, 512M target"), "{table}");
         assert!(table.contains(
             "| Profile | basalt | qemu-nbd | nbdkit | basalt / qemu-nbd | basalt / nbdkit |"
         ));

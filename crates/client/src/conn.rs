@@ -247,6 +247,11 @@ impl Connection {
         }
     }
 
+    /// Do requests cross a byte stream as checksummed frames (not an in-process call)?
+    pub fn is_framed(&self) -> bool {
+        matches!(self.transport, Transport::Tcp { .. })
+    }
+
     /// Is the connection unusable (closed or failed)?
     pub fn is_dead(&self) -> bool {
         match &self.transport {
@@ -258,7 +263,17 @@ impl Connection {
 
     /// Queue a request now and return a future for its reply. Queueing is synchronous, so a
     /// caller can start many requests (or keep an order between them) before awaiting any.
-    pub fn start(&self, mut header: Header, payload: Bytes) -> Pending {
+    pub fn start(&self, header: Header, payload: Bytes) -> Pending {
+        self.start_inner(header, payload, None)
+    }
+
+    /// [`Connection::start`] with the payload's crc32c already computed (`payload_crc`), for
+    /// a payload sent to several OSDs.
+    pub fn start_with_crc(&self, header: Header, payload: Bytes, payload_crc: u32) -> Pending {
+        self.start_inner(header, payload, Some(payload_crc))
+    }
+
+    fn start_inner(&self, mut header: Header, payload: Bytes, crc: Option<u32>) -> Pending {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         header.request_id = id;
         let (wtx, wrx) = oneshot::channel();
@@ -287,7 +302,11 @@ impl Connection {
             return Pending { rx: wrx };
         }
         shared.pending.lock().expect("pending lock").insert(id, wtx);
-        let sent = tx.send(OutFrame::new(header, payload)).is_ok();
+        let frame = match crc {
+            Some(crc) => OutFrame::with_crc(header, payload, crc),
+            None => OutFrame::new(header, payload),
+        };
+        let sent = tx.send(frame).is_ok();
         // The reader may have failed between our check and insert: make sure we are not left
         // waiting for a reply that will never come.
         if !sent || self.is_dead() {

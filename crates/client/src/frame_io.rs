@@ -3,7 +3,9 @@
 use basalt_proto::{DecodeError, Header, HEADER_LEN};
 use bytes::{Bytes, BytesMut};
 use std::io;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{
+    AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+};
 use tokio::sync::mpsc;
 
 /// Why a frame could not be read. All are fatal for the connection.
@@ -19,8 +21,11 @@ pub enum FrameError {
 
 /// Read one frame: header, then its payload when it has one (checksum verified).
 /// Returns Ok(None) on a clean end of stream at a frame boundary.
+///
+/// A payload takes what the buffer already holds and reads the rest straight from the
+/// stream into its own allocation: an object-sized payload is copied once, not twice.
 pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
+    r: &mut BufReader<R>,
 ) -> Result<Option<(Header, Bytes)>, FrameError> {
     let mut hb = [0u8; HEADER_LEN];
     match r.read_exact(&mut hb).await {
@@ -33,7 +38,13 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         return Ok(Some((header, Bytes::new())));
     }
     let mut payload = BytesMut::zeroed(header.length as usize);
-    r.read_exact(&mut payload).await?;
+    let buffered = r.buffer();
+    let n = buffered.len().min(payload.len());
+    payload[..n].copy_from_slice(&buffered[..n]);
+    r.consume(n);
+    if n < payload.len() {
+        r.get_mut().read_exact(&mut payload[n..]).await?;
+    }
     if crc32c::crc32c(&payload) != header.payload_crc {
         return Err(FrameError::PayloadChecksum);
     }
@@ -57,6 +68,22 @@ impl OutFrame {
         Self { header, payload }
     }
 }
+
+impl OutFrame {
+    /// A frame whose payload checksum the caller already computed (`crc` must be the
+    /// crc32c of `payload`): a payload sent to several peers is checksummed once.
+    pub fn with_crc(mut header: Header, payload: Bytes, crc: u32) -> Self {
+        debug_assert_eq!(crc, crc32c::crc32c(&payload), "a precomputed payload crc");
+        if header.has_payload() {
+            header.length = payload.len() as u32;
+            header.payload_crc = crc;
+        }
+        Self { header, payload }
+    }
+}
+
+/// Payloads at least this large skip the writer's buffer (written from their own memory).
+const DIRECT_PAYLOAD_BYTES: usize = 64 << 10;
 
 /// Buffer size of the writer; frames are coalesced up to this before a syscall.
 const WRITE_BUFFER_BYTES: usize = 256 << 10;
@@ -82,7 +109,12 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
 
 async fn write_one<W: AsyncWrite + Unpin>(w: &mut BufWriter<W>, f: &OutFrame) -> io::Result<()> {
     w.write_all(&f.header.encode()).await?;
-    if !f.payload.is_empty() {
+    if f.payload.len() >= DIRECT_PAYLOAD_BYTES {
+        // An object-sized payload: out after the buffered frames, without a copy into the
+        // buffer.
+        w.flush().await?;
+        w.get_mut().write_all(&f.payload).await?;
+    } else if !f.payload.is_empty() {
         w.write_all(&f.payload).await?;
     }
     Ok(())

@@ -861,9 +861,19 @@ pub(crate) async fn replicate<T>(
             ..fwd
         };
         fwd.flags = Flags(fwd.flags.0 | Flags::REPLICA);
+        // Checksummed once for every replica it crosses a network to (in-process peers need
+        // no checksum).
+        let framed = replicas.iter().filter(|(_, c)| c.is_framed()).count();
+        let crc = (!payload.is_empty() && framed > 1).then(|| crc32c::crc32c(&payload));
         let pending = replicas
             .iter()
-            .map(|(peer, c)| (*peer, c.clone(), c.start(fwd, payload.clone())))
+            .map(|(peer, c)| {
+                let p = match crc {
+                    Some(crc) => c.start_with_crc(fwd, payload.clone(), crc),
+                    None => c.start(fwd, payload.clone()),
+                };
+                (*peer, c.clone(), p)
+            })
             .collect::<Vec<_>>();
         (out, pending, interval)
     };

@@ -15,7 +15,7 @@ pub const DEFAULT_CAPACITY_BYTES: u64 = 1 << 30;
 /// Smallest WAL region.
 pub const MIN_WAL_BYTES: u64 = 4 << 20;
 /// Largest WAL region chosen automatically (`wal_bytes == 0`).
-pub const MAX_AUTO_WAL_BYTES: u64 = 64 << 20;
+pub const MAX_AUTO_WAL_BYTES: u64 = 256 << 20;
 /// Largest WAL region accepted at all (recovery reads the live part of it into memory).
 pub const MAX_WAL_BYTES: u64 = 1 << 30;
 
@@ -26,7 +26,7 @@ pub struct StoreOptions {
     pub capacity_bytes: u64,
     /// Object (and slot) size: a power of two from 4 KiB to 4 MiB.
     pub object_size_bytes: u32,
-    /// Size of the WAL region; 0 picks `capacity/8` clamped to 4..=64 MiB.
+    /// Size of the WAL region; 0 picks `capacity/8` clamped to 4..=256 MiB.
     pub wal_bytes: u64,
 }
 
