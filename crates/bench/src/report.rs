@@ -269,16 +269,21 @@ fn render_cpu(s: &mut String, r: &Results) {
     }
     let _ = writeln!(
         s,
-        "| Profile | CPU s | Moved | IOs | CPU s / GiB | CPU s / 1000 IOs |\n|---|---:|---:|---:|---:|---:|"
+        "| Profile | CPU s | Moved | IOs | CPU s / GiB | CPU s / 1000 IOs | CPU µs / IO |\n|---|---:|---:|---:|---:|---:|---:|"
     );
     for (label, f) in runs {
         let (Some(cpu), Some(fio)) = (&f.cpu, &f.fio) else {
             continue;
         };
         let opt = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+        // CPU seconds per 1000 IOs are milliseconds per IO: the same figure in µs.
+        let us_per_io = cpu
+            .per_1000_ios
+            .map(|x| format!("{:.1}", x * 1000.0))
+            .unwrap_or_else(|| "-".into());
         let _ = writeln!(
             s,
-            "| {label} | {:.2} | {} | {} | {} | {} |",
+            "| {label} | {:.2} | {} | {} | {} | {} | {us_per_io} |",
             cpu.cpu_seconds,
             human_bytes(fio.io_bytes),
             fio.total_ios,
@@ -703,6 +708,9 @@ pub(crate) mod tests {
         }
         assert!(md.contains("| Sequential read (1M, QD1) | 1000.00 MiB/s | 500.00 MiB/s | 50% |"));
         assert!(md.contains("| 4k random read (QD1) | 10000 IOPS | 12000 IOPS | 120% |"));
+        // CPU per IO as a first-class figure: 0.5 CPU s per 1000 IOs is 500 µs per IO.
+        assert!(md.contains("| CPU s / 1000 IOs | CPU µs / IO |"), "{md}");
+        assert!(md.contains("| 0.500 | 500.0 |"), "{md}");
         assert!(md.contains("| 4k random write | 5000 IOPS | failed | - |"));
         assert!(md.contains("| TCP throughput | 4000.00 MiB/s |"));
         assert!(md.contains("**Not measured: there is no S3 gateway yet**"));
