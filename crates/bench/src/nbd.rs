@@ -404,13 +404,14 @@ fn render(
         .collect();
     let mut s = String::new();
     s.push_str(&format!(
-        "fio ioengine=nbd, {} rounds x {} s, {} target on tmpfs; medians. `basalt`: `basalt up`, \
-         3 OSDs, 3 replicas, in-process gateway. Multi-host: hosts in network namespaces, 2 OSDs \
+        "fio ioengine=nbd, {} rounds x {} s, {} target, every store and file under {}; medians. \
+         `basalt`: `basalt up`, 3 OSDs, 3 replicas, in-process gateway. Multi-host: hosts in network namespaces, 2 OSDs \
          each, 3 replicas (failure domain host), NBD gateway on its own host. CPU: the server \
          process's CPU time over the run divided by the IOs it served.\n\n",
         opts.rounds,
         opts.runtime_s,
-        format_size(opts.size_bytes)
+        format_size(opts.size_bytes),
+        opts.scratch.display()
     ));
     let mut cols = 0;
     s.push_str("| Profile |");
@@ -516,7 +517,10 @@ mod tests {
             .collect();
         let all = select_profiles(&[]).unwrap();
         let table = render(&opts, &all, &["basalt", "qemu-nbd", "nbdkit"], &samples);
-        assert!(table.contains("3 rounds x 10 s, 512M target"), "{table}");
+        assert!(
+            table.contains("3 rounds x 10 s, 512M target, every store and file under /dev/shm"),
+            "{table}"
+        );
         assert!(table.contains(
             "| Profile | basalt | qemu-nbd | nbdkit | basalt / qemu-nbd | basalt / nbdkit |"
         ));

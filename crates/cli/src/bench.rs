@@ -96,7 +96,8 @@ pub struct NbdArgs {
     /// Size of the test volume / file.
     #[arg(long, default_value = "512M")]
     size: String,
-    /// Scratch directory on tmpfs.
+    /// Scratch directory for the stores and files of every target: tmpfs (the default)
+    /// measures software cost; a directory on a disk measures the whole path.
     #[arg(long, default_value = "/dev/shm")]
     scratch: PathBuf,
     /// Write the table (Markdown) here as well.
