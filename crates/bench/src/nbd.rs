@@ -45,11 +45,8 @@ pub struct NbdOptions {
 
 /// Warm-up seconds of every timed run, not measured.
 const RAMP_S: u32 = 1;
-/// How long qemu-nbd may take to listen.
-const QEMU_NBD_START: Duration = Duration::from_secs(20);
-
-/// How long nbdkit may take to listen.
-const NBDKIT_START: Duration = Duration::from_secs(20);
+/// How long qemu-nbd or nbdkit may take to listen.
+const SERVER_START: Duration = Duration::from_secs(20);
 
 /// One fio workload of the table.
 #[derive(Debug)]
@@ -154,52 +151,52 @@ fn need(tool: &str, package: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Start qemu-nbd on a raw tmpfs file and return it with its NBD URI.
+/// Start qemu-nbd on a raw file and return it with its NBD URI.
 fn start_qemu_nbd(file: &Path, size_bytes: u64) -> anyhow::Result<(Guard, String)> {
-    std::fs::File::create(file)?.set_len(size_bytes)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let child = Command::new("qemu-nbd")
-        .args(["-f", "raw", "-x", "bench", "-b", "127.0.0.1", "-p"])
-        .arg(port.to_string())
-        .args(["--shared=8", "--persistent"])
-        .arg(file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start qemu-nbd")?;
-    let guard = Guard(child);
-    let deadline = Instant::now() + QEMU_NBD_START;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("qemu-nbd did not start listening on port {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok((guard, format!("nbd://127.0.0.1:{port}/bench")))
+    start_server("qemu-nbd", file, size_bytes, |port| {
+        let mut cmd = Command::new("qemu-nbd");
+        cmd.args(["-f", "raw", "-x", "bench", "-b", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .args(["--shared=8", "--persistent"])
+            .arg(file);
+        cmd
+    })
 }
 
-/// Start nbdkit's file plugin on a raw tmpfs file and return it with its NBD URI.
+/// Start nbdkit's file plugin on a raw file and return it with its NBD URI.
 fn start_nbdkit(file: &Path, size_bytes: u64) -> anyhow::Result<(Guard, String)> {
+    start_server("nbdkit", file, size_bytes, |port| {
+        let mut cmd = Command::new("nbdkit");
+        cmd.args(["--foreground", "-i", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .arg("file")
+            .arg(file);
+        cmd
+    })
+}
+
+/// Make `file` (`size_bytes`, sparse), start the server `command(port)` builds on a free
+/// loopback port, and wait (bounded) until it listens.
+fn start_server(
+    name: &str,
+    file: &Path,
+    size_bytes: u64,
+    command: impl FnOnce(u16) -> Command,
+) -> anyhow::Result<(Guard, String)> {
     std::fs::File::create(file)?.set_len(size_bytes)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let child = Command::new("nbdkit")
-        .args(["--foreground", "-i", "127.0.0.1", "-p"])
-        .arg(port.to_string())
-        .arg("file")
-        .arg(file)
+    let child = command(port)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("start nbdkit")?;
+        .with_context(|| format!("start {name}"))?;
     let guard = Guard(child);
-    let deadline = Instant::now() + NBDKIT_START;
+    let deadline = Instant::now() + SERVER_START;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
-            bail!("nbdkit did not start listening on port {port}");
+            bail!("{name} did not start listening on port {port}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
