@@ -8,4 +8,4 @@ pub mod map;
 pub mod rendezvous;
 
 pub use map::{ClusterMap, FailureDomain, MapError, OsdInfo, PoolSpec};
-pub use rendezvous::place_pg;
+pub use rendezvous::{place_pg, place_pg_positions};
