@@ -6,6 +6,8 @@
 
 use thiserror::Error;
 
+pub mod decide;
+
 /// Largest number of data chunks a pool may use.
 pub const MAX_K: u8 = 16;
 /// Largest number of parity chunks a pool may use.
