@@ -8,11 +8,18 @@ use basalt_proto::{OsdId, PgId};
 
 /// The straw of `osd` for `pg`: ln(u) / weight with u uniform in (0, 1]; larger is better.
 fn straw(pg: PgId, osd: &OsdInfo) -> f64 {
-    let key = ((pg.pool as u64) << 32) | pg.index as u64;
-    let h = hash2(key, osd.id as u64);
-    // 53 random bits → u in (0, 1].
+    straw_of(hash2(pg_key(pg), osd.id as u64), osd.weight)
+}
+
+/// A PG as one hash input.
+fn pg_key(pg: PgId) -> u64 {
+    ((pg.pool as u64) << 32) | pg.index as u64
+}
+
+/// ln(u) / weight, with u uniform in (0, 1] from the 53 high bits of the hash `h`.
+fn straw_of(h: u64, weight: u64) -> f64 {
     let u = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-    u.ln() / osd.weight.max(1) as f64
+    u.ln() / weight.max(1) as f64
 }
 
 /// Choose up to `size` OSDs for `pg` among `candidates` (already filtered to usable ones),
@@ -44,10 +51,8 @@ pub fn place_pg(
 
 /// The straw of `osd` for position `position` of `pg` (erasure-coded PGs).
 fn positional_straw(pg: PgId, position: usize, osd: &OsdInfo) -> f64 {
-    let key = ((pg.pool as u64) << 32) | pg.index as u64;
-    let h = hash2(hash2(key, position as u64), osd.id as u64);
-    let u = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-    u.ln() / osd.weight.max(1) as f64
+    let h = hash2(hash2(pg_key(pg), position as u64), osd.id as u64);
+    straw_of(h, osd.weight)
 }
 
 /// Choose the OSD of each of `width` positions of an erasure-coded `pg` (chunk `i` lives at
