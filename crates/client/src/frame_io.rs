@@ -67,9 +67,7 @@ impl OutFrame {
         }
         Self { header, payload }
     }
-}
 
-impl OutFrame {
     /// A frame whose payload checksum the caller already computed (`crc` must be the
     /// crc32c of `payload`): a payload sent to several peers is checksummed once.
     pub fn with_crc(mut header: Header, payload: Bytes, crc: u32) -> Self {

@@ -199,7 +199,7 @@ impl Osd {
 
     /// Is the OSD stopping (shut down, or its handle dropped as a crash)? Peering and recovery
     /// retry loops end when it is.
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow() || self.stop.has_changed().is_err()
     }
 
@@ -368,13 +368,12 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {}
         }
         let unflushed = osd.store.unflushed_bytes();
-        let freed = unflushed < BACKGROUND_FLUSH_BYTES && osd.store.pending_freed_slots() > 0;
-        if unflushed < BACKGROUND_FLUSH_BYTES && !freed {
+        if unflushed < BACKGROUND_FLUSH_BYTES && osd.store.pending_freed_slots() == 0 {
             continue;
         }
         let store = osd.store.clone();
         let work = move || {
-            if unflushed == 0 && freed {
+            if unflushed == 0 {
                 // Idle since the last batch: confirm its frees with a small batch of its own.
                 store.confirm_freed_slots()
             } else {

@@ -162,6 +162,26 @@ mod tests {
         }
     }
 
+    /// Over 512 PGs of 6 positions, how many positions not held by osd.5 keep their OSD
+    /// when osd.5 leaves `osds`: (kept, total).
+    fn positions_kept(osds: &[OsdInfo]) -> (usize, usize) {
+        let all: Vec<&OsdInfo> = osds.iter().collect();
+        let fewer: Vec<&OsdInfo> = osds.iter().filter(|o| o.id != 5).collect();
+        let (mut kept, mut others) = (0usize, 0usize);
+        for i in 0..512 {
+            let pg = PgId { pool: 2, index: i };
+            let before = place_pg_positions(pg, 6, FailureDomain::Host, &all);
+            let after = place_pg_positions(pg, 6, FailureDomain::Host, &fewer);
+            for (b, a) in before.iter().zip(&after) {
+                if *b != Some(5) {
+                    others += 1;
+                    kept += usize::from(b == a);
+                }
+            }
+        }
+        (kept, others)
+    }
+
     /// Goal: positional placement fills every position with distinct OSDs on distinct
     /// hosts, leaves positions empty when the hosts run out, and when an OSD leaves, the
     /// positions it did not hold almost all keep their OSD (chunks stay put).
@@ -169,12 +189,10 @@ mod tests {
     fn positions_are_stable_when_an_osd_leaves() {
         let osds: Vec<OsdInfo> = (0..12).map(|i| osd(i, &format!("h{}", i / 2), 1)).collect();
         let all: Vec<&OsdInfo> = osds.iter().collect();
-        let fewer: Vec<&OsdInfo> = osds.iter().filter(|o| o.id != 5).collect();
-        let (mut kept, mut others) = (0usize, 0usize);
         for i in 0..512 {
             let pg = PgId { pool: 2, index: i };
-            let before = place_pg_positions(pg, 6, FailureDomain::Host, &all);
-            let mut hosts: Vec<&str> = before
+            let placed = place_pg_positions(pg, 6, FailureDomain::Host, &all);
+            let mut hosts: Vec<&str> = placed
                 .iter()
                 .map(|o| {
                     osds[o.expect("six hosts for six positions") as usize]
@@ -184,42 +202,22 @@ mod tests {
                 .collect();
             hosts.sort();
             hosts.dedup();
-            assert_eq!(hosts.len(), 6, "pg {i}: {before:?}");
-            let after = place_pg_positions(pg, 6, FailureDomain::Host, &fewer);
-            for (b, a) in before.iter().zip(&after) {
-                if *b != Some(5) {
-                    others += 1;
-                    kept += usize::from(b == a);
-                }
-            }
+            assert_eq!(hosts.len(), 6, "pg {i}: {placed:?}");
             // Seven positions cannot fit on six hosts.
             let wide = place_pg_positions(pg, 7, FailureDomain::Host, &all);
-            assert_eq!(wide.iter().filter(|o| o.is_none()).count(), 1);
             assert_eq!(wide.len(), 7);
+            assert_eq!(wide.iter().filter(|o| o.is_none()).count(), 1);
         }
         // Every host holds a position here, so the freed position's new OSD often has to
         // come from a host another position held: 92 % kept when written.
+        let (kept, others) = positions_kept(&osds);
         assert!(
             kept as f64 >= 0.85 * others as f64,
             "only {kept} of {others} unaffected positions kept their OSD (6 hosts)"
         );
-        // With hosts to spare, the same.
+        // With hosts to spare: 98.7 % kept when written.
         let many: Vec<OsdInfo> = (0..24).map(|i| osd(i, &format!("h{}", i / 2), 1)).collect();
-        let all: Vec<&OsdInfo> = many.iter().collect();
-        let fewer: Vec<&OsdInfo> = many.iter().filter(|o| o.id != 5).collect();
-        let (mut kept, mut others) = (0usize, 0usize);
-        for i in 0..512 {
-            let pg = PgId { pool: 2, index: i };
-            let before = place_pg_positions(pg, 6, FailureDomain::Host, &all);
-            let after = place_pg_positions(pg, 6, FailureDomain::Host, &fewer);
-            for (b, a) in before.iter().zip(&after) {
-                if *b != Some(5) {
-                    others += 1;
-                    kept += usize::from(b == a);
-                }
-            }
-        }
-        // 98.7 % kept when written.
+        let (kept, others) = positions_kept(&many);
         assert!(
             kept as f64 >= 0.97 * others as f64,
             "only {kept} of {others} unaffected positions kept their OSD (12 hosts)"
