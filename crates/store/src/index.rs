@@ -256,6 +256,20 @@ impl Index {
         true
     }
 
+    /// `from` becomes `obj`, keeping its slot, blocks and version; `obj`'s previous slot (if
+    /// any) is freed. Returns false if `from` does not exist.
+    pub fn rename(&mut self, from: ObjectId, obj: ObjectId, free_lsn: Option<u64>) -> bool {
+        assert_ne!(from, obj, "rename onto itself");
+        let Some(meta) = self.objects.remove(&from) else {
+            return false;
+        };
+        if let Some(old) = self.objects.remove(&obj) {
+            self.release_slot(old.slot, free_lsn);
+        }
+        self.objects.insert(obj, meta);
+        true
+    }
+
     /// After the records up to `last_lsn` are applied in place, forget overlay blocks of
     /// `slot` (`first..first + count`) that no later write replaced.
     pub fn remove_applied_overlay(&mut self, slot: u32, first: u32, count: u32, last_lsn: u64) {

@@ -130,6 +130,27 @@ impl WalBuffer {
         Ok(lsn)
     }
 
+    pub fn append_move(
+        &mut self,
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        from: ObjectId,
+    ) -> Result<u64, WalFull> {
+        let lsn = self.reserve(wal::MOVE_RECORD_BYTES)?;
+        wal::encode_move(
+            &mut self.pending,
+            lsn,
+            self.store_id,
+            obj,
+            version,
+            slot,
+            from,
+        );
+        self.check_appended(wal::MOVE_RECORD_BYTES);
+        Ok(lsn)
+    }
+
     fn has_room_for_commit(&self) -> bool {
         self.head_pos + COMMIT_RECORD_BYTES as u64 - self.tail_pos <= self.wal_bytes
     }

@@ -496,6 +496,21 @@ fn apply_record(
             index.delete(obj, None);
             forget_slot(newest, slot, blocks);
         }
+        WalBody::Move {
+            obj,
+            version,
+            slot,
+            from,
+        } => {
+            match index.object(from) {
+                Some(m) if m.slot == slot && m.version == version => {}
+                _ => return Err(corrupt("move of an object not in that slot")),
+            }
+            if let Some(old) = index.object(obj) {
+                forget_slot(newest, old.slot, blocks);
+            }
+            index.rename(from, obj, None);
+        }
         WalBody::Commit => {}
     }
     Ok(())

@@ -236,6 +236,40 @@ impl Store {
         Err(StoreError::NoSpace)
     }
 
+    /// Make `from` become `obj` in one record: `from`'s slot, blocks and version move to the
+    /// key `obj`, whose previous contents (if any) are freed. Atomic: after a crash the store
+    /// holds either both old objects or the moved one. Returns false (nothing done) when
+    /// `from` is absent. Used to commit an erasure-coded chunk's stash.
+    pub fn promote(&self, from: ObjectId, obj: ObjectId) -> Result<bool, StoreError> {
+        if from == obj {
+            return Err(StoreError::bad_options("promote of an object onto itself"));
+        }
+        self.file.check_writable()?;
+        let (a, b) = (self.stripe_index(from), self.stripe_index(obj));
+        let _first = lock(&self.stripes[a.min(b)]);
+        let _second = (a != b).then(|| lock(&self.stripes[a.max(b)]));
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            let Some(meta) = index.object(from) else {
+                return Ok(false);
+            };
+            let mut wal = lock(&self.wal);
+            match wal.append_move(obj, meta.version, meta.slot, from) {
+                Ok(lsn) => {
+                    self.note_unflushed(&wal);
+                    drop(wal);
+                    index.rename(from, obj, Some(lsn));
+                    return Ok(true);
+                }
+                Err(WalFull) => {
+                    drop((wal, index));
+                    self.checkpoint(false)?;
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
     /// Remove `obj` (a no-op when absent). Its slot is reused once the removal is durable.
     pub fn delete(&self, obj: ObjectId, version: Version) -> Result<(), StoreError> {
         self.file.check_writable()?;
@@ -346,9 +380,13 @@ impl Store {
     }
 
     fn stripe(&self, obj: ObjectId) -> MutexGuard<'_, ()> {
+        lock(&self.stripes[self.stripe_index(obj)])
+    }
+
+    fn stripe_index(&self, obj: ObjectId) -> usize {
         const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
         let h = (obj.inode.wrapping_mul(MIX) ^ obj.index).wrapping_mul(MIX);
-        lock(&self.stripes[(h >> 32) as usize % STRIPE_COUNT])
+        (h >> 32) as usize % STRIPE_COUNT
     }
 
     fn note_unflushed(&self, wal: &WalBuffer) {

@@ -26,6 +26,7 @@ const WRITE_META_FIXED_BYTES: usize = OBJ_VERSION_BYTES + 12;
 const REMAP_META_FIXED_BYTES: usize = OBJ_VERSION_BYTES + 8;
 const TRIM_META_BYTES: usize = OBJ_VERSION_BYTES + 12;
 const DELETE_META_BYTES: usize = OBJ_VERSION_BYTES + 4;
+const MOVE_META_BYTES: usize = OBJ_VERSION_BYTES + 4 + 16;
 /// Largest metadata part of any record (a remap of a 4 MiB object).
 pub const MAX_META_BYTES: usize = REMAP_META_FIXED_BYTES + 4 * MAX_BLOCKS_PER_OBJECT as usize;
 
@@ -34,6 +35,7 @@ const KIND_REMAP: u16 = 2;
 const KIND_TRIM: u16 = 3;
 const KIND_DELETE: u16 = 4;
 const KIND_COMMIT: u16 = 5;
+const KIND_MOVE: u16 = 6;
 
 /// One decoded record: its place in the log and what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +85,16 @@ pub enum WalBody<'a> {
         obj: ObjectId,
         version: Version,
         slot: u32,
+    },
+    /// `from` (which lives in `slot` at `version`) becomes `obj`: the slot and its blocks
+    /// move to the new key, `from` is gone, and `obj`'s previous slot (if any) is freed. One
+    /// record, so the switch is atomic (an erasure-coded chunk's stash becomes the committed
+    /// chunk; docs/design.md, "Erasure-coded pools").
+    Move {
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        from: ObjectId,
     },
     /// End of a batch written by one flush. A record followed by a later batch was durable
     /// before that batch was written (recovery uses this to skip verifying remaps).
@@ -229,6 +241,7 @@ pub(crate) fn decode_record(
         KIND_TRIM => meta_len == TRIM_META_BYTES,
         KIND_DELETE => meta_len == DELETE_META_BYTES,
         KIND_COMMIT => meta_len == 0,
+        KIND_MOVE => meta_len == MOVE_META_BYTES,
         _ => return Err(WalError::BadKind { kind }),
     };
     if !fixed_ok || meta_len > MAX_META_BYTES {
@@ -326,6 +339,21 @@ pub(crate) fn decode_record(
                 slot: u32_at(meta, 32),
             }
         }
+        KIND_MOVE => {
+            let (obj, version) = obj_version_at(meta);
+            let from = ObjectId::new(u64_at(meta, 36), u64_at(meta, 44));
+            if from == obj {
+                return Err(WalError::BadField {
+                    what: "move of an object onto itself",
+                });
+            }
+            WalBody::Move {
+                obj,
+                version,
+                slot: u32_at(meta, 32),
+                from,
+            }
+        }
         _ => WalBody::Commit,
     };
     Ok((
@@ -377,6 +405,12 @@ pub fn encode_wal_record(out: &mut Vec<u8>, record: &WalRecord<'_>) {
             block_count,
         } => encode_trim(out, lsn, id, obj, version, slot, first_block, block_count),
         WalBody::Delete { obj, version, slot } => encode_delete(out, lsn, id, obj, version, slot),
+        WalBody::Move {
+            obj,
+            version,
+            slot,
+            from,
+        } => encode_move(out, lsn, id, obj, version, slot, from),
         WalBody::Commit => encode_commit(out, lsn, id),
     }
 }
@@ -469,6 +503,27 @@ pub(crate) fn encode_delete(
     let start = begin(out, KIND_DELETE, lsn, store_id, DELETE_META_BYTES);
     put_obj_version(out, obj, version);
     put_u32s(out, &[slot]);
+    seal(out, start);
+}
+
+/// Encoded size of a move record.
+pub(crate) const MOVE_RECORD_BYTES: usize = RECORD_HEADER_BYTES + MOVE_META_BYTES;
+
+/// Append a move record.
+pub(crate) fn encode_move(
+    out: &mut Vec<u8>,
+    lsn: u64,
+    store_id: u64,
+    obj: ObjectId,
+    version: Version,
+    slot: u32,
+    from: ObjectId,
+) {
+    let start = begin(out, KIND_MOVE, lsn, store_id, MOVE_META_BYTES);
+    put_obj_version(out, obj, version);
+    put_u32s(out, &[slot]);
+    out.extend_from_slice(&from.inode.to_le_bytes());
+    out.extend_from_slice(&from.index.to_le_bytes());
     seal(out, start);
 }
 
@@ -656,6 +711,7 @@ mod tests {
             let mut valid = Vec::new();
             encode_write(&mut valid, 5, 6, OBJ, VER, 1, 2, &[crc32c::crc32c(&a)], &[&a]);
             encode_trim(&mut valid, 6, 6, OBJ, VER, 1, 0, 3);
+            encode_move(&mut valid, 7, 6, OBJ, VER, 1, ObjectId::new(9, 9));
             for (at, bit) in flips {
                 let at = at % valid.len();
                 valid[at] ^= 1 << bit;

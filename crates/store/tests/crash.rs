@@ -32,6 +32,7 @@ enum CrashOp {
     Write { obj: u64, offset: usize, len: usize },
     Trim { obj: u64, offset: usize, len: usize },
     Delete { obj: u64 },
+    Promote { from: u64, to: u64 },
 }
 
 /// Op number `n` of the run seeded `seed`: the same in the child and the parent.
@@ -70,6 +71,10 @@ fn op(seed: u64, n: u64) -> CrashOp {
                 len: len as usize,
             }
         }
+        94..=96 => CrashOp::Promote {
+            from: obj,
+            to: (obj + 1 + r.below(OBJECTS - 1)) % OBJECTS,
+        },
         _ => CrashOp::Delete { obj },
     }
 }
@@ -87,6 +92,7 @@ fn apply_to_store(store: &Store, seed: u64, n: u64) {
         }
         CrashOp::Trim { obj, offset, len } => store.trim(id(obj), offset as u32, len as u32, v),
         CrashOp::Delete { obj } => store.delete(id(obj), v),
+        CrashOp::Promote { from, to } => store.promote(id(from), id(to)).map(|_| ()),
     };
     result.unwrap_or_else(|e| panic!("op {n}: {e}"));
 }
@@ -99,6 +105,7 @@ fn apply_to_model(model: &mut Model, seed: u64, n: u64) {
         }
         CrashOp::Trim { obj, offset, len } => model.trim(id(obj), offset, len, v),
         CrashOp::Delete { obj } => model.delete(id(obj)),
+        CrashOp::Promote { from, to } => model.promote(id(from), id(to)),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Goal: the store behaves like a plain map of byte arrays (the reference model) across random
-//! sequences of writes, reads, trims, deletes, flushes, clean reopens and crashes (drop
+//! sequences of writes, reads, trims, deletes, promotes, flushes, clean reopens and crashes (drop
 //! without close), keeping at least everything flushed across a crash.
 
 mod common;
@@ -19,6 +19,7 @@ enum Op {
     Read { obj: u64, offset: u32, len: u32 },
     Trim { obj: u64, offset: u32, len: u32 },
     Delete { obj: u64 },
+    Promote { from: u64, to: u64 },
     Flush,
     Reopen,
     Crash,
@@ -42,7 +43,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Write { obj, offset, len }),
         4 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Read { obj, offset, len }),
         3 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Trim { obj, offset, len }),
-        1 => obj.prop_map(|obj| Op::Delete { obj }),
+        1 => obj.clone().prop_map(|obj| Op::Delete { obj }),
+        2 => (obj.clone(), 1..OBJECTS).prop_map(|(from, d)| Op::Promote { from, to: (from + d) % OBJECTS }),
         2 => Just(Op::Flush),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
@@ -120,6 +122,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Delete { obj } => {
                 s.delete(id(obj), v).expect("delete");
                 model.delete(id(obj));
+                since_durable.push(model.clone());
+            }
+            Op::Promote { from, to } => {
+                let moved = s.promote(id(from), id(to)).expect("promote");
+                prop_assert_eq!(moved, model.objects.contains_key(&id(from)));
+                model.promote(id(from), id(to));
                 since_durable.push(model.clone());
             }
             Op::Flush => {

@@ -130,6 +130,13 @@ impl Model {
         self.objects.remove(&obj);
     }
 
+    /// `from` becomes `to` (replacing it) when `from` exists; else nothing changes.
+    pub fn promote(&mut self, from: ObjectId, to: ObjectId) {
+        if let Some(o) = self.objects.remove(&from) {
+            self.objects.insert(to, o);
+        }
+    }
+
     /// Block `b` of `obj`: its bytes and whether it is allocated (zeros and false if absent).
     pub fn block(&self, obj: ObjectId, b: usize) -> (&[u8], bool) {
         static ZERO: [u8; BLOCK] = [0; BLOCK];
