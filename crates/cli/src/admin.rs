@@ -55,6 +55,7 @@ pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Res
                 failure_domain,
                 // Too large for u32: the check below rejects it by name.
                 object_size: u32::try_from(parse_size(&object_size)?).unwrap_or(u32::MAX),
+                ec: None,
             };
             let r = create_pool(meta.as_ref(), record).await?;
             println!(

@@ -94,6 +94,7 @@ fn first_start_pool(args: &UpArgs) -> anyhow::Result<PoolRecord> {
         // One host: replicas are kept on distinct OSDs (distinct store files).
         failure_domain: "osd".into(),
         object_size: object_size as u32,
+        ec: None,
     })
 }
 

@@ -123,7 +123,13 @@ pub struct PoolRecord {
     pub pg_count: u32,
     /// "host" or "osd".
     pub failure_domain: String,
+    /// Bytes per object of volumes in the pool (for an erasure-coded pool: per stripe,
+    /// `k` chunks of `object_size / k` bytes).
     pub object_size: u32,
+    /// The erasure code of an erasure-coded pool (then `size` is `k + m`); absent for a
+    /// replicated pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ec: Option<basalt_proto::EcProfile>,
 }
 
 /// One copy of a PG known to hold its complete, current contents.

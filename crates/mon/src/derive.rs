@@ -30,6 +30,7 @@ fn pool_spec(p: &PoolRecord) -> PoolSpec {
             FailureDomain::Host
         },
         object_size: p.object_size,
+        ec: p.ec,
     }
 }
 
@@ -136,6 +137,7 @@ mod tests {
             pg_count: 16,
             failure_domain: "host".into(),
             object_size: 128 << 10,
+            ec: None,
         }
     }
 

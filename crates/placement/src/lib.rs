@@ -7,5 +7,5 @@ pub mod hash;
 pub mod map;
 pub mod rendezvous;
 
-pub use map::{ClusterMap, FailureDomain, MapError, OsdInfo, PoolSpec};
+pub use map::{ClusterMap, FailureDomain, MapError, OsdInfo, PoolSpec, NO_OSD};
 pub use rendezvous::{place_pg, place_pg_positions};

@@ -1,8 +1,8 @@
 //! The cluster map: OSDs, pools and the PG → OSD table, all tagged with one epoch.
 
 use crate::hash::hash2;
-use crate::rendezvous::place_pg;
-use basalt_proto::{inode_family, ObjectId, OsdId, PgId, PoolId};
+use crate::rendezvous::{place_pg, place_pg_positions};
+use basalt_proto::{inode_family, EcProfile, ObjectId, OsdId, PgId, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -47,9 +47,17 @@ pub struct PoolSpec {
     pub min_size: u32,
     pub pg_count: u32,
     pub failure_domain: FailureDomain,
-    /// Bytes per object of volumes in this pool.
+    /// Bytes per object of volumes in this pool (per stripe for an erasure-coded pool).
     pub object_size: u32,
+    /// The erasure code of an erasure-coded pool (`size` is then `k + m`, and its PGs are
+    /// placed by position: see [`ClusterMap::positions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ec: Option<EcProfile>,
 }
+
+/// An empty position of an erasure-coded PG's placement (too few OSDs or failure domains)
+/// or of its [`ClusterMap::positions`] (the OSD there is down).
+pub const NO_OSD: OsdId = OsdId::MAX;
 
 /// Problems with a map or a request against it.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -89,6 +97,8 @@ impl ClusterMap {
     /// clone family), so every layer of an object lands in the same PG, and any OSD can tell
     /// an object's PG from its id alone.
     pub fn pg_of(pool: &PoolSpec, obj: ObjectId) -> PgId {
+        // A chunk key of an erasure-coded stripe lives in its stripe's PG.
+        let obj = obj.stripe();
         let h = hash2(inode_family(obj.inode), obj.index);
         PgId {
             pool: pool.id,
@@ -110,6 +120,33 @@ impl ClusterMap {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The OSD at each position of an erasure-coded PG, [`NO_OSD`] where the placed OSD is
+    /// down or none was placed (chunk `i` of every stripe of the PG lives at position `i`).
+    /// For a replicated PG: its placement with the same holes.
+    pub fn positions(&self, pg: PgId) -> Result<Vec<OsdId>, MapError> {
+        let up = |id: &OsdId| self.osds.get(id).is_some_and(|o| o.up);
+        Ok(self
+            .placement(pg)?
+            .iter()
+            .map(|id| if up(id) { *id } else { NO_OSD })
+            .collect())
+    }
+
+    /// What names an interval of `pg`: the acting set with incarnations, and for an
+    /// erasure-coded PG every position too (a member moving to another position holds other
+    /// chunks: a new interval).
+    pub fn interval_members(&self, pg: PgId) -> Vec<(OsdId, u64)> {
+        let ec = self.pools.get(&pg.pool).is_some_and(|p| p.ec.is_some());
+        if !ec {
+            return self.acting_with_incarnations(pg);
+        }
+        self.positions(pg)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|id| (id, self.osds.get(&id).map(|o| o.incarnation).unwrap_or(0)))
+            .collect()
     }
 
     /// The epoch that began `pg`'s current interval. A map without intervals (written by
@@ -140,8 +177,7 @@ impl ClusterMap {
                         .and_then(|v| v.get(index as usize));
                     match kept {
                         Some(&since)
-                            if self.acting_with_incarnations(pg)
-                                == previous.acting_with_incarnations(pg) =>
+                            if self.interval_members(pg) == previous.interval_members(pg) =>
                         {
                             since
                         }
@@ -189,7 +225,14 @@ impl ClusterMap {
                         pool: pool.id,
                         index,
                     };
-                    place_pg(pg, pool.size as usize, pool.failure_domain, &candidates)
+                    if pool.ec.is_some() {
+                        place_pg_positions(pg, pool.size as usize, pool.failure_domain, &candidates)
+                            .into_iter()
+                            .map(|o| o.unwrap_or(NO_OSD))
+                            .collect()
+                    } else {
+                        place_pg(pg, pool.size as usize, pool.failure_domain, &candidates)
+                    }
                 })
                 .collect();
             pgs.insert(pool.id, table);
@@ -255,6 +298,7 @@ mod tests {
                 pg_count: 16,
                 failure_domain: FailureDomain::Osd,
                 object_size: 128 << 10,
+                ec: None,
             },
         );
         m.recompute();
@@ -348,6 +392,50 @@ mod tests {
             legacy.interval(without_1),
             4,
             "no intervals: every epoch is one"
+        );
+    }
+
+    /// Goal: an erasure-coded PG keeps its positions when a member goes down (a hole, never
+    /// a shift), its acting set is the live positions in order, and a member going down or
+    /// moving position starts a new interval.
+    #[test]
+    fn erasure_coded_pgs_keep_positions() {
+        let mut m = map_with(5, 3);
+        let mut pool = m.pools[&1].clone();
+        pool.id = 2;
+        pool.ec = Some(EcProfile { k: 2, m: 1 });
+        m.pools.insert(2, pool);
+        m.recompute();
+        let pg = PgId { pool: 2, index: 3 };
+        let placed = m.placement(pg).unwrap().to_vec();
+        assert_eq!(placed.len(), 3);
+        assert!(placed.iter().all(|&o| o != NO_OSD));
+        assert_eq!(m.positions(pg).unwrap(), placed);
+        let before = m.clone();
+        let gone = placed[1];
+        m.osds.get_mut(&gone).unwrap().up = false;
+        m.update_acting();
+        m.epoch += 1;
+        m.carry_intervals(&before);
+        assert_eq!(m.positions(pg).unwrap(), vec![placed[0], NO_OSD, placed[2]]);
+        assert_eq!(m.acting(pg).unwrap(), &[placed[0], placed[2]]);
+        assert_eq!(m.interval(pg), m.epoch);
+        // A live member moving to another position keeps the acting set but is a new
+        // interval.
+        let before = m.clone();
+        let table = m.pgs.get_mut(&2).unwrap();
+        table[3].swap(1, 2);
+        m.update_acting();
+        m.epoch += 1;
+        m.carry_intervals(&before);
+        assert_eq!(m.acting(pg).unwrap(), before.acting(pg).unwrap());
+        assert_eq!(m.interval(pg), m.epoch);
+        // Chunk keys live in their stripe's PG.
+        let stripe = ObjectId::new(2 << 48 | 1 << 16, 77);
+        let spec = &m.pools[&2];
+        assert_eq!(
+            ClusterMap::pg_of(spec, stripe.chunk(2, true)),
+            ClusterMap::pg_of(spec, stripe)
         );
     }
 

@@ -17,6 +17,7 @@ pub use frame::{
     MAX_PAYLOAD_BYTES, USAGE_MAX_INODES,
 };
 pub use ids::{
-    inode_family, inode_pool, make_inode, InodeId, ObjectId, OsdId, PgId, PoolId, Version,
+    inode_family, inode_pool, make_inode, EcProfile, InodeId, ObjectId, OsdId, PgId, PoolId,
+    Version, CHUNK_KEY_BITS, MAX_CHUNK_POSITIONS,
 };
 pub use image::{ObjectImage, IMAGE_BLOCK_BYTES};

@@ -99,6 +99,7 @@ impl SimCluster {
                 pg_count: shape.pgs,
                 failure_domain: "osd".into(),
                 object_size: shape.object_size,
+                ec: None,
             },
         )
         .await

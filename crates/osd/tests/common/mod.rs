@@ -43,6 +43,7 @@ pub fn base_map() -> ClusterMap {
             pg_count: 8,
             failure_domain: FailureDomain::Osd,
             object_size: OBJECT_SIZE,
+            ec: None,
         },
     );
     map
