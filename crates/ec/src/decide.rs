@@ -1,209 +1,343 @@
-//! The peering decision for one stripe after a crash (docs/design.md, "Writes: two phases
-//! with a stash" and the proof sketch): roll the newest write forward, roll it back, or
-//! declare the stripe unfound. Pure, so it is table-tested here and model-tested later.
+//! What peering (and recovery, and scrub) does with one stripe (docs/design.md,
+//! "Erasure-coded pools"): which version every position ends at, and how it gets there.
+//!
+//! Every write of a stripe writes all its chunks at one version V (a partial write reads the
+//! rest of the stripe first), in two phases: a durable *stash* of each chunk on every live
+//! position, then a *promote* of each stash to the committed chunk. So k chunks decode
+//! consistently iff they carry the same version, and the state of a stripe after any crash
+//! is, per live position, a committed chunk (or none) and possibly a stash. Pure, so it is
+//! table-tested and model-tested against the protocol with a crash at every step.
 
 /// A write's version as the PG assigned it (`(interval, counter)` packed so it orders).
 pub type StripeVersion = u64;
 
-/// What peering found at one live position of a stripe.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What one live position holds of a stripe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PositionState {
-    /// Version of the committed chunk (None: the position holds no committed chunk).
+    /// Version of the committed chunk (None: no committed chunk).
     pub committed: Option<StripeVersion>,
-    /// A stashed chunk awaiting commit: its write's version and that write's stripe map.
-    pub stash: Option<(StripeVersion, StripeMap)>,
+    /// Version of a stashed chunk awaiting its promote (None: no stash).
+    pub stash: Option<StripeVersion>,
 }
 
-/// For the stripe state a write V produced: the version each position's chunk must have to
-/// belong to it (data chunks the write did not touch keep older versions; parity is always
-/// V). Every stashed chunk carries the map of its write.
+/// What to do with a stripe: every live position ends with its committed chunk at
+/// `target` (or with none, when `target` is None) and no stash.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StripeMap(pub Vec<StripeVersion>);
-
-/// What peering does with a stripe.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// No stash is pending: nothing to do.
-    Clean,
-    /// Write `version` survives on at least k positions: rebuild the missing chunks and
-    /// commit it everywhere.
-    Forward { version: StripeVersion },
-    /// Write `version` reached too few positions and none committed it: delete its stashes;
-    /// the committed chunks are the previous state.
-    Back { version: StripeVersion },
-    /// Some position committed `version` but fewer than k of its chunks survive: more was
-    /// lost than the code tolerates. Reads fail (EIO); never served from the older state.
-    Unfound { version: StripeVersion },
+pub struct Plan {
+    /// The version the stripe ends at: the newest one at least k positions hold (committed
+    /// or stashed). None: the stripe ends absent (no chunk was ever committed, and the
+    /// stashes of a write that reached fewer than k positions are dropped).
+    pub target: Option<StripeVersion>,
+    /// Positions whose stash is at `target`: promote it (it becomes the committed chunk).
+    pub promote: Vec<usize>,
+    /// Positions whose committed chunk is missing or older: rebuild it at `target` from k
+    /// positions that hold it (after the promotes).
+    pub rebuild: Vec<usize>,
+    /// Positions holding a stash of another version: drop it.
+    pub drop_stash: Vec<usize>,
+    /// Positions whose committed chunk must go (the stripe ends absent).
+    pub delete: Vec<usize>,
+    /// Some position committed a version newer than `target` (or the stripe has committed
+    /// chunks but no version with k of them): more chunks were lost than the code
+    /// tolerates. Nothing may be changed and reads fail (EIO): serving the older state would
+    /// silently undo an acknowledged write.
+    pub unfound: Option<StripeVersion>,
 }
 
-/// Decide for one stripe of a `k`-of-`positions.len()` code from the live positions' states
-/// (`None`: the position is down or its OSD is new).
-pub fn decide(k: usize, positions: &[Option<PositionState>]) -> Decision {
-    let live = || positions.iter().flatten();
-    // The newest write with a stash anywhere, and its map (every stash of it carries the same).
-    let Some((version, map)) = live()
-        .filter_map(|p| p.stash.as_ref())
-        .max_by_key(|(v, _)| *v)
-        .map(|(v, m)| (*v, m.clone()))
-    else {
-        return Decision::Clean;
+impl Plan {
+    /// Nothing to do: every live position already holds the target, committed, no stash.
+    pub fn is_clean(&self) -> bool {
+        self.unfound.is_none()
+            && self.promote.is_empty()
+            && self.rebuild.is_empty()
+            && self.drop_stash.is_empty()
+            && self.delete.is_empty()
+    }
+}
+
+/// Decide for one stripe of a k-of-`positions.len()` code from the live positions' states
+/// (`None`: the position is a hole — its OSD is down, or there is none).
+pub fn decide(k: usize, positions: &[Option<PositionState>]) -> Plan {
+    let live = || {
+        positions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.map(|p| (i, p)))
     };
-    let belongs = |i: usize, p: &PositionState| {
-        let Some(&want) = map.0.get(i) else {
-            return false;
-        };
-        p.committed == Some(want) || p.stash.as_ref().is_some_and(|(v, _)| *v == want)
-    };
-    let have = positions
+    let holds = |p: &PositionState, v: StripeVersion| p.committed == Some(v) || p.stash == Some(v);
+    let mut versions: Vec<StripeVersion> = live()
+        .flat_map(|(_, p)| [p.committed, p.stash])
+        .flatten()
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let target = versions
         .iter()
-        .enumerate()
-        .filter(|(i, p)| p.as_ref().is_some_and(|p| belongs(*i, p)))
-        .count();
-    if have >= k {
-        return Decision::Forward { version };
+        .rev()
+        .copied()
+        .find(|&v| live().filter(|(_, p)| holds(p, v)).count() >= k);
+    let newest_committed = live().filter_map(|(_, p)| p.committed).max();
+    if let Some(c) = newest_committed {
+        if target.is_none_or(|t| c > t) {
+            return Plan {
+                target,
+                unfound: Some(c),
+                ..Plan::default()
+            };
+        }
     }
-    if live().any(|p| p.committed == Some(version)) {
-        return Decision::Unfound { version };
+    let mut plan = Plan {
+        target,
+        ..Plan::default()
+    };
+    for (i, p) in live() {
+        match target {
+            Some(t) => {
+                if p.committed != Some(t) {
+                    if p.stash == Some(t) {
+                        plan.promote.push(i);
+                        continue;
+                    }
+                    plan.rebuild.push(i);
+                }
+                if p.stash.is_some_and(|s| s != t) {
+                    plan.drop_stash.push(i);
+                }
+            }
+            None => {
+                // No committed chunk anywhere (else unfound above): drop every stash.
+                if p.stash.is_some() {
+                    plan.drop_stash.push(i);
+                }
+                if p.committed.is_some() {
+                    plan.delete.push(i);
+                }
+            }
+        }
     }
-    Decision::Back { version }
+    plan
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A 2+1 stripe whose committed state is v1 everywhere, and write v2 touching data chunk 0
-    /// (map: chunk 0 at v2, chunk 1 still v1, parity v2).
-    fn map2() -> StripeMap {
-        StripeMap(vec![2, 1, 2])
+    fn at(committed: Option<u64>, stash: Option<u64>) -> Option<PositionState> {
+        Some(PositionState { committed, stash })
     }
 
-    fn committed(v: u64) -> Option<PositionState> {
-        Some(PositionState {
-            committed: Some(v),
-            stash: None,
-        })
-    }
-
-    fn stashed(committed: u64) -> Option<PositionState> {
-        Some(PositionState {
-            committed: Some(committed),
-            stash: Some((2, map2())),
-        })
-    }
-
+    /// Goal: for a 2+1 stripe at v1 and a write v2 crashed at each step, peering picks one
+    /// outcome and never mixes versions: forward with k holders of v2, back when fewer and
+    /// nobody committed it, unfound when a commit of v2 happened but too few chunks survive.
     #[test]
-    fn each_crash_point_of_a_partial_write_ends_in_one_state() {
-        // Goal: for a crash at every step of a partial write, peering picks exactly one
-        // outcome, and never one that would mix versions: forward only with k chunks of the
-        // new state, back only when nobody committed it, unfound otherwise.
-        let k = 2;
-        let table: Vec<(&str, Vec<Option<PositionState>>, Decision)> = vec![
+    fn each_crash_point_of_a_write_ends_in_one_state() {
+        let table: Vec<(&str, Vec<Option<PositionState>>, Option<u64>, Option<u64>)> = vec![
             (
                 "no write",
-                vec![committed(1), committed(1), committed(1)],
-                Decision::Clean,
+                vec![at(Some(1), None), at(Some(1), None), at(Some(1), None)],
+                Some(1),
+                None,
             ),
             (
-                // Stash reached chunk 0 only; chunk 1 (untouched, v1) belongs to S_v2 too:
-                // two chunks of the new state, so it is rebuilt (parity from them).
-                "stash on the touched data chunk only",
-                vec![stashed(1), committed(1), committed(1)],
-                Decision::Forward { version: 2 },
+                "stash on one position only",
+                vec![at(Some(1), Some(2)), at(Some(1), None), at(Some(1), None)],
+                Some(1),
+                None,
             ),
             (
-                "stash on the parity only, touched data chunk down",
-                vec![None, committed(1), stashed(1)],
-                Decision::Forward { version: 2 },
+                "stash on two positions: forward",
+                vec![
+                    at(Some(1), Some(2)),
+                    at(Some(1), None),
+                    at(Some(1), Some(2)),
+                ],
+                Some(2),
+                None,
             ),
             (
-                "stash on parity only, untouched chunk down",
-                vec![committed(1), None, stashed(1)],
-                Decision::Back { version: 2 },
+                "one promote done, one stash, one position down",
+                vec![at(Some(2), None), None, at(Some(1), Some(2))],
+                Some(2),
+                None,
             ),
             (
-                "both stashes, before any commit",
-                vec![stashed(1), committed(1), stashed(1)],
-                Decision::Forward { version: 2 },
+                "v2 committed on one, the two others down",
+                vec![None, None, at(Some(2), None)],
+                None,
+                Some(2),
             ),
             (
-                "parity committed, data chunk 0 stashed",
-                vec![stashed(1), committed(1), committed(2)],
-                Decision::Forward { version: 2 },
+                "v2 committed on one, a v1 chunk and a hole",
+                vec![at(Some(1), None), None, at(Some(2), None)],
+                None,
+                Some(2),
             ),
             (
-                "committed v2 on parity, the other two positions down",
-                vec![None, None, committed(2)],
-                Decision::Clean,
+                "a new stripe whose first write reached one position",
+                vec![at(None, Some(5)), at(None, None), at(None, None)],
+                None,
+                None,
             ),
             (
-                "parity committed v2 but the only stash left is on chunk 0 and chunk 1 lost",
-                vec![stashed(1), None, committed(2)],
-                Decision::Forward { version: 2 },
+                "a replaced position holds nothing yet",
+                vec![at(Some(3), None), at(None, None), at(Some(3), None)],
+                Some(3),
+                None,
             ),
         ];
-        for (what, positions, want) in table {
-            assert_eq!(decide(k, &positions), want, "{what}");
+        for (what, positions, target, unfound) in table {
+            let plan = decide(2, &positions);
+            assert_eq!(
+                (plan.target, plan.unfound),
+                (target, unfound),
+                "{what}: {plan:?}"
+            );
+        }
+        let plan = decide(2, &[at(Some(2), None), None, at(Some(1), Some(2))]);
+        assert_eq!((plan.promote, plan.rebuild), (vec![2], vec![]));
+        let plan = decide(
+            2,
+            &[at(Some(3), None), at(None, Some(1)), at(Some(3), None)],
+        );
+        assert_eq!((plan.rebuild, plan.drop_stash), (vec![1], vec![1]));
+    }
+
+    /// One position of the model: durable and volatile (lost on a crash) state.
+    #[derive(Clone, Copy, Debug, Default)]
+    struct Pos {
+        durable: PositionState,
+        current: PositionState,
+    }
+
+    /// Tiny deterministic generator (no dependency for a test).
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
         }
     }
 
+    /// Goal: the write protocol (stash durably on every live position, acknowledge, promote
+    /// each position without a flush) against peering's plan, with a crash injected after
+    /// every step and up to m positions lost: afterwards every live position holds the same
+    /// committed version (never a mix), and that version is the last acknowledged write or
+    /// a later one that was not acknowledged. Checked for 2+1, 4+2 and 3+1 over many seeds.
     #[test]
-    fn a_committed_write_with_too_few_chunks_is_unfound_not_rolled_back() {
-        // Goal: once a position promoted write v2, the old state is gone there; with fewer
-        // than k chunks of v2 the stripe is unfound (EIO), never silently the old data.
-        let positions = vec![
-            Some(PositionState {
-                committed: Some(2),
-                stash: Some((3, StripeMap(vec![3, 1, 3]))),
-            }),
-            None,
-            Some(PositionState {
-                committed: Some(2),
-                stash: None,
-            }),
-        ];
-        // v3: chunk 0 stashed at v3; chunk 1 (must be v1) down; parity at v2, not v3.
-        assert_eq!(decide(2, &positions), Decision::Back { version: 3 });
-        let positions = vec![
-            Some(PositionState {
-                committed: Some(3),
-                stash: None,
-            }),
-            None,
-            Some(PositionState {
-                committed: Some(2),
-                stash: Some((3, StripeMap(vec![3, 1, 3]))),
-            }),
-        ];
-        // Chunk 0 committed v3, parity stashed v3: two chunks of S_v3 -> forward.
-        assert_eq!(decide(2, &positions), Decision::Forward { version: 3 });
-        let positions = vec![
-            Some(PositionState {
-                committed: Some(3),
-                stash: Some((4, StripeMap(vec![4, 1, 4]))),
-            }),
-            None,
-            Some(PositionState {
-                committed: Some(4),
-                stash: None,
-            }),
-        ];
-        // v4 committed on parity; chunk 0 has a v4 stash; chunk 1 (v1) is down: chunk 0's
-        // stash and the parity make two chunks of S_v4 -> forward.
-        assert_eq!(decide(2, &positions), Decision::Forward { version: 4 });
-        let positions = vec![
-            Some(PositionState {
-                committed: Some(3),
-                stash: Some((4, StripeMap(vec![4, 1, 4]))),
-            }),
-            None,
-            None,
-            Some(PositionState {
-                committed: Some(4),
-                stash: None,
-            }),
-        ];
-        // A 3+1 code: only two chunks of S_v4 and a commit of v4 happened: unfound.
-        assert_eq!(decide(3, &positions), Decision::Unfound { version: 4 });
+    fn protocol_with_crashes_at_every_step_never_mixes_versions() {
+        for (k, m) in [(2usize, 1usize), (4, 2), (3, 1), (8, 3)] {
+            let n = k + m;
+            for seed in 1..400u64 {
+                let mut rng = Rng(seed * 0x9e37_79b9 + k as u64);
+                let mut pos = vec![Pos::default(); n];
+                let mut down = vec![false; n];
+                let mut acked: Option<u64> = None;
+                let mut version = 0u64;
+                // A few writes, each cut by a crash at a random step (or not at all).
+                for _ in 0..6 {
+                    version += 1;
+                    let live: Vec<usize> = (0..n).filter(|&i| !down[i]).collect();
+                    if live.len() < k + 1 {
+                        break; // min_size k+1: the PG takes no writes
+                    }
+                    let steps = 2 * live.len() + 1;
+                    let crash_at = rng.below(steps as u64 + 3) as usize;
+                    let mut step = 0;
+                    let mut crashed = false;
+                    for &i in &live {
+                        if step == crash_at {
+                            crashed = true;
+                            break;
+                        }
+                        // A stash is durable when the position answers: its flush makes
+                        // everything before it durable too (the store's log is a prefix).
+                        pos[i].current.stash = Some(version);
+                        pos[i].durable = pos[i].current;
+                        step += 1;
+                    }
+                    if !crashed {
+                        acked = Some(version);
+                        for &i in &live {
+                            if step == crash_at {
+                                crashed = true;
+                                break;
+                            }
+                            // Promote, volatile until some later flush.
+                            pos[i].current = PositionState {
+                                committed: Some(version),
+                                stash: None,
+                            };
+                            if rng.below(2) == 0 {
+                                pos[i].durable = pos[i].current;
+                            }
+                            step += 1;
+                        }
+                    }
+                    if crashed || rng.below(3) == 0 {
+                        // Power cut: every position keeps only what is durable; then peering
+                        // over the live positions, with up to m of them lost for good.
+                        for p in pos.iter_mut() {
+                            p.current = p.durable;
+                        }
+                        let lost = rng.below(m as u64 + 1) as usize;
+                        for _ in 0..lost {
+                            let i = rng.below(n as u64) as usize;
+                            if down.iter().filter(|d| **d).count() < m {
+                                down[i] = true;
+                            }
+                        }
+                        let view: Vec<Option<PositionState>> = (0..n)
+                            .map(|i| (!down[i]).then_some(pos[i].current))
+                            .collect();
+                        let plan = decide(k, &view);
+                        assert_eq!(plan.unfound, None, "{k}+{m} seed {seed}: {plan:?} {view:?} {down:?}");
+                        if let (Some(a), t) = (acked, plan.target) {
+                            assert!(
+                                t >= Some(a),
+                                "{k}+{m} seed {seed}: acked v{a} lost: {plan:?}"
+                            );
+                        }
+                        // Apply the plan; everything is flushed at the end of peering.
+                        for i in 0..n {
+                            if down[i] {
+                                continue;
+                            }
+                            pos[i].current = PositionState {
+                                committed: plan.target,
+                                stash: None,
+                            };
+                            pos[i].durable = pos[i].current;
+                        }
+                        let after: Vec<Option<PositionState>> = (0..n)
+                            .map(|i| (!down[i]).then_some(pos[i].current))
+                            .collect();
+                        assert!(decide(k, &after).is_clean(), "{k}+{m} seed {seed}");
+                        // What peering kept is now the stripe's state, acknowledged or not.
+                        if plan.target.is_some() {
+                            acked = plan.target;
+                        }
+                        // Replaced positions come back empty and are rebuilt.
+                        for i in 0..n {
+                            if down[i] && rng.below(2) == 0 {
+                                down[i] = false;
+                                let t = plan.target;
+                                pos[i] = Pos {
+                                    durable: PositionState {
+                                        committed: t,
+                                        stash: None,
+                                    },
+                                    current: PositionState {
+                                        committed: t,
+                                        stash: None,
+                                    },
+                                };
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
