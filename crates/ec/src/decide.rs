@@ -131,7 +131,14 @@ mod tests {
     /// nobody committed it, unfound when a commit of v2 happened but too few chunks survive.
     #[test]
     fn each_crash_point_of_a_write_ends_in_one_state() {
-        let table: Vec<(&str, Vec<Option<PositionState>>, Option<u64>, Option<u64>)> = vec![
+        // (what, positions, expected target, expected unfound)
+        type Case = (
+            &'static str,
+            Vec<Option<PositionState>>,
+            Option<u64>,
+            Option<u64>,
+        );
+        let table: Vec<Case> = vec![
             (
                 "no write",
                 vec![at(Some(1), None), at(Some(1), None), at(Some(1), None)],
@@ -292,7 +299,10 @@ mod tests {
                             .map(|i| (!down[i]).then_some(pos[i].current))
                             .collect();
                         let plan = decide(k, &view);
-                        assert_eq!(plan.unfound, None, "{k}+{m} seed {seed}: {plan:?} {view:?} {down:?}");
+                        assert_eq!(
+                            plan.unfound, None,
+                            "{k}+{m} seed {seed}: {plan:?} {view:?} {down:?}"
+                        );
                         if let (Some(a), t) = (acked, plan.target) {
                             assert!(
                                 t >= Some(a),

@@ -162,6 +162,14 @@ pub struct PgRecord {
     /// what it had not flushed), a holder that kept running is the better authority.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<CompleteCopy>,
+    /// Erasure-coded PGs: stripes that lost more chunks than the code tolerates (reads of
+    /// them fail with EIO rather than return older data).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unfound_objects: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A layer of a volume family (see docs/design.md, "Layers"). Written once when the layer is

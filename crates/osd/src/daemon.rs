@@ -159,6 +159,8 @@ pub struct Osd {
     pub pgs: PgTable,
     /// Layer chains, frozen layers and the fence gate.
     pub layers: crate::layers::Layers,
+    /// Locks of erasure-coded stripes: a stripe's writes, reads and repairs run one at a time.
+    pub(crate) stripes: crate::ec::StripeLocks,
     pub(crate) recovery: RecoveryConfig,
     /// Operation counters (STAT replies, `/metrics`).
     pub counters: crate::metrics::OsdCounters,
@@ -305,6 +307,7 @@ impl Osd {
             peers,
             pgs: PgTable::default(),
             layers: Default::default(),
+            stripes: Default::default(),
             recovery: config.recovery,
             counters: Default::default(),
             started: Instant::now(),

@@ -143,9 +143,27 @@ pub(crate) fn dispatch(
             sink.send(reply, data);
         }
         Opcode::Read if replica => {
-            // Another OSD's damaged-read fallback: serve our own verified copy.
+            // Another OSD's damaged-read fallback, or an erasure-coded primary reading a
+            // chunk: our own verified copy, with its version (zero: absent).
             let (status, data) = read(osd, &h);
-            sink.send(h.reply(status), data);
+            let mut reply = h.reply(status);
+            reply.version = osd.store.version(h.object).unwrap_or(Version::ZERO);
+            sink.send(reply, data);
+        }
+        Opcode::Promote if replica => {
+            let status = crate::ec::member_promote(osd, &h);
+            sink.send(h.reply(status), Bytes::new());
+        }
+        Opcode::Promote => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        // Erasure-coded PGs have their own client paths; layers and object classes are not
+        // supported there (yet): refused, never half done.
+        Opcode::CopyUp | Opcode::Call if crate::ec::is_ec(osd, h.pg) => {
+            sink.send(h.reply(Status::Invalid), Bytes::new());
+        }
+        Opcode::Read | Opcode::Allocation | Opcode::Write | Opcode::Trim | Opcode::Delete
+            if !replica && crate::ec::is_ec(osd, h.pg) =>
+        {
+            ec_client_request(osd, h, payload, sink, permit);
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete | Opcode::Push if replica => {
             let status = replica_apply(osd, &h, &payload);
@@ -229,6 +247,44 @@ pub(crate) fn dispatch(
             });
         }
     }
+}
+
+/// A client request to an erasure-coded PG (see [`crate::ec`]), in its own task.
+fn ec_client_request(
+    osd: &Arc<Osd>,
+    h: Header,
+    payload: Bytes,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let osd = osd.clone();
+    spawn_reply(sink, h, permit, async move {
+        let c = &osd.counters;
+        match h.opcode {
+            Opcode::Read => {
+                let (status, data) = crate::ec::client_read(&osd, h).await;
+                if status == Status::Ok {
+                    OsdCounters::add(&c.reads, 1);
+                    OsdCounters::add(&c.read_bytes, data.len() as u64);
+                } else {
+                    OsdCounters::add(&c.errors, 1);
+                }
+                (status, data)
+            }
+            Opcode::Allocation => crate::ec::client_allocation(&osd, &h),
+            _ => {
+                let bytes = payload.len() as u64;
+                let status = crate::ec::client_mutation(&osd, h, payload).await;
+                if status == Status::Ok {
+                    OsdCounters::add(&c.writes, 1);
+                    OsdCounters::add(&c.write_bytes, bytes);
+                } else {
+                    OsdCounters::add(&c.errors, 1);
+                }
+                (status, Bytes::new())
+            }
+        }
+    });
 }
 
 /// Serve a client READ or ALLOCATION from the first layer of the chain holding the object
@@ -480,7 +536,8 @@ async fn purge(osd: &Arc<Osd>, h: Header) -> Status {
     let result = osd
         .store_call(move || {
             for (obj, _) in store.objects() {
-                if obj.inode == inode && obj.index >= from {
+                // Chunk keys of erasure-coded stripes count by their stripe's index.
+                if obj.inode == inode && obj.stripe().index >= from {
                     store.delete(obj, version)?;
                 }
             }

@@ -6,6 +6,7 @@
 
 pub mod daemon;
 pub mod decide;
+pub(crate) mod ec;
 pub mod error;
 pub mod handler;
 pub mod identity;

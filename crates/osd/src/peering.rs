@@ -66,6 +66,7 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
             e.acting = acting.clone();
             e.generation += 1;
             e.counter = 0;
+            e.ec_behind = 0;
             e.phase = if primary {
                 PgPhase::Peering
             } else {
@@ -117,7 +118,7 @@ impl From<PgError> for PeerError {
     }
 }
 
-fn is_current(osd: &Osd, pg: PgId, generation: u64) -> bool {
+pub(crate) fn is_current(osd: &Osd, pg: PgId, generation: u64) -> bool {
     osd.pgs.with(pg, |e| e.generation == generation)
 }
 
@@ -183,6 +184,9 @@ async fn try_peer(
             min_size: pool.min_size,
         }
         .into());
+    }
+    if pool.ec.is_some() {
+        return try_peer_ec(osd, &map, pg, interval, generation, acting, began).await;
     }
     let record = read_record(osd, pg).await?;
     let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
@@ -257,6 +261,7 @@ async fn try_peer(
         complete,
         degraded_objects: degraded,
         holders,
+        unfound_objects: 0,
     };
     // Before serving as primary, know every layer frozen so far: this OSD may have been
     // down, restarted or cut off when a snapshot fenced the others.
@@ -288,6 +293,49 @@ async fn try_peer(
     tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %pg, interval, "activated");
     if !behind.is_empty() {
         tokio::spawn(recover_pg(osd.clone(), pg, interval, generation, behind));
+    }
+    Ok(())
+}
+
+/// Peer an erasure-coded PG (see [`crate::ec::peer`]), then activate it and start
+/// rebuilding the positions that lack chunks.
+async fn try_peer_ec(
+    osd: &Arc<Osd>,
+    map: &ClusterMap,
+    pg: PgId,
+    interval: u32,
+    generation: u64,
+    acting: &[(OsdId, u64)],
+    began: tokio::time::Instant,
+) -> Result<(), PeerError> {
+    let ctx = match crate::ec::EcPg::of(osd, map, pg) {
+        Ok(Some(ctx)) if ctx.interval == interval => ctx,
+        // The map moved on (a newer interval is coming) or the pool cannot be served here.
+        _ => return Err(PgError::NoPool { pool: pg.pool }.into()),
+    };
+    if let Err(e) = osd.layers.reload_frozen(osd.meta.as_ref(), began).await {
+        return Err(PgError::Meta(e).into());
+    }
+    let behind = match crate::ec::peer(osd, &ctx, acting, generation).await {
+        Ok(b) => b,
+        Err(PgError::TakenOver) => return Err(PeerError::Superseded),
+        Err(e) => return Err(e.into()),
+    };
+    let activated = osd.pgs.with(pg, |e| {
+        if e.generation != generation {
+            return false;
+        }
+        e.phase = PgPhase::Active;
+        e.ec_behind = behind;
+        true
+    });
+    if !activated {
+        return Err(PeerError::Superseded);
+    }
+    tracing::debug!(osd = osd.id, %pg, interval, behind, "active (erasure coded)");
+    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %pg, interval, "activated");
+    if behind != 0 {
+        tokio::spawn(crate::ec::recover(osd.clone(), pg, generation));
     }
     Ok(())
 }
@@ -326,7 +374,7 @@ async fn narrow_record(
     }
 }
 
-async fn connect(
+pub(crate) async fn connect(
     osd: &Osd,
     map: &ClusterMap,
     peer: OsdId,

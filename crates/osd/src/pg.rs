@@ -44,6 +44,9 @@ pub struct PgEntry {
     pub counter: u64,
     /// Bumped at every interval change; background work of an older generation stops.
     pub generation: u64,
+    /// Erasure-coded PGs, as primary: positions (bit i = position i) whose chunks may be
+    /// missing or stale until recovery rebuilt them; reads treat them as holes.
+    pub ec_behind: u32,
 }
 
 impl Default for PgEntry {
@@ -55,6 +58,7 @@ impl Default for PgEntry {
             sealed: 0,
             counter: 0,
             generation: 0,
+            ec_behind: 0,
         }
     }
 }

@@ -241,7 +241,7 @@ pub(crate) fn still_active(osd: &Osd, pg: PgId, generation: u64) -> bool {
 }
 
 /// Sleep long enough that moving `bytes` keeps to the recovery rate.
-async fn pace(osd: &Osd, bytes: usize) {
+pub(crate) async fn pace(osd: &Osd, bytes: usize) {
     let rate = if osd.client_idle_ms() < CLIENT_BUSY_WINDOW_MS {
         osd.recovery.busy_bytes_per_sec
     } else {
@@ -371,7 +371,7 @@ pub(crate) async fn read_record(osd: &Osd, pg: PgId) -> Result<Option<(PgRecord,
 }
 
 /// Change the record of `interval` with `f` (CAS, retried a few times).
-async fn update_record(
+pub(crate) async fn update_record(
     osd: &Osd,
     pg: PgId,
     interval: u32,

@@ -80,6 +80,11 @@ pub enum Opcode {
     /// request payload u32 count (1..=[`USAGE_MAX_INODES`]) then that many u64 inodes;
     /// reply payload per inode two u64: objects, allocated bytes. Little endian.
     Usage = 16,
+    /// Erasure-coded PGs (REPLICA flag, primary → member): make the stash `object` (a chunk
+    /// key with the stash bit, see [`crate::ObjectId::chunk`]) at `version` the committed
+    /// chunk of its position, in one store record. Answers Ok when already done (the chunk
+    /// is at `version` and no stash is left), Stale when the stash is at another version.
+    Promote = 17,
 }
 
 /// Most inodes one USAGE request may name.
@@ -109,6 +114,7 @@ impl Opcode {
             14 => Self::Fence,
             15 => Self::CopyUp,
             16 => Self::Usage,
+            17 => Self::Promote,
             _ => return None,
         })
     }
@@ -358,14 +364,14 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=16,
+            1u8..=17,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
             any::<(u32, u32)>(),
             any::<(u64, u64)>(),
             any::<u32>(),
-            0u32..=9,
+            0u32..=10,
             any::<(u32, u32, u32)>(),
             any::<(u64, u64)>(),
         )
@@ -418,7 +424,10 @@ mod tests {
         let usage = Header::request(Opcode::Usage, 1, ObjectId::new(0, 0));
         assert!(usage.has_payload() && usage.reply(Status::Ok).has_payload());
         assert!(!usage.reply(Status::Invalid).has_payload());
-        assert_eq!(Opcode::from_u8(17), None);
+        assert_eq!(Opcode::from_u8(17), Some(Opcode::Promote));
+        let promote = Header::request(Opcode::Promote, 1, ObjectId::new(1, 0).chunk(0, true));
+        assert!(!promote.has_payload() && !promote.reply(Status::Ok).has_payload());
+        assert_eq!(Opcode::from_u8(18), None);
     }
 
     proptest! {

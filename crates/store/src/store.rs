@@ -133,6 +133,13 @@ impl Store {
         self.layout
     }
 
+    /// File offset of the slot holding `obj` (None: absent). Blocks whose newest contents
+    /// still wait in the WAL are not there yet. For tools and fault-injection tests.
+    pub fn object_offset(&self, obj: ObjectId) -> Option<u64> {
+        let meta = read(&self.index).object(obj)?;
+        Some(self.layout.slot_offset(meta.slot))
+    }
+
     /// File offset where the next WAL batch will be written: the durable log ends here.
     /// For tools and fault-injection tests.
     pub fn wal_write_offset(&self) -> u64 {

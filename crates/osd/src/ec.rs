@@ -1,0 +1,953 @@
+//! Erasure-coded PGs (docs/design.md, "Erasure-coded pools"): the primary's write and read
+//! paths, a member's promote, and peering and recovery of stripes.
+//!
+//! A stripe is one volume object of `object_size` bytes, cut into k data chunks of
+//! `object_size / k` bytes plus m parity chunks; chunk i lives at position i of the PG, in
+//! the store key `stripe.chunk(i, false)`. Every write of a stripe rewrites all its chunks
+//! at one version, in two phases: each live position stashes its chunk durably
+//! (`stripe.chunk(i, true)`, a whole-object write with FUA), then each promotes the stash to
+//! the committed key (one store record). A stripe's writes, reads and repairs at the primary
+//! hold the stripe's lock, so readers never see a stripe half promoted. After a crash,
+//! peering settles every stripe with a stash with [`basalt_ec::decide::decide`].
+
+use crate::daemon::Osd;
+use crate::error::PgError;
+use crate::handler::{flush, primary_gate, status_of, REPLICA_TIMEOUT};
+use crate::pg::PgPhase;
+use crate::recovery::{call_peer, list_remote, read_record};
+use basalt_client::Connection;
+use basalt_ec::decide::{decide, Plan, PositionState};
+use basalt_ec::Scheme;
+use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
+use basalt_placement::{ClusterMap, NO_OSD};
+use basalt_proto::{
+    Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, PgId, Status, Version, IMAGE_BLOCK_BYTES,
+};
+use bytes::{Bytes, BytesMut};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Per-stripe async locks; an entry lives while someone holds or waits for it.
+#[derive(Default)]
+pub(crate) struct StripeLocks {
+    table: Arc<Mutex<HashMap<ObjectId, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// A held stripe lock; released (and its entry forgotten when unused) on drop.
+pub(crate) struct StripeGuard {
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    table: Arc<Mutex<HashMap<ObjectId, Arc<tokio::sync::Mutex<()>>>>>,
+    stripe: ObjectId,
+}
+
+impl StripeLocks {
+    pub(crate) async fn lock(&self, stripe: ObjectId) -> StripeGuard {
+        let lock = {
+            let mut table = self.table.lock().expect("stripe lock table");
+            table.entry(stripe).or_default().clone()
+        };
+        StripeGuard {
+            guard: Some(lock.lock_owned().await),
+            table: self.table.clone(),
+            stripe,
+        }
+    }
+}
+
+impl Drop for StripeGuard {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut table = self.table.lock().expect("stripe lock table");
+        if table
+            .get(&self.stripe)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            table.remove(&self.stripe);
+        }
+    }
+}
+
+/// What the primary needs to know of an erasure-coded PG for one request.
+pub(crate) struct EcPg {
+    pub pg: PgId,
+    pub interval: u32,
+    pub scheme: Scheme,
+    /// Bytes of a stripe (the pool's object size) and of one chunk.
+    pub stripe_bytes: u32,
+    pub chunk_bytes: u32,
+    /// The OSD at each position ([`NO_OSD`]: a hole).
+    pub positions: Vec<OsdId>,
+    pub min_size: u32,
+}
+
+impl EcPg {
+    /// The PG's code and positions in `map`, when its pool is erasure coded and its chunks
+    /// fit this OSD's store.
+    pub(crate) fn of(osd: &Osd, map: &ClusterMap, pg: PgId) -> Result<Option<EcPg>, Status> {
+        let Some(pool) = map.pools.get(&pg.pool) else {
+            return Err(Status::Invalid);
+        };
+        let Some(profile) = pool.ec else {
+            return Ok(None);
+        };
+        let scheme = Scheme::new(profile.k, profile.m).map_err(|_| Status::Invalid)?;
+        let chunk_bytes = scheme
+            .chunk_bytes(pool.object_size)
+            .map_err(|_| Status::Invalid)?;
+        if chunk_bytes != osd.store.object_size() {
+            tracing::error!(
+                osd = osd.id,
+                pool = pool.name,
+                "chunks of {chunk_bytes} bytes do not match this store's {}-byte objects: \
+                 the pool's object size must be k × the OSDs' object size",
+                osd.store.object_size()
+            );
+            return Err(Status::Invalid);
+        }
+        let positions = map.positions(pg).map_err(|_| Status::Invalid)?;
+        Ok(Some(EcPg {
+            pg,
+            interval: map.interval(pg),
+            scheme,
+            stripe_bytes: pool.object_size,
+            chunk_bytes,
+            positions,
+            min_size: pool.min_size,
+        }))
+    }
+
+    fn live(&self) -> impl Iterator<Item = (usize, OsdId)> + '_ {
+        self.positions
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, o)| *o != NO_OSD)
+    }
+}
+
+/// Is `pg`'s pool erasure coded (in this OSD's map)?
+pub(crate) fn is_ec(osd: &Osd, pg: PgId) -> bool {
+    osd.map()
+        .pools
+        .get(&pg.pool)
+        .is_some_and(|p| p.ec.is_some())
+}
+
+/// The context of a client request to an erasure-coded PG, checked: this OSD is its active
+/// primary in the current interval and the object is a stripe.
+fn client_context(osd: &Osd, h: &Header) -> Result<EcPg, Status> {
+    let interval = primary_gate(osd, h)?;
+    if !h.object.is_stripe() {
+        return Err(Status::Invalid);
+    }
+    let map = osd.map();
+    let ctx = EcPg::of(osd, &map, h.pg)?.ok_or(Status::Invalid)?;
+    if ctx.interval != interval {
+        return Err(Status::Unavailable);
+    }
+    Ok(ctx)
+}
+
+/// One position's chunk of a stripe as read: its version (None: absent) and bytes.
+type ChunkRead = Result<(Option<Version>, Bytes), Status>;
+
+/// A peer's connection for a position's OSD.
+async fn connect(osd: &Osd, peer: OsdId) -> Result<Arc<Connection>, Status> {
+    let map = osd.map();
+    let addr = map.osd(peer).map_err(|_| Status::Unavailable)?.addr.clone();
+    osd.peers.get(peer, &addr).await.map_err(|e| {
+        tracing::warn!(osd = osd.id, peer, "EC member unreachable: {e}");
+        Status::Unavailable
+    })
+}
+
+fn member_header(ctx: &EcPg, opcode: Opcode, key: ObjectId, version: Version) -> Header {
+    let mut h = Header::request(opcode, 0, key);
+    h.pg = ctx.pg;
+    h.map_epoch = ctx.interval;
+    h.version = version;
+    h.flags = Flags(Flags::REPLICA);
+    h
+}
+
+async fn wait(
+    osd: &Osd,
+    peer: OsdId,
+    p: basalt_client::conn::Pending,
+) -> Result<basalt_client::Reply, Status> {
+    match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
+        Ok(Ok(r)) if r.header.status == Status::Ok => Ok(r),
+        Ok(Ok(r)) => Err(r.header.status),
+        Ok(Err(e)) => {
+            tracing::warn!(osd = osd.id, peer, "EC member request failed: {e}");
+            Err(Status::Unavailable)
+        }
+        Err(_) => Err(Status::Unavailable),
+    }
+}
+
+/// Read `len` bytes at `offset` of the chunk key `key` at position holder `peer`.
+async fn read_chunk(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    key: ObjectId,
+    offset: u32,
+    len: u32,
+) -> ChunkRead {
+    if peer == osd.id {
+        let version = osd.store.version(key);
+        let mut buf = BytesMut::zeroed(len as usize);
+        return match osd.store.read(key, offset, &mut buf) {
+            Ok(()) => Ok((version, buf.freeze())),
+            Err(e) => {
+                tracing::error!(osd = osd.id, object = %key, "chunk read failed: {e}");
+                Err(status_of(&e))
+            }
+        };
+    }
+    let conn = connect(osd, peer).await?;
+    let mut h = member_header(ctx, Opcode::Read, key, Version::ZERO);
+    h.offset = offset;
+    h.length = len;
+    let r = wait(osd, peer, conn.start(h, Bytes::new())).await?;
+    if r.payload.len() != len as usize {
+        return Err(Status::Io);
+    }
+    let version = (r.header.version != Version::ZERO).then_some(r.header.version);
+    Ok((version, r.payload))
+}
+
+/// A whole chunk as an object image (every block allocated).
+fn full_image(ctx: &EcPg, data: Bytes) -> Bytes {
+    let blocks = ctx.chunk_bytes / IMAGE_BLOCK_BYTES as u32;
+    let mut bitmap = vec![0u64; (blocks as usize).div_ceil(64)];
+    for b in 0..blocks {
+        bitmap[(b / 64) as usize] |= 1 << (b % 64);
+    }
+    ObjectImage {
+        blocks,
+        bitmap,
+        data,
+    }
+    .encode()
+}
+
+/// Replace the chunk key `key` at `peer` with `data` at `version` (None: delete it), made
+/// durable first when `durable`.
+async fn put_chunk(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    key: ObjectId,
+    version: Version,
+    data: Option<Bytes>,
+    durable: bool,
+) -> Result<(), Status> {
+    if peer == osd.id {
+        let store = osd.store.clone();
+        let result = osd
+            .store_call(move || {
+                match &data {
+                    Some(d) => store.write(key, 0, d, version)?,
+                    None => store.delete(key, version)?,
+                }
+                if durable {
+                    store.flush()?;
+                }
+                Ok(())
+            })
+            .await;
+        return result.map_err(|e| {
+            tracing::error!(osd = osd.id, object = %key, "chunk write failed: {e}");
+            status_of(&e)
+        });
+    }
+    let conn = connect(osd, peer).await?;
+    let mut h = member_header(ctx, Opcode::Push, key, version);
+    if durable {
+        h.flags = Flags(h.flags.0 | Flags::FUA);
+    }
+    let payload = data.map(|d| full_image(ctx, d)).unwrap_or_default();
+    wait(osd, peer, conn.start(h, payload)).await.map(|_| ())
+}
+
+/// Promote the stash of `stripe` at position `pos` (held by `peer`) at `version`.
+async fn promote_chunk(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    stripe: ObjectId,
+    pos: usize,
+    version: Version,
+) -> Result<(), Status> {
+    let stash = stripe.chunk(pos, true);
+    if peer == osd.id {
+        return promote_local(osd, stash, version);
+    }
+    let conn = connect(osd, peer).await?;
+    let h = member_header(ctx, Opcode::Promote, stash, version);
+    wait(osd, peer, conn.start(h, Bytes::new()))
+        .await
+        .map(|_| ())
+}
+
+/// Make the stash `stash` at `version` the committed chunk (idempotent).
+fn promote_local(osd: &Osd, stash: ObjectId, version: Version) -> Result<(), Status> {
+    let Some((pos, true)) = stash.chunk_position() else {
+        return Err(Status::Invalid);
+    };
+    let key = stash.stripe().chunk(pos, false);
+    match osd.store.version(stash) {
+        Some(v) if v == version => match osd.store.promote(stash, key) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(status_of(&e)),
+        },
+        Some(_) => Err(Status::Stale),
+        None if osd.store.version(key) == Some(version) => Ok(()),
+        None => Err(Status::Stale),
+    }
+}
+
+/// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
+pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
+    let map = osd.map();
+    if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
+        return Status::Unavailable;
+    }
+    let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
+    if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
+        return Status::NotPrimary;
+    }
+    match promote_local(osd, h.object, h.version) {
+        Ok(()) => Status::Ok,
+        Err(s) => s,
+    }
+}
+
+/// Every live position's whole committed chunk of `stripe` (None: a hole or unreadable).
+async fn read_all_chunks(osd: &Arc<Osd>, ctx: &EcPg, stripe: ObjectId) -> Vec<Option<ChunkRead>> {
+    let mut out = Vec::with_capacity(ctx.positions.len());
+    for (pos, &peer) in ctx.positions.iter().enumerate() {
+        if peer == NO_OSD {
+            out.push(None);
+            continue;
+        }
+        out.push(Some(
+            read_chunk(osd, ctx, peer, stripe.chunk(pos, false), 0, ctx.chunk_bytes).await,
+        ));
+    }
+    out
+}
+
+/// The stripe's current contents decoded from whatever positions answer: the newest
+/// version that k chunks agree on (None: the stripe does not exist). Chunks at other
+/// versions, or unreadable ones (a bad checksum), are rewritten from the decoded stripe
+/// when `repair` (the caller holds the stripe lock).
+async fn decode_stripe(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    repair: bool,
+) -> Result<Option<(Version, Vec<u8>)>, Status> {
+    let chunks = read_all_chunks(osd, ctx, stripe).await;
+    let k = ctx.scheme.k();
+    let mut versions: Vec<Version> = chunks
+        .iter()
+        .filter_map(|c| c.as_ref()?.as_ref().ok()?.0)
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let holding = |v: Version| {
+        chunks
+            .iter()
+            .filter(|c| matches!(c, Some(Ok((Some(x), _))) if *x == v))
+            .count()
+    };
+    let unreachable = chunks
+        .iter()
+        .any(|c| matches!(c, Some(Err(Status::Unavailable))));
+    let Some(target) = versions.iter().rev().copied().find(|&v| holding(v) >= k) else {
+        if versions.is_empty() && chunks.iter().flatten().all(|c| c.is_ok()) {
+            return Ok(None);
+        }
+        if unreachable {
+            // A member is down or restarting: the next interval's peering settles it.
+            return Err(Status::Unavailable);
+        }
+        tracing::error!(
+            osd = osd.id, pg = %ctx.pg, %stripe,
+            "stripe unreadable: no version is held by {k} readable chunks"
+        );
+        return Err(Status::Io);
+    };
+    if let Some(&newest) = versions.last() {
+        if newest > target && unreachable {
+            return Err(Status::Unavailable);
+        }
+        if newest > target {
+            tracing::error!(
+                osd = osd.id, pg = %ctx.pg, %stripe, %newest,
+                "stripe unfound: version {newest} has fewer than {k} chunks"
+            );
+            return Err(Status::Io);
+        }
+    }
+    let usable: Vec<Option<&[u8]>> = chunks
+        .iter()
+        .map(|c| match c {
+            Some(Ok((Some(v), data))) if *v == target => Some(&data[..]),
+            _ => None,
+        })
+        .collect();
+    let object = ctx.scheme.decode(&usable).map_err(|e| {
+        tracing::error!(osd = osd.id, %stripe, "decode: {e}");
+        Status::Io
+    })?;
+    if repair {
+        let bad: Vec<usize> = (0..chunks.len())
+            .filter(|&i| chunks[i].is_some() && usable[i].is_none())
+            .filter(|&i| !matches!(chunks[i], Some(Err(Status::Unavailable))))
+            .collect();
+        if !bad.is_empty() {
+            let fresh = ctx.scheme.encode(&object).map_err(|_| Status::Io)?;
+            for pos in bad {
+                let peer = ctx.positions[pos];
+                let data = Bytes::from(fresh[pos].clone());
+                match put_chunk(
+                    osd,
+                    ctx,
+                    peer,
+                    stripe.chunk(pos, false),
+                    target,
+                    Some(data),
+                    false,
+                )
+                .await
+                {
+                    Ok(()) => tracing::warn!(
+                        osd = osd.id, pg = %ctx.pg, %stripe, pos, peer,
+                        "rebuilt a missing, stale or damaged chunk"
+                    ),
+                    Err(s) => tracing::warn!(osd = osd.id, %stripe, pos, "chunk repair: {s:?}"),
+                }
+            }
+        }
+    }
+    Ok(Some((target, object)))
+}
+
+/// A client READ of an erasure-coded stripe: the data chunks the range covers when every
+/// one is healthy and at one version; else decode the stripe from any k chunks (and repair
+/// what was missing or damaged).
+pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
+    let ctx = match client_context(osd, &h) {
+        Ok(c) => c,
+        Err(s) => return (s, Bytes::new()),
+    };
+    let end = h.offset as u64 + h.length as u64;
+    if end > ctx.stripe_bytes as u64 {
+        return (Status::Invalid, Bytes::new());
+    }
+    if h.length == 0 {
+        return (Status::Ok, Bytes::new());
+    }
+    let _stripe = osd.stripes.lock(h.object).await;
+    let behind = osd.pgs.with(ctx.pg, |e| e.ec_behind);
+    let c = ctx.chunk_bytes as u64;
+    let (first, last) = (h.offset as u64 / c, (end - 1) / c);
+    let mut pieces = Vec::new();
+    let mut version: Option<Option<Version>> = None;
+    let mut healthy = true;
+    for i in first..=last {
+        let pos = i as usize;
+        let peer = ctx.positions[pos];
+        if peer == NO_OSD || behind & (1 << pos) != 0 {
+            healthy = false;
+            break;
+        }
+        let lo = (h.offset as u64).max(i * c) - i * c;
+        let hi = end.min((i + 1) * c) - i * c;
+        match read_chunk(
+            osd,
+            &ctx,
+            peer,
+            h.object.chunk(pos, false),
+            lo as u32,
+            (hi - lo) as u32,
+        )
+        .await
+        {
+            Ok((v, data)) if version.is_none_or(|seen| seen == v) => {
+                version = Some(v);
+                pieces.push(data);
+            }
+            _ => {
+                healthy = false;
+                break;
+            }
+        }
+    }
+    if healthy {
+        if pieces.len() == 1 {
+            return (Status::Ok, pieces.pop().expect("one piece"));
+        }
+        let mut out = BytesMut::with_capacity(h.length as usize);
+        for p in pieces {
+            out.extend_from_slice(&p);
+        }
+        return (Status::Ok, out.freeze());
+    }
+    match decode_stripe(osd, &ctx, h.object, true).await {
+        Ok(Some((_, object))) => (
+            Status::Ok,
+            Bytes::copy_from_slice(&object[h.offset as usize..end as usize]),
+        ),
+        Ok(None) => (Status::Ok, Bytes::from(vec![0; h.length as usize])),
+        Err(s) => (s, Bytes::new()),
+    }
+}
+
+/// A client ALLOCATION of an erasure-coded stripe: chunks are written whole, so a stripe
+/// is allocated entirely or not at all. Unsure (this position is being rebuilt): allocated.
+pub(crate) fn client_allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
+    let ctx = match client_context(osd, h) {
+        Ok(c) => c,
+        Err(s) => return (s, Bytes::new()),
+    };
+    let me = ctx.positions.iter().position(|&p| p == osd.id);
+    let behind = osd.pgs.with(ctx.pg, |e| e.ec_behind);
+    let present = match me {
+        Some(pos) if behind & (1 << pos) == 0 => {
+            osd.store.version(h.object.chunk(pos, false)).is_some()
+        }
+        _ => true,
+    };
+    let blocks = ctx.stripe_bytes as usize / IMAGE_BLOCK_BYTES;
+    let mut words = vec![0u64; blocks.div_ceil(64)];
+    if present {
+        for b in 0..blocks {
+            words[b / 64] |= 1 << (b % 64);
+        }
+    }
+    let mut out = BytesMut::with_capacity(words.len() * 8);
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    (Status::Ok, out.freeze())
+}
+
+/// A client WRITE, TRIM or DELETE of an erasure-coded stripe: read what the write does not
+/// cover, apply it, encode, stash every chunk durably on every live position, then promote
+/// them all; acknowledged once every promote answered. TRIM and DELETE write zeros (the
+/// space of an erasure-coded stripe is reclaimed only when its volume is removed).
+pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
+    // Held until answered, so a FENCE returns only after this write finished.
+    let _fence = osd.layers.enter().await;
+    let ctx = match client_context(osd, &h) {
+        Ok(c) => c,
+        Err(s) => return s,
+    };
+    if osd.layers.is_frozen(h.object.inode) {
+        return Status::Frozen;
+    }
+    match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+        Ok(chain) if chain.is_empty() => {}
+        Ok(_) => {
+            tracing::warn!(osd = osd.id, object = %h.object, "layers (snapshots, clones) are not supported on erasure-coded pools");
+            return Status::Invalid;
+        }
+        Err(_) => return Status::Unavailable,
+    }
+    let (offset, len) = match h.opcode {
+        Opcode::Write => (h.offset as u64, payload.len() as u64),
+        Opcode::Trim => (h.offset as u64, h.length as u64),
+        _ => (0, ctx.stripe_bytes as u64),
+    };
+    if offset + len > ctx.stripe_bytes as u64 {
+        return Status::Invalid;
+    }
+    if (ctx.live().count() as u32) < ctx.min_size {
+        return Status::Unavailable;
+    }
+    let _stripe = osd.stripes.lock(h.object).await;
+    let whole = offset == 0 && len == ctx.stripe_bytes as u64;
+    let (old_version, mut object) = if whole {
+        (None, vec![0u8; ctx.stripe_bytes as usize])
+    } else {
+        match decode_stripe(osd, &ctx, h.object, true).await {
+            Ok(Some((v, object))) => (Some(v), object),
+            Ok(None) => (None, vec![0u8; ctx.stripe_bytes as usize]),
+            Err(s) => return s,
+        }
+    };
+    let range = offset as usize..(offset + len) as usize;
+    match h.opcode {
+        Opcode::Write => object[range].copy_from_slice(&payload),
+        _ => object[range].fill(0),
+    }
+    let chunks = match ctx.scheme.encode(&object) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(osd = osd.id, "encode: {e}");
+            return Status::Io;
+        }
+    };
+    // The version, under the PG lock: still this interval's active primary.
+    let version = {
+        let mut shard = osd.pgs.shard(ctx.pg).lock().expect("pg shard lock");
+        let entry = shard.entry(ctx.pg).or_default();
+        if entry.interval != ctx.interval || entry.phase != PgPhase::Active {
+            return Status::Unavailable;
+        }
+        entry.counter += 1;
+        Version::new(ctx.interval as u64, entry.counter)
+    };
+    if let Some(old) = old_version {
+        assert!(
+            version > old,
+            "osd.{} pg {}: EC version {version} does not exceed the stripe's {old}",
+            osd.id,
+            ctx.pg
+        );
+    }
+    // Phase 1: a durable stash on every live position.
+    let chunks: Vec<Bytes> = chunks.into_iter().map(Bytes::from).collect();
+    let stashes = ctx.live().map(|(pos, peer)| {
+        let data = chunks[pos].clone();
+        let (osd, ctx) = (osd.clone(), &ctx);
+        async move {
+            put_chunk(
+                &osd,
+                ctx,
+                peer,
+                h.object.chunk(pos, true),
+                version,
+                Some(data),
+                true,
+            )
+            .await
+        }
+    });
+    for result in join_all(stashes).await {
+        if let Err(s) = result {
+            return s;
+        }
+    }
+    // Phase 2: promote everywhere. The write is durable already (peering rolls it forward),
+    // but a reader of this stripe must find every chunk committed at this version.
+    let promotes = ctx.live().map(|(pos, peer)| {
+        let (osd, ctx) = (osd.clone(), &ctx);
+        async move { promote_chunk(&osd, ctx, peer, h.object, pos, version).await }
+    });
+    for result in join_all(promotes).await {
+        if let Err(s) = result {
+            return s;
+        }
+    }
+    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %ctx.pg, interval = ctx.interval, "acknowledged");
+    Status::Ok
+}
+
+/// Run futures concurrently on this task and collect their outputs in order.
+async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|o| o.expect("every future finished"))
+        .collect()
+}
+
+/// Per stripe, what each live position holds (from LIST), as versions.
+type StripeStates = BTreeMap<ObjectId, Vec<Option<(Option<Version>, Option<Version>)>>>;
+
+/// Peer an erasure-coded PG as its new primary: list every live position (sealing them),
+/// settle every stripe with a stash (promote, roll back, or drop), note the positions that
+/// lack chunks for background recovery, record and activate. Returns the positions behind.
+pub(crate) async fn peer(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    acting: &[(OsdId, u64)],
+    generation: u64,
+) -> Result<u32, PgError> {
+    let pg = ctx.pg;
+    let record = read_record(osd, pg).await?;
+    let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
+    if let Some((rec, _)) = &record {
+        if rec.epoch > ctx.interval {
+            return Err(PgError::RecordAhead {
+                recorded: rec.epoch,
+            });
+        }
+    }
+    osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
+    let incarnation = |peer: OsdId| acting.iter().find(|a| a.0 == peer).map_or(0, |a| a.1);
+    let mut states: StripeStates = BTreeMap::new();
+    for (pos, peer) in ctx.live() {
+        let listed = if peer == osd.id {
+            crate::recovery::list_local(osd, pg)
+        } else {
+            let conn = crate::peering::connect(osd, &osd.map(), peer).await?;
+            list_remote(&conn, pg, ctx.interval, incarnation(peer)).await?
+        };
+        for (key, version) in listed {
+            let Some((p, stash)) = key.chunk_position() else {
+                continue;
+            };
+            if p != pos {
+                continue; // a chunk of another position: not this position's to serve
+            }
+            let slot = states.entry(key.stripe()).or_insert_with(|| {
+                ctx.positions
+                    .iter()
+                    .map(|&o| (o != NO_OSD).then_some((None, None)))
+                    .collect()
+            });
+            if let Some(Some((committed, stashed))) = slot.get_mut(pos) {
+                if stash {
+                    *stashed = Some(version);
+                } else {
+                    *committed = Some(version);
+                }
+            }
+        }
+    }
+    let mut behind = 0u32;
+    let mut rebuilds = 0u64;
+    let mut unfound = 0u64;
+    for (stripe, state) in &states {
+        let plan = plan_of(ctx.scheme.k(), state);
+        if let Some(v) = plan.unfound {
+            unfound += 1;
+            tracing::error!(osd = osd.id, %pg, %stripe, "stripe unfound: a committed write (rank {v}) lost more chunks than the code tolerates");
+            continue;
+        }
+        let target = plan.target.map(|t| version_of(state, t));
+        for &pos in &plan.promote {
+            let v = target.expect("promote needs a target");
+            promote_chunk(osd, ctx, ctx.positions[pos], *stripe, pos, v)
+                .await
+                .map_err(|status| peer_status("PROMOTE", ctx.positions[pos], status))?;
+        }
+        for &pos in &plan.drop_stash {
+            let stash = state[pos].and_then(|s| s.1).unwrap_or(Version::ZERO);
+            put_chunk(
+                osd,
+                ctx,
+                ctx.positions[pos],
+                stripe.chunk(pos, true),
+                stash,
+                None,
+                false,
+            )
+            .await
+            .map_err(|status| peer_status("DROP", ctx.positions[pos], status))?;
+        }
+        for &pos in &plan.delete {
+            let v = state[pos].and_then(|s| s.0).unwrap_or(Version::ZERO);
+            put_chunk(
+                osd,
+                ctx,
+                ctx.positions[pos],
+                stripe.chunk(pos, false),
+                v,
+                None,
+                false,
+            )
+            .await
+            .map_err(|status| peer_status("DELETE", ctx.positions[pos], status))?;
+        }
+        for &pos in &plan.rebuild {
+            behind |= 1 << pos;
+            rebuilds += 1;
+        }
+    }
+    if !crate::peering::is_current(osd, pg, generation) {
+        return Err(PgError::TakenOver);
+    }
+    let complete = ctx
+        .live()
+        .filter(|(pos, _)| behind & (1 << pos) == 0)
+        .map(|(_, peer)| CompleteCopy {
+            osd: peer,
+            incarnation: incarnation(peer),
+        })
+        .collect();
+    let rec = PgRecord {
+        epoch: ctx.interval,
+        primary: osd.id,
+        acting: acting.iter().map(|a| a.0).collect(),
+        complete,
+        degraded_objects: rebuilds,
+        holders: Vec::new(),
+        unfound_objects: unfound,
+    };
+    let value = serde_json::to_vec(&rec).expect("PG record serialises");
+    match osd
+        .meta
+        .compare_and_swap(&pg_key(pg.pool, pg.index), expected_rev, value)
+        .await
+    {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(PgError::RecordChanged),
+        Err(e) => return Err(PgError::Meta(e)),
+    }
+    Ok(behind)
+}
+
+fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {
+    PgError::PeerStatus {
+        op,
+        peer: format!("osd.{peer}"),
+        status,
+    }
+}
+
+/// The plan for one stripe's listed state, with versions ranked (the decision only
+/// compares them).
+fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Plan {
+    let mut all: Vec<Version> = state
+        .iter()
+        .flatten()
+        .flat_map(|(c, s)| [*c, *s])
+        .flatten()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    let rank = |v: Option<Version>| v.map(|v| all.binary_search(&v).expect("listed") as u64 + 1);
+    let positions: Vec<Option<PositionState>> = state
+        .iter()
+        .map(|p| {
+            p.map(|(c, s)| PositionState {
+                committed: rank(c),
+                stash: rank(s),
+            })
+        })
+        .collect();
+    decide(k, &positions)
+}
+
+/// The version of rank `rank` in a stripe's listed state.
+fn version_of(state: &[Option<(Option<Version>, Option<Version>)>], rank: u64) -> Version {
+    let mut all: Vec<Version> = state
+        .iter()
+        .flatten()
+        .flat_map(|(c, s)| [*c, *s])
+        .flatten()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all[rank as usize - 1]
+}
+
+/// Pause before retrying a failed EC recovery round.
+const EC_RECOVERY_RETRY_MS: u64 = 1_000;
+
+/// Rebuild, in the background, every stripe of the PG whose chunk at a position in
+/// `behind` is missing or stale: list the PG on the primary's position (its committed
+/// chunks name every stripe), and decode-and-repair each stripe under its lock. Clears the
+/// behind positions and records the PG clean when done; runs while the interval lasts.
+pub(crate) async fn recover(osd: Arc<Osd>, pg: PgId, generation: u64) {
+    // Bound: rounds go on while the interval lasts; each failed one waits EC_RECOVERY_RETRY_MS.
+    while crate::recovery::still_active(&osd, pg, generation) && !osd.stopping() {
+        match recover_round(&osd, pg, generation).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => tracing::debug!(osd = osd.id, %pg, "EC recovery: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(EC_RECOVERY_RETRY_MS)).await;
+    }
+}
+
+async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool, PgError> {
+    let map = osd.map();
+    let Ok(Some(ctx)) = EcPg::of(osd, &map, pg) else {
+        return Ok(false);
+    };
+    // Every stripe any live position holds a chunk of.
+    let mut stripes = std::collections::BTreeSet::new();
+    for (pos, peer) in ctx.live() {
+        let listed = if peer == osd.id {
+            crate::recovery::list_local(osd, pg)
+        } else {
+            let conn = crate::peering::connect(osd, &map, peer).await?;
+            list_remote(&conn, pg, ctx.interval, 0).await?
+        };
+        stripes.extend(
+            listed
+                .into_iter()
+                .filter(|(k, _)| k.chunk_position() == Some((pos, false)))
+                .map(|(k, _)| k.stripe()),
+        );
+    }
+    let total = stripes.len();
+    for (done, stripe) in stripes.into_iter().enumerate() {
+        if !crate::recovery::still_active(osd, pg, generation) {
+            return Ok(false);
+        }
+        let _lock = osd.stripes.lock(stripe).await;
+        match decode_stripe(osd, &ctx, stripe, true).await {
+            Ok(_) => {}
+            Err(status) => {
+                tracing::warn!(osd = osd.id, %pg, %stripe, "EC recovery of a stripe: {status:?}");
+            }
+        }
+        crate::recovery::pace(osd, ctx.chunk_bytes as usize * ctx.scheme.k()).await;
+        if done % 256 == 255 {
+            tracing::debug!(osd = osd.id, %pg, done, total, "EC recovery progress");
+        }
+    }
+    // Everything written to the rebuilt positions must be durable before they count as
+    // complete.
+    for (_, peer) in ctx.live() {
+        if peer == osd.id {
+            if flush(osd).await != Status::Ok {
+                return Ok(false);
+            }
+            continue;
+        }
+        let conn = crate::peering::connect(osd, &map, peer).await?;
+        let h = Header::request(Opcode::Flush, 0, ObjectId::new(0, 0));
+        call_peer(&conn, "FLUSH", h, Bytes::new()).await?;
+    }
+    let cleared = osd.pgs.with(pg, |e| {
+        if e.generation == generation {
+            e.ec_behind = 0;
+            true
+        } else {
+            false
+        }
+    });
+    if cleared {
+        let complete: Vec<CompleteCopy> = map
+            .acting_with_incarnations(pg)
+            .into_iter()
+            .map(|(osd, incarnation)| CompleteCopy { osd, incarnation })
+            .collect();
+        crate::recovery::update_record(osd, pg, ctx.interval, |rec| {
+            rec.complete = complete.clone();
+            rec.degraded_objects = 0;
+        })
+        .await?;
+        tracing::info!(osd = osd.id, %pg, stripes = total, "EC PG recovered");
+    }
+    Ok(cleared)
+}

@@ -1,0 +1,473 @@
+//! Erasure-coded pools through real OSDs on loopback (2+1 on three OSDs): stripes read back
+//! and decode from any k chunks, reads and writes go on with a position down, a returning
+//! OSD is rebuilt, a crash between the two phases of a write is settled by peering, and a
+//! damaged chunk is read around and repaired.
+
+mod common;
+
+use basalt_client::Cluster;
+use basalt_ec::Scheme;
+use basalt_meta::EmbeddedMeta;
+use basalt_osd::{Osd, OsdConfig, OsdHandle};
+use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
+use basalt_proto::{EcProfile, ObjectId, PgId, Version};
+use basalt_store::{Store, StoreOptions};
+use bytes::Bytes;
+use common::{base_map, OBJECT_SIZE};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+const EC_POOL: u32 = 2;
+/// A stripe: two chunks of the stores' object size.
+const STRIPE: u32 = 2 * OBJECT_SIZE;
+const STRIPES: u64 = 6;
+
+/// The base map plus pool 2, erasure coded 2+1 with the given min_size.
+fn ec_map(min_size: u32) -> ClusterMap {
+    let mut map = base_map();
+    map.pools.insert(
+        EC_POOL,
+        PoolSpec {
+            id: EC_POOL,
+            name: "ec".into(),
+            size: 3,
+            min_size,
+            pg_count: 4,
+            failure_domain: FailureDomain::Osd,
+            object_size: STRIPE,
+            ec: Some(EcProfile { k: 2, m: 1 }),
+        },
+    );
+    map
+}
+
+fn config(dir: &Path, id: u32) -> OsdConfig {
+    OsdConfig {
+        id,
+        store: basalt_osd::StoreLocation::File(dir.join(format!("osd{id}.dat"))),
+        store_options: StoreOptions {
+            capacity_bytes: 128 << 20,
+            object_size_bytes: OBJECT_SIZE,
+            ..StoreOptions::default()
+        },
+        listen: "127.0.0.1:0".parse().expect("a valid address"),
+        network: basalt_osd::Network::Tcp,
+        create_if_missing: true,
+        incarnation: None,
+        recovery: basalt_osd::RecoveryConfig::default(),
+        stray_scan: None,
+    }
+}
+
+/// Three OSDs, the published map and a client.
+struct Ec {
+    dir: tempfile::TempDir,
+    meta: Arc<EmbeddedMeta>,
+    map: ClusterMap,
+    maps: watch::Sender<Arc<ClusterMap>>,
+    osds: Vec<Option<OsdHandle>>,
+    cluster: Arc<Cluster>,
+}
+
+impl Ec {
+    async fn start(min_size: u32) -> Ec {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let meta = Arc::new(EmbeddedMeta::in_memory());
+        let mut map = ec_map(min_size);
+        let (maps, rx) = watch::channel(Arc::new(map.clone()));
+        let mut osds = Vec::new();
+        for id in 0..3 {
+            let h = Osd::start(config(dir.path(), id), rx.clone(), meta.clone())
+                .await
+                .expect("start an OSD");
+            let info = map.osds.get_mut(&id).expect("in the map");
+            info.addr = h.addr.to_string();
+            info.incarnation = h.osd.incarnation;
+            osds.push(Some(h));
+        }
+        map.recompute();
+        maps.send_replace(Arc::new(map.clone()));
+        let cluster = Cluster::new(meta.clone(), maps.subscribe());
+        Ec {
+            dir,
+            meta,
+            map,
+            maps,
+            osds,
+            cluster,
+        }
+    }
+
+    fn publish(&mut self) {
+        self.map.update_acting();
+        let previous = (**self.maps.borrow()).clone();
+        self.map.epoch = previous.epoch + 1;
+        self.map.carry_intervals(&previous);
+        self.maps.send_replace(Arc::new(self.map.clone()));
+    }
+
+    /// Stop osd `id` cleanly and mark it down.
+    async fn stop(&mut self, id: u32) {
+        let h = self.osds[id as usize].take().expect("running");
+        h.shutdown().await.expect("shutdown");
+        self.map.osds.get_mut(&id).expect("in the map").up = false;
+        self.publish();
+    }
+
+    /// Start osd `id` again (a new incarnation) and mark it up.
+    async fn restart(&mut self, id: u32) {
+        // Tasks of the stopped run (a peering retry asleep) may hold its store for a moment;
+        // its file lock goes with the last of them.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let h = loop {
+            let rx = self.maps.subscribe();
+            match Osd::start(config(self.dir.path(), id), rx, self.meta.clone()).await {
+                Ok(h) => break h,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!("restart osd.{id}: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("restart osd.{id}: {e}"),
+            }
+        };
+        let info = self.map.osds.get_mut(&id).expect("in the map");
+        info.addr = h.addr.to_string();
+        info.incarnation = h.osd.incarnation;
+        info.up = true;
+        self.osds[id as usize] = Some(h);
+        self.publish();
+    }
+
+    fn store(&self, id: u32) -> &Arc<Store> {
+        &self.osds[id as usize].as_ref().expect("running").osd.store
+    }
+
+    /// Wait until every EC PG's primary is active with no position behind.
+    async fn wait_clean(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let map = self.maps.borrow().clone();
+            let clean = (0..4).all(|index| {
+                let pg = PgId {
+                    pool: EC_POOL,
+                    index,
+                };
+                let Some(&primary) = map.acting(pg).expect("pg in the map").first() else {
+                    return false;
+                };
+                let Some(h) = self.osds[primary as usize].as_ref() else {
+                    return false;
+                };
+                let e = h.osd.pgs.get(pg);
+                e.interval == map.interval(pg)
+                    && e.phase == basalt_osd::pg::PgPhase::Active
+                    && e.ec_behind == 0
+            });
+            if clean {
+                return;
+            }
+            assert!(Instant::now() < deadline, "EC PGs not clean in 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every stripe's chunks on the running OSDs: all at one version, and any k of the
+    /// three decode to the same stripe, which equals `want`.
+    fn check_stripes(&self, inode: u64, want: &[u8]) {
+        let scheme = Scheme::new(2, 1).expect("2+1");
+        for index in 0..STRIPES {
+            let stripe = ObjectId::new(inode, index);
+            let pg = ClusterMap::pg_of(&self.map.pools[&EC_POOL], stripe);
+            let positions = self.map.placement(pg).expect("pg in the map").to_vec();
+            let mut chunks: Vec<Option<(Option<Version>, Vec<u8>)>> = Vec::new();
+            for (pos, &osd) in positions.iter().enumerate() {
+                let Some(h) = self.osds[osd as usize].as_ref() else {
+                    chunks.push(None);
+                    continue;
+                };
+                let key = stripe.chunk(pos, false);
+                assert_eq!(
+                    h.osd.store.version(stripe.chunk(pos, true)),
+                    None,
+                    "stripe {index} position {pos}: a stash was left behind"
+                );
+                let mut buf = vec![0; OBJECT_SIZE as usize];
+                h.osd.store.read(key, 0, &mut buf).expect("chunk read");
+                chunks.push(Some((h.osd.store.version(key), buf)));
+            }
+            let versions: Vec<_> = chunks.iter().flatten().map(|c| c.0).collect();
+            assert!(
+                versions.windows(2).all(|w| w[0] == w[1]),
+                "stripe {index}: chunk versions differ: {versions:?}"
+            );
+            let expect =
+                &want[(index * STRIPE as u64) as usize..((index + 1) * STRIPE as u64) as usize];
+            if versions.first().copied().flatten().is_none() {
+                assert!(
+                    expect.iter().all(|&b| b == 0),
+                    "stripe {index} absent but written"
+                );
+                continue;
+            }
+            for skip in 0..3 {
+                if chunks[skip].is_none() && chunks.iter().flatten().count() < 3 {
+                    continue;
+                }
+                let view: Vec<Option<&[u8]>> = chunks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        if i == skip {
+                            None
+                        } else {
+                            c.as_ref().map(|c| &c.1[..])
+                        }
+                    })
+                    .collect();
+                let decoded = scheme.decode(&view).expect("any two chunks decode");
+                assert!(
+                    decoded == expect,
+                    "stripe {index} decoded without chunk {skip} differs"
+                );
+            }
+        }
+    }
+}
+
+/// Deterministic pseudo-random writes of every shape (partial, unaligned, whole stripes,
+/// spanning stripes) applied to the volume and to `model`.
+async fn write_pattern(volume: &basalt_client::Volume, model: &mut [u8], seed: u64, count: usize) {
+    let mut x = seed;
+    for i in 0..count {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let total = model.len() as u64;
+        let (offset, len) = match i % 4 {
+            0 => ((x >> 33) % STRIPES * STRIPE as u64, STRIPE as u64),
+            1 => {
+                let o = (x >> 20) % (total - 70_000);
+                (o, 1 + (x >> 45) % 70_000)
+            }
+            2 => ((x >> 30) % (total / 4096) * 4096, 4096),
+            _ => {
+                let o = (x >> 22) % (total - 300);
+                (o, 1 + (x >> 50) % 300)
+            }
+        };
+        let data: Vec<u8> = (0..len).map(|j| (x >> 56) as u8 ^ j as u8).collect();
+        model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+        volume
+            .write(offset, Bytes::from(data), false)
+            .await
+            .expect("EC write");
+    }
+}
+
+/// Goal: partial, unaligned, whole-stripe and spanning writes to a 2+1 pool read back as
+/// written; every stripe's three chunks share one version and any two decode to it; after
+/// every OSD restarts, nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_writes_read_back_and_decode_from_any_two_chunks() {
+    let mut ec = Ec::start(3).await;
+    let info = ec
+        .cluster
+        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
+        .await
+        .unwrap();
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    write_pattern(&volume, &mut model, 7, 40).await;
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(
+        back[..] == model[..],
+        "EC volume reads back what was written"
+    );
+    ec.check_stripes(info.id, &model);
+
+    drop(volume);
+    for id in 0..3 {
+        ec.stop(id).await;
+    }
+    for id in 0..3 {
+        ec.restart(id).await;
+    }
+    ec.wait_clean().await;
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(
+        back[..] == model[..],
+        "EC data survives a restart of every OSD"
+    );
+    ec.check_stripes(info.id, &model);
+}
+
+/// Goal: with one of three OSDs down (min_size 2, so the PGs stay active) reads decode
+/// from the two chunks left and writes go on; when the OSD returns, recovery rebuilds its
+/// chunks (stale and missing ones) and every stripe is whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_degraded_reads_writes_and_rebuild() {
+    let mut ec = Ec::start(2).await;
+    let info = ec
+        .cluster
+        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
+        .await
+        .unwrap();
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    write_pattern(&volume, &mut model, 11, 24).await;
+    ec.stop(1).await;
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "degraded reads decode");
+    write_pattern(&volume, &mut model, 12, 24).await;
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "degraded writes read back");
+    ec.restart(1).await;
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "reads after the rebuild");
+}
+
+/// Goal: a write cut between its two phases is settled by peering: a stash that reached
+/// only one position is dropped (the stripe keeps its old contents), one that reached two
+/// is rolled forward on all three; a promote lost on one position is redone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_crash_between_phases_is_settled_by_peering() {
+    let mut ec = Ec::start(3).await;
+    let info = ec
+        .cluster
+        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
+        .await
+        .unwrap();
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    write_pattern(&volume, &mut model, 3, 12).await;
+    for index in 0..3u64 {
+        let s = (index * STRIPE as u64) as usize;
+        model[s..s + STRIPE as usize].fill(index as u8 + 1);
+        volume
+            .write(
+                index * STRIPE as u64,
+                Bytes::from(vec![index as u8 + 1; STRIPE as usize]),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    volume.flush().await.unwrap();
+    drop(volume);
+    // The "crash": every OSD stops, then a write v' of stripe i is planted as it would be
+    // found after dying part-way: stripe 0 stashed on one position, stripe 1 stashed on two,
+    // stripe 2 stashed everywhere and promoted on one.
+    let scheme = Scheme::new(2, 1).unwrap();
+    let paths: Vec<_> = (0..3)
+        .map(|id| ec.dir.path().join(format!("osd{id}.dat")))
+        .collect();
+    // Above every version assigned so far, below every one the next intervals assign.
+    let planted = Version::new(ec.map.epoch as u64, 1 << 40);
+    for id in 0..3 {
+        ec.stop(id).await;
+    }
+    let new_bytes = |i: u64| vec![0xa0 + i as u8; STRIPE as usize];
+    for index in 0..3u64 {
+        let stripe = ObjectId::new(info.id, index);
+        let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], stripe);
+        let positions = ec.map.placement(pg).unwrap().to_vec();
+        let chunks = scheme.encode(&new_bytes(index)).unwrap();
+        let open = |path: &Path| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match Store::open(path) {
+                    Ok(s) => return s,
+                    Err(e) if Instant::now() < deadline => {
+                        tracing::debug!("open {}: {e}", path.display());
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => panic!("open {}: {e}", path.display()),
+                }
+            }
+        };
+        let reach = index as usize + 1;
+        for (pos, &osd) in positions.iter().enumerate().take(reach) {
+            let store = open(&paths[osd as usize]);
+            store
+                .write(stripe.chunk(pos, true), 0, &chunks[pos], planted)
+                .unwrap();
+            if index == 2 && pos == 0 {
+                store
+                    .promote(stripe.chunk(pos, true), stripe.chunk(pos, false))
+                    .unwrap();
+            }
+            store.close().unwrap();
+        }
+        if index >= 1 {
+            let s = (index * STRIPE as u64) as usize;
+            model[s..s + STRIPE as usize].copy_from_slice(&new_bytes(index));
+        }
+    }
+    for id in 0..3 {
+        ec.restart(id).await;
+    }
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(
+        back[..] == model[..],
+        "reads after peering settled the cut writes"
+    );
+}
+
+/// Goal: a chunk damaged on disk (its crc32c fails) is treated as missing: the read still
+/// returns the right data, and the chunk is rewritten so it reads cleanly afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_damaged_chunk_is_read_around_and_repaired() {
+    let ec = Ec::start(3).await;
+    let info = ec
+        .cluster
+        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
+        .await
+        .unwrap();
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let data: Vec<u8> = (0..STRIPE).map(|i| (i % 251) as u8).collect();
+    volume
+        .write(0, Bytes::from(data.clone()), false)
+        .await
+        .unwrap();
+    volume.flush().await.unwrap();
+    let stripe = ObjectId::new(info.id, 0);
+    let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], stripe);
+    let positions = ec.map.placement(pg).unwrap().to_vec();
+    // Damage data chunk 0 where it lives.
+    let (pos, osd) = (0usize, positions[0]);
+    let key = stripe.chunk(pos, false);
+    let offset = ec.store(osd).object_offset(key).expect("chunk stored");
+    let path = ec.dir.path().join(format!("osd{osd}.dat"));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0x5a; 64], offset + 100).unwrap();
+        f.sync_all().unwrap();
+    }
+    let mut probe = vec![0; 4096];
+    assert!(
+        ec.store(osd).read(key, 0, &mut probe).is_err(),
+        "the damaged chunk fails its checksum"
+    );
+    let back = volume.read(0, STRIPE).await.unwrap();
+    assert!(
+        back[..] == data[..],
+        "the read decodes around the damaged chunk"
+    );
+    let mut whole = vec![0; OBJECT_SIZE as usize];
+    ec.store(osd)
+        .read(key, 0, &mut whole)
+        .expect("the chunk was repaired");
+    assert!(
+        whole[..] == data[..OBJECT_SIZE as usize],
+        "repaired chunk holds the data"
+    );
+}
