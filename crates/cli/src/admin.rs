@@ -10,26 +10,39 @@ use std::sync::Arc;
 
 #[derive(Subcommand, Debug)]
 pub enum PoolCommand {
-    /// Create a replicated pool.
+    /// Create a pool: replicated (--size) or erasure coded (--ec K+M).
     ///
-    /// Example: basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
+    /// Examples:
+    ///   basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
+    ///   basalt pool create cold --ec 4+2 --pgs 64     (1.5× the data, survives 2 failures)
+    ///
+    /// An erasure-coded pool cuts every object (a stripe) into K data chunks and M parity
+    /// chunks on K+M OSDs of distinct failure domains; each chunk is one object of the OSDs'
+    /// stores, so --object-size is K × the OSDs' object size (default K × 128K). Writes
+    /// smaller than a stripe read the rest of it first; snapshots, clones, images and S3
+    /// bucket indexes need a replicated pool.
     Create {
         name: String,
-        /// Replicas of every object.
-        #[arg(long, default_value_t = 3)]
-        size: u32,
-        /// Fewest live replicas that still accept I/O (below it, I/O waits).
-        #[arg(long, default_value_t = 2)]
-        min_size: u32,
+        /// Replicas of every object (replicated pools).
+        #[arg(long, conflicts_with = "ec")]
+        size: Option<u32>,
+        /// Erasure code K+M, e.g. 2+1, 4+2, 8+3 (K 2..=16 data chunks, M 1..=4 parity).
+        #[arg(long, value_name = "K+M")]
+        ec: Option<String>,
+        /// Fewest live members that still accept I/O (below it, I/O waits) [default: 2 for
+        /// replicas, K+1 for --ec].
+        #[arg(long)]
+        min_size: Option<u32>,
         /// Placement groups (the unit of placement and recovery).
         #[arg(long, default_value_t = 64)]
         pgs: u32,
-        /// Where two replicas must never meet: "host" or "osd".
+        /// Where two members of a PG must never meet: "host" or "osd".
         #[arg(long, default_value = "host")]
         failure_domain: String,
-        /// Object size of volumes in this pool (must equal the OSDs' store object size).
-        #[arg(long, default_value = "128K")]
-        object_size: String,
+        /// Object size of volumes in this pool [default: 128K, for --ec K × 128K]; must be
+        /// the OSDs' store object size (× K for --ec).
+        #[arg(long)]
+        object_size: Option<String>,
     },
     /// List pools.
     Ls,
@@ -41,40 +54,76 @@ pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Res
         PoolCommand::Create {
             name,
             size,
+            ec,
             min_size,
             pgs,
             failure_domain,
             object_size,
         } => {
+            let ec = ec
+                .map(|text| {
+                    basalt_ec::Scheme::parse(&text)
+                        .map(|s| basalt_proto::EcProfile {
+                            k: s.k() as u32,
+                            m: s.m() as u32,
+                        })
+                        .map_err(|e| anyhow::anyhow!("--ec: {e}"))
+                })
+                .transpose()?;
+            let k = ec.map_or(1, |e| e.k);
+            let object_size = match object_size {
+                // Too large for u32: the check below rejects it by name.
+                Some(text) => u32::try_from(parse_size(&text)?).unwrap_or(u32::MAX),
+                None => k.saturating_mul(128 << 10),
+            };
             let record = PoolRecord {
                 id: 0,
                 name,
-                size,
-                min_size,
+                size: ec.map_or(size.unwrap_or(3), |e| e.k + e.m),
+                min_size: min_size.unwrap_or(ec.map_or(2, |e| e.k + 1)),
                 pg_count: pgs,
                 failure_domain,
-                // Too large for u32: the check below rejects it by name.
-                object_size: u32::try_from(parse_size(&object_size)?).unwrap_or(u32::MAX),
-                ec: None,
+                object_size,
+                ec,
             };
             let r = create_pool(meta.as_ref(), record).await?;
+            let scheme = match r.ec {
+                Some(ec) => format!(
+                    "erasure coded {ec} ({:.2}× the data, survives {} failures), stripes of {}",
+                    r.size as f64 / ec.k as f64,
+                    ec.m,
+                    basalt_proto::size::human_bytes(r.object_size as u64)
+                ),
+                None => format!("{} replicas", r.size),
+            };
             println!(
-                "created pool \"{}\" (id {}): {} replicas, min_size {}, {} PGs, failure domain {}",
-                r.name, r.id, r.size, r.min_size, r.pg_count, r.failure_domain
+                "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}",
+                r.name, r.id, r.min_size, r.pg_count, r.failure_domain
             );
         }
         PoolCommand::Ls => {
             println!(
-                "{:<4} {:<20} {:>5} {:>9} {:>6} {:<8} {:>8}",
-                "ID", "NAME", "SIZE", "MIN_SIZE", "PGS", "DOMAIN", "OBJECT"
+                "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
+                "ID", "NAME", "SCHEME", "SIZE", "MIN_SIZE", "PGS", "DOMAIN", "OBJECT"
             );
             for (_, v, _) in meta.list(POOLS_PREFIX).await? {
                 let Ok(p) = serde_json::from_slice::<PoolRecord>(&v) else {
                     continue;
                 };
+                let scheme = match p.ec {
+                    Some(ec) => format!("ec {ec}"),
+                    None => format!("replicas {}", p.size),
+                };
                 println!(
-                    "{:<4} {:<20} {:>5} {:>9} {:>6} {:<8} {:>8}",
-                    p.id, p.name, p.size, p.min_size, p.pg_count, p.failure_domain, p.object_size
+                    "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
+                    p.id,
+                    p.name,
+                    scheme,
+                    p.size,
+                    p.min_size,
+                    p.pg_count,
+                    p.failure_domain,
+                    basalt_proto::size::human_bytes(p.object_size as u64)
                 );
             }
         }

@@ -22,9 +22,14 @@ pub struct S3Args {
     /// HTTP listen address of the S3 API.
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
-    /// Pool new buckets are created in.
+    /// Pool new buckets' indexes (and, without --data-pool, their data) are created in; a
+    /// replicated pool.
     #[arg(long, default_value = "rbd")]
     pub pool: String,
+    /// Pool new buckets' object data is created in, e.g. an erasure-coded pool (default:
+    /// --pool).
+    #[arg(long)]
+    pub data_pool: Option<String>,
     /// File of the key that seals access-key secrets in cluster metadata (hex, 32 bytes).
     /// Every gateway and `basalt s3 key` of a cluster must use the same file; it is
     /// created (mode 0600) when missing. Keep it off the metadata hosts' backups.
@@ -96,6 +101,11 @@ pub fn pool_id(cluster: &Cluster, name: &str) -> anyhow::Result<basalt_proto::Po
 pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
     let cluster = connect_cluster(&args.meta).await?;
     let pool = pool_id(&cluster, &args.pool)?;
+    let data_pool = args
+        .data_pool
+        .as_deref()
+        .map(|name| pool_id(&cluster, name))
+        .transpose()?;
     let master = MasterKey::load(&args.master_key, true)?;
     let ring = Arc::new(KeyRing::new(cluster.meta().clone(), master));
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -105,6 +115,7 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let config = GatewayConfig {
         pool,
+        data_pool,
         domain: args.domain.clone(),
         reclaim_after: std::time::Duration::from_secs(args.reclaim_after.max(1)),
     };
@@ -116,8 +127,9 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         stop_rx,
     ));
     println!(
-        "S3 gateway serving on http://{addr} (buckets in pool {})",
-        args.pool
+        "S3 gateway serving on http://{addr} (bucket indexes in pool {}, data in pool {})",
+        args.pool,
+        args.data_pool.as_deref().unwrap_or(&args.pool)
     );
     println!(
         "  keys: basalt s3 key create --meta ... --master-key {}",

@@ -25,10 +25,10 @@ pub fn print(r: &StatusReport) {
         .filter_map(|o| o.stats)
         .map(|s| s.objects)
         .sum();
-    let health = if r.pgs_active_clean == r.pgs_total && up == r.osds.len() {
-        "HEALTH_OK"
-    } else if r.pgs_inactive > 0 {
+    let health = if r.pgs_inactive > 0 || r.unfound_objects > 0 {
         "HEALTH_ERR"
+    } else if r.pgs_active_clean == r.pgs_total && up == r.osds.len() {
+        "HEALTH_OK"
     } else {
         "HEALTH_WARN"
     };
@@ -55,6 +55,13 @@ pub fn print(r: &StatusReport) {
         println!(
             "  recovery: {} object copies to recover",
             r.degraded_objects
+        );
+    }
+    if r.unfound_objects > 0 {
+        println!(
+            "  unfound: {} erasure-coded stripes lost more chunks than their code tolerates \
+             (reads of them fail with EIO; bring their OSDs back)",
+            r.unfound_objects
         );
     }
     if let Some(m) = &r.monitor {

@@ -43,10 +43,17 @@ pub struct UpArgs {
     /// Replicas per object (first start only; at most --osds).
     #[arg(long, default_value_t = 3)]
     replicas: u32,
+    /// Erasure-code the pool instead of replicating it: K data + M parity chunks per
+    /// stripe, e.g. 2+1 (first start only; needs --osds at least K+M). Stripes are K ×
+    /// --object-size; S3 bucket indexes then live in a small replicated pool "s3index"
+    /// and their data in the erasure-coded pool.
+    #[arg(long, value_name = "K+M", conflicts_with = "replicas")]
+    ec: Option<String>,
     /// Capacity of each OSD's store file, e.g. 8G (first start only; the file is sparse).
     #[arg(long, default_value = "8G")]
     osd_size: String,
-    /// Object size of the pool, e.g. 128K (first start only).
+    /// Object size of the OSDs' stores and of the pool, e.g. 128K (first start only; with
+    /// --ec each stripe is K of them).
     #[arg(long, default_value = "128K")]
     object_size: String,
     /// Placement groups of the pool (first start only).
@@ -77,6 +84,30 @@ pub struct UpArgs {
 
 /// Settings of the pool `basalt up` creates on first start, checked.
 fn first_start_pool(args: &UpArgs) -> anyhow::Result<PoolRecord> {
+    let object_size = parse_size(&args.object_size)?;
+    if let Some(text) = &args.ec {
+        let scheme = basalt_ec::Scheme::parse(text).map_err(|e| anyhow::anyhow!("--ec: {e}"))?;
+        let (k, m) = (scheme.k() as u32, scheme.m() as u32);
+        if args.osds < k + m {
+            bail!(
+                "--ec {k}+{m} needs --osds {} or more, got {}",
+                k + m,
+                args.osds
+            );
+        }
+        return Ok(PoolRecord {
+            id: 0,
+            name: POOL_NAME.into(),
+            size: k + m,
+            min_size: k + 1,
+            pg_count: args.pgs,
+            failure_domain: "osd".into(),
+            object_size: u32::try_from(object_size)
+                .unwrap_or(u32::MAX)
+                .saturating_mul(k),
+            ec: Some(basalt_proto::EcProfile { k, m }),
+        });
+    }
     if args.osds == 0 || args.replicas == 0 || args.replicas > args.osds {
         bail!(
             "--replicas must be between 1 and --osds ({}), got {}",
@@ -84,7 +115,6 @@ fn first_start_pool(args: &UpArgs) -> anyhow::Result<PoolRecord> {
             args.replicas
         );
     }
-    let object_size = parse_size(&args.object_size)?;
     Ok(PoolRecord {
         id: 0,
         name: POOL_NAME.into(),
@@ -96,6 +126,38 @@ fn first_start_pool(args: &UpArgs) -> anyhow::Result<PoolRecord> {
         object_size: object_size as u32,
         ec: None,
     })
+}
+
+/// The object size of the OSDs' stores for `pool`: its object size, or for an
+/// erasure-coded pool the size of one chunk.
+fn store_object_size(pool: &PoolRecord) -> u32 {
+    pool.object_size / pool.ec.map_or(1, |e| e.k)
+}
+
+/// For an erasure-coded pool, the replicated pool holding S3 bucket indexes (created on
+/// first start, like the main pool).
+const S3_INDEX_POOL: &str = "s3index";
+
+async fn s3_index_pool(
+    meta: &dyn MetaStore,
+    pool: &PoolRecord,
+    osds: u32,
+) -> anyhow::Result<PoolRecord> {
+    if let Some((bytes, _)) = meta.get(&pool_key(S3_INDEX_POOL)).await? {
+        return serde_json::from_slice(&bytes).context("decode the s3index pool record");
+    }
+    let replicas = osds.min(3);
+    let record = PoolRecord {
+        id: 0,
+        name: S3_INDEX_POOL.into(),
+        size: replicas,
+        min_size: replicas.min(2),
+        pg_count: 8,
+        failure_domain: "osd".into(),
+        object_size: store_object_size(pool),
+        ec: None,
+    };
+    Ok(basalt_client::create_pool(meta, record).await?)
 }
 
 fn osd_store_path(data_dir: &Path, id: u32) -> PathBuf {
@@ -154,6 +216,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             basalt_client::create_pool(meta.as_ref(), first_start_pool(&args)?).await?
         }
     };
+    // S3 bucket indexes need a replicated pool; with an erasure-coded main pool they get
+    // one of their own and keep their data in the main pool.
+    let s3_index = match pool.ec {
+        Some(_) => Some(s3_index_pool(meta.as_ref(), &pool, args.osds).await?),
+        None => None,
+    };
     let known: Vec<u32> = meta
         .list(OSDS_PREFIX)
         .await?
@@ -181,7 +249,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             store: basalt_osd::StoreLocation::File(path),
             store_options: StoreOptions {
                 capacity_bytes: capacity,
-                object_size_bytes: pool.object_size,
+                object_size_bytes: store_object_size(&pool),
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().expect("valid address"),
@@ -272,7 +340,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let (s3_stop, s3_stop_rx) = watch::channel(false);
     let s3 = match args.s3_listen.as_str() {
         "off" => None,
-        listen => Some(start_s3(&args, listen, &cluster, pool.id, s3_stop_rx).await?),
+        listen => {
+            let (index, data) = match &s3_index {
+                Some(index) => (index.id, Some(pool.id)),
+                None => (pool.id, None),
+            };
+            Some(start_s3(&args, listen, &cluster, (index, data), s3_stop_rx).await?)
+        }
     };
 
     print_banner(
@@ -340,7 +414,7 @@ async fn start_s3(
     args: &UpArgs,
     listen: &str,
     cluster: &Arc<Cluster>,
-    pool: basalt_proto::PoolId,
+    (pool, data_pool): (basalt_proto::PoolId, Option<basalt_proto::PoolId>),
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listen: SocketAddr = listen
@@ -374,6 +448,7 @@ async fn start_s3(
     let addr = listener.local_addr()?;
     let config = basalt_s3::GatewayConfig {
         pool,
+        data_pool,
         domain: Some(args.s3_domain.clone()),
         reclaim_after: std::time::Duration::from_secs(args.s3_reclaim_after.max(1)),
     };
@@ -401,11 +476,14 @@ fn print_banner(
     } else {
         args.default_volume.clone()
     };
+    let scheme = match pool.ec {
+        Some(ec) => format!("erasure coded {ec}"),
+        None => format!("{} replicas", pool.size),
+    };
     println!(
-        "Basalt is up: {} OSDs, pool \"{}\" ({} replicas, {} PGs), data in {}",
+        "Basalt is up: {} OSDs, pool \"{}\" ({scheme}, {} PGs), data in {}",
         osd_count,
         pool.name,
-        pool.size,
         pool.pg_count,
         args.data_dir.display()
     );

@@ -40,7 +40,9 @@ pub fn check_pool(record: &PoolRecord) -> Result<(), ClientError> {
         ..
     } = *record;
     let fd = record.failure_domain.as_str();
-    if size == 0 || size > POOL_SIZE_MAX {
+    if let Some(ec) = record.ec {
+        check_ec(ec, size, min_size, object_size)?;
+    } else if size == 0 || size > POOL_SIZE_MAX {
         return Err(invalid(format!(
             "--size must be between 1 and {POOL_SIZE_MAX}, got {size}"
         )));
@@ -60,12 +62,52 @@ pub fn check_pool(record: &PoolRecord) -> Result<(), ClientError> {
             "--failure-domain must be \"host\" or \"osd\", got \"{fd}\""
         )));
     }
-    if !object_size.is_power_of_two() || !(4096..=4 << 20).contains(&object_size) {
+    if record.ec.is_none()
+        && (!object_size.is_power_of_two() || !(4096..=4 << 20).contains(&object_size))
+    {
         return Err(invalid(format!(
             "--object-size must be a power of two between 4K and 4M, got {object_size}"
         )));
     }
     check_pool_name(&record.name)
+}
+
+/// Check an erasure-coded pool's settings: a supported K+M, size K+M, min_size K..=K+M,
+/// and stripes of K chunks that are each a power of two between 4K and 4M (the OSDs' store
+/// object size: a chunk is one store object).
+fn check_ec(
+    ec: basalt_proto::EcProfile,
+    size: u32,
+    min_size: u32,
+    object_size: u32,
+) -> Result<(), ClientError> {
+    let scheme = basalt_ec::Scheme::new(ec.k, ec.m).map_err(|e| invalid(format!("--ec: {e}")))?;
+    let width = scheme.width() as u32;
+    if size != width {
+        return Err(invalid(format!(
+            "an erasure-coded pool {ec} has {width} chunks per stripe, so size {width}, got {size}"
+        )));
+    }
+    if min_size < ec.k || min_size > width {
+        return Err(invalid(format!(
+            "--min-size of an erasure-coded pool {ec} must be between {} and {width} (default {}), \
+             got {min_size}",
+            ec.k,
+            ec.k + 1
+        )));
+    }
+    let chunk = object_size / ec.k;
+    if !object_size.is_multiple_of(ec.k)
+        || !chunk.is_power_of_two()
+        || !(4096..=4 << 20).contains(&chunk)
+    {
+        return Err(invalid(format!(
+            "--object-size of an erasure-coded pool {ec} must be {} × a power of two between 4K \
+             and 4M (each chunk is one object of the OSDs' stores), got {object_size}",
+            ec.k
+        )));
+    }
+    Ok(())
 }
 
 /// Allocate a pool id (compare-and-swap on a counter).
@@ -102,4 +144,41 @@ pub async fn create_pool(
         return Err(exists());
     }
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_proto::EcProfile;
+
+    fn ec_pool(k: u32, m: u32, min_size: u32, object_size: u32) -> PoolRecord {
+        PoolRecord {
+            id: 0,
+            name: "ec".into(),
+            size: k + m,
+            min_size,
+            pg_count: 32,
+            failure_domain: "host".into(),
+            object_size,
+            ec: Some(EcProfile { k, m }),
+        }
+    }
+
+    /// Goal: erasure-coded pool settings are checked with messages naming the flag: a
+    /// supported K+M, min_size within K..=K+M, stripes of K power-of-two chunks.
+    #[test]
+    fn erasure_coded_pools_are_checked() {
+        check_pool(&ec_pool(4, 2, 5, 4 * (128 << 10))).expect("4+2 of 128K chunks");
+        check_pool(&ec_pool(3, 2, 4, 3 * (64 << 10))).expect("3+2 of 64K chunks");
+        let err = |r: PoolRecord| check_pool(&r).unwrap_err().to_string();
+        assert!(err(ec_pool(1, 1, 1, 128 << 10)).contains("--ec"));
+        assert!(err(ec_pool(17, 2, 18, 17 << 17)).contains("--ec"));
+        assert!(err(ec_pool(4, 5, 5, 4 << 17)).contains("--ec"));
+        assert!(err(ec_pool(4, 2, 3, 4 << 17)).contains("--min-size"));
+        assert!(err(ec_pool(4, 2, 5, 3 << 17)).contains("--object-size"));
+        assert!(err(ec_pool(3, 2, 4, 3 * (96 << 10))).contains("--object-size"));
+        let mut wrong_size = ec_pool(2, 1, 3, 2 << 17);
+        wrong_size.size = 2;
+        assert!(err(wrong_size).contains("size 3"));
+    }
 }

@@ -47,6 +47,10 @@ pub struct StatusReport {
     /// Object copies still to recover, over every PG.
     #[serde(default)]
     pub degraded_objects: u64,
+    /// Stripes of erasure-coded PGs that lost more chunks than their code tolerates
+    /// (reads of them fail).
+    #[serde(default)]
+    pub unfound_objects: u64,
     /// Who holds the monitor role.
     #[serde(default)]
     pub monitor: Option<String>,
@@ -119,6 +123,9 @@ pub struct PgStatus {
     /// Interval of the last activation (0: never activated).
     pub interval: u32,
     pub degraded_objects: u64,
+    /// Erasure-coded PGs: stripes that lost more chunks than the code tolerates.
+    #[serde(default)]
+    pub unfound_objects: u64,
 }
 
 /// Every PG record, by PG key suffix ("POOL.INDEX").
@@ -174,6 +181,10 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
             degraded_objects: rec
                 .filter(|_| current)
                 .map(|r| r.degraded_objects)
+                .unwrap_or(0),
+            unfound_objects: rec
+                .filter(|_| current)
+                .map(|r| r.unfound_objects)
                 .unwrap_or(0),
         });
     }
@@ -259,6 +270,7 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
         pgs_peering: count("peering"),
         pgs_inactive: count("inactive"),
         degraded_objects: pgs.iter().map(|p| p.degraded_objects).sum(),
+        unfound_objects: pgs.iter().map(|p| p.unfound_objects).sum(),
         monitor,
         pgs,
         rates: None,

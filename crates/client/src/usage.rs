@@ -72,15 +72,19 @@ impl Cluster {
         Ok(inodes
             .iter()
             .map(|inode| {
-                let copies = map
-                    .pools
-                    .get(&inode_pool(*inode))
-                    .map(|p| p.size.max(1) as u64)
-                    .unwrap_or(1);
+                // Every object is stored `size` times (replicas), or as k + m chunks of
+                // which k hold its bytes (erasure coded).
+                let (pieces, data) = match map.pools.get(&inode_pool(*inode)) {
+                    Some(p) => match p.ec {
+                        Some(ec) => ((ec.k + ec.m) as u64, ec.k as u64),
+                        None => (p.size.max(1) as u64, 1),
+                    },
+                    None => (1, 1),
+                };
                 let sum = sums.get(inode).copied().unwrap_or_default();
                 LayerUsage {
-                    objects: sum.objects / copies,
-                    bytes: sum.bytes / copies,
+                    objects: sum.objects / pieces,
+                    bytes: sum.bytes * data / pieces,
                 }
             })
             .collect())

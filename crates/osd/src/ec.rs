@@ -446,6 +446,10 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
         Ok(c) => c,
         Err(s) => return (s, Bytes::new()),
     };
+    if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
+        // A reader that has not learnt of a snapshot must not see the old head.
+        return (Status::Frozen, Bytes::new());
+    }
     let end = h.offset as u64 + h.length as u64;
     if end > ctx.stripe_bytes as u64 {
         return (Status::Invalid, Bytes::new());

@@ -25,8 +25,13 @@ pub struct BucketRecord {
     /// Seconds since the Unix epoch.
     pub created: u64,
     pub pool: PoolId,
-    /// The inode every object of the bucket (data chunks and index shards) lives under.
+    /// The inode the bucket's index shards (and, without `data_inode`, its data chunks)
+    /// live under.
     pub inode: InodeId,
+    /// The inode of the bucket's data chunks when they live in another pool than the index
+    /// (an erasure-coded data pool: the index needs a replicated one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_inode: Option<InodeId>,
     pub index_shards: u32,
     /// Bytes of object data per cluster object.
     pub chunk_bytes: u32,
@@ -81,23 +86,48 @@ pub async fn list_buckets(cluster: &Cluster) -> Result<Vec<BucketRecord>, Bucket
     Ok(out)
 }
 
-/// Create a bucket owned by `owner` in `pool`.
+impl BucketRecord {
+    /// The inode of the bucket's data chunks.
+    pub fn data_inode(&self) -> InodeId {
+        self.data_inode.unwrap_or(self.inode)
+    }
+}
+
+/// Create a bucket owned by `owner`: its index in `pool` (replicated), its data in
+/// `data_pool` (replicated or erasure coded; None: `pool`).
 pub async fn create_bucket(
     cluster: &Cluster,
     name: &str,
     owner: &str,
     pool: PoolId,
+    data_pool: Option<PoolId>,
 ) -> Result<BucketRecord, BucketError> {
     if get_bucket(cluster, name).await?.is_some() {
         return Err(BucketError::Exists(name.into()));
     }
     let map = cluster.map();
-    let spec =
+    let spec_of = |pool: PoolId| {
         map.pools
             .get(&pool)
             .ok_or(ClientError::Map(basalt_placement::MapError::NoSuchPool {
                 pool,
-            }))?;
+            }))
+    };
+    let index_spec = spec_of(pool)?;
+    if index_spec.ec.is_some() {
+        return Err(BucketError::Client(ClientError::Invalid {
+            reason: format!(
+                "pool {} is erasure coded: bucket indexes need a replicated pool (keep the \
+                 erasure-coded pool for the data: --data-pool)",
+                index_spec.name
+            ),
+        }));
+    }
+    let data_pool = data_pool.filter(|&d| d != pool);
+    let spec = match data_pool {
+        Some(d) => spec_of(d)?,
+        None => index_spec,
+    };
     let family = basalt_client::next_family(cluster.meta().as_ref()).await?;
     let record = BucketRecord {
         format_version: BUCKET_FORMAT_VERSION,
@@ -106,6 +136,7 @@ pub async fn create_bucket(
         created: now_secs(),
         pool,
         inode: make_inode(pool, family, 0),
+        data_inode: data_pool.map(|d| make_inode(d, family, 0)),
         index_shards: DEFAULT_INDEX_SHARDS,
         chunk_bytes: spec.object_size.min(MAX_CHUNK_BYTES),
     };
@@ -125,6 +156,9 @@ pub async fn create_bucket(
 /// can be deleted again.
 pub async fn delete_bucket(cluster: &Cluster, record: &BucketRecord) -> Result<(), BucketError> {
     cluster.purge(record.inode, 0).await?;
+    if record.data_inode() != record.inode {
+        cluster.purge(record.data_inode(), 0).await?;
+    }
     cluster.flush().await?;
     match cluster.meta().get(&key(&record.name)).await? {
         Some((_, rev)) => {

@@ -20,8 +20,9 @@ use tokio::sync::{mpsc, Mutex};
 /// Chunks of one stored piece: the chunk number takes the low 16 bits of the object index
 /// (65,536 chunks: 8 GiB at the 128 KiB object size of `basalt up`).
 pub const CHUNK_BITS: u32 = 16;
-/// Largest data id (the index's top bit marks table objects).
-pub const MAX_DATA_ID: u64 = (1 << (63 - CHUNK_BITS)) - 1;
+/// Largest data id: chunk indexes stay below bit 56, so they are valid stripe indexes of an
+/// erasure-coded pool (bits 56..=61 name chunks in OSD stores; bit 63 marks table objects).
+pub const MAX_DATA_ID: u64 = (1 << (56 - CHUNK_BITS)) - 1;
 /// Bytes of chunk writes (or reads) of one transfer in flight at once.
 const WINDOW_BYTES: usize = 16 << 20;
 /// Pieces of at most this many chunks are written with FUA chunk by chunk; longer ones
@@ -53,7 +54,7 @@ pub enum DataError {
 /// The cluster object holding chunk `n` of data `data`.
 pub fn chunk_object(bucket: &BucketRecord, data: u64, n: u64) -> ObjectId {
     ObjectId {
-        inode: bucket.inode,
+        inode: bucket.data_inode(),
         index: (data << CHUNK_BITS) | n,
     }
 }

@@ -23,8 +23,10 @@ const HEAD_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30
 /// How a gateway serves.
 #[derive(Clone, Debug)]
 pub struct GatewayConfig {
-    /// Pool new buckets are created in.
+    /// Pool new buckets' indexes are created in (replicated).
     pub pool: PoolId,
+    /// Pool new buckets' data is created in (None: `pool`); may be erasure coded.
+    pub data_pool: Option<PoolId>,
     /// Base domain for virtual-host-style requests (`BUCKET.DOMAIN`); requests to any other
     /// host name are path-style.
     pub domain: Option<String>,
@@ -71,6 +73,7 @@ pub async fn serve(
         cluster.clone(),
         keys.clone(),
         config.pool,
+        config.data_pool,
         config.reclaim_after,
     );
     let mut builder = S3ServiceBuilder::new(gateway);

@@ -23,7 +23,7 @@ pub(super) async fn create_bucket(
             s3_error!(BucketAlreadyExists)
         });
     }
-    buckets::create_bucket(&gw.cluster, name, &user, gw.pool).await?;
+    buckets::create_bucket(&gw.cluster, name, &user, gw.pool, gw.data_pool).await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))

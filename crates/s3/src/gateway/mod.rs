@@ -35,8 +35,10 @@ pub struct Gateway {
     cluster: Arc<Cluster>,
     keys: Arc<KeyRing>,
     ids: DataIds,
-    /// Pool new buckets are created in.
+    /// Pool new buckets' indexes are created in.
     pool: PoolId,
+    /// Pool new buckets' data is created in (None: `pool`).
+    data_pool: Option<PoolId>,
     /// How often a live upload refreshes its intent (see `sweeper`).
     refresh: std::time::Duration,
 }
@@ -48,6 +50,7 @@ impl Gateway {
         cluster: Arc<Cluster>,
         keys: Arc<KeyRing>,
         pool: PoolId,
+        data_pool: Option<PoolId>,
         reclaim_after: std::time::Duration,
     ) -> Self {
         Self {
@@ -55,6 +58,7 @@ impl Gateway {
             keys,
             ids: DataIds::default(),
             pool,
+            data_pool,
             refresh: crate::sweeper::intent_refresh(reclaim_after),
         }
     }
