@@ -135,6 +135,14 @@ fn boto3_suite() {
     python_suite(&cluster, "boto3_suite", "boto3 suite");
 }
 
+/// The same boto3 suite with the buckets' data in an erasure-coded pool (`basalt up --ec
+/// 2+1`: bucket indexes in the replicated pool "s3index", object data striped 2+1).
+#[test]
+fn boto3_suite_on_an_erasure_coded_pool() {
+    let cluster = Cluster::start_with(&["--ec", "2+1"]);
+    python_suite(&cluster, "boto3_suite", "boto3 suite");
+}
+
 /// The aws CLI: bucket life cycle, a 20 MiB multipart `cp` up and down, `sync` of a tree up,
 /// again (nothing to do) and down into a fresh directory, `ls` recursive and by prefix,
 /// `s3api` objects with metadata and content type, `delete-objects`, `rm --recursive`, `rb`.

@@ -737,6 +737,7 @@ pub(crate) async fn peer(
     let mut behind = 0u32;
     let mut rebuilds = 0u64;
     let mut unfound = 0u64;
+    let (mut promoted, mut dropped) = (0u64, 0u64);
     for (stripe, state) in &states {
         let plan = plan_of(ctx.scheme.k(), state);
         if let Some(v) = plan.unfound {
@@ -783,6 +784,14 @@ pub(crate) async fn peer(
             behind |= 1 << pos;
             rebuilds += 1;
         }
+        promoted += plan.promote.len() as u64;
+        dropped += (plan.drop_stash.len() + plan.delete.len()) as u64;
+    }
+    if promoted + dropped + rebuilds + unfound > 0 {
+        tracing::info!(
+            osd = osd.id, %pg, interval = ctx.interval, promoted, dropped, rebuilds, unfound,
+            "EC peering settled the stripes of cut writes"
+        );
     }
     if !crate::peering::is_current(osd, pg, generation) {
         return Err(PgError::TakenOver);
