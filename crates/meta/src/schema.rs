@@ -166,6 +166,11 @@ pub struct PgRecord {
     /// them fail with EIO rather than return older data).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unfound_objects: u64,
+    /// Erasure-coded PGs: for each position, the OSDs that may hold its chunks — its
+    /// holder, then holders of earlier intervals while the position is not yet rebuilt — so
+    /// the next primary finds chunks a placement change left elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ec_sources: Vec<Vec<u32>>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -172,6 +172,7 @@ mod tests {
     fn record(complete: &[CompleteCopy]) -> PgRecord {
         PgRecord {
             unfound_objects: 0,
+            ec_sources: Vec::new(),
             epoch: 7,
             primary: complete.first().map_or(0, |c| c.osd),
             acting: complete.iter().map(|c| c.osd).collect(),

@@ -326,17 +326,43 @@ pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
     }
 }
 
-/// Every live position's whole committed chunk of `stripe` (None: a hole or unreadable).
-async fn read_all_chunks(osd: &Arc<Osd>, ctx: &EcPg, stripe: ObjectId) -> Vec<Option<ChunkRead>> {
+/// Each position's whole committed chunk of `stripe`: what its holder answered (None: a
+/// hole), and the best chunk found for it — the newest version among its holder and, for a
+/// position still being rebuilt, the OSDs that held it before (`ec_sources` of the PG).
+async fn read_all_chunks(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+) -> Vec<(Option<ChunkRead>, Option<ChunkRead>)> {
+    let (behind, sources) = osd
+        .pgs
+        .with(ctx.pg, |e| (e.ec_behind, e.ec_sources.clone()));
     let mut out = Vec::with_capacity(ctx.positions.len());
     for (pos, &peer) in ctx.positions.iter().enumerate() {
-        if peer == NO_OSD {
-            out.push(None);
-            continue;
+        let key = stripe.chunk(pos, false);
+        let holder = match peer {
+            NO_OSD => None,
+            _ => Some(read_chunk(osd, ctx, peer, key, 0, ctx.chunk_bytes).await),
+        };
+        let mut best = holder.clone();
+        let rebuilding = behind & (1 << pos) != 0 || peer == NO_OSD;
+        if rebuilding {
+            for &other in sources.get(pos).into_iter().flatten() {
+                if other == peer || !osd.map().osds.get(&other).is_some_and(|o| o.up) {
+                    continue;
+                }
+                let found = read_chunk(osd, ctx, other, key, 0, ctx.chunk_bytes).await;
+                let newer = match (&best, &found) {
+                    (_, Err(_)) | (_, Ok((None, _))) => false,
+                    (Some(Ok((Some(a), _))), Ok((Some(b), _))) => b > a,
+                    _ => true,
+                };
+                if newer {
+                    best = Some(found);
+                }
+            }
         }
-        out.push(Some(
-            read_chunk(osd, ctx, peer, stripe.chunk(pos, false), 0, ctx.chunk_bytes).await,
-        ));
+        out.push((holder, best));
     }
     out
 }
@@ -351,7 +377,8 @@ async fn decode_stripe(
     stripe: ObjectId,
     repair: bool,
 ) -> Result<Option<(Version, Vec<u8>)>, Status> {
-    let chunks = read_all_chunks(osd, ctx, stripe).await;
+    let read = read_all_chunks(osd, ctx, stripe).await;
+    let chunks: Vec<Option<ChunkRead>> = read.iter().map(|r| r.1.clone()).collect();
     let k = ctx.scheme.k();
     let mut versions: Vec<Version> = chunks
         .iter()
@@ -406,9 +433,16 @@ async fn decode_stripe(
         Status::Io
     })?;
     if repair {
-        let bad: Vec<usize> = (0..chunks.len())
-            .filter(|&i| chunks[i].is_some() && usable[i].is_none())
-            .filter(|&i| !matches!(chunks[i], Some(Err(Status::Unavailable))))
+        // Holders whose own chunk is missing, stale or damaged (not merely unreachable).
+        let bad: Vec<usize> = read
+            .iter()
+            .enumerate()
+            .filter(|(_, (holder, _))| match holder {
+                None | Some(Err(Status::Unavailable)) => false,
+                Some(Ok((Some(v), _))) => *v != target,
+                _ => true,
+            })
+            .map(|(i, _)| i)
             .collect();
         if !bad.is_empty() {
             let fresh = ctx.scheme.encode(&object).map_err(|_| Status::Io)?;
@@ -680,9 +714,6 @@ async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<
         .collect()
 }
 
-/// Per stripe, what each live position holds (from LIST), as versions.
-type StripeStates = BTreeMap<ObjectId, Vec<Option<(Option<Version>, Option<Version>)>>>;
-
 /// Peer an erasure-coded PG as its new primary: list every live position (sealing them),
 /// settle every stripe with a stash (promote, roll back, or drop), note the positions that
 /// lack chunks for background recovery, record and activate. Returns the positions behind.
@@ -703,89 +734,165 @@ pub(crate) async fn peer(
         }
     }
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
-    let incarnation = |peer: OsdId| acting.iter().find(|a| a.0 == peer).map_or(0, |a| a.1);
-    let mut states: StripeStates = BTreeMap::new();
-    for (pos, peer) in ctx.live() {
+    let map = osd.map();
+    let width = ctx.positions.len();
+    let incarnation = |peer: OsdId| {
+        acting
+            .iter()
+            .find(|a| a.0 == peer)
+            .map(|a| a.1)
+            .or_else(|| map.osds.get(&peer).map(|o| o.incarnation))
+            .unwrap_or(0)
+    };
+    // Where each position's chunks may be: its holder, and the OSDs that held it in
+    // earlier intervals and were not rebuilt from yet (a placement change moved it).
+    let previous: Vec<Vec<OsdId>> = record
+        .as_ref()
+        .map(|(r, _)| r.ec_sources.clone())
+        .filter(|s| s.len() == width)
+        .unwrap_or_else(|| vec![Vec::new(); width]);
+    let members: std::collections::BTreeSet<OsdId> = ctx.live().map(|(_, o)| o).collect();
+    let mut to_list = members.clone();
+    to_list.extend(
+        previous
+            .iter()
+            .flatten()
+            .filter(|o| map.osds.get(o).is_some_and(|i| i.up)),
+    );
+    let mut seen: BTreeMap<ObjectId, Vec<Seen>> = BTreeMap::new();
+    let mut found_elsewhere: Vec<Vec<OsdId>> = vec![Vec::new(); width];
+    for &peer in &to_list {
         let listed = if peer == osd.id {
             crate::recovery::list_local(osd, pg)
         } else {
-            let conn = crate::peering::connect(osd, &osd.map(), peer).await?;
-            list_remote(&conn, pg, ctx.interval, incarnation(peer)).await?
+            let conn = crate::peering::connect(osd, &map, peer).await;
+            let listed = match conn {
+                Ok(conn) => list_remote(&conn, pg, ctx.interval, incarnation(peer)).await,
+                Err(e) => Err(e),
+            };
+            match listed {
+                Ok(l) => l,
+                // A member must answer; an earlier holder is only a possible source.
+                Err(e) if members.contains(&peer) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(osd = osd.id, %pg, peer, "earlier chunk holder did not list: {e}");
+                    continue;
+                }
+            }
         };
         for (key, version) in listed {
             let Some((p, stash)) = key.chunk_position() else {
                 continue;
             };
-            if p != pos {
-                continue; // a chunk of another position: not this position's to serve
+            if p >= width {
+                continue;
             }
-            let slot = states.entry(key.stripe()).or_insert_with(|| {
-                ctx.positions
-                    .iter()
-                    .map(|&o| (o != NO_OSD).then_some((None, None)))
-                    .collect()
-            });
-            if let Some(Some((committed, stashed))) = slot.get_mut(pos) {
-                if stash {
-                    *stashed = Some(version);
-                } else {
-                    *committed = Some(version);
+            let slot = seen
+                .entry(key.stripe())
+                .or_insert_with(|| vec![Seen::default(); width]);
+            let (committed, stashed) = if ctx.positions[p] == peer {
+                let h = &mut slot[p].holder;
+                (&mut h.0, &mut h.1)
+            } else {
+                if !found_elsewhere[p].contains(&peer) {
+                    found_elsewhere[p].push(peer);
                 }
-            }
+                let list = &mut slot[p].elsewhere;
+                let i = match list.iter().position(|e| e.0 == peer) {
+                    Some(i) => i,
+                    None => {
+                        list.push((peer, None, None));
+                        list.len() - 1
+                    }
+                };
+                let e = &mut list[i];
+                (&mut e.1, &mut e.2)
+            };
+            let field = if stash { stashed } else { committed };
+            *field = (*field).max(Some(version));
         }
     }
     let mut behind = 0u32;
     let mut rebuilds = 0u64;
     let mut unfound = 0u64;
     let (mut promoted, mut dropped) = (0u64, 0u64);
-    for (stripe, state) in &states {
-        let plan = plan_of(ctx.scheme.k(), state);
+    for (stripe, state) in &seen {
+        // The decision sees every chunk found for a position, wherever it is.
+        let merged: Vec<Option<(Option<Version>, Option<Version>)>> = (0..width)
+            .map(|p| {
+                let s = &state[p];
+                let live = ctx.positions[p] != NO_OSD;
+                let committed = s.elsewhere.iter().map(|e| e.1).max().flatten();
+                let stashed = s.elsewhere.iter().map(|e| e.2).max().flatten();
+                (live || !s.elsewhere.is_empty())
+                    .then_some((s.holder.0.max(committed), s.holder.1.max(stashed)))
+            })
+            .collect();
+        let plan = plan_of(ctx.scheme.k(), &merged);
         if let Some(v) = plan.unfound {
             unfound += 1;
             tracing::error!(osd = osd.id, %pg, %stripe, "stripe unfound: a committed write (rank {v}) lost more chunks than the code tolerates");
             continue;
         }
-        let target = plan.target.map(|t| version_of(state, t));
-        for &pos in &plan.promote {
-            let v = target.expect("promote needs a target");
-            promote_chunk(osd, ctx, ctx.positions[pos], *stripe, pos, v)
-                .await
-                .map_err(|status| peer_status("PROMOTE", ctx.positions[pos], status))?;
+        let target = plan.target.map(|t| version_of(&merged, t));
+        // Chunks left on earlier holders are sources for the rebuild: a stash of the target
+        // there is promoted (recovery reads committed chunks), any other stash dropped.
+        for (pos, seen_at) in state.iter().enumerate() {
+            for &(other, c, st) in &seen_at.elsewhere {
+                let result = match (st, target) {
+                    (Some(v), Some(t)) if v == t && c != Some(t) => {
+                        promote_chunk(osd, ctx, other, *stripe, pos, t).await
+                    }
+                    (Some(v), _) => {
+                        put_chunk(osd, ctx, other, stripe.chunk(pos, true), v, None, false).await
+                    }
+                    _ => Ok(()),
+                };
+                if let Err(status) = result {
+                    tracing::warn!(osd = osd.id, %pg, %stripe, pos, other, "settling a chunk left on an earlier holder: {status:?}");
+                }
+            }
         }
-        for &pos in &plan.drop_stash {
-            let stash = state[pos].and_then(|s| s.1).unwrap_or(Version::ZERO);
-            put_chunk(
-                osd,
-                ctx,
-                ctx.positions[pos],
-                stripe.chunk(pos, true),
-                stash,
-                None,
-                false,
-            )
-            .await
-            .map_err(|status| peer_status("DROP", ctx.positions[pos], status))?;
+        // What each holder does to end at the target (the chunks found elsewhere are only
+        // sources: a holder lacking the target is rebuilt from them in the background).
+        for (pos, peer) in ctx.live() {
+            let (hc, hs) = state[pos].holder;
+            match target {
+                Some(t) => {
+                    if hc != Some(t) {
+                        if hs == Some(t) {
+                            promote_chunk(osd, ctx, peer, *stripe, pos, t)
+                                .await
+                                .map_err(|status| peer_status("PROMOTE", peer, status))?;
+                            promoted += 1;
+                            continue;
+                        }
+                        behind |= 1 << pos;
+                        rebuilds += 1;
+                    }
+                    if let Some(v) = hs.filter(|_| hs != Some(t) || hc == Some(t)) {
+                        put_chunk(osd, ctx, peer, stripe.chunk(pos, true), v, None, false)
+                            .await
+                            .map_err(|status| peer_status("DROP", peer, status))?;
+                        dropped += 1;
+                    }
+                }
+                None => {
+                    if let Some(v) = hs {
+                        put_chunk(osd, ctx, peer, stripe.chunk(pos, true), v, None, false)
+                            .await
+                            .map_err(|status| peer_status("DROP", peer, status))?;
+                        dropped += 1;
+                    }
+                    if let Some(v) = hc {
+                        put_chunk(osd, ctx, peer, stripe.chunk(pos, false), v, None, false)
+                            .await
+                            .map_err(|status| peer_status("DELETE", peer, status))?;
+                        dropped += 1;
+                    }
+                }
+            }
         }
-        for &pos in &plan.delete {
-            let v = state[pos].and_then(|s| s.0).unwrap_or(Version::ZERO);
-            put_chunk(
-                osd,
-                ctx,
-                ctx.positions[pos],
-                stripe.chunk(pos, false),
-                v,
-                None,
-                false,
-            )
-            .await
-            .map_err(|status| peer_status("DELETE", ctx.positions[pos], status))?;
-        }
-        for &pos in &plan.rebuild {
-            behind |= 1 << pos;
-            rebuilds += 1;
-        }
-        promoted += plan.promote.len() as u64;
-        dropped += (plan.drop_stash.len() + plan.delete.len()) as u64;
     }
     if promoted + dropped + rebuilds + unfound > 0 {
         tracing::info!(
@@ -796,6 +903,20 @@ pub(crate) async fn peer(
     if !crate::peering::is_current(osd, pg, generation) {
         return Err(PgError::TakenOver);
     }
+    let sources: Vec<Vec<OsdId>> = (0..width)
+        .map(|p| {
+            let holder = ctx.positions[p];
+            let mut v: Vec<OsdId> = (holder != NO_OSD).then_some(holder).into_iter().collect();
+            if behind & (1 << p) != 0 || holder == NO_OSD {
+                for &o in previous[p].iter().chain(&found_elsewhere[p]) {
+                    if !v.contains(&o) {
+                        v.push(o);
+                    }
+                }
+            }
+            v
+        })
+        .collect();
     let complete = ctx
         .live()
         .filter(|(pos, _)| behind & (1 << pos) == 0)
@@ -812,6 +933,7 @@ pub(crate) async fn peer(
         degraded_objects: rebuilds,
         holders: Vec::new(),
         unfound_objects: unfound,
+        ec_sources: sources.clone(),
     };
     let value = serde_json::to_vec(&rec).expect("PG record serialises");
     match osd
@@ -823,7 +945,20 @@ pub(crate) async fn peer(
         Ok(None) => return Err(PgError::RecordChanged),
         Err(e) => return Err(PgError::Meta(e)),
     }
+    osd.pgs.with(pg, |e| {
+        if e.generation == generation {
+            e.ec_sources = sources;
+        }
+    });
     Ok(behind)
+}
+
+/// What peering found of one position of a stripe: at its holder, and elsewhere (an OSD
+/// that held the position in an earlier interval): (committed, stash) versions.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    holder: (Option<Version>, Option<Version>),
+    elsewhere: Vec<(OsdId, Option<Version>, Option<Version>)>,
 }
 
 fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {
@@ -895,9 +1030,17 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
     let Ok(Some(ctx)) = EcPg::of(osd, &map, pg) else {
         return Ok(false);
     };
-    // Every stripe any live position holds a chunk of.
+    // Every stripe any holder, or earlier holder still counted as a source, has a chunk of.
+    let sources = osd.pgs.with(pg, |e| e.ec_sources.clone());
+    let mut to_list: std::collections::BTreeSet<OsdId> = ctx.live().map(|(_, o)| o).collect();
+    to_list.extend(
+        sources
+            .iter()
+            .flatten()
+            .filter(|o| map.osds.get(o).is_some_and(|i| i.up)),
+    );
     let mut stripes = std::collections::BTreeSet::new();
-    for (pos, peer) in ctx.live() {
+    for &peer in &to_list {
         let listed = if peer == osd.id {
             crate::recovery::list_local(osd, pg)
         } else {
@@ -907,7 +1050,7 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
         stripes.extend(
             listed
                 .into_iter()
-                .filter(|(k, _)| k.chunk_position() == Some((pos, false)))
+                .filter(|(k, _)| matches!(k.chunk_position(), Some((_, false))))
                 .map(|(k, _)| k.stripe()),
         );
     }
@@ -955,12 +1098,59 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
             .into_iter()
             .map(|(osd, incarnation)| CompleteCopy { osd, incarnation })
             .collect();
+        let holders: Vec<Vec<OsdId>> = ctx
+            .positions
+            .iter()
+            .map(|&o| (o != NO_OSD).then_some(o).into_iter().collect())
+            .collect();
         crate::recovery::update_record(osd, pg, ctx.interval, |rec| {
             rec.complete = complete.clone();
             rec.degraded_objects = 0;
+            rec.ec_sources = holders.clone();
         })
         .await?;
+        osd.pgs.with(pg, |e| {
+            if e.generation == generation {
+                e.ec_sources = holders.clone();
+            }
+        });
         tracing::info!(osd = osd.id, %pg, stripes = total, "EC PG recovered");
+        remove_misplaced_chunks(osd, &ctx, &map).await;
     }
     Ok(cleared)
+}
+
+/// Once every position is rebuilt: delete, on each member, the chunks it holds of
+/// positions that are no longer its own (left by a placement change). Members that are
+/// not part of the PG at all lose theirs through the stray scan, once the PG is clean.
+async fn remove_misplaced_chunks(osd: &Arc<Osd>, ctx: &EcPg, map: &ClusterMap) {
+    let mut removed = 0usize;
+    for (pos, peer) in ctx.live() {
+        let listed = if peer == osd.id {
+            crate::recovery::list_local(osd, ctx.pg)
+        } else {
+            let Ok(conn) = crate::peering::connect(osd, map, peer).await else {
+                continue;
+            };
+            match list_remote(&conn, ctx.pg, ctx.interval, 0).await {
+                Ok(l) => l,
+                Err(_) => continue,
+            }
+        };
+        for (key, version) in listed {
+            match key.chunk_position() {
+                Some((p, _)) if p != pos => {}
+                _ => continue,
+            }
+            if put_chunk(osd, ctx, peer, key, version, None, false)
+                .await
+                .is_ok()
+            {
+                removed += 1;
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(osd = osd.id, pg = %ctx.pg, chunks = removed, "removed chunks of positions their OSDs no longer hold");
+    }
 }

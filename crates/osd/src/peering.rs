@@ -67,6 +67,7 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
             e.generation += 1;
             e.counter = 0;
             e.ec_behind = 0;
+            e.ec_sources = Vec::new();
             e.phase = if primary {
                 PgPhase::Peering
             } else {
@@ -262,6 +263,7 @@ async fn try_peer(
         degraded_objects: degraded,
         holders,
         unfound_objects: 0,
+        ec_sources: Vec::new(),
     };
     // Before serving as primary, know every layer frozen so far: this OSD may have been
     // down, restarted or cut off when a snapshot fenced the others.

@@ -47,6 +47,9 @@ pub struct PgEntry {
     /// Erasure-coded PGs, as primary: positions (bit i = position i) whose chunks may be
     /// missing or stale until recovery rebuilt them; reads treat them as holes.
     pub ec_behind: u32,
+    /// Erasure-coded PGs, as primary: for each position, the OSDs that may hold its chunks
+    /// (its holder first, then holders of earlier intervals not yet rebuilt from).
+    pub ec_sources: Vec<Vec<OsdId>>,
 }
 
 impl Default for PgEntry {
@@ -59,6 +62,7 @@ impl Default for PgEntry {
             counter: 0,
             generation: 0,
             ec_behind: 0,
+            ec_sources: Vec::new(),
         }
     }
 }

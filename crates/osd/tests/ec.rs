@@ -236,6 +236,22 @@ impl Ec {
     }
 }
 
+/// Open a stopped OSD's store: tasks of the stopped run may hold it for a moment (its file
+/// lock goes with the last of them).
+fn open_store(path: &Path) -> Store {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Store::open(path) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!("open {}: {e}", path.display());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("open {}: {e}", path.display()),
+        }
+    }
+}
+
 /// Deterministic pseudo-random writes of every shape (partial, unaligned, whole stripes,
 /// spanning stripes) applied to the volume and to `model`.
 async fn write_pattern(volume: &basalt_client::Volume, model: &mut [u8], seed: u64, count: usize) {
@@ -377,22 +393,9 @@ async fn ec_crash_between_phases_is_settled_by_peering() {
         let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], stripe);
         let positions = ec.map.placement(pg).unwrap().to_vec();
         let chunks = scheme.encode(&new_bytes(index)).unwrap();
-        let open = |path: &Path| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                match Store::open(path) {
-                    Ok(s) => return s,
-                    Err(e) if Instant::now() < deadline => {
-                        tracing::debug!("open {}: {e}", path.display());
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    Err(e) => panic!("open {}: {e}", path.display()),
-                }
-            }
-        };
         let reach = index as usize + 1;
         for (pos, &osd) in positions.iter().enumerate().take(reach) {
-            let store = open(&paths[osd as usize]);
+            let store = open_store(&paths[osd as usize]);
             store
                 .write(stripe.chunk(pos, true), 0, &chunks[pos], planted)
                 .unwrap();
@@ -470,4 +473,69 @@ async fn ec_damaged_chunk_is_read_around_and_repaired() {
         whole[..] == data[..OBJECT_SIZE as usize],
         "repaired chunk holds the data"
     );
+}
+
+/// Goal: when a placement change moves positions to other OSDs (here positions 0 and 1 of
+/// every PG swap holders, so each holds the other's chunks), peering finds the chunks on
+/// their earlier holders: nothing is unfound, a write cut before its promotes is rolled
+/// forward from stashes left there, the moved positions are rebuilt, and the misplaced
+/// chunks are removed once the PG is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_positions_moved_to_other_osds_are_rebuilt_from_earlier_holders() {
+    let mut ec = Ec::start(3).await;
+    let info = ec
+        .cluster
+        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
+        .await
+        .unwrap();
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    write_pattern(&volume, &mut model, 5, 24).await;
+    volume.flush().await.unwrap();
+    drop(volume);
+    let planted = Version::new(ec.map.epoch as u64, 1 << 40);
+    for id in 0..3 {
+        ec.stop(id).await;
+    }
+    // A write of stripe 0 cut after its stashes reached positions 1 and 2.
+    let scheme = Scheme::new(2, 1).unwrap();
+    let stripe = ObjectId::new(info.id, 0);
+    let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], stripe);
+    let positions = ec.map.placement(pg).unwrap().to_vec();
+    let new = vec![0x77u8; STRIPE as usize];
+    let chunks = scheme.encode(&new).unwrap();
+    for pos in 1..3 {
+        let path = ec.dir.path().join(format!("osd{}.dat", positions[pos]));
+        let store = open_store(&path);
+        store
+            .write(stripe.chunk(pos, true), 0, &chunks[pos], planted)
+            .unwrap();
+        store.close().unwrap();
+    }
+    model[..STRIPE as usize].copy_from_slice(&new);
+    for table in ec.map.pgs.get_mut(&EC_POOL).unwrap() {
+        table.swap(0, 1);
+    }
+    for id in 0..3 {
+        ec.restart(id).await;
+    }
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "reads after the positions moved");
+    // Every OSD holds only chunks of its own positions now.
+    for id in 0..3u32 {
+        for (key, _) in ec.store(id).objects() {
+            let Some((pos, stash)) = key.chunk_position() else {
+                continue;
+            };
+            let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], key);
+            let holder = ec.map.placement(pg).unwrap()[pos];
+            assert!(
+                holder == id && !stash,
+                "osd.{id} still holds {key} (position {pos} of {pg}, held by osd.{holder})"
+            );
+        }
+    }
 }

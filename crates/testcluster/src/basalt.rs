@@ -29,6 +29,9 @@ pub struct Layout {
     pub osd_capacity: String,
     /// Where OSD stores go (default: the Net's directory), e.g. a tmpfs directory.
     pub data_root: Option<PathBuf>,
+    /// Make the pool erasure coded: `(K+M, min_size, failure domain)`, e.g.
+    /// `("2+1", 3, "host")` (default: 3 replicas, min_size 2, failure domain host).
+    pub ec: Option<(String, u32, String)>,
 }
 
 impl Default for Layout {
@@ -40,6 +43,7 @@ impl Default for Layout {
             out_after_secs: 600,
             osd_capacity: "2G".into(),
             data_root: None,
+            ec: None,
         }
     }
 }
@@ -95,19 +99,34 @@ impl BasaltCluster {
             c.add_host_with_osds()?;
         }
         let pgs = layout.pgs.to_string();
-        c.cli_ok(&[
-            "pool",
-            "create",
-            "rbd",
-            "--size",
-            "3",
-            "--min-size",
-            "2",
-            "--pgs",
-            &pgs,
-            "--failure-domain",
-            "host",
-        ])?;
+        match &layout.ec {
+            None => c.cli_ok(&[
+                "pool",
+                "create",
+                "rbd",
+                "--size",
+                "3",
+                "--min-size",
+                "2",
+                "--pgs",
+                &pgs,
+                "--failure-domain",
+                "host",
+            ])?,
+            Some((code, min_size, domain)) => c.cli_ok(&[
+                "pool",
+                "create",
+                "rbd",
+                "--ec",
+                code,
+                "--min-size",
+                &min_size.to_string(),
+                "--pgs",
+                &pgs,
+                "--failure-domain",
+                domain,
+            ])?,
+        };
         c.start_gateway()?;
         c.wait_clean(Duration::from_secs(60))?;
         Ok(c)
