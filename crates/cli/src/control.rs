@@ -102,6 +102,11 @@ pub enum Request {
         #[serde(default)]
         interval_ms: u64,
     },
+    /// Scrub every PG (of `pool` when given): compare every copy or chunk, repair.
+    Scrub {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -115,6 +120,8 @@ pub struct Response {
     pub volumes: Option<Vec<VolumeInfo>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<crate::status::StatusReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<basalt_client::ScrubReport>,
     /// `info`: what each of the volume's layers holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<basalt_client::VolumeUsage>,
@@ -394,6 +401,20 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
             .flatten_volume(&name, &progress)
             .await
             .map(Response::volume),
+        Request::Scrub { pool } => {
+            let pool = match pool {
+                None => None,
+                Some(name) => match cluster.map().pools.values().find(|p| p.name == name) {
+                    Some(p) => Some(p.id),
+                    None => return Response::error(format!("pool \"{name}\" does not exist")),
+                },
+            };
+            cluster.scrub(pool, &progress).await.map(|r| Response {
+                ok: true,
+                scrub: Some(r),
+                ..Response::default()
+            })
+        }
         Request::Status { interval_ms } => {
             crate::status::gather_with_rates(cluster, interval_ms.min(60_000))
                 .await

@@ -7,6 +7,7 @@ mod daemons;
 mod image_cmd;
 mod metrics_http;
 mod s3_cmd;
+mod scrub_cmd;
 mod status;
 mod up;
 mod volume_cmd;
@@ -88,6 +89,29 @@ enum Command {
         /// at once).
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
+    },
+    /// Check every copy of every object and repair what disagrees.
+    ///
+    /// Replicated pools: each replica's whole object is compared with the primary's, and a
+    /// damaged, missing or different copy is replaced. Erasure-coded pools: every chunk of
+    /// every stripe is read; missing, stale or damaged chunks are rebuilt, and the parity
+    /// is recomputed and compared (a disagreeing chunk is located when the code has m ≥ 2).
+    /// Exits non-zero when something could not be repaired.
+    ///
+    /// Example: basalt scrub              (the `basalt up` cluster)
+    ///          basalt scrub --meta etcd://10.0.0.1:2379 --pool cold
+    Scrub {
+        /// Control API address of the cluster (`basalt up --control-listen`).
+        #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
+        control: SocketAddr,
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        /// Only this pool (default: every pool).
+        #[arg(long)]
+        pool: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Run one storage daemon (OSD) of a multi-host cluster, or administer OSDs.
     ///
@@ -178,6 +202,16 @@ fn main() -> std::process::ExitCode {
             init_logging("warn");
             let target = volume_cmd::Target::new(control, meta, pool);
             runtime().and_then(|rt| rt.block_on(image_cmd::run(target, command)))
+        }
+        Command::Scrub {
+            control,
+            meta,
+            pool,
+            json,
+        } => {
+            init_logging("warn");
+            let target = volume_cmd::Target::new(control, meta, "rbd".into());
+            runtime().and_then(|rt| rt.block_on(scrub_cmd::run(target, pool, json)))
         }
         Command::Status {
             control,

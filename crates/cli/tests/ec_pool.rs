@@ -109,6 +109,19 @@ fn ec_pool_verified_io_through_kill9_loops() {
         // Every stripe the crashed load touched decodes: the whole region reads.
         qemu_io_ok(&uri, &["read 128M 64M"]);
     }
+    // Every chunk of every stripe agrees with its parity after the crashes.
+    let out = run(
+        Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["scrub", "--control"])
+            .arg(cluster.control.to_string()),
+        Duration::from_secs(300),
+    );
+    assert_ok(&out, "basalt scrub");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("scrubbed 40 PGs") && text.contains(" 0 inconsistent, 0 repaired"),
+        "{text}"
+    );
     let settled = cluster
         .stderr_text()
         .matches("EC peering settled the stripes of cut writes")

@@ -155,6 +155,13 @@ pub(crate) fn dispatch(
             sink.send(h.reply(status), Bytes::new());
         }
         Opcode::Promote => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Scrub if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Scrub => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                crate::scrub::scrub(&osd, h).await
+            });
+        }
         // Erasure-coded PGs have their own client paths; layers and object classes are not
         // supported there (yet): refused, never half done.
         Opcode::CopyUp | Opcode::Call if crate::ec::is_ec(osd, h.pg) => {

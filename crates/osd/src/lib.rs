@@ -18,6 +18,7 @@ pub mod peering;
 pub mod pg;
 pub mod process;
 pub mod recovery;
+mod scrub;
 pub mod stray;
 
 /// Target of the trace events a checker can follow to verify, from outside, what the OSDs

@@ -85,10 +85,18 @@ pub enum Opcode {
     /// chunk of its position, in one store record. Answers Ok when already done (the chunk
     /// is at `version` and no stash is left), Stale when the stash is at another version.
     Promote = 17,
+    /// Scrub a batch of PG `pg`'s objects from `object` on (client → the PG's primary): read
+    /// every copy (or every chunk) of each, compare, repair what disagrees. Reply payload:
+    /// six little-endian u64 — objects checked, inconsistent, repaired, done (1 when the PG
+    /// has no objects past this batch), then the cursor (inode, index) to send next.
+    Scrub = 18,
 }
 
 /// Most inodes one USAGE request may name.
 pub const USAGE_MAX_INODES: usize = 4096;
+
+/// Most objects one SCRUB request checks (a request stays well inside a client timeout).
+pub const SCRUB_BATCH_OBJECTS: usize = 64;
 
 /// Most entries in one LIST reply (32 bytes each: 2 MiB).
 pub const LIST_MAX_ENTRIES: usize = 65536;
@@ -115,6 +123,7 @@ impl Opcode {
             15 => Self::CopyUp,
             16 => Self::Usage,
             17 => Self::Promote,
+            18 => Self::Scrub,
             _ => return None,
         })
     }
@@ -280,6 +289,7 @@ impl Header {
             }
             Opcode::Call => !reply || matches!(self.status, Status::Ok | Status::Conflict),
             Opcode::Usage => !reply || self.status == Status::Ok,
+            Opcode::Scrub => reply && self.status == Status::Ok,
             _ => false,
         }
     }
@@ -364,7 +374,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=17,
+            1u8..=18,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
@@ -427,7 +437,10 @@ mod tests {
         assert_eq!(Opcode::from_u8(17), Some(Opcode::Promote));
         let promote = Header::request(Opcode::Promote, 1, ObjectId::new(1, 0).chunk(0, true));
         assert!(!promote.has_payload() && !promote.reply(Status::Ok).has_payload());
-        assert_eq!(Opcode::from_u8(18), None);
+        assert_eq!(Opcode::from_u8(18), Some(Opcode::Scrub));
+        let scrub = Header::request(Opcode::Scrub, 1, ObjectId::new(0, 0));
+        assert!(!scrub.has_payload() && scrub.reply(Status::Ok).has_payload());
+        assert_eq!(Opcode::from_u8(19), None);
     }
 
     proptest! {

@@ -14,7 +14,7 @@ pub mod size;
 
 pub use frame::{
     DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, LIST_ENTRY_BYTES, LIST_MAX_ENTRIES,
-    MAX_PAYLOAD_BYTES, USAGE_MAX_INODES,
+    MAX_PAYLOAD_BYTES, SCRUB_BATCH_OBJECTS, USAGE_MAX_INODES,
 };
 pub use ids::{
     inode_family, inode_pool, make_inode, EcProfile, InodeId, ObjectId, OsdId, PgId, PoolId,
