@@ -468,7 +468,7 @@ async fn ec_damaged_chunk_is_read_around_and_repaired() {
         use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.write_all_at(&[0x5a; 64], offset + 100).unwrap();
-        f.sync_all().unwrap();
+        f.sync_all().expect("sync the store file");
     }
     let mut probe = vec![0; 4096];
     assert!(
@@ -560,9 +560,13 @@ fn damage_chunk(ec: &Ec, id: u32, key: ObjectId) {
     use std::os::unix::fs::FileExt;
     let offset = ec.store(id).object_offset(key).expect("chunk stored");
     let path = ec.dir.path().join(format!("osd{id}.dat"));
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&[0x5a; 64], offset + 4096).unwrap();
-    f.sync_all().unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open the store file");
+    f.write_all_at(&[0x5a; 64], offset + 4096)
+        .expect("damage the chunk");
+    f.sync_all().expect("sync the store file");
 }
 
 /// Goal: on a 2+1 pool, scrub rebuilds a chunk damaged on disk, and detects (without

@@ -224,9 +224,13 @@ fn damage(h: &basalt_osd::OsdHandle, dir: &std::path::Path, obj: ObjectId, at: u
     use std::os::unix::fs::FileExt;
     let offset = h.osd.store.object_offset(obj).expect("object stored");
     let path = dir.join(format!("osd{}.dat", h.osd.id));
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&[0xa5; 32], offset + at).unwrap();
-    f.sync_all().unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open the store file");
+    f.write_all_at(&[0xa5; 32], offset + at)
+        .expect("damage the copy");
+    f.sync_all().expect("sync the store file");
 }
 
 /// Goal: scrub finds and repairs, in a replicated pool, a primary copy and a replica copy
