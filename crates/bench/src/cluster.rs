@@ -22,8 +22,10 @@ const NBD_PREFIX: &str = "NBD (TCP):";
 pub struct ClusterConfig {
     /// OSDs.
     pub osds: u32,
-    /// Replicas per object.
+    /// Replicas per object (ignored with `ec`).
     pub replicas: u32,
+    /// Erasure-code the pool instead (`2+1`): `basalt up --ec`.
+    pub ec: Option<String>,
     /// Placement groups.
     pub pgs: u32,
     /// Object size (`128K`).
@@ -76,7 +78,10 @@ impl Cluster {
             .args(["--default-volume", "bench"])
             .args(["--default-volume-size", &config.volume_size])
             .args(["--osds", &config.osds.to_string()])
-            .args(["--replicas", &config.replicas.to_string()])
+            .args(match &config.ec {
+                Some(code) => ["--ec".to_string(), code.clone()],
+                None => ["--replicas".to_string(), config.replicas.to_string()],
+            })
             .args(["--pgs", &config.pgs.to_string()])
             .args(["--object-size", &config.object_size])
             .args(["--osd-size", &config.osd_size])

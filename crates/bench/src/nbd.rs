@@ -254,6 +254,7 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
     let config = ClusterConfig {
         osds: 3,
         replicas: 3,
+        ec: None,
         pgs: 32,
         object_size: "128K".into(),
         osd_size: "4G".into(),

@@ -167,6 +167,7 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
     let config = ClusterConfig {
         osds: 3,
         replicas: 3,
+        ec: None,
         pgs: 32,
         object_size: "128K".into(),
         osd_size: format_size(MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2)),

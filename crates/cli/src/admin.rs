@@ -19,8 +19,8 @@ pub enum PoolCommand {
     /// An erasure-coded pool cuts every object (a stripe) into K data chunks and M parity
     /// chunks on K+M OSDs of distinct failure domains; each chunk is one object of the OSDs'
     /// stores, so --object-size is K × the OSDs' object size (default K × 128K). Writes
-    /// smaller than a stripe read the rest of it first; snapshots, clones, images and S3
-    /// bucket indexes need a replicated pool.
+    /// smaller than a stripe read the rest of it first (and every EC write is flushed on
+    /// every member); S3 bucket indexes need a replicated pool (their data may be here).
     Create {
         name: String,
         /// Replicas of every object (replicated pools).

@@ -114,7 +114,6 @@ impl Cluster {
             ),
         })?;
         check_size(size)?;
-        self.refuse_layers_on_ec(pool, "images")?;
         let map = self.map();
         let spec = map
             .pools

@@ -104,27 +104,6 @@ impl Cluster {
         Err(changed(name))
     }
 
-    /// Layers (snapshots, clones, images) are not served by erasure-coded pools yet: say so
-    /// before anything is changed.
-    pub(crate) fn refuse_layers_on_ec(
-        &self,
-        pool: basalt_proto::PoolId,
-        what: &str,
-    ) -> Result<(), ClientError> {
-        let map = self.map();
-        match map.pools.get(&pool) {
-            Some(spec) if spec.ec.is_some() => Err(ClientError::Invalid {
-                reason: format!(
-                    "{what} are not supported on erasure-coded pools yet (pool {} is {}); \
-                     use a replicated pool",
-                    spec.name,
-                    spec.ec.map(|e| e.to_string()).unwrap_or_default()
-                ),
-            }),
-            _ => Ok(()),
-        }
-    }
-
     /// Take snapshot `snapshot` of volume `name`: crash-consistent (every write
     /// acknowledged before this returns is in it, none that starts after), O(1).
     pub async fn snapshot_volume(
@@ -136,7 +115,6 @@ impl Cluster {
         // A snapshot an earlier command left half done (it died after freezing the head)
         // is finished first; when it is this very snapshot, that is all there is to do.
         let (info, finished) = self.settle_head(name).await?;
-        self.refuse_layers_on_ec(info.pool, "snapshots")?;
         if finished
             .iter()
             .any(|f| f.snapshot == snapshot && f.rollback_to.is_none())

@@ -42,7 +42,10 @@ pub(crate) struct StripeGuard {
 }
 
 impl StripeLocks {
+    /// Lock `stripe` — and with it the same stripe of every layer of its clone family, so a
+    /// write that reads an ancestor's stripe never races a copy-up or merge of that index.
     pub(crate) async fn lock(&self, stripe: ObjectId) -> StripeGuard {
+        let stripe = ObjectId::new(basalt_proto::inode_family(stripe.inode) << 16, stripe.index);
         let lock = {
             let mut table = self.table.lock().expect("stripe lock table");
             table.entry(stripe).or_default().clone()
@@ -491,7 +494,22 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
     if h.length == 0 {
         return (Status::Ok, Bytes::new());
     }
+    let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+        Ok(chain) => chain,
+        Err(_) => return (Status::Unavailable, Bytes::new()),
+    };
     let _stripe = osd.stripes.lock(h.object).await;
+    if !chain.is_empty() {
+        // A layer with ancestors: the first layer of the chain holding the stripe answers.
+        return match layered_stripe(osd, &ctx, h.object, &chain).await {
+            Ok(Some((_, object))) => (
+                Status::Ok,
+                Bytes::copy_from_slice(&object[h.offset as usize..end as usize]),
+            ),
+            Ok(None) => (Status::Ok, Bytes::from(vec![0; h.length as usize])),
+            Err(s) => (s, Bytes::new()),
+        };
+    }
     let behind = osd.pgs.with(ctx.pg, |e| e.ec_behind);
     let c = ctx.chunk_bytes as u64;
     let (first, last) = (h.offset as u64 / c, (end - 1) / c);
@@ -590,14 +608,10 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
     if osd.layers.is_frozen(h.object.inode) {
         return Status::Frozen;
     }
-    match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
-        Ok(chain) if chain.is_empty() => {}
-        Ok(_) => {
-            tracing::warn!(osd = osd.id, object = %h.object, "layers (snapshots, clones) are not supported on erasure-coded pools");
-            return Status::Invalid;
-        }
+    let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+        Ok(chain) => chain,
         Err(_) => return Status::Unavailable,
-    }
+    };
     let (offset, len) = match h.opcode {
         Opcode::Write => (h.offset as u64, payload.len() as u64),
         Opcode::Trim => (h.offset as u64, h.length as u64),
@@ -614,9 +628,15 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
     let (old_version, mut object) = if whole {
         (None, vec![0u8; ctx.stripe_bytes as usize])
     } else {
+        // The head's stripe; when it has none, the nearest ancestor's (a copy-up: every EC
+        // write is a whole-stripe write into the head anyway).
         match decode_stripe(osd, &ctx, h.object, true).await {
             Ok(Some((v, object))) => (Some(v), object),
-            Ok(None) => (None, vec![0u8; ctx.stripe_bytes as usize]),
+            Ok(None) => match layered_stripe(osd, &ctx, h.object, &chain).await {
+                Ok(Some((_, object))) => (None, object),
+                Ok(None) => (None, vec![0u8; ctx.stripe_bytes as usize]),
+                Err(s) => return s,
+            },
             Err(s) => return s,
         }
     };
@@ -625,11 +645,28 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
         Opcode::Write => object[range].copy_from_slice(&payload),
         _ => object[range].fill(0),
     }
-    let chunks = match ctx.scheme.encode(&object) {
+    if let Err(s) = write_stripe(osd, &ctx, h.object, old_version, &object).await {
+        return s;
+    }
+    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %ctx.pg, interval = ctx.interval, "acknowledged");
+    Status::Ok
+}
+
+/// Write `object` as stripe `stripe` at a new version: encode, stash every chunk durably
+/// on every live position, then promote them all. The caller holds the stripe lock;
+/// `old_version` is the stripe's version before (asserted to grow).
+async fn write_stripe(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    old_version: Option<Version>,
+    object: &[u8],
+) -> Result<(), Status> {
+    let chunks = match ctx.scheme.encode(object) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(osd = osd.id, "encode: {e}");
-            return Status::Io;
+            return Err(Status::Io);
         }
     };
     // The version, under the PG lock: still this interval's active primary.
@@ -637,7 +674,7 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
         let mut shard = osd.pgs.shard(ctx.pg).lock().expect("pg shard lock");
         let entry = shard.entry(ctx.pg).or_default();
         if entry.interval != ctx.interval || entry.phase != PgPhase::Active {
-            return Status::Unavailable;
+            return Err(Status::Unavailable);
         }
         entry.counter += 1;
         Version::new(ctx.interval as u64, entry.counter)
@@ -654,13 +691,13 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
     let chunks: Vec<Bytes> = chunks.into_iter().map(Bytes::from).collect();
     let stashes = ctx.live().map(|(pos, peer)| {
         let data = chunks[pos].clone();
-        let (osd, ctx) = (osd.clone(), &ctx);
+        let (osd, ctx) = (osd.clone(), ctx);
         async move {
             put_chunk(
                 &osd,
                 ctx,
                 peer,
-                h.object.chunk(pos, true),
+                stripe.chunk(pos, true),
                 version,
                 Some(data),
                 true,
@@ -669,23 +706,69 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
         }
     });
     for result in join_all(stashes).await {
-        if let Err(s) = result {
-            return s;
-        }
+        result?;
     }
     // Phase 2: promote everywhere. The write is durable already (peering rolls it forward),
     // but a reader of this stripe must find every chunk committed at this version.
     let promotes = ctx.live().map(|(pos, peer)| {
-        let (osd, ctx) = (osd.clone(), &ctx);
-        async move { promote_chunk(&osd, ctx, peer, h.object, pos, version).await }
+        let (osd, ctx) = (osd.clone(), ctx);
+        async move { promote_chunk(&osd, ctx, peer, stripe, pos, version).await }
     });
     for result in join_all(promotes).await {
-        if let Err(s) = result {
-            return s;
+        result?;
+    }
+    Ok(())
+}
+
+/// The stripe `stripe` reads as in a layer whose ancestors are `chain` (nearest first): the
+/// first layer holding it (the layer itself first), None when none does. The caller holds
+/// the stripe lock (which covers every layer of the family).
+async fn layered_stripe(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    chain: &[basalt_proto::InodeId],
+) -> Result<Option<(Version, Vec<u8>)>, Status> {
+    let layers = std::iter::once(stripe.inode).chain(chain.iter().copied());
+    for inode in layers {
+        let at = ObjectId::new(inode, stripe.index);
+        if let Some(found) = decode_stripe(osd, ctx, at, inode == stripe.inode).await? {
+            return Ok(Some(found));
         }
     }
-    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %ctx.pg, interval = ctx.interval, "acknowledged");
-    Status::Ok
+    Ok(None)
+}
+
+/// COPYUP of an erasure-coded stripe: when the layer lacks it and an ancestor holds it,
+/// write the nearest holder's stripe into the layer (both phases, like a write).
+pub(crate) async fn client_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
+    let _fence = osd.layers.enter().await;
+    let ctx = match client_context(osd, &h) {
+        Ok(c) => c,
+        Err(s) => return s,
+    };
+    let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+        Ok(chain) => chain,
+        Err(_) => return Status::Unavailable,
+    };
+    if chain.is_empty() {
+        return Status::Ok;
+    }
+    let _stripe = osd.stripes.lock(h.object).await;
+    match decode_stripe(osd, &ctx, h.object, true).await {
+        Ok(Some(_)) => return Status::Ok,
+        Ok(None) => {}
+        Err(s) => return s,
+    }
+    let object = match layered_stripe(osd, &ctx, h.object, &chain).await {
+        Ok(Some((_, object))) => object,
+        Ok(None) => return Status::Ok,
+        Err(s) => return s,
+    };
+    match write_stripe(osd, &ctx, h.object, None, &object).await {
+        Ok(()) => Status::Ok,
+        Err(s) => s,
+    }
 }
 
 /// Run futures concurrently on this task and collect their outputs in order.

@@ -162,10 +162,16 @@ pub(crate) fn dispatch(
                 crate::scrub::scrub(&osd, h).await
             });
         }
-        // Erasure-coded PGs have their own client paths; layers and object classes are not
-        // supported there (yet): refused, never half done.
-        Opcode::CopyUp | Opcode::Call if crate::ec::is_ec(osd, h.pg) => {
+        // Erasure-coded PGs have their own client paths; object classes are not served
+        // there (yet): refused, never half done.
+        Opcode::Call if crate::ec::is_ec(osd, h.pg) => {
             sink.send(h.reply(Status::Invalid), Bytes::new());
+        }
+        Opcode::CopyUp if !replica && crate::ec::is_ec(osd, h.pg) => {
+            let osd = osd.clone();
+            spawn_reply(sink, h, permit, async move {
+                (crate::ec::client_copy_up(&osd, h).await, Bytes::new())
+            });
         }
         Opcode::Read | Opcode::Allocation | Opcode::Write | Opcode::Trim | Opcode::Delete
             if !replica && crate::ec::is_ec(osd, h.pg) =>

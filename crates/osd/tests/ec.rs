@@ -657,3 +657,87 @@ async fn ec_scrub_locates_a_wrong_chunk_with_two_parities() {
     let again = ec.cluster.scrub(None, &|_, _| {}).await.unwrap();
     assert_eq!(again.inconsistent, 0, "{again:?}");
 }
+
+/// Goal: layers work on an erasure-coded pool: a snapshot keeps what was written before it
+/// while the head moves on; a clone reads through to the snapshot and its partial writes
+/// copy the whole stripe up; flatten and snapshot removal keep every layer's data; an image
+/// imported into the pool is cloned and the clone reads the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_snapshots_clones_and_images() {
+    let ec = Ec::start(3).await;
+    let c = &ec.cluster;
+    let size = STRIPES * STRIPE as u64;
+    c.create_volume("v", size, EC_POOL).await.unwrap();
+    let v = c.open_volume("v").await.unwrap();
+    let mut before = vec![0u8; size as usize];
+    write_pattern(&v, &mut before, 21, 16).await;
+    c.snapshot_volume("v", "s1").await.unwrap();
+    let v = c.open_volume("v").await.unwrap();
+    let mut head = before.clone();
+    write_pattern(&v, &mut head, 22, 12).await;
+    let snap = c.open_snapshot("v", "s1").await.unwrap();
+    assert!(
+        snap.read(0, size as u32).await.unwrap()[..] == before[..],
+        "snapshot"
+    );
+    assert!(
+        v.read(0, size as u32).await.unwrap()[..] == head[..],
+        "head"
+    );
+
+    c.clone_snapshot("v", "s1", "cl").await.unwrap();
+    let cl = c.open_volume("cl").await.unwrap();
+    assert!(
+        cl.read(0, size as u32).await.unwrap()[..] == before[..],
+        "clone reads its parent"
+    );
+    let mut clone = before.clone();
+    write_pattern(&cl, &mut clone, 23, 8).await;
+    assert!(
+        cl.read(0, size as u32).await.unwrap()[..] == clone[..],
+        "clone after copy-ups"
+    );
+    assert!(
+        snap.read(0, size as u32).await.unwrap()[..] == before[..],
+        "snapshot unchanged"
+    );
+
+    c.flatten_volume("cl", &|_, _| {}).await.unwrap();
+    let cl = c.open_volume("cl").await.unwrap();
+    assert!(
+        cl.read(0, size as u32).await.unwrap()[..] == clone[..],
+        "flattened clone"
+    );
+    c.remove_snapshot("v", "s1", &|_, _| {}).await.unwrap();
+    let v = c.open_volume("v").await.unwrap();
+    assert!(
+        v.read(0, size as u32).await.unwrap()[..] == head[..],
+        "head after snapshot rm"
+    );
+
+    let image: Vec<u8> = (0..size).map(|i| (i % 241) as u8).collect();
+    c.begin_image("img", size, EC_POOL, "test").await.unwrap();
+    let w = c.open_image_for_import("img").await.unwrap();
+    w.write(0, Bytes::from(image.clone()), false).await.unwrap();
+    c.finish_image("img").await.unwrap();
+    c.clone_image("img", "vm").await.unwrap();
+    let vm = c.open_volume("vm").await.unwrap();
+    assert!(
+        vm.read(0, size as u32).await.unwrap()[..] == image[..],
+        "clone of the image"
+    );
+    vm.write(5, Bytes::from_static(b"boot"), false)
+        .await
+        .unwrap();
+    let mut want = image.clone();
+    want[5..9].copy_from_slice(b"boot");
+    assert!(
+        vm.read(0, size as u32).await.unwrap()[..] == want[..],
+        "written clone"
+    );
+    let img = c.open_image("img").await.unwrap();
+    assert!(
+        img.read(0, size as u32).await.unwrap()[..] == image[..],
+        "image unchanged"
+    );
+}

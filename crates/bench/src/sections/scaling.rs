@@ -4,8 +4,8 @@
 //! measure, with `--osds N --replicas R`), writes its volume once, runs three workloads and
 //! stops it. The sweep uses 1 replica, so N OSDs mean N times the disks; its rows carry linear
 //! scaling (N times the 1-OSD figure) as their baseline, which makes the ratio column the
-//! scaling efficiency. The redundancy schemes (replication with 2 and 3 replicas, the only
-//! scheme Basalt offers) run the same workloads at one OSD count.
+//! scaling efficiency. The redundancy schemes (replication with 2 and 3 replicas, erasure
+//! coding 2+1) run the same workloads at one OSD count.
 
 pub mod render;
 
@@ -25,6 +25,63 @@ pub const ID: &str = "scaling";
 pub const TITLE: &str = "Scaling over OSD counts (Simplyblock)";
 /// Replicas of the sweep: 1, so N OSDs mean N times the disks.
 pub const SWEEP_REPLICAS: u32 = 1;
+/// The sweep's redundancy.
+pub const SWEEP: Redundancy = Redundancy::Replicas(SWEEP_REPLICAS);
+
+/// How a step's pool keeps its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Redundancy {
+    /// `n` replicas.
+    Replicas(u32),
+    /// Erasure coded, k data + m parity chunks per stripe.
+    Ec { k: u32, m: u32 },
+}
+
+impl Redundancy {
+    /// `1 replica`, `3 replicas`, `EC 2+1`.
+    pub fn label(self) -> String {
+        match self {
+            Redundancy::Replicas(r) => replicas_label(r),
+            Redundancy::Ec { k, m } => format!("EC {k}+{m}"),
+        }
+    }
+
+    /// Its part of a row key: `replicas3`, `ec2p1`.
+    pub fn key(self) -> String {
+        match self {
+            Redundancy::Replicas(r) => format!("replicas{r}"),
+            Redundancy::Ec { k, m } => format!("ec{k}p{m}"),
+        }
+    }
+
+    /// Read back [`Redundancy::key`].
+    pub fn parse(key: &str) -> Option<Redundancy> {
+        if let Some(r) = key.strip_prefix("replicas") {
+            return r.parse().ok().map(Redundancy::Replicas);
+        }
+        let (k, m) = key.strip_prefix("ec")?.split_once('p')?;
+        Some(Redundancy::Ec {
+            k: k.parse().ok()?,
+            m: m.parse().ok()?,
+        })
+    }
+
+    /// Bytes written to stores per byte of a whole-stripe or replicated write.
+    pub fn write_factor(self) -> f64 {
+        match self {
+            Redundancy::Replicas(r) => f64::from(r),
+            Redundancy::Ec { k, m } => f64::from(k + m) / f64::from(k),
+        }
+    }
+
+    /// OSDs a pool of this scheme needs (one per replica or chunk).
+    pub fn width(self) -> u32 {
+        match self {
+            Redundancy::Replicas(r) => r,
+            Redundancy::Ec { k, m } => k + m,
+        }
+    }
+}
 /// Planned seconds to start and stop a `basalt up` (measured: about 0.2 s each way).
 const START_STOP_S: f64 = 1.5;
 /// Planned write speed of preconditioning, per replica (bytes/s), for the ETA only.
@@ -93,8 +150,8 @@ pub struct ScalingPlan {
     pub osd_counts: Vec<u32>,
     /// OSD count at which the redundancy schemes are compared.
     pub scheme_osds: u32,
-    /// Replica counts measured at `scheme_osds` besides the sweep.
-    pub scheme_replicas: Vec<u32>,
+    /// Redundancy schemes measured at `scheme_osds` besides the sweep.
+    pub schemes: Vec<Redundancy>,
     /// Seconds per timed fio run.
     pub runtime_s: u32,
     /// Warm-up seconds before each timed run.
@@ -104,25 +161,34 @@ pub struct ScalingPlan {
 }
 
 impl ScalingPlan {
-    /// The full run: 1 to 4 OSDs, then 2 and 3 replicas at 3 OSDs; 8 s runs after 2 s of
-    /// warm-up on a 1 GiB volume (about 4 minutes on 2 cores).
+    /// The full run: 1 to 4 OSDs, then 2 and 3 replicas and EC 2+1 at 3 OSDs; 8 s runs
+    /// after 2 s of warm-up on a 1 GiB volume (about 5 minutes on 2 cores).
     pub fn full() -> ScalingPlan {
         ScalingPlan {
             osd_counts: vec![1, 2, 3, 4],
             scheme_osds: 3,
-            scheme_replicas: vec![2, 3],
+            schemes: vec![
+                Redundancy::Replicas(2),
+                Redundancy::Replicas(3),
+                Redundancy::Ec { k: 2, m: 1 },
+            ],
             runtime_s: 8,
             ramp_s: 2,
             size_bytes: 1 << 30,
         }
     }
 
-    /// `--quick`: 1 and 2 OSDs, then 2 and 3 replicas at 3 OSDs; 2 s runs, 128 MiB volumes.
+    /// `--quick`: 1 and 2 OSDs, then 2 and 3 replicas and EC 2+1 at 3 OSDs; 2 s runs,
+    /// 128 MiB volumes.
     pub fn quick() -> ScalingPlan {
         ScalingPlan {
             osd_counts: vec![1, 2],
             scheme_osds: 3,
-            scheme_replicas: vec![2, 3],
+            schemes: vec![
+                Redundancy::Replicas(2),
+                Redundancy::Replicas(3),
+                Redundancy::Ec { k: 2, m: 1 },
+            ],
             runtime_s: 2,
             ramp_s: 0,
             size_bytes: 128 << 20,
@@ -134,29 +200,28 @@ impl ScalingPlan {
         ScalingPlan {
             osd_counts: vec![1, 2],
             scheme_osds: 2,
-            scheme_replicas: vec![2],
+            schemes: vec![Redundancy::Replicas(2)],
             runtime_s: 1,
             ramp_s: 0,
             size_bytes: 32 << 20,
         }
     }
 
-    /// Cluster configurations in run order as `(osds, replicas)`: the sweep, then each
-    /// scheme (a scheme at the sweep's replica count is the sweep's step, not run twice).
-    pub fn configs(&self) -> Vec<(u32, u32)> {
-        let sweep = self.osd_counts.iter().map(|&n| (n, SWEEP_REPLICAS));
+    /// Cluster configurations in run order as `(osds, scheme)`: the sweep, then each
+    /// scheme (a scheme equal to the sweep's is the sweep's step, not run twice).
+    pub fn configs(&self) -> Vec<(u32, Redundancy)> {
+        let sweep = self.osd_counts.iter().map(|&n| (n, SWEEP));
         let schemes = self
-            .scheme_replicas
+            .schemes
             .iter()
-            .filter(|&&r| r != SWEEP_REPLICAS)
+            .filter(|&&r| r != SWEEP)
             .map(|&r| (self.scheme_osds, r));
         sweep.chain(schemes).collect()
     }
 
-    /// Planned seconds to start a cluster with `replicas` replicas, write its volume once
-    /// and stop it.
-    pub fn start_seconds(&self, replicas: u32) -> f64 {
-        START_STOP_S + self.size_bytes as f64 * f64::from(replicas) / PLAN_FILL_BYTES_PER_S
+    /// Planned seconds to start a cluster of `scheme`, write its volume once and stop it.
+    pub fn start_seconds(&self, scheme: Redundancy) -> f64 {
+        START_STOP_S + self.size_bytes as f64 * scheme.write_factor() / PLAN_FILL_BYTES_PER_S
     }
 
     /// Planned seconds of one timed fio run.
@@ -215,11 +280,14 @@ impl ScalingSection {
         } else {
             String::new()
         };
-        let schemes: Vec<u32> = p
-            .scheme_replicas
+        let schemes: Vec<String> = p
+            .schemes
             .iter()
-            .copied()
-            .filter(|&r| r != SWEEP_REPLICAS)
+            .filter(|&&r| r != SWEEP)
+            .map(|r| match r {
+                Redundancy::Replicas(n) => format!("{n} replicas"),
+                Redundancy::Ec { k, m } => format!("erasure coded {k}+{m}"),
+            })
             .collect();
         format!(
             "4k random read and write IOPS and 128k sequential 70/30 read/write throughput, \
@@ -231,34 +299,46 @@ impl ScalingSection {
              N disks). Scaling efficiency is the figure at N OSDs divided by N times the figure at \
              1 OSD (100% is linear). All OSDs run in one process on this host and share its \
              {cores} cores and its one disk, so the sweep shows how Basalt's own path spreads \
-             load over OSDs, not what added machines would bring. Redundancy schemes: \
-             replication is the only scheme Basalt offers; pools with {schemes} replicas run \
-             the same workloads at {m} OSDs.",
+             load over OSDs, not what added machines would bring. Redundancy schemes: pools \
+             with {schemes} run the same workloads at {m} OSDs (an erasure-coded write \
+             smaller than a stripe rewrites the whole stripe, and every EC write is flushed \
+             on every member).",
             j = ctx.settings.jobs,
             q = ctx.settings.deep_iodepth,
             size = human_bytes(p.size_bytes),
             rt = p.runtime_s,
             osds = and_list(&p.osd_counts),
             cores = crate::environment::cores(),
-            schemes = and_list(&schemes),
+            schemes = and_words(&schemes),
             m = p.scheme_osds,
         )
     }
 
     /// Start the cluster of one configuration, measure every workload on it, stop it and
     /// remove its data. A cluster that does not start fails each of its figures.
-    fn measure(&self, ctx: &mut Ctx, osds: u32, replicas: u32, notes: &mut Vec<String>) -> Step {
-        let name = format!("{ID}-osds{osds}-replicas{replicas}");
-        let what = config_label(osds, replicas);
+    fn measure(
+        &self,
+        ctx: &mut Ctx,
+        osds: u32,
+        scheme: Redundancy,
+        notes: &mut Vec<String>,
+    ) -> Step {
+        let name = format!("{ID}-osds{osds}-{}", scheme.key());
+        let what = config_label(osds, scheme);
         ctx.progress.step(
             &format!("scaling: start basalt up ({what}), write its volume once"),
-            self.plan.start_seconds(replicas),
+            self.plan.start_seconds(scheme),
         );
         let data_dir = ctx.work_dir.join(&name);
         let log = ctx.raw_dir.join(format!("basalt-up-{name}.log"));
+        let (replicas, ec) = match scheme {
+            Redundancy::Replicas(r) => (r, None),
+            Redundancy::Ec { k, m } => (1, Some(format!("{k}+{m}"))),
+        };
         let config = ClusterConfig {
             osds,
             replicas,
+            ec,
             volume_size: format_size(self.plan.size_bytes),
             ..self.base.clone()
         };
@@ -281,7 +361,7 @@ impl ScalingSection {
         let _ = std::fs::remove_dir_all(&data_dir);
         Step {
             osds,
-            replicas,
+            scheme,
             figures,
         }
     }
@@ -376,7 +456,7 @@ impl Section for ScalingSection {
             .plan
             .configs()
             .into_iter()
-            .map(|(osds, replicas)| self.measure(ctx, osds, replicas, &mut notes))
+            .map(|(osds, scheme)| self.measure(ctx, osds, scheme, &mut notes))
             .collect();
         SectionReport {
             id: ID.into(),
@@ -397,8 +477,8 @@ impl Section for ScalingSection {
 pub struct Step {
     /// OSDs in the cluster.
     pub osds: u32,
-    /// Replicas of its pool.
-    pub replicas: u32,
+    /// How its pool keeps data.
+    pub scheme: Redundancy,
     /// The figures, valued in each workload's unit.
     pub figures: Vec<Figure>,
 }
@@ -415,10 +495,19 @@ pub fn and_list(values: &[u32]) -> String {
     }
 }
 
-/// `2 OSDs, 1 replica`.
-pub fn config_label(osds: u32, replicas: u32) -> String {
+/// `a`, `a and b`, `a, b and c`.
+pub fn and_words(values: &[String]) -> String {
+    match values {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// `2 OSDs, 1 replica`, `3 OSDs, EC 2+1`.
+pub fn config_label(osds: u32, scheme: Redundancy) -> String {
     let s = if osds == 1 { "" } else { "s" };
-    format!("{osds} OSD{s}, {}", replicas_label(replicas))
+    format!("{osds} OSD{s}, {}", scheme.label())
 }
 
 /// `1 replica`, `3 replicas`.
@@ -439,40 +528,39 @@ pub fn efficiency(at_one: f64, osds: u32, at_n: f64) -> Option<f64> {
     linear(at_one, osds).map(|ideal| at_n / ideal)
 }
 
-/// Key of the row for `workload` at `osds` OSDs with `replicas` replicas
-/// (`osds2_replicas1_randread_4k_iops`); [`parse_key`] reads it back.
-pub fn row_key(osds: u32, replicas: u32, workload: &str) -> String {
-    format!("osds{osds}_replicas{replicas}_{workload}")
+/// Key of the row for `workload` at `osds` OSDs with `scheme`
+/// (`osds2_replicas1_randread_4k_iops`, `osds3_ec2p1_randwrite_4k_iops`); [`parse_key`]
+/// reads it back.
+pub fn row_key(osds: u32, scheme: Redundancy, workload: &str) -> String {
+    format!("osds{osds}_{}_{workload}", scheme.key())
 }
 
-/// `(osds, replicas, workload)` of a key made by [`row_key`].
-pub fn parse_key(key: &str) -> Option<(u32, u32, &str)> {
-    let (osds, rest) = key.strip_prefix("osds")?.split_once("_replicas")?;
-    let (replicas, workload) = rest.split_once('_')?;
-    Some((osds.parse().ok()?, replicas.parse().ok()?, workload))
+/// `(osds, scheme, workload)` of a key made by [`row_key`].
+pub fn parse_key(key: &str) -> Option<(u32, Redundancy, &str)> {
+    let (osds, rest) = key.strip_prefix("osds")?.split_once('_')?;
+    let (scheme, workload) = rest.split_once('_')?;
+    Some((osds.parse().ok()?, Redundancy::parse(scheme)?, workload))
 }
 
 /// The section's rows, one per step and workload. Sweep rows carry linear scaling (N times
 /// the 1-OSD figure) as their baseline, so their ratio is the scaling efficiency; scheme rows
 /// have no baseline.
 pub fn rows(steps: &[Step]) -> Vec<Row> {
-    let one = steps
-        .iter()
-        .find(|s| s.osds == 1 && s.replicas == SWEEP_REPLICAS);
+    let one = steps.iter().find(|s| s.osds == 1 && s.scheme == SWEEP);
     let mut rows = Vec::new();
     for step in steps {
         for (i, (w, figure)) in WORKLOADS.iter().zip(&step.figures).enumerate() {
             let at_one = one.and_then(|s| s.figures.get(i)?.value);
             let baseline = at_one
-                .filter(|_| step.replicas == SWEEP_REPLICAS)
+                .filter(|_| step.scheme == SWEEP)
                 .and_then(|v| linear(v, step.osds))
                 .map(|ideal| Figure {
                     value: Some(ideal),
                     ..Figure::default()
                 });
             rows.push(Row {
-                key: row_key(step.osds, step.replicas, w.key),
-                label: format!("{}, {}", w.label, config_label(step.osds, step.replicas)),
+                key: row_key(step.osds, step.scheme, w.key),
+                label: format!("{}, {}", w.label, config_label(step.osds, step.scheme)),
                 unit: w.metric.unit().into(),
                 higher_is_better: true,
                 baseline,
@@ -496,31 +584,54 @@ pub(crate) mod tests {
         }
     }
 
-    fn step(osds: u32, replicas: u32, figures: [Figure; 3]) -> Step {
+    fn step(osds: u32, scheme: Redundancy, figures: [Figure; 3]) -> Step {
         Step {
             osds,
-            replicas,
+            scheme,
             figures: figures.to_vec(),
         }
     }
+
+    const R1: Redundancy = Redundancy::Replicas(1);
 
     /// A sweep over 1-3 OSDs (the 3-OSD random write failed) and 2 and 3 replicas at
     /// 3 OSDs, as the section returns it.
     pub(crate) fn sample_section() -> SectionReport {
         let steps = [
-            step(1, 1, [measured(10000.0), measured(4000.0), measured(300.0)]),
-            step(2, 1, [measured(18000.0), measured(6000.0), measured(600.0)]),
+            step(
+                1,
+                R1,
+                [measured(10000.0), measured(4000.0), measured(300.0)],
+            ),
+            step(
+                2,
+                R1,
+                [measured(18000.0), measured(6000.0), measured(600.0)],
+            ),
             step(
                 3,
-                1,
+                R1,
                 [
                     measured(24000.0),
                     Figure::failed("fio exited with 1", None, None),
                     measured(450.0),
                 ],
             ),
-            step(3, 2, [measured(23000.0), measured(3000.0), measured(400.0)]),
-            step(3, 3, [measured(22000.0), measured(2000.0), measured(300.0)]),
+            step(
+                3,
+                Redundancy::Replicas(2),
+                [measured(23000.0), measured(3000.0), measured(400.0)],
+            ),
+            step(
+                3,
+                Redundancy::Replicas(3),
+                [measured(22000.0), measured(2000.0), measured(300.0)],
+            ),
+            step(
+                3,
+                Redundancy::Ec { k: 2, m: 1 },
+                [measured(15000.0), measured(500.0), measured(350.0)],
+            ),
         ];
         SectionReport {
             id: ID.into(),
@@ -556,7 +667,7 @@ pub(crate) mod tests {
         // Goal: a sweep row's ratio to its baseline is its scaling efficiency; scheme rows
         // and rows without a 1-OSD figure have no baseline; failures stay failures.
         let sec = sample_section();
-        assert_eq!(sec.rows.len(), 15);
+        assert_eq!(sec.rows.len(), 18);
         let row = |key: &str| sec.rows.iter().find(|r| r.key == key).unwrap();
         let two = row("osds2_replicas1_randread_4k_iops");
         assert_eq!(two.label, "4k random read, 2 OSDs, 1 replica");
@@ -579,7 +690,7 @@ pub(crate) mod tests {
         assert!(scheme.baseline.is_none());
         assert_eq!(scheme.basalt.as_ref().unwrap().value, Some(3000.0));
         // Without a 1-OSD step there is nothing to scale from.
-        let no_one = rows(&[step(2, 1, [measured(1.0), measured(1.0), measured(1.0)])]);
+        let no_one = rows(&[step(2, R1, [measured(1.0), measured(1.0), measured(1.0)])]);
         assert!(no_one.iter().all(|r| r.baseline.is_none()));
     }
 
@@ -590,16 +701,30 @@ pub(crate) mod tests {
         assert_eq!(and_list(&[3]), "3");
         assert_eq!(and_list(&[2, 3]), "2 and 3");
         assert_eq!(and_list(&[1, 2, 3, 4]), "1, 2, 3 and 4");
-        assert_eq!(config_label(1, 3), "1 OSD, 3 replicas");
-        assert_eq!(config_label(4, 1), "4 OSDs, 1 replica");
+        assert_eq!(
+            config_label(1, Redundancy::Replicas(3)),
+            "1 OSD, 3 replicas"
+        );
+        assert_eq!(config_label(4, R1), "4 OSDs, 1 replica");
+        assert_eq!(
+            config_label(3, Redundancy::Ec { k: 4, m: 2 }),
+            "3 OSDs, EC 4+2"
+        );
+        assert_eq!(and_words(&["a".into(), "b".into()]), "a and b");
     }
 
     #[test]
     fn keys_round_trip() {
         // Goal: the configuration of a row is read back from its key.
-        let key = row_key(12, 3, "seq_128k_rw70_mib_s");
+        let r3 = Redundancy::Replicas(3);
+        let key = row_key(12, r3, "seq_128k_rw70_mib_s");
         assert_eq!(key, "osds12_replicas3_seq_128k_rw70_mib_s");
-        assert_eq!(parse_key(&key), Some((12, 3, "seq_128k_rw70_mib_s")));
+        assert_eq!(parse_key(&key), Some((12, r3, "seq_128k_rw70_mib_s")));
+        let ec = Redundancy::Ec { k: 8, m: 3 };
+        let key = row_key(3, ec, "randwrite_4k_iops");
+        assert_eq!(key, "osds3_ec8p3_randwrite_4k_iops");
+        assert_eq!(parse_key(&key), Some((3, ec, "randwrite_4k_iops")));
+        assert_eq!(parse_key("osds3_ecxp1_a"), None);
         assert_eq!(parse_key("randread_4k_qd32_iops"), None);
         assert_eq!(parse_key("osdsx_replicas1_a"), None);
     }
@@ -613,22 +738,38 @@ pub(crate) mod tests {
         let quick = ScalingPlan::quick();
         let smoke = ScalingPlan::smoke();
         let total = |p: &ScalingPlan| p.step_seconds().iter().sum::<f64>();
-        assert!(total(&full) <= 240.0, "full: {} s", total(&full));
-        assert!(total(&quick) <= 45.0, "quick: {} s", total(&quick));
+        assert!(total(&full) <= 300.0, "full: {} s", total(&full));
+        assert!(total(&quick) <= 55.0, "quick: {} s", total(&quick));
         assert!(total(&smoke) < total(&quick));
         for p in [&full, &quick, &smoke] {
             assert_eq!(p.osd_counts[0], 1);
             assert!(p.osd_counts.windows(2).all(|w| w[0] < w[1]));
-            assert!(p.scheme_replicas.iter().all(|&r| r <= p.scheme_osds));
+            assert!(p.schemes.iter().all(|&r| r.width() <= p.scheme_osds));
             assert_eq!(
                 p.step_seconds().len(),
                 p.configs().len() * (1 + WORKLOADS.len())
             );
         }
+        let (r2, r3, ec) = (
+            Redundancy::Replicas(2),
+            Redundancy::Replicas(3),
+            Redundancy::Ec { k: 2, m: 1 },
+        );
         assert_eq!(
             full.configs(),
-            vec![(1, 1), (2, 1), (3, 1), (4, 1), (3, 2), (3, 3)]
+            vec![
+                (1, R1),
+                (2, R1),
+                (3, R1),
+                (4, R1),
+                (3, r2),
+                (3, r3),
+                (3, ec)
+            ]
         );
-        assert_eq!(quick.configs(), vec![(1, 1), (2, 1), (3, 2), (3, 3)]);
+        assert_eq!(
+            quick.configs(),
+            vec![(1, R1), (2, R1), (3, r2), (3, r3), (3, ec)]
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! and schemes tables, the Assessment paragraph and the curves of the scaling plot. A row's
 //! configuration comes from its key ([`super::parse_key`]).
 
-use super::{efficiency, parse_key, replicas_label, SWEEP_REPLICAS, WORKLOADS};
+use super::{efficiency, parse_key, Redundancy, SWEEP, SWEEP_REPLICAS, WORKLOADS};
 use crate::report::{cell, format_value};
 use crate::results::{Row, SectionReport};
 use std::fmt::Write;
@@ -10,7 +10,7 @@ use std::fmt::Write;
 /// A row of the section with its configuration read back from its key.
 struct Entry<'a> {
     osds: u32,
-    replicas: u32,
+    scheme: Redundancy,
     workload: &'a str,
     row: &'a Row,
 }
@@ -19,10 +19,10 @@ fn entries(sec: &SectionReport) -> Vec<Entry<'_>> {
     sec.rows
         .iter()
         .filter_map(|row| {
-            let (osds, replicas, workload) = parse_key(&row.key)?;
+            let (osds, scheme, workload) = parse_key(&row.key)?;
             Some(Entry {
                 osds,
-                replicas,
+                scheme,
                 workload,
                 row,
             })
@@ -49,8 +49,8 @@ fn workload_label(key: &str) -> &str {
 }
 
 /// Sorted distinct values.
-fn distinct(values: impl Iterator<Item = u32>) -> Vec<u32> {
-    let mut v: Vec<u32> = values.collect();
+fn distinct<T: Ord>(values: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = values.collect();
     v.sort_unstable();
     v.dedup();
     v
@@ -59,10 +59,7 @@ fn distinct(values: impl Iterator<Item = u32>) -> Vec<u32> {
 /// The OSD count of the redundancy schemes: where a pool with more replicas than the sweep's
 /// was measured.
 fn scheme_osds(entries: &[Entry]) -> Option<u32> {
-    entries
-        .iter()
-        .find(|e| e.replicas != SWEEP_REPLICAS)
-        .map(|e| e.osds)
+    entries.iter().find(|e| e.scheme != SWEEP).map(|e| e.osds)
 }
 
 /// The section's tables in Markdown: the sweep (figure and efficiency per OSD count), then
@@ -70,19 +67,14 @@ fn scheme_osds(entries: &[Entry]) -> Option<u32> {
 pub fn render_tables(sec: &SectionReport) -> String {
     let entries = entries(sec);
     let keys = workload_keys(&entries);
-    let find = |osds: u32, replicas: u32, key: &str| {
+    let find = |osds: u32, scheme: Redundancy, key: &str| {
         entries
             .iter()
-            .find(|e| e.osds == osds && e.replicas == replicas && e.workload == key)
+            .find(|e| e.osds == osds && e.scheme == scheme && e.workload == key)
             .map(|e| e.row)
     };
     let mut s = String::new();
-    let sweep = distinct(
-        entries
-            .iter()
-            .filter(|e| e.replicas == SWEEP_REPLICAS)
-            .map(|e| e.osds),
-    );
+    let sweep = distinct(entries.iter().filter(|e| e.scheme == SWEEP).map(|e| e.osds));
     if !sweep.is_empty() {
         let _ = write!(s, "| OSDs ({SWEEP_REPLICAS} replica) |");
         for k in &keys {
@@ -92,7 +84,7 @@ pub fn render_tables(sec: &SectionReport) -> String {
         for &n in &sweep {
             let _ = write!(s, "| {n} |");
             for k in &keys {
-                match find(n, SWEEP_REPLICAS, k) {
+                match find(n, SWEEP, k) {
                     Some(row) => {
                         let eff = row
                             .percent_of_baseline()
@@ -107,18 +99,15 @@ pub fn render_tables(sec: &SectionReport) -> String {
         s.push('\n');
     }
     if let Some(m) = scheme_osds(&entries) {
-        let replicas = distinct(entries.iter().filter(|e| e.osds == m).map(|e| e.replicas));
-        let _ = writeln!(
-            s,
-            "Redundancy schemes at {m} OSDs (replication is the only scheme Basalt offers):\n"
-        );
+        let schemes = distinct(entries.iter().filter(|e| e.osds == m).map(|e| e.scheme));
+        let _ = writeln!(s, "Redundancy schemes at {m} OSDs:\n");
         s.push_str("| Pool |");
         for k in &keys {
             let _ = write!(s, " {} |", workload_label(k));
         }
         let _ = writeln!(s, "\n|---|{}", "---:|".repeat(keys.len()));
-        for &r in &replicas {
-            let _ = write!(s, "| {} |", replicas_label(r));
+        for &r in &schemes {
+            let _ = write!(s, "| {} |", r.label());
             for k in &keys {
                 let text =
                     find(m, r, k).map_or_else(|| "-".into(), |row| cell(&row.basalt, &row.unit));
@@ -137,10 +126,10 @@ pub fn render_tables(sec: &SectionReport) -> String {
 pub fn assessment(sec: &SectionReport) -> Option<String> {
     let entries = entries(sec);
     let keys = workload_keys(&entries);
-    let value = |osds: u32, replicas: u32, key: &str| {
+    let value = |osds: u32, scheme: Redundancy, key: &str| {
         let e = entries
             .iter()
-            .find(|e| e.osds == osds && e.replicas == replicas && e.workload == key)?;
+            .find(|e| e.osds == osds && e.scheme == scheme && e.workload == key)?;
         Some((e.row.basalt.as_ref()?.value?, e.row.unit.as_str()))
     };
     let mut sentences = Vec::new();
@@ -149,14 +138,14 @@ pub fn assessment(sec: &SectionReport) -> Option<String> {
         // The largest OSD count that has a figure, against the figure at 1 OSD.
         let top = entries
             .iter()
-            .filter(|e| e.workload == *k && e.replicas == SWEEP_REPLICAS && e.osds > 1)
+            .filter(|e| e.workload == *k && e.scheme == SWEEP && e.osds > 1)
             .filter(|e| e.row.basalt.as_ref().is_some_and(|f| f.value.is_some()))
             .map(|e| e.osds)
             .max();
-        let (Some(n), Some((one, unit))) = (top, value(1, SWEEP_REPLICAS, k)) else {
+        let (Some(n), Some((one, unit))) = (top, value(1, SWEEP, k)) else {
             continue;
         };
-        let Some((at_n, _)) = value(n, SWEEP_REPLICAS, k) else {
+        let Some((at_n, _)) = value(n, SWEEP, k) else {
             continue;
         };
         let Some(eff) = efficiency(one, n, at_n) else {
@@ -178,11 +167,11 @@ pub fn assessment(sec: &SectionReport) -> Option<String> {
         ));
     }
     if let Some(m) = scheme_osds(&entries) {
-        let replicas = distinct(entries.iter().filter(|e| e.osds == m).map(|e| e.replicas));
+        let schemes = distinct(entries.iter().filter(|e| e.osds == m).map(|e| e.scheme));
         let mut costs = Vec::new();
         for k in &keys {
             // Every pool against the one with the fewest replicas that has a figure.
-            let measured: Vec<(u32, f64, &str)> = replicas
+            let measured: Vec<(Redundancy, f64, &str)> = schemes
                 .iter()
                 .filter_map(|&r| value(m, r, k).map(|(v, u)| (r, v, u)))
                 .collect();
@@ -195,8 +184,14 @@ pub fn assessment(sec: &SectionReport) -> Option<String> {
             let others: Vec<String> = measured[1..]
                 .iter()
                 .map(|&(r, v, _)| {
+                    let label = r.label();
+                    let verb = if label.ends_with('s') {
+                        "reach"
+                    } else {
+                        "reaches"
+                    };
                     format!(
-                        "{r} replicas reach {:.0}% of it ({})",
+                        "{label} {verb} {:.0}% of it ({})",
                         v / v0 * 100.0,
                         format_value(v, unit)
                     )
@@ -206,7 +201,7 @@ pub fn assessment(sec: &SectionReport) -> Option<String> {
                 costs.push(format!(
                     "{} with {} is {}, {}",
                     workload_label(k),
-                    replicas_label(r0),
+                    r0.label(),
                     format_value(v0, unit),
                     others.join(", ")
                 ));
@@ -236,7 +231,7 @@ pub fn curves(sec: &SectionReport) -> Vec<Curve> {
         .map(|k| {
             let mut points: Vec<(u32, f64)> = entries
                 .iter()
-                .filter(|e| e.workload == k && e.replicas == SWEEP_REPLICAS)
+                .filter(|e| e.workload == k && e.scheme == SWEEP)
                 .filter_map(|e| Some((e.osds, e.row.basalt.as_ref()?.value?)))
                 .collect();
             points.sort_by_key(|p| p.0);
@@ -277,7 +272,8 @@ mod tests {
             lines[4],
             "| 3 | 24000 IOPS | 80% | failed | - | 450.00 MiB/s | 50% |"
         );
-        assert!(md.contains("Redundancy schemes at 3 OSDs (replication is the only scheme"));
+        assert!(md.contains("Redundancy schemes at 3 OSDs:"));
+        assert!(md.contains("| EC 2+1 | 15000 IOPS | 500 IOPS | 350.00 MiB/s |"));
         assert!(md.contains(
             "| Pool | 4k random read | 4k random write | 128k sequential 70/30 |\n|---|---:|---:|---:|"
         ));
@@ -302,9 +298,13 @@ mod tests {
             "4k random read with 1 replica is 24000 IOPS, 2 replicas reach 96% of it (23000 \
              IOPS), 3 replicas reach 92% of it (22000 IOPS)"
         ));
-        assert!(text.contains(
-            "4k random write with 2 replicas is 3000 IOPS, 3 replicas reach 67% of it (2000 IOPS)"
-        ));
+        assert!(
+            text.contains(
+                "4k random write with 2 replicas is 3000 IOPS, 3 replicas reach 67% of it (2000 \
+             IOPS), EC 2+1 reaches 17% of it (500 IOPS)"
+            ),
+            "{text}"
+        );
         let mut empty = sample_section();
         empty.rows.clear();
         assert!(assessment(&empty).is_none());
