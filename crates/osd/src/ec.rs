@@ -72,6 +72,7 @@ impl Drop for StripeGuard {
 }
 
 /// What the primary needs to know of an erasure-coded PG for one request.
+#[derive(Clone)]
 pub(crate) struct EcPg {
     pub pg: PgId,
     pub interval: u32,
@@ -623,9 +624,19 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
     if (ctx.live().count() as u32) < ctx.min_size {
         return Status::Unavailable;
     }
-    let _stripe = osd.stripes.lock(h.object).await;
+    let guard = osd.stripes.lock(h.object).await;
     let whole = offset == 0 && len == ctx.stripe_bytes as u64;
+    let healthy = if whole {
+        None
+    } else {
+        read_data_chunks(osd, &ctx, h.object).await
+    };
     let (old_version, mut object) = if whole {
+        (None, vec![0u8; ctx.stripe_bytes as usize])
+    } else if let Some((Some(v), object)) = healthy {
+        (Some(v), object)
+    } else if healthy.is_some() && chain.is_empty() {
+        // Every data chunk healthy and absent: a new stripe of a flat volume.
         (None, vec![0u8; ctx.stripe_bytes as usize])
     } else {
         // The head's stripe; when it has none, the nearest ancestor's (a copy-up: every EC
@@ -645,16 +656,57 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
         Opcode::Write => object[range].copy_from_slice(&payload),
         _ => object[range].fill(0),
     }
-    if let Err(s) = write_stripe(osd, &ctx, h.object, old_version, &object).await {
-        return s;
-    }
-    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %ctx.pg, interval = ctx.interval, "acknowledged");
+    let version = match stash_stripe(osd, &ctx, h.object, old_version, &object).await {
+        Ok(v) => v,
+        Err(s) => return s,
+    };
+    // Durable on every live position: acknowledged now. The promotes finish under the
+    // stripe lock, so a reader of this stripe still finds every chunk committed.
+    let (osd2, stripe, pg, interval) = (osd.clone(), h.object, ctx.pg, ctx.interval);
+    tokio::spawn(async move {
+        if let Err(s) = promote_stripe(&osd2, &ctx, stripe, version).await {
+            // The stashes are durable: the next interval's peering promotes them.
+            tracing::warn!(osd = osd2.id, %stripe, "EC promote after the acknowledgement: {s:?}");
+        }
+        drop(guard);
+    });
+    tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %pg, interval, "acknowledged");
     Status::Ok
 }
 
-/// Write `object` as stripe `stripe` at a new version: encode, stash every chunk durably
-/// on every live position, then promote them all. The caller holds the stripe lock;
-/// `old_version` is the stripe's version before (asserted to grow).
+/// The k data chunks of `stripe` read whole from their holders when every one is healthy
+/// (not a hole, not being rebuilt, readable) and all are at one version: the stripe's
+/// version (None: absent) and bytes. None when the stripe must be decoded instead.
+async fn read_data_chunks(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+) -> Option<(Option<Version>, Vec<u8>)> {
+    let behind = osd.pgs.with(ctx.pg, |e| e.ec_behind);
+    let k = ctx.scheme.k();
+    if (0..k).any(|pos| ctx.positions[pos] == NO_OSD || behind & (1 << pos) != 0) {
+        return None;
+    }
+    let reads = join_all((0..k).map(|pos| {
+        let peer = ctx.positions[pos];
+        read_chunk(osd, ctx, peer, stripe.chunk(pos, false), 0, ctx.chunk_bytes)
+    }))
+    .await;
+    let mut version = None;
+    let mut object = Vec::with_capacity(ctx.stripe_bytes as usize);
+    for (i, r) in reads.into_iter().enumerate() {
+        let (v, data) = r.ok()?;
+        if i > 0 && v != version {
+            return None;
+        }
+        version = v;
+        object.extend_from_slice(&data);
+    }
+    Some((version, object))
+}
+
+/// Write `object` as stripe `stripe` at a new version, both phases (see [`stash_stripe`]
+/// and [`promote_stripe`]). The caller holds the stripe lock.
 async fn write_stripe(
     osd: &Arc<Osd>,
     ctx: &EcPg,
@@ -662,6 +714,20 @@ async fn write_stripe(
     old_version: Option<Version>,
     object: &[u8],
 ) -> Result<(), Status> {
+    let version = stash_stripe(osd, ctx, stripe, old_version, object).await?;
+    promote_stripe(osd, ctx, stripe, version).await
+}
+
+/// Phase 1 of a stripe write: assign a version, encode, stash every chunk durably on every
+/// live position. Returns the version. The caller holds the stripe lock; `old_version` is
+/// the stripe's version before (asserted to grow).
+async fn stash_stripe(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    old_version: Option<Version>,
+    object: &[u8],
+) -> Result<Version, Status> {
     let chunks = match ctx.scheme.encode(object) {
         Ok(c) => c,
         Err(e) => {
@@ -708,8 +774,18 @@ async fn write_stripe(
     for result in join_all(stashes).await {
         result?;
     }
-    // Phase 2: promote everywhere. The write is durable already (peering rolls it forward),
-    // but a reader of this stripe must find every chunk committed at this version.
+    Ok(version)
+}
+
+/// Phase 2 of a stripe write: promote the stashes of `version` everywhere. The write is
+/// durable already (peering rolls it forward); a reader of the stripe must find every
+/// chunk committed at one version, so the caller holds the stripe lock until this is done.
+async fn promote_stripe(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    version: Version,
+) -> Result<(), Status> {
     let promotes = ctx.live().map(|(pos, peer)| {
         let (osd, ctx) = (osd.clone(), ctx);
         async move { promote_chunk(&osd, ctx, peer, stripe, pos, version).await }
