@@ -8,25 +8,7 @@ use crate::volume_cmd::Target;
 /// over PGs on a terminal; prints what was found and repaired.
 pub async fn run(target: Target, pool: Option<String>, json: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let bar = std::sync::OnceLock::<indicatif::ProgressBar>::new();
-    let progress = move |done: u64, total: u64| {
-        let bar = bar.get_or_init(|| {
-            let bar = indicatif::ProgressBar::new(total);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "scrubbing [{bar:40}] {pos}/{len} PGs, eta {eta}",
-                )
-                .expect("progress template")
-                .progress_chars("=> "),
-            );
-            bar
-        });
-        bar.set_length(total);
-        bar.set_position(done);
-        if done == total {
-            bar.finish_and_clear();
-        }
-    };
+    let progress = crate::volume_cmd::progress_bar("scrubbing", "PGs");
     let resp = target
         .call_with_progress(Request::Scrub { pool: pool.clone() }, progress)
         .await?;

@@ -193,20 +193,25 @@ pub enum SnapshotCommand {
     },
 }
 
-/// A progress bar on stderr for a long operation over `objects` (hidden when stderr is not
+/// A progress bar on stderr for a long operation over objects (hidden when stderr is not
 /// a terminal), drawn from the first report on.
 fn object_progress(what: &str) -> impl Fn(u64, u64) + Send + Sync {
+    progress_bar(what, "objects")
+}
+
+/// A progress bar on stderr for `what`, counting `unit` (hidden when stderr is not a
+/// terminal), drawn from the first report on.
+pub(crate) fn progress_bar(what: &str, unit: &str) -> impl Fn(u64, u64) + Send + Sync {
     let bar = std::sync::OnceLock::<indicatif::ProgressBar>::new();
     let what = what.to_string();
+    let template = format!("{{msg}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{per_sec}}, eta {{eta}}");
     move |done, total| {
         let bar = bar.get_or_init(|| {
             let bar = indicatif::ProgressBar::new(total);
             bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{msg} [{bar:40}] {pos}/{len} objects, {per_sec}, eta {eta}",
-                )
-                .expect("progress template")
-                .progress_chars("=> "),
+                indicatif::ProgressStyle::with_template(&template)
+                    .expect("progress template")
+                    .progress_chars("=> "),
             );
             bar.set_message(what.clone());
             bar

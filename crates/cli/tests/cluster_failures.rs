@@ -272,14 +272,7 @@ fn osd_out_is_rereplicated() {
     )
     .run_ok(FIO_TIMEOUT);
     let victim = mh.locate("vol", 0)["primary"].as_u64().unwrap() as u32;
-    mh.cli_ok(&["osd", "out", &victim.to_string()]);
-    mh.wait_status("the OSD is out", Duration::from_secs(30), |st| {
-        st["osds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|o| o["id"].as_u64() == Some(victim as u64) && o["is_in"].as_bool() == Some(false))
-    });
+    mh.mark_out(victim);
     let st = mh.wait_clean(Duration::from_secs(180));
     for p in st["pgs"].as_array().unwrap() {
         let acting = p["acting"].as_array().unwrap();

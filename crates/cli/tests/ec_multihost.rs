@@ -48,6 +48,24 @@ fn verify(mh: &MultiHost, dir: &std::path::Path, name: &str, offset_mib: u64, si
     Fio::new(&mh.uri("vol"), dir, name, &strs(&job)).run_ok(FIO_TIMEOUT);
 }
 
+/// Check the four 8 MiB regions a [`multihost::Loader`] wrote (4k blocks, verify headers).
+fn verify_loader_regions(mh: &MultiHost, dir: &std::path::Path) {
+    for r in 0..4u64 {
+        let job = vec![
+            "--rw=randwrite".to_string(),
+            "--bs=4k".into(),
+            "--iodepth=8".into(),
+            format!("--offset={}m", r * 8),
+            "--size=8m".into(),
+            "--verify=crc32c".into(),
+            "--verify_fatal=1".into(),
+            "--do_verify=1".into(),
+            "--verify_only=1".into(),
+        ];
+        Fio::new(&mh.uri("vol"), dir, &format!("verify{r}"), &strs(&job)).run_ok(FIO_TIMEOUT);
+    }
+}
+
 fn ec_layout(code: &str, min_size: u32, domain: &str) -> Layout {
     Layout {
         ec: Some((code.into(), min_size, domain.into())),
@@ -193,26 +211,7 @@ fn ec_restart_every_osd_in_turn_under_load() {
     let jobs = loader.finish();
     eprintln!("{jobs} fio jobs ran during the restarts");
     mh.wait_clean(Duration::from_secs(60));
-    for r in 0..4u64 {
-        let job = vec![
-            "--rw=randwrite".to_string(),
-            "--bs=4k".into(),
-            "--iodepth=8".into(),
-            format!("--offset={}m", r * 8),
-            "--size=8m".into(),
-            "--verify=crc32c".into(),
-            "--verify_fatal=1".into(),
-            "--do_verify=1".into(),
-            "--verify_only=1".into(),
-        ];
-        Fio::new(
-            &mh.uri("vol"),
-            dir.path(),
-            &format!("verify{r}"),
-            &strs(&job),
-        )
-        .run_ok(FIO_TIMEOUT);
-    }
+    verify_loader_regions(&mh, dir.path());
 }
 
 /// Host out on a 2+1 pool: an OSD taken out for good (still running) has its positions
@@ -228,14 +227,7 @@ fn ec_osd_out_is_rebuilt_elsewhere() {
     job.push("--end_fsync=1".into());
     Fio::new(&mh.uri("vol"), dir.path(), "d", &strs(&job)).run_ok(FIO_TIMEOUT);
     let victim = mh.locate("vol", 0)["primary"].as_u64().unwrap() as u32;
-    mh.cli_ok(&["osd", "out", &victim.to_string()]);
-    mh.wait_status("the OSD is out", Duration::from_secs(30), |st| {
-        st["osds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|o| o["id"].as_u64() == Some(victim as u64) && o["is_in"].as_bool() == Some(false))
-    });
+    mh.mark_out(victim);
     let st = mh.wait_clean(Duration::from_secs(180));
     for p in st["pgs"].as_array().unwrap() {
         let acting = p["acting"].as_array().unwrap();
@@ -285,26 +277,7 @@ fn ec_partition_primary_host_then_heal() {
     let jobs = loader.finish();
     eprintln!("{jobs} fio jobs ran across the partition");
     mh.wait_clean(Duration::from_secs(60));
-    for r in 0..4u64 {
-        let job = vec![
-            "--rw=randwrite".to_string(),
-            "--bs=4k".into(),
-            "--iodepth=8".into(),
-            format!("--offset={}m", r * 8),
-            "--size=8m".into(),
-            "--verify=crc32c".into(),
-            "--verify_fatal=1".into(),
-            "--do_verify=1".into(),
-            "--verify_only=1".into(),
-        ];
-        Fio::new(
-            &mh.uri("vol"),
-            dir.path(),
-            &format!("verify{r}"),
-            &strs(&job),
-        )
-        .run_ok(FIO_TIMEOUT);
-    }
+    verify_loader_regions(&mh, dir.path());
 }
 
 /// Full cluster on a 2+1 pool: writes get ENOSPC through NBD, no daemon crashes, what was

@@ -921,22 +921,13 @@ pub(crate) async fn peer(
     let mut seen: BTreeMap<ObjectId, Vec<Seen>> = BTreeMap::new();
     let mut found_elsewhere: Vec<Vec<OsdId>> = vec![Vec::new(); width];
     for &peer in &to_list {
-        let listed = if peer == osd.id {
-            crate::recovery::list_local(osd, pg)
-        } else {
-            let conn = crate::peering::connect(osd, &map, peer).await;
-            let listed = match conn {
-                Ok(conn) => list_remote(&conn, pg, ctx.interval, incarnation(peer)).await,
-                Err(e) => Err(e),
-            };
-            match listed {
-                Ok(l) => l,
-                // A member must answer; an earlier holder is only a possible source.
-                Err(e) if members.contains(&peer) => return Err(e),
-                Err(e) => {
-                    tracing::warn!(osd = osd.id, %pg, peer, "earlier chunk holder did not list: {e}");
-                    continue;
-                }
+        let listed = match list_at(osd, &map, ctx, peer, incarnation(peer)).await {
+            Ok(l) => l,
+            // A member must answer; an earlier holder is only a possible source.
+            Err(e) if members.contains(&peer) => return Err(e),
+            Err(e) => {
+                tracing::warn!(osd = osd.id, %pg, peer, "earlier chunk holder did not list: {e}");
+                continue;
             }
         };
         for (key, version) in listed {
@@ -1120,6 +1111,22 @@ struct Seen {
     elsewhere: Vec<(OsdId, Option<Version>, Option<Version>)>,
 }
 
+/// Every object of the PG held by `peer` (this OSD's own store, or a LIST, which also seals
+/// the PG there), which must be the run `incarnation` (0: any).
+async fn list_at(
+    osd: &Arc<Osd>,
+    map: &ClusterMap,
+    ctx: &EcPg,
+    peer: OsdId,
+    incarnation: u64,
+) -> Result<Vec<(ObjectId, Version)>, PgError> {
+    if peer == osd.id {
+        return Ok(crate::recovery::list_local(osd, ctx.pg));
+    }
+    let conn = crate::peering::connect(osd, map, peer).await?;
+    list_remote(&conn, ctx.pg, ctx.interval, incarnation).await
+}
+
 fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {
     PgError::PeerStatus {
         op,
@@ -1128,9 +1135,8 @@ fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {
     }
 }
 
-/// The plan for one stripe's listed state, with versions ranked (the decision only
-/// compares them).
-fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Plan {
+/// Every version in a stripe's listed state, ascending: a version's rank is its index + 1.
+fn listed_versions(state: &[Option<(Option<Version>, Option<Version>)>]) -> Vec<Version> {
     let mut all: Vec<Version> = state
         .iter()
         .flatten()
@@ -1139,6 +1145,13 @@ fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Pl
         .collect();
     all.sort_unstable();
     all.dedup();
+    all
+}
+
+/// The plan for one stripe's listed state, with versions ranked (the decision only
+/// compares them).
+fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Plan {
+    let all = listed_versions(state);
     let rank = |v: Option<Version>| v.map(|v| all.binary_search(&v).expect("listed") as u64 + 1);
     let positions: Vec<Option<PositionState>> = state
         .iter()
@@ -1154,15 +1167,7 @@ fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Pl
 
 /// The version of rank `rank` in a stripe's listed state.
 fn version_of(state: &[Option<(Option<Version>, Option<Version>)>], rank: u64) -> Version {
-    let mut all: Vec<Version> = state
-        .iter()
-        .flatten()
-        .flat_map(|(c, s)| [*c, *s])
-        .flatten()
-        .collect();
-    all.sort_unstable();
-    all.dedup();
-    all[rank as usize - 1]
+    listed_versions(state)[rank as usize - 1]
 }
 
 /// Pause before retrying a failed EC recovery round.
@@ -1200,12 +1205,7 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
     );
     let mut stripes = std::collections::BTreeSet::new();
     for &peer in &to_list {
-        let listed = if peer == osd.id {
-            crate::recovery::list_local(osd, pg)
-        } else {
-            let conn = crate::peering::connect(osd, &map, peer).await?;
-            list_remote(&conn, pg, ctx.interval, 0).await?
-        };
+        let listed = list_at(osd, &map, &ctx, peer, 0).await?;
         stripes.extend(
             listed
                 .into_iter()
@@ -1285,16 +1285,8 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
 async fn remove_misplaced_chunks(osd: &Arc<Osd>, ctx: &EcPg, map: &ClusterMap) {
     let mut removed = 0usize;
     for (pos, peer) in ctx.live() {
-        let listed = if peer == osd.id {
-            crate::recovery::list_local(osd, ctx.pg)
-        } else {
-            let Ok(conn) = crate::peering::connect(osd, map, peer).await else {
-                continue;
-            };
-            match list_remote(&conn, ctx.pg, ctx.interval, 0).await {
-                Ok(l) => l,
-                Err(_) => continue,
-            }
+        let Ok(listed) = list_at(osd, map, ctx, peer, 0).await else {
+            continue;
         };
         for (key, version) in listed {
             match key.chunk_position() {

@@ -11,7 +11,7 @@ use basalt_meta::EmbeddedMeta;
 use basalt_osd::{Osd, OsdConfig, OsdHandle};
 use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
 use basalt_proto::{EcProfile, ObjectId, PgId, Version};
-use basalt_store::{Store, StoreOptions};
+use basalt_store::Store;
 use bytes::Bytes;
 use common::{base_map, OBJECT_SIZE};
 use std::path::Path;
@@ -54,21 +54,7 @@ fn ec_map(osds: u32, k: u32, m: u32, min_size: u32) -> ClusterMap {
 }
 
 fn config(dir: &Path, id: u32) -> OsdConfig {
-    OsdConfig {
-        id,
-        store: basalt_osd::StoreLocation::File(dir.join(format!("osd{id}.dat"))),
-        store_options: StoreOptions {
-            capacity_bytes: 128 << 20,
-            object_size_bytes: OBJECT_SIZE,
-            ..StoreOptions::default()
-        },
-        listen: "127.0.0.1:0".parse().expect("a valid address"),
-        network: basalt_osd::Network::Tcp,
-        create_if_missing: true,
-        incarnation: None,
-        recovery: basalt_osd::RecoveryConfig::default(),
-        stray_scan: None,
-    }
+    common::osd_config(dir, id, 128 << 20)
 }
 
 /// Three OSDs, the published map and a client.
@@ -129,6 +115,18 @@ impl Ec {
         h.shutdown().await.expect("shutdown");
         self.map.osds.get_mut(&id).expect("in the map").up = false;
         self.publish();
+    }
+
+    /// A volume "e" of STRIPES stripes in the EC pool, opened, with a zeroed model of it.
+    async fn volume(&self) -> (basalt_client::VolumeInfo, basalt_client::Volume, Vec<u8>) {
+        let size = STRIPES * STRIPE as u64;
+        let info = self
+            .cluster
+            .create_volume("e", size, EC_POOL)
+            .await
+            .expect("create the EC volume");
+        let volume = self.cluster.open_volume("e").await.expect("open it");
+        (info, volume, vec![0u8; size as usize])
     }
 
     /// Start osd `id` again (a new incarnation) and mark it up.
@@ -303,13 +301,7 @@ async fn write_pattern(volume: &basalt_client::Volume, model: &mut [u8], seed: u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ec_writes_read_back_and_decode_from_any_two_chunks() {
     let mut ec = Ec::start(3).await;
-    let info = ec
-        .cluster
-        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
-        .await
-        .unwrap();
-    let volume = ec.cluster.open_volume("e").await.unwrap();
-    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    let (info, volume, mut model) = ec.volume().await;
     write_pattern(&volume, &mut model, 7, 40).await;
     let back = volume.read(0, model.len() as u32).await.unwrap();
     assert!(
@@ -341,13 +333,7 @@ async fn ec_writes_read_back_and_decode_from_any_two_chunks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ec_degraded_reads_writes_and_rebuild() {
     let mut ec = Ec::start(2).await;
-    let info = ec
-        .cluster
-        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
-        .await
-        .unwrap();
-    let volume = ec.cluster.open_volume("e").await.unwrap();
-    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    let (info, volume, mut model) = ec.volume().await;
     write_pattern(&volume, &mut model, 11, 24).await;
     ec.stop(1).await;
     let back = volume.read(0, model.len() as u32).await.unwrap();
@@ -368,13 +354,7 @@ async fn ec_degraded_reads_writes_and_rebuild() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ec_crash_between_phases_is_settled_by_peering() {
     let mut ec = Ec::start(3).await;
-    let info = ec
-        .cluster
-        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
-        .await
-        .unwrap();
-    let volume = ec.cluster.open_volume("e").await.unwrap();
-    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    let (info, volume, mut model) = ec.volume().await;
     write_pattern(&volume, &mut model, 3, 12).await;
     for index in 0..3u64 {
         let s = (index * STRIPE as u64) as usize;
@@ -498,13 +478,7 @@ async fn ec_damaged_chunk_is_read_around_and_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ec_positions_moved_to_other_osds_are_rebuilt_from_earlier_holders() {
     let mut ec = Ec::start(3).await;
-    let info = ec
-        .cluster
-        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
-        .await
-        .unwrap();
-    let volume = ec.cluster.open_volume("e").await.unwrap();
-    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    let (info, volume, mut model) = ec.volume().await;
     write_pattern(&volume, &mut model, 5, 24).await;
     volume.flush().await.unwrap();
     drop(volume);
@@ -575,13 +549,7 @@ fn damage_chunk(ec: &Ec, id: u32, key: ObjectId) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ec_scrub_repairs_damage_and_reports_what_m1_cannot_locate() {
     let ec = Ec::start(3).await;
-    let info = ec
-        .cluster
-        .create_volume("e", STRIPES * STRIPE as u64, EC_POOL)
-        .await
-        .unwrap();
-    let volume = ec.cluster.open_volume("e").await.unwrap();
-    let mut model = vec![0u8; (STRIPES * STRIPE as u64) as usize];
+    let (info, volume, mut model) = ec.volume().await;
     write_pattern(&volume, &mut model, 9, 16).await;
     volume.flush().await.unwrap();
     let clean = ec.cluster.scrub(Some(EC_POOL), &|_, _| {}).await.unwrap();

@@ -332,8 +332,9 @@ fn confirmed_lsn(locs: &[Loc], base: u64) -> u64 {
 
 /// Pass 2: how many records survive. An unconfirmed remap survives if every block of its
 /// slot holds the remapped data, or is covered by a later *surviving* write record of that
-/// object in that slot: such a block's final contents come from the log, and the leader (or
-/// an earlier, interrupted recovery) may already have copied them in place, possibly torn.
+/// object in that slot (under its name then: a move record renames the object, slot and
+/// all): such a block's final contents come from the log, and the leader (or an earlier,
+/// interrupted recovery) may already have copied them in place, possibly torn.
 /// The first remap that fails cuts the log: that write was never acknowledged, nor anything
 /// after it. Scanning backwards makes "surviving" exact, since a cut only drops remaps that
 /// were scanned before it.
@@ -346,23 +347,42 @@ fn surviving_records(
 ) -> Result<usize, StoreError> {
     let first = locs.partition_point(|l| l.lsn <= confirmed);
     let unconfirmed = &locs[first..];
-    // Which later write records cover each (slot, block): (record index, object).
+    // Which later write records cover each (slot, block): (record index, object); and the
+    // moves of each slot: (record index, from, to).
     let mut writes: HashMap<(u32, u32), Vec<(usize, ObjectId)>> = HashMap::new();
+    let mut moves: HashMap<u32, Vec<(usize, ObjectId, ObjectId)>> = HashMap::new();
     for (k, loc) in unconfirmed.iter().enumerate() {
         let (rec, _) = decode_known(buf, loc)?;
-        if let WalBody::Write {
-            obj,
-            slot,
-            first_block,
-            crcs,
-            ..
-        } = rec.body
-        {
-            for b in first_block..first_block + crcs.len() as u32 {
-                writes.entry((slot, b)).or_default().push((first + k, obj));
+        match rec.body {
+            WalBody::Write {
+                obj,
+                slot,
+                first_block,
+                crcs,
+                ..
+            } => {
+                for b in first_block..first_block + crcs.len() as u32 {
+                    writes.entry((slot, b)).or_default().push((first + k, obj));
+                }
             }
+            WalBody::Move {
+                obj, slot, from, ..
+            } => {
+                moves.entry(slot).or_default().push((first + k, from, obj));
+            }
+            _ => {}
         }
     }
+    // The name the object remapped by record `i` into `slot` has at record `j` (> i).
+    let name_at = |i: usize, slot: u32, obj: ObjectId, j: usize| {
+        let mut name = obj;
+        for &(m, from, to) in moves.get(&slot).into_iter().flatten() {
+            if m > i && m < j && from == name {
+                name = to;
+            }
+        }
+        name
+    };
     let mut cut = locs.len();
     let mut slot_data = Vec::new();
     for i in (first..locs.len()).rev() {
@@ -384,9 +404,10 @@ fn surviving_records(
             "read remapped slot",
         )?;
         let covered_later = |b: usize| {
-            writes
-                .get(&(slot, b as u32))
-                .is_some_and(|w| w.iter().any(|&(j, o)| j > i && j < cut && o == obj))
+            writes.get(&(slot, b as u32)).is_some_and(|w| {
+                w.iter()
+                    .any(|&(j, o)| j > i && j < cut && o == name_at(i, slot, obj, j))
+            })
         };
         let landed = slot_data
             .chunks_exact(BLOCK)

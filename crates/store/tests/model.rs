@@ -173,6 +173,29 @@ proptest! {
     }
 }
 
+/// Regression (found by the model test): a whole object written into a fresh slot, promoted
+/// to another key, then written under its new name and flushed must survive a crash —
+/// recovery had taken the later write for another object's and dropped the flushed log.
+#[test]
+fn a_promoted_object_written_under_its_new_name_survives_a_crash() {
+    run(vec![
+        Op::Write {
+            obj: 1,
+            offset: 0,
+            len: OBJ,
+        },
+        Op::Promote { from: 1, to: 3 },
+        Op::Write {
+            obj: 3,
+            offset: 0,
+            len: 1,
+        },
+        Op::Flush,
+        Op::Crash,
+    ])
+    .expect("the flushed writes survive");
+}
+
 /// Goal: out-of-range requests are refused with OutOfRange, never a panic.
 #[test]
 fn out_of_range_is_an_error_not_a_panic() {

@@ -61,6 +61,18 @@ impl MultiHost {
         or_panic(self.0.wait_status(what, timeout, ready))
     }
 
+    /// `basalt osd out ID`, then wait (bounded) until the status shows it out.
+    pub fn mark_out(&self, id: u32) {
+        self.cli_ok(&["osd", "out", &id.to_string()]);
+        self.wait_status("the OSD is out", Duration::from_secs(30), |st| {
+            st["osds"].as_array().is_some_and(|osds| {
+                osds.iter().any(|o| {
+                    o["id"].as_u64() == Some(id as u64) && o["is_in"].as_bool() == Some(false)
+                })
+            })
+        });
+    }
+
     pub fn wait_clean(&self, timeout: Duration) -> serde_json::Value {
         or_panic(self.0.wait_clean(timeout))
     }

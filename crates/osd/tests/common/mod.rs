@@ -49,6 +49,26 @@ pub fn base_map() -> ClusterMap {
     map
 }
 
+/// The configuration of test OSD `id`: a store of `capacity_bytes` in `dir` (objects of
+/// [`OBJECT_SIZE`]), TCP on an ephemeral loopback port, no stray scan.
+pub fn osd_config(dir: &Path, id: u32, capacity_bytes: u64) -> OsdConfig {
+    OsdConfig {
+        id,
+        store: basalt_osd::StoreLocation::File(dir.join(format!("osd{id}.dat"))),
+        store_options: StoreOptions {
+            capacity_bytes,
+            object_size_bytes: OBJECT_SIZE,
+            ..StoreOptions::default()
+        },
+        listen: "127.0.0.1:0".parse().expect("a valid address"),
+        network: basalt_osd::Network::Tcp,
+        create_if_missing: true,
+        incarnation: None,
+        recovery: basalt_osd::RecoveryConfig::default(),
+        stray_scan: None,
+    }
+}
+
 /// Start three OSDs on loopback and publish a map with their addresses and incarnations
 /// (as the monitor would). PG records live in `meta`.
 pub async fn start_osds(
@@ -59,21 +79,7 @@ pub async fn start_osds(
     let (tx, rx) = watch::channel(Arc::new(map.clone()));
     let mut handles = Vec::new();
     for id in 0..3u32 {
-        let config = OsdConfig {
-            id,
-            store: basalt_osd::StoreLocation::File(dir.join(format!("osd{id}.dat"))),
-            store_options: StoreOptions {
-                capacity_bytes: 256 << 20,
-                object_size_bytes: OBJECT_SIZE,
-                ..StoreOptions::default()
-            },
-            listen: "127.0.0.1:0".parse().expect("a valid address"),
-            network: basalt_osd::Network::Tcp,
-            create_if_missing: true,
-            incarnation: None,
-            recovery: basalt_osd::RecoveryConfig::default(),
-            stray_scan: None,
-        };
+        let config = osd_config(dir, id, 256 << 20);
         let h = Osd::start(config, rx.clone(), meta.clone())
             .await
             .expect("start an OSD");
