@@ -567,7 +567,8 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
 }
 
 /// A client ALLOCATION of an erasure-coded stripe: chunks are written whole, so a stripe
-/// is allocated entirely or not at all. Unsure (this position is being rebuilt): allocated.
+/// is allocated entirely or not at all. Unsure (this position is being rebuilt, or the
+/// layer has ancestors it may read through to): allocated.
 pub(crate) fn client_allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
     let ctx = match client_context(osd, h) {
         Ok(c) => c,
@@ -575,8 +576,13 @@ pub(crate) fn client_allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
     };
     let me = ctx.positions.iter().position(|&p| p == osd.id);
     let behind = osd.pgs.with(ctx.pg, |e| e.ec_behind);
+    // A layer with ancestors (or whose chain is not known yet) may read through to them.
+    let flat = osd
+        .layers
+        .cached_chain(h.object.inode)
+        .is_some_and(|c| c.is_empty());
     let present = match me {
-        Some(pos) if behind & (1 << pos) == 0 => {
+        Some(pos) if flat && behind & (1 << pos) == 0 => {
             osd.store.version(h.object.chunk(pos, false)).is_some()
         }
         _ => true,

@@ -694,6 +694,10 @@ async fn ec_snapshots_clones_and_images() {
         vm.read(0, size as u32).await.unwrap()[..] == image[..],
         "clone of the image"
     );
+    // A clone reads through to the image: no range of it may be reported as a hole
+    // (sparse-aware copies would skip the image's data).
+    let extents = vm.allocation(0, size).await.unwrap();
+    assert!(extents.iter().all(|e| e.allocated), "{extents:?}");
     vm.write(5, Bytes::from_static(b"boot"), false)
         .await
         .unwrap();
