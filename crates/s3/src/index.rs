@@ -170,6 +170,55 @@ pub async fn get<T: for<'de> Deserialize<'de>>(
     }
 }
 
+/// The stored bytes of one record (None: absent), to make a later [`put_if`] conditional
+/// on exactly them.
+pub async fn get_raw(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    table: Table,
+    key: &[u8],
+) -> Result<Option<Bytes>, IndexError> {
+    let obj = object_for(bucket, table, key);
+    let values = cluster
+        .kv_get(obj, vec![Bytes::copy_from_slice(key)])
+        .await?;
+    Ok(values.into_iter().next().flatten())
+}
+
+/// Decode a record's stored bytes.
+pub fn decode_raw<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, IndexError> {
+    decode(key, value)
+}
+
+/// [`put`] if `cond` holds at the moment the table applies it (atomic with the write):
+/// `Ok(None)` when it did not hold and nothing changed, else the previous record.
+pub async fn put_if<T: Serialize + for<'de> Deserialize<'de>>(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    table: Table,
+    key: &[u8],
+    value: Option<&T>,
+    cond: KvCond,
+) -> Result<Option<Option<T>>, IndexError> {
+    let obj = object_for(bucket, table, key);
+    let edit = KvEdit {
+        key: Bytes::copy_from_slice(key),
+        value: value.map(encode),
+        cond,
+    };
+    match cluster.kv_update(obj, vec![edit], true).await {
+        Ok(previous) => Ok(Some(
+            previous
+                .into_iter()
+                .next()
+                .flatten()
+                .and_then(|v| decode(key, &v).ok()),
+        )),
+        Err(ClientError::KvConflict { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Write (or with `None`, delete) one record durably; returns the previous one.
 pub async fn put<T: Serialize + for<'de> Deserialize<'de>>(
     cluster: &Cluster,

@@ -436,6 +436,77 @@ def deletes():
     assert error_code(s3.head_bucket, Bucket="life") in ("404", "NoSuchBucket")
 
 
+def never_silently_wrong():
+    step("requests not honoured are refused, never half done (issue 13)")
+    # GET/HEAD ?partNumber on a two-part object: that part, not the whole object.
+    p1, p2 = data(40, 5 * MiB), data(41, 1 * MiB + 7)
+    up = s3.create_multipart_upload(Bucket="life", Key="two")
+    uid = up["UploadId"]
+    e = [
+        s3.upload_part(Bucket="life", Key="two", UploadId=uid, PartNumber=n, Body=d)["ETag"]
+        for n, d in ((1, p1), (2, p2))
+    ]
+    parts = {"Parts": [{"PartNumber": 1, "ETag": e[0]}, {"PartNumber": 2, "ETag": e[1]}]}
+    # A conditional complete that fails leaves the upload to be completed again.
+    s3.put_object(Bucket="life", Key="two", Body=b"already here")
+    assert error_code(
+        s3.complete_multipart_upload, Bucket="life", Key="two", UploadId=uid,
+        MultipartUpload=parts, IfNoneMatch="*",
+    ) in ("PreconditionFailed", "412")
+    s3.complete_multipart_upload(Bucket="life", Key="two", UploadId=uid, MultipartUpload=parts)
+    for n, want in ((1, p1), (2, p2)):
+        got = s3.get_object(Bucket="life", Key="two", PartNumber=n)
+        assert got["Body"].read() == want, f"part {n}"
+        assert got["ContentLength"] == len(want) and got["PartsCount"] == 2
+        head = s3.head_object(Bucket="life", Key="two", PartNumber=n)
+        assert head["ContentLength"] == len(want)
+    assert error_code(s3.get_object, Bucket="life", Key="two", PartNumber=3) in (
+        "InvalidPartNumber", "416",
+    )
+    s3.put_object(Bucket="life", Key="single", Body=b"hello")
+    assert s3.get_object(Bucket="life", Key="single", PartNumber=1)["Body"].read() == b"hello"
+    assert error_code(s3.get_object, Bucket="life", Key="single", PartNumber=2) in (
+        "InvalidPartNumber", "416",
+    )
+    # Conditional writes: If-None-Match: * and If-Match are honoured, atomically.
+    s3.put_object(Bucket="life", Key="cond", Body=b"v1")
+    assert error_code(s3.put_object, Bucket="life", Key="cond", Body=b"v2", IfNoneMatch="*") in (
+        "PreconditionFailed", "412",
+    )
+    assert error_code(
+        s3.put_object, Bucket="life", Key="cond", Body=b"v2", IfMatch='"0123456789abcdef0123456789abcdef"'
+    ) in ("PreconditionFailed", "412")
+    assert s3.get_object(Bucket="life", Key="cond")["Body"].read() == b"v1", "nothing overwritten"
+    etag = s3.head_object(Bucket="life", Key="cond")["ETag"]
+    s3.put_object(Bucket="life", Key="cond", Body=b"v3", IfMatch=etag)
+    assert s3.get_object(Bucket="life", Key="cond")["Body"].read() == b"v3"
+    s3.put_object(Bucket="life", Key="fresh", Body=b"new", IfNoneMatch="*")
+    assert error_code(
+        s3.put_object, Bucket="life", Key="missing", Body=b"x", IfMatch=etag
+    ) in ("NoSuchKey", "404")
+    # Server-side encryption and object lock are not implemented: refused, never ignored.
+    assert error_code(
+        s3.put_object, Bucket="life", Key="enc", Body=b"x", ServerSideEncryption="AES256"
+    ) in ("NotImplemented", "501")
+    key = b"k" * 32
+    assert error_code(
+        s3.put_object, Bucket="life", Key="enc", Body=b"x",
+        SSECustomerAlgorithm="AES256", SSECustomerKey=key,
+    ) in ("NotImplemented", "501")
+    assert error_code(
+        s3.get_object, Bucket="life", Key="cond", SSECustomerAlgorithm="AES256", SSECustomerKey=key
+    ) in ("InvalidRequest", "400")
+    assert error_code(
+        s3.put_object, Bucket="life", Key="locked", Body=b"x", ObjectLockLegalHoldStatus="ON"
+    ) in ("NotImplemented", "501")
+    assert error_code(
+        s3.create_bucket, Bucket="locked-bucket", ObjectLockEnabledForBucket=True
+    ) in ("NotImplemented", "501")
+    assert error_code(s3.head_bucket, Bucket="locked-bucket") in ("404", "NoSuchBucket")
+    for k in ("enc", "locked"):
+        assert error_code(s3.head_object, Bucket="life", Key=k) in ("404", "NoSuchKey")
+
+
 def main():
     started = time.time()
     buckets()
@@ -445,6 +516,7 @@ def main():
     listing()
     multipart()
     copies()
+    never_silently_wrong()
     presigned_and_auth()
     deletes()
     print(f"boto3 suite passed in {time.time() - started:.1f} s", flush=True)

@@ -15,6 +15,13 @@ pub(super) async fn create_bucket(
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     // Only the caller: the bucket is to be created, so there is no owner to check yet.
     let user = gw.caller(&req).await?;
+    if req.input.object_lock_enabled_for_bucket == Some(true) {
+        // Not implemented: a bucket that claimed object lock would let locked objects go.
+        return Err(s3_error!(
+            NotImplemented,
+            "object lock is not supported yet"
+        ));
+    }
     let name = &req.input.bucket;
     if let Some(existing) = buckets::get_bucket(&gw.cluster, name).await? {
         return Err(if existing.owner == user {

@@ -102,6 +102,7 @@ pub(super) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    super::objects::refuse_unsupported_put!(req.input);
     let input = req.input;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {
@@ -261,7 +262,14 @@ pub(super) async fn complete_multipart_upload(
         multipart: true,
         headers: upload.headers,
     };
-    gw.commit(&bucket, &input.key, &entry).await?;
+    gw.commit_if(
+        &bucket,
+        &input.key,
+        &entry,
+        (input.if_match.as_ref(), input.if_none_match.as_ref()),
+        false,
+    )
+    .await?;
     // The object is visible now: drop the upload's records and the unused parts.
     let unused: Vec<Segment> = stored
         .iter()

@@ -29,15 +29,23 @@ async fn target(
     key: &str,
     p: Preconditions<'_>,
     range: Option<&Range>,
+    part_number: Option<i32>,
 ) -> S3Result<Target> {
     let entry = gw.entry(bucket, key).await?;
     check_conditions(&entry, p)?;
-    let (start, end, partial) = match range {
-        None => (0, entry.size, false),
-        Some(r) => {
+    let (start, end, partial) = match (range, part_number) {
+        (Some(_), Some(_)) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Range and partNumber cannot be used together"
+            ))
+        }
+        (None, None) => (0, entry.size, false),
+        (Some(r), None) => {
             let r = r.check(entry.size).map_err(|_| s3_error!(InvalidRange))?;
             (r.start, r.end, true)
         }
+        (None, Some(n)) => part_range(&entry, n)?,
     };
     Ok(Target {
         entry,
@@ -47,8 +55,35 @@ async fn target(
     })
 }
 
-/// [`target`] for a GetObject or HeadObject input (they name the key, the preconditions and
-/// the range alike).
+/// The bytes of part `n` (from 1) of `entry`: a multipart object's parts are its segments;
+/// any object's part 1 of 1 is the whole of it.
+fn part_range(entry: &ObjectEntry, n: i32) -> S3Result<(u64, u64, bool)> {
+    let parts = if entry.multipart {
+        entry.segments.len()
+    } else {
+        1
+    };
+    if n < 1 || n as usize > parts {
+        let mut e = s3s::S3Error::with_message(
+            s3s::S3ErrorCode::Custom("InvalidPartNumber".into()),
+            format!("The requested partnumber is not satisfiable (the object has {parts} parts)"),
+        );
+        e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+        return Err(e);
+    }
+    if !entry.multipart {
+        return Ok((0, entry.size, false));
+    }
+    let start: u64 = entry.segments[..n as usize - 1]
+        .iter()
+        .map(|s| s.size)
+        .sum();
+    let end = start + entry.segments[n as usize - 1].size;
+    Ok((start, end, true))
+}
+
+/// [`target`] for a GetObject or HeadObject input (they name the key, the preconditions,
+/// the range and the part alike).
 macro_rules! target_of {
     ($gw:ident, $bucket:expr, $input:ident) => {
         target(
@@ -57,7 +92,47 @@ macro_rules! target_of {
             &$input.key,
             preconditions!($input),
             $input.range.as_ref(),
+            $input.part_number,
         )
+    };
+}
+
+/// Server-side encryption and object lock on a write: not implemented, so refused (a write
+/// that ignored them would leave the client believing its data encrypted or locked).
+macro_rules! refuse_unsupported_put {
+    ($input:expr) => {
+        if $input.sse_customer_algorithm.is_some()
+            || $input.sse_customer_key.is_some()
+            || $input.server_side_encryption.is_some()
+            || $input.ssekms_key_id.is_some()
+        {
+            return Err(s3_error!(
+                NotImplemented,
+                "server-side encryption (SSE-C, SSE-S3, SSE-KMS) is not supported yet"
+            ));
+        }
+        if $input.object_lock_mode.is_some()
+            || $input.object_lock_retain_until_date.is_some()
+            || $input.object_lock_legal_hold_status.is_some()
+        {
+            return Err(s3_error!(
+                NotImplemented,
+                "object lock (retention, legal hold) is not supported yet"
+            ));
+        }
+    };
+}
+pub(super) use refuse_unsupported_put;
+
+/// SSE-C headers on a read: no object is stored encrypted, so the request does not apply.
+macro_rules! refuse_sse_read {
+    ($input:expr) => {
+        if $input.sse_customer_algorithm.is_some() || $input.sse_customer_key.is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The encryption parameters are not applicable to this object"
+            ));
+        }
     };
 }
 
@@ -94,6 +169,7 @@ pub(super) async fn put_object(
     mut req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    refuse_unsupported_put!(req.input);
     let body = checked_body!(req);
     let input = req.input;
     if body.expected_len.is_some_and(|l| l > MAX_PUT_BYTES) {
@@ -112,7 +188,14 @@ pub(super) async fn put_object(
     };
     // A failed index update may still have been applied (a reply lost after retries):
     // the data stays, and its intent lets the sweeper decide once nothing can race it.
-    gw.commit(&bucket, &input.key, &entry).await?;
+    gw.commit_if(
+        &bucket,
+        &input.key,
+        &entry,
+        (input.if_match.as_ref(), input.if_none_match.as_ref()),
+        true,
+    )
+    .await?;
     gw.clear_intent(&bucket, segment.data).await;
     Ok(S3Response::new(uploaded!(
         PutObjectOutput,
@@ -128,6 +211,7 @@ pub(super) async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     let input = &req.input;
+    refuse_sse_read!(input);
     let target = target_of!(gw, &bucket, input).await?;
     let body = gw.read(&bucket, &target.entry, target.start, target.end);
     Ok(S3Response::new(described!(
@@ -145,6 +229,7 @@ pub(super) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     let input = &req.input;
+    refuse_sse_read!(input);
     let target = target_of!(gw, &bucket, input).await?;
     Ok(S3Response::new(described!(HeadObjectOutput {}, target)))
 }
@@ -198,6 +283,15 @@ pub(super) async fn copy_object(
     gw: &Gateway,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    refuse_unsupported_put!(req.input);
+    if req.input.copy_source_sse_customer_algorithm.is_some()
+        || req.input.copy_source_sse_customer_key.is_some()
+    {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The encryption parameters are not applicable to this object"
+        ));
+    }
     let copy = gw
         .authorise_copy(&req, &req.input.copy_source, &req.input.bucket)
         .await?;

@@ -8,10 +8,11 @@ use crate::buckets::BucketRecord;
 use crate::checksum::Wanted;
 use crate::data::{self, BodyStream, PieceRange};
 use crate::index::{self, now_ms, Intent, ObjectEntry, Segment, Table};
+use basalt_proto::kv::KvCond;
 use base64::Engine;
 use bytes::Bytes;
 use futures::Stream;
-use s3s::dto::{Checksum, StreamingBlob};
+use s3s::dto::{Checksum, ETagCondition, StreamingBlob};
 use s3s::{s3_error, S3Result};
 
 /// An upload's body and what it must match: its declared length, `Content-MD5` and
@@ -168,6 +169,79 @@ impl Gateway {
             self.reclaim(bucket, unused);
         }
         Ok(())
+    }
+
+    /// [`Gateway::commit`] only if the conditional-write headers hold at the moment the index
+    /// takes it (If-None-Match: `*` — no object; If-Match: ETAG or `*` — the object whose
+    /// entry was read, unchanged since). Otherwise PreconditionFailed (NoSuchKey for an
+    /// If-Match on a missing key), and with `reclaim_new` `entry`'s new data is reclaimed
+    /// (a PUT's; a multipart upload keeps its parts for another try).
+    pub(super) async fn commit_if(
+        &self,
+        bucket: &BucketRecord,
+        key: &str,
+        entry: &ObjectEntry,
+        (if_match, if_none_match): (Option<&ETagCondition>, Option<&ETagCondition>),
+        reclaim_new: bool,
+    ) -> S3Result<()> {
+        let failed = |gw: &Self| {
+            if reclaim_new {
+                gw.reclaim(bucket, entry.segments.clone());
+            }
+            s3_error!(PreconditionFailed)
+        };
+        let cond = match (if_match, if_none_match) {
+            (None, None) => return self.commit(bucket, key, entry).await,
+            (Some(_), Some(_)) => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "If-Match and If-None-Match together on a write are not supported"
+                ))
+            }
+            (None, Some(c)) if c.is_any() => KvCond::Absent,
+            (None, Some(_)) => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "If-None-Match on a write supports only \"*\""
+                ))
+            }
+            (Some(c), None) => {
+                let raw = index::get_raw(&self.cluster, bucket, Table::Index, key.as_bytes())
+                    .await?
+                    .ok_or_else(|| s3_error!(NoSuchKey))?;
+                let current: ObjectEntry = index::decode_raw(key.as_bytes(), &raw)?;
+                let matches = c.is_any()
+                    || c.as_etag()
+                        .is_some_and(|e| e.value() == current.etag.as_str());
+                if !matches {
+                    return Err(failed(self));
+                }
+                KvCond::Equals(raw)
+            }
+        };
+        let applied = index::put_if(
+            &self.cluster,
+            bucket,
+            Table::Index,
+            key.as_bytes(),
+            Some(entry),
+            cond,
+        )
+        .await?;
+        match applied {
+            None => Err(failed(self)),
+            Some(previous) => {
+                if let Some(prev) = previous {
+                    let unused = prev
+                        .segments
+                        .into_iter()
+                        .filter(|s| !entry.segments.contains(s))
+                        .collect();
+                    self.reclaim(bucket, unused);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Remove `key` (absent is fine, as in S3) and reclaim its data.
