@@ -64,7 +64,8 @@ def buckets():
     s3.head_bucket(Bucket="life")
     names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
     assert "life" in names, names
-    assert error_code(s3.create_bucket, Bucket="life") == "BucketAlreadyOwnedByYou"
+    # Re-creating one's own bucket succeeds (us-east-1 semantics).
+    s3.create_bucket(Bucket="life")
     assert error_code(s3.head_bucket, Bucket="nope-missing") in ("404", "NoSuchBucket")
     assert error_code(s3.list_objects_v2, Bucket="nope-missing") == "NoSuchBucket"
     loc = s3.get_bucket_location(Bucket="life")
@@ -157,6 +158,15 @@ def conditionals():
     s3.put_object(Bucket="life", Key="c", Body=b"hello")
     tag = s3.head_object(Bucket="life", Key="c")["ETag"]
     assert error_code(s3.get_object, Bucket="life", Key="c", IfNoneMatch=tag) == "304"
+    # A 304 carries the ETag (and Last-Modified) a cache revalidates with.
+    try:
+        s3.get_object(Bucket="life", Key="c", IfNoneMatch=tag)
+    except ClientError as e:
+        headers = e.response["ResponseMetadata"]["HTTPHeaders"]
+        assert headers.get("etag") == tag, headers
+        assert "last-modified" in headers, headers
+    else:
+        raise AssertionError("If-None-Match with the current ETag must answer 304")
     assert error_code(s3.get_object, Bucket="life", Key="c", IfMatch='"0000"') in (
         "PreconditionFailed",
         "412",
@@ -505,6 +515,13 @@ def never_silently_wrong():
     assert error_code(s3.head_bucket, Bucket="locked-bucket") in ("404", "NoSuchBucket")
     for k in ("enc", "locked"):
         assert error_code(s3.head_object, Bucket="life", Key=k) in ("404", "NoSuchKey")
+    # MaxKeys=0: an empty page that is not truncated.
+    page = s3.list_objects_v2(Bucket="life", MaxKeys=0)
+    assert page["IsTruncated"] is False and page.get("KeyCount", 0) == 0, page
+    # More than 1000 keys in one multi-delete is malformed; nothing is deleted.
+    keys = [{"Key": f"none-{i}"} for i in range(1001)] + [{"Key": "cond"}]
+    assert error_code(s3.delete_objects, Bucket="life", Delete={"Objects": keys}) == "MalformedXML"
+    assert s3.head_object(Bucket="life", Key="cond")["ContentLength"] == 2
 
 
 def main():

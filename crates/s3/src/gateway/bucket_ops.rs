@@ -24,11 +24,13 @@ pub(super) async fn create_bucket(
     }
     let name = &req.input.bucket;
     if let Some(existing) = buckets::get_bucket(&gw.cluster, name).await? {
-        return Err(if existing.owner == user {
-            s3_error!(BucketAlreadyOwnedByYou)
-        } else {
-            s3_error!(BucketAlreadyExists)
-        });
+        if existing.owner != user {
+            return Err(s3_error!(BucketAlreadyExists));
+        }
+        // Re-creating one's own bucket succeeds, as in us-east-1 (the only region here).
+        return Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{name}")),
+        }));
     }
     buckets::create_bucket(&gw.cluster, name, &user, gw.pool, gw.data_pool).await?;
     Ok(S3Response::new(CreateBucketOutput {

@@ -39,6 +39,28 @@ macro_rules! preconditions {
 }
 pub(super) use preconditions;
 
+/// 304 Not Modified, with the ETag and Last-Modified a cache revalidates with (RFC 9110
+/// §15.4.5: a 304 carries the headers a 200 would have for validation).
+fn not_modified(entry: &ObjectEntry) -> s3s::S3Error {
+    let mut e = s3_error!(NotModified);
+    let mut headers = http::HeaderMap::new();
+    if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", entry.etag)) {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut modified = Vec::new();
+    let stamp = super::dto::timestamp_ms(entry.modified_ms);
+    if stamp
+        .format(s3s::dto::TimestampFormat::HttpDate, &mut modified)
+        .is_ok()
+    {
+        if let Ok(v) = http::HeaderValue::from_bytes(&modified) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
+}
+
 /// Evaluate GET/HEAD preconditions (RFC 9110 order, as S3 does): PreconditionFailed or
 /// NotModified when one fails.
 pub(super) fn check_conditions(entry: &ObjectEntry, p: Preconditions<'_>) -> S3Result<()> {
@@ -60,11 +82,11 @@ pub(super) fn check_conditions(entry: &ObjectEntry, p: Preconditions<'_>) -> S3R
     }
     if let Some(c) = p.if_none_match {
         if matches(c) {
-            return Err(s3_error!(NotModified));
+            return Err(not_modified(entry));
         }
     } else if let Some(t) = p.if_modified_since {
         if modified_s <= ms_of(t) / 1000 {
-            return Err(s3_error!(NotModified));
+            return Err(not_modified(entry));
         }
     }
     Ok(())

@@ -52,6 +52,14 @@ async fn list_page(
 ) -> S3Result<Page> {
     let max = max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS);
     let prefix = prefix.clone().unwrap_or_default();
+    if max == 0 {
+        // Nothing asked for: an empty page, not truncated (as S3 answers MaxKeys=0).
+        return Ok(Page {
+            listing: index::Listing::default(),
+            max,
+            prefix,
+        });
+    }
     let listing =
         index::list_objects(&gw.cluster, bucket, &prefix, after, delimiter, max as usize).await?;
     Ok(Page {

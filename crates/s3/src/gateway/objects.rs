@@ -12,6 +12,8 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 /// Largest single PUT (S3's limit).
 pub const MAX_PUT_BYTES: u64 = 5 << 30;
+/// Most keys one DeleteObjects request may name (S3's limit).
+pub const MAX_DELETE_KEYS: usize = 1000;
 
 /// What a GET or HEAD reads: the entry, its preconditions checked, and the bytes
 /// `[start, end)` of it asked for (`partial` for a range request).
@@ -250,6 +252,12 @@ pub(super) async fn delete_objects(
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    if req.input.delete.objects.len() > MAX_DELETE_KEYS {
+        return Err(s3_error!(
+            MalformedXML,
+            "a DeleteObjects request names at most {MAX_DELETE_KEYS} keys"
+        ));
+    }
     let quiet = req.input.delete.quiet.unwrap_or(false);
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
