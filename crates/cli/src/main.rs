@@ -166,9 +166,12 @@ enum Command {
     },
 }
 
+/// Log at `default` (or as RUST_LOG says). The s3s protocol layer is silenced by default: it
+/// logs every error reply (a 404, a NotImplemented) at ERROR with its whole body; what an
+/// operator can act on, the gateway logs itself.
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},s3s=off")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
