@@ -160,6 +160,17 @@ impl Gateway {
             Some(entry),
         )
         .await?;
+        self.reclaim_replaced(bucket, previous, entry);
+        Ok(())
+    }
+
+    /// Reclaim the data of `previous` (the entry `entry` replaced) that `entry` does not use.
+    fn reclaim_replaced(
+        &self,
+        bucket: &BucketRecord,
+        previous: Option<ObjectEntry>,
+        entry: &ObjectEntry,
+    ) {
         if let Some(prev) = previous {
             let unused = prev
                 .segments
@@ -168,7 +179,6 @@ impl Gateway {
                 .collect();
             self.reclaim(bucket, unused);
         }
-        Ok(())
     }
 
     /// [`Gateway::commit`] only if the conditional-write headers hold at the moment the index
@@ -231,14 +241,7 @@ impl Gateway {
         match applied {
             None => Err(failed(self)),
             Some(previous) => {
-                if let Some(prev) = previous {
-                    let unused = prev
-                        .segments
-                        .into_iter()
-                        .filter(|s| !entry.segments.contains(s))
-                        .collect();
-                    self.reclaim(bucket, unused);
-                }
+                self.reclaim_replaced(bucket, previous, entry);
                 Ok(())
             }
         }
