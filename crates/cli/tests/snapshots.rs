@@ -140,11 +140,17 @@ fn snapshot_under_a_writer_holds_a_prefix_of_acknowledged_writes() {
 fn fio_verifies_across_snapshots_taken_while_it_writes() {
     let cluster = Cluster::start();
     let fio = spawn_fio_verify(&cluster, &cluster.uri("vol0"), 48, "verify");
+    let started = Instant::now();
     for i in 0..3 {
         std::thread::sleep(Duration::from_millis(700));
         cluster.volume_ok(&["snapshot", &format!("vol0@during{i}")]);
     }
-    finish_fio(&cluster, fio, "verify", 48);
+    let snapshots_done = started.elapsed();
+    let writing = finish_fio(&cluster, fio, "verify", 48);
+    assert!(
+        writing > snapshots_done,
+        "fio's writes ({writing:?}) outlast the snapshots ({snapshots_done:?})"
+    );
     let ls = cluster.volume_ok(&["snapshot", "ls", "vol0", "--json"]);
     let snaps: serde_json::Value = serde_json::from_str(&ls).expect("snapshot ls --json");
     assert_eq!(snaps.as_array().map(|a| a.len()), Some(3), "{ls}");
@@ -329,6 +335,12 @@ fn layers_survive_kill9() {
 
 /// Run fio (ioengine=nbd) random 4 KiB writes with crc32c verification over the first
 /// `size_mib` MiB of `uri`; returns the child.
+/// fio's write rate in the tests that act while it writes: unpaced, an idle machine wrote
+/// 48 MiB in under a second, before the snapshot meant to land under it (a flaky
+/// assertion). Paced, 48 MiB takes ~6 s whatever the machine, and the tests check that the
+/// write phase outlasted what they did under it.
+const PACED_WRITE_IOPS: u64 = 2000;
+
 fn spawn_fio_verify(
     cluster: &Cluster,
     uri: &str,
@@ -345,6 +357,7 @@ fn spawn_fio_verify(
             "--bs=4k",
             &format!("--size={size_mib}m"),
             "--iodepth=16",
+            &format!("--rate_iops={PACED_WRITE_IOPS}"),
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
@@ -362,8 +375,14 @@ fn spawn_fio_verify(
         .expect("start fio")
 }
 
-/// Wait for a fio started by `spawn_fio_verify` and assert it verified everything.
-fn finish_fio(cluster: &Cluster, mut child: std::process::Child, name: &str, size_mib: u64) {
+/// Wait for a fio started by `spawn_fio_verify` and assert it verified everything; returns
+/// how long its write phase ran.
+fn finish_fio(
+    cluster: &Cluster,
+    mut child: std::process::Child,
+    name: &str,
+    size_mib: u64,
+) -> Duration {
     let status = wait_timeout(&mut child, Duration::from_secs(600)).expect("fio finished");
     let json = std::fs::read(cluster.scratch().join(format!("{name}.json"))).unwrap_or_default();
     assert!(
@@ -379,6 +398,7 @@ fn finish_fio(cluster: &Cluster, mut child: std::process::Child, name: &str, siz
         Some(size_mib * MIB),
         "all verified"
     );
+    Duration::from_millis(job["write"]["runtime"].as_u64().unwrap_or(0))
 }
 
 /// Goal: a snapshot taken while fio writes is restored byte for byte by a rollback; then
@@ -390,14 +410,17 @@ fn rollback_restores_a_snapshot_taken_under_fio_byte_for_byte() {
     let fio = spawn_fio_verify(&cluster, &cluster.uri("vol0"), 48, "before");
     std::thread::sleep(Duration::from_millis(1500));
     cluster.volume_ok(&["snapshot", "vol0@mid"]);
-    finish_fio(&cluster, fio, "before", 48);
+    let writing = finish_fio(&cluster, fio, "before", 48);
     let snap = read_export_prefix(
         &cluster.uri("vol0@mid"),
         48,
         &cluster.scratch().join("s.raw"),
     );
     let head = read_export_prefix(&cluster.uri("vol0"), 48, &cluster.scratch().join("h.raw"));
-    assert_ne!(snap, head, "fio went on writing after the snapshot");
+    assert_ne!(
+        snap, head,
+        "fio went on writing after the snapshot (its write phase ran {writing:?})"
+    );
     let out = cluster.volume_ok(&["rollback", "vol0@mid"]);
     assert!(
         out.contains("rolled volume \"vol0\" back to vol0@mid"),
@@ -437,10 +460,15 @@ fn flatten_under_load_then_the_parent_goes() {
     cluster.volume_ok(&["snapshot", "vol0@gold"]);
     cluster.volume_ok(&["clone", "vol0@gold", "vm"]);
     let fio = spawn_fio_verify(&cluster, &cluster.uri("vm"), 32, "clone");
-    std::thread::sleep(Duration::from_millis(500));
+    let flatten_at = Duration::from_millis(500);
+    std::thread::sleep(flatten_at);
     let out = cluster.volume_ok(&["flatten", "vm"]);
     assert!(out.contains("flattened volume \"vm\""), "{out}");
-    finish_fio(&cluster, fio, "clone", 32);
+    let writing = finish_fio(&cluster, fio, "clone", 32);
+    assert!(
+        writing > flatten_at,
+        "fio's writes ({writing:?}) were still running when the flatten began"
+    );
     let info = cluster.volume_ok(&["info", "vm"]);
     assert!(info.contains("parent:      none"), "{info}");
     cluster.volume_ok(&["snapshot", "rm", "vol0@gold"]);
