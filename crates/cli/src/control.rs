@@ -5,7 +5,8 @@
 //! `{"op":"resize","name":N,"size":BYTES}`, `{"op":"rm","name":N}`, `{"op":"status"}`,
 //! `{"op":"snapshot","name":N,"snapshot":S}`, `{"op":"clone","name":N,"snapshot":S,"new":M}`,
 //! `{"op":"rollback","name":N,"snapshot":S}`, `{"op":"snapshot_rm","name":N,"snapshot":S}`,
-//! `{"op":"flatten","name":N}`; replies are `{"ok":true,...}` or
+//! `{"op":"flatten","name":N}`, `{"op":"s3_key_create","user":U}`, `{"op":"s3_key_ls"}`,
+//! `{"op":"s3_key_rm","access_key":K}`; replies are `{"ok":true,...}` or
 //! `{"ok":false,"error":MESSAGE}`. Long operations first send progress lines,
 //! `{"ok":true,"progress":{"done":D,"total":T}}`, at most every PROGRESS_EVERY_MS.
 
@@ -107,6 +108,42 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
     },
+    /// A new S3 access key for `user`; the reply carries its secret, once.
+    #[serde(rename = "s3_key_create")]
+    S3KeyCreate {
+        user: String,
+    },
+    /// Every S3 access key (never a secret).
+    #[serde(rename = "s3_key_ls")]
+    S3KeyLs,
+    /// Remove an S3 access key.
+    #[serde(rename = "s3_key_rm")]
+    S3KeyRm {
+        access_key: String,
+    },
+}
+
+/// An S3 access key as the control API shows it: the secret only in the reply that
+/// created it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct S3Key {
+    pub access_key: String,
+    pub user: String,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl S3Key {
+    fn of(record: basalt_s3::keys::KeyRecord, secret: Option<String>) -> Self {
+        Self {
+            access_key: record.access_key,
+            user: record.user,
+            created: record.created,
+            secret,
+        }
+    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -138,6 +175,12 @@ pub struct Response {
     /// Where to write an image's data (image_begin, when this process serves NBD).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nbd_uri: Option<String>,
+    /// `s3_key_create`: the new key, with its secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_key: Option<S3Key>,
+    /// `s3_key_ls`: every key, without secrets, by access key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_keys: Option<Vec<S3Key>>,
     /// A progress line of a long operation (not its final reply).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressLine>,
@@ -158,6 +201,8 @@ pub struct ProgressLine {
 pub struct ServeContext {
     pub pool: PoolId,
     pub nbd_socket: Option<std::path::PathBuf>,
+    /// The key sealing S3 secrets, when this process serves S3 (key requests need it).
+    pub s3_master: Option<basalt_s3::MasterKey>,
 }
 
 pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, ctx: ServeContext) {
@@ -415,6 +460,9 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
                 ..Response::default()
             })
         }
+        Request::S3KeyCreate { .. } | Request::S3KeyLs | Request::S3KeyRm { .. } => {
+            return s3_key_request(cluster.meta().as_ref(), ctx.s3_master.as_ref(), req).await
+        }
         Request::Status { interval_ms } => {
             crate::status::gather_with_rates(cluster, interval_ms.min(60_000))
                 .await
@@ -424,6 +472,51 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
                     ..Response::default()
                 })
         }
+    };
+    result.unwrap_or_else(|e| Response::error(e.to_string()))
+}
+
+/// An S3 access key request on the keys in `meta`; new keys are sealed with `master` (None:
+/// this process serves no S3, and makes no keys).
+pub(crate) async fn s3_key_request(
+    meta: &dyn basalt_meta::MetaStore,
+    master: Option<&basalt_s3::MasterKey>,
+    req: Request,
+) -> Response {
+    use basalt_s3::keys;
+    let result = match req {
+        Request::S3KeyCreate { user } => {
+            let Some(master) = master else {
+                return Response::error(
+                    "this cluster serves no S3 (started with --s3-listen off): no keys to make"
+                        .into(),
+                );
+            };
+            keys::create_key(meta, master, &user)
+                .await
+                .map(|(record, secret)| Response {
+                    ok: true,
+                    s3_key: Some(S3Key::of(record, Some(secret))),
+                    ..Response::default()
+                })
+        }
+        Request::S3KeyLs => keys::list_keys(meta).await.map(|mut all| {
+            all.sort_by(|a, b| a.access_key.cmp(&b.access_key));
+            Response {
+                ok: true,
+                s3_keys: Some(all.into_iter().map(|k| S3Key::of(k, None)).collect()),
+                ..Response::default()
+            }
+        }),
+        Request::S3KeyRm { access_key } => {
+            keys::remove_key(meta, &access_key)
+                .await
+                .map(|()| Response {
+                    ok: true,
+                    ..Response::default()
+                })
+        }
+        _ => return Response::error("not an S3 key request".into()),
     };
     result.unwrap_or_else(|e| Response::error(e.to_string()))
 }

@@ -3,7 +3,6 @@
 use crate::daemons::{flush_stdout, MetaArgs};
 use anyhow::Context;
 use basalt_client::Cluster;
-use basalt_s3::keys;
 use basalt_s3::{GatewayConfig, KeyRing, MasterKey};
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
@@ -48,11 +47,29 @@ pub struct S3Args {
 /// `basalt s3 ...` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum S3Command {
-    /// Manage access keys.
+    /// Manage access keys: of a local `basalt up` (through its control API), or of a
+    /// multi-host cluster (with --meta).
+    ///
+    /// Example: basalt s3 key create --user alice
+    ///          basalt s3 key create --user alice --meta etcd://10.0.0.1:2379
+    ///          basalt s3 key ls
     Key {
         #[command(subcommand)]
         command: KeyCommand,
     },
+}
+
+/// Whose keys a `basalt s3 key` command manages.
+#[derive(Args, Debug, Clone)]
+pub struct KeyTarget {
+    /// A multi-host cluster's metadata (etcd://HOST:PORT...); the key is sealed with
+    /// --master-key, which every gateway of the cluster shares.
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    /// Without --meta: the control API of the running `basalt up` (it seals the key with
+    /// its own master key).
+    #[arg(long, default_value = "127.0.0.1:10810")]
+    pub control: SocketAddr,
 }
 
 /// `basalt s3 key ...`.
@@ -60,16 +77,24 @@ pub enum S3Command {
 pub enum KeyCommand {
     /// Create an access key; the secret is printed once and never again.
     Create {
-        /// The user the key acts as (buckets belong to users; several keys may share one).
+        /// The user the key acts as (buckets belong to users; several keys may share one):
+        /// letters, digits, '-', '_' and '.', at most 64.
         #[arg(long, default_value = "admin")]
         user: String,
+        #[command(flatten)]
+        target: KeyTarget,
     },
     /// List access keys (never their secrets).
-    Ls,
+    Ls {
+        #[command(flatten)]
+        target: KeyTarget,
+    },
     /// Remove an access key (gateways stop accepting it within 5 seconds).
     Rm {
         /// The access key id (BK...).
         access_key: String,
+        #[command(flatten)]
+        target: KeyTarget,
     },
 }
 
@@ -132,7 +157,7 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         args.data_pool.as_deref().unwrap_or(&args.pool)
     );
     println!(
-        "  keys: basalt s3 key create --meta ... --master-key {}",
+        "  keys: basalt s3 key create --user NAME --meta ... --master-key {}",
         args.master_key.display()
     );
     flush_stdout();
@@ -142,31 +167,57 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Run a `basalt s3 key` command.
+/// Run a `basalt s3 key` command, on a multi-host cluster's metadata (--meta) or through
+/// the control API of `basalt up`.
 pub async fn run_command(args: &S3Args, command: S3Command) -> anyhow::Result<()> {
+    use crate::control::{Request, S3Key};
     let S3Command::Key { command } = command;
-    let meta = args.meta.connect().await?;
-    match command {
-        KeyCommand::Create { user } => {
-            let master = MasterKey::load(&args.master_key, true)?;
-            let (record, secret) = keys::create_key(meta.as_ref(), &master, &user).await?;
-            println!("access key: {}", record.access_key);
-            println!("secret key: {secret}");
-            println!("user:       {}", record.user);
-            println!("(the secret is shown only now)");
-        }
-        KeyCommand::Ls => {
-            let mut all = keys::list_keys(meta.as_ref()).await?;
-            all.sort_by(|a, b| a.access_key.cmp(&b.access_key));
-            println!("{:<22} {:<16} CREATED", "ACCESS KEY", "USER");
-            for k in all {
-                println!("{:<22} {:<16} {}", k.access_key, k.user, k.created);
+    let (target, req, removed) = match command {
+        KeyCommand::Create { user, target } => (target, Request::S3KeyCreate { user }, None),
+        KeyCommand::Ls { target } => (target, Request::S3KeyLs, None),
+        KeyCommand::Rm { access_key, target } => (
+            target,
+            Request::S3KeyRm {
+                access_key: access_key.clone(),
+            },
+            Some(access_key),
+        ),
+    };
+    let reply = match &target.meta.meta {
+        None => crate::control::call(target.control, &req).await?,
+        Some(_) => {
+            let meta = target.meta.connect().await?;
+            let master = match req {
+                Request::S3KeyCreate { .. } => Some(MasterKey::load(&args.master_key, true)?),
+                _ => None,
+            };
+            let reply = crate::control::s3_key_request(meta.as_ref(), master.as_ref(), req).await;
+            if !reply.ok {
+                anyhow::bail!("{}", reply.error.unwrap_or_default());
             }
+            reply
         }
-        KeyCommand::Rm { access_key } => {
-            keys::remove_key(meta.as_ref(), &access_key).await?;
-            println!("removed access key {access_key}");
+    };
+    let show = |k: &S3Key| {
+        format!(
+            "{:<22} {:<16} {}",
+            k.access_key,
+            k.user,
+            basalt_bench::environment::utc_from_unix(k.created)
+        )
+    };
+    if let Some(k) = reply.s3_key {
+        println!("access key: {}", k.access_key);
+        println!("secret key: {}", k.secret.as_deref().unwrap_or("-"));
+        println!("user:       {}", k.user);
+        println!("(the secret is shown only now)");
+    } else if let Some(all) = reply.s3_keys {
+        println!("{:<22} {:<16} CREATED", "ACCESS KEY", "USER");
+        for k in &all {
+            println!("{}", show(k));
         }
+    } else if let Some(access_key) = removed {
+        println!("removed access key {access_key}");
     }
     Ok(())
 }

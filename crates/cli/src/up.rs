@@ -329,12 +329,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let control_addr = control.local_addr()?;
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
+    let s3_master = match args.s3_listen.as_str() {
+        "off" => None,
+        _ => Some(basalt_s3::MasterKey::load(
+            &args.data_dir.join(S3_MASTER_KEY_FILE),
+            true,
+        )?),
+    };
     let control_task = tokio::spawn(crate::control::serve(
         control,
         cluster.clone(),
         crate::control::ServeContext {
             pool: pool.id,
             nbd_socket: Some(socket_path.clone()),
+            s3_master,
         },
     ));
     let (s3_stop, s3_stop_rx) = watch::channel(false);
@@ -408,6 +416,9 @@ fn s3_credentials_path(data_dir: &Path) -> PathBuf {
     data_dir.join("s3-credentials")
 }
 
+/// The file under the data directory holding the key that seals S3 secrets.
+const S3_MASTER_KEY_FILE: &str = "s3-master.key";
+
 /// Start the S3 gateway; on first start (no credentials file) create an access key for the
 /// user "admin" and write it to DATA_DIR/s3-credentials (mode 0600).
 async fn start_s3(
@@ -420,7 +431,7 @@ async fn start_s3(
     let listen: SocketAddr = listen
         .parse()
         .with_context(|| format!("--s3-listen {listen}: expected IP:PORT or \"off\""))?;
-    let master = basalt_s3::MasterKey::load(&args.data_dir.join("s3-master.key"), true)?;
+    let master = basalt_s3::MasterKey::load(&args.data_dir.join(S3_MASTER_KEY_FILE), true)?;
     let creds = s3_credentials_path(&args.data_dir);
     if !creds.exists() {
         use std::io::Write;

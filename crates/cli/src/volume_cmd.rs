@@ -65,6 +65,7 @@ impl Target {
         let ctx = crate::control::ServeContext {
             pool,
             nbd_socket: None,
+            s3_master: None,
         };
         let resp = crate::control::handle(&cluster, &ctx, req, &throttle).await;
         if !resp.ok {

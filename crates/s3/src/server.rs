@@ -78,10 +78,11 @@ pub async fn serve(
     );
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(KeyRingAuth(keys));
+    builder.set_access(RequestChecks);
     builder.set_host(Hosts {
         domain: config.domain.clone(),
     });
-    let service = CloseAfterBodilessExpect(builder.build());
+    let service = Front(builder.build());
     let every = (config.reclaim_after / 4).clamp(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(600),
@@ -137,19 +138,24 @@ pub async fn serve(
     let _ = sweeper.await;
 }
 
-/// The protocol layer's service, closing the connection after answering a request that
-/// carries `Expect: 100-continue` but no body.
+/// The protocol layer's service with what wraps every request: a request id, and a
+/// connection closed after a bodiless `Expect: 100-continue` request.
 ///
-/// hyper answers such a request without a `100 Continue` (RFC 9110 allows it: there is no
-/// body to wait for). botocore (boto3, the aws CLI) sends that expectation on every upload,
-/// empty ones included, and then parses the *next* response on the same connection against
-/// the stale status line, losing its headers (boto/botocore#3755): `aws s3 sync` of a tree
-/// with empty files failed with "upload failed: ... 'ETag'" when an UploadPart followed an
-/// empty PUT on one connection. A fresh connection resets botocore's state.
+/// **Request ids.** Every response carries `x-amz-request-id` (and `x-amz-id-2`), and an
+/// error document its `<RequestId>`, as S3 answers: what a user quotes when reporting a
+/// failure, and what ties a client's error to the gateway's log line.
+///
+/// **Bodiless expectations.** hyper answers a request that carries `Expect: 100-continue`
+/// but no body without a `100 Continue` (RFC 9110 allows it: there is no body to wait for).
+/// botocore (boto3, the aws CLI) sends that expectation on every upload, empty ones
+/// included, and then parses the *next* response on the same connection against the stale
+/// status line, losing its headers (boto/botocore#3755): `aws s3 sync` of a tree with empty
+/// files failed with "upload failed: ... 'ETag'" when an UploadPart followed an empty PUT on
+/// one connection. A fresh connection resets botocore's state.
 #[derive(Clone)]
-struct CloseAfterBodilessExpect(S3Service);
+struct Front(S3Service);
 
-impl Service<hyper::Request<Incoming>> for CloseAfterBodilessExpect {
+impl Service<hyper::Request<Incoming>> for Front {
     type Response = <S3Service as Service<hyper::Request<Incoming>>>::Response;
     type Error = <S3Service as Service<hyper::Request<Incoming>>>::Error;
     type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
@@ -160,9 +166,12 @@ impl Service<hyper::Request<Incoming>> for CloseAfterBodilessExpect {
                 .headers()
                 .get(hyper::header::EXPECT)
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let id = request_id();
+        tracing::debug!(request = %id, method = %req.method(), uri = %req.uri(), "s3 request");
         let response = Service::call(&self.0, req);
         Box::pin(async move {
             let mut response = response.await?;
+            tag_with_request_id(&mut response, &id);
             if close {
                 response.headers_mut().insert(
                     hyper::header::CONNECTION,
@@ -172,6 +181,117 @@ impl Service<hyper::Request<Incoming>> for CloseAfterBodilessExpect {
             Ok(response)
         })
     }
+}
+
+/// A fresh request id: 16 hex digits, unique within a gateway process and unlikely to repeat
+/// across processes (the sequence starts at a clock- and pid-derived point).
+fn request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static BASE: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        nanos.rotate_left(20) ^ (std::process::id() as u64) << 44
+    });
+    format!(
+        "{:016X}",
+        base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed))
+    )
+}
+
+/// Put request id `id` into a response: its headers, and an error document's
+/// `<RequestId>` and `<HostId>` (the protocol layer renders errors without them).
+fn tag_with_request_id(response: &mut hyper::Response<s3s::Body>, id: &str) {
+    let value = hyper::header::HeaderValue::from_str(id).expect("hex digits");
+    response
+        .headers_mut()
+        .insert("x-amz-request-id", value.clone());
+    response.headers_mut().insert("x-amz-id-2", value);
+    if response.status().as_u16() < 400 {
+        return;
+    }
+    let Some(body) = response.body().bytes() else {
+        return;
+    };
+    const END: &[u8] = b"</Error>";
+    let Some(at) = body.windows(END.len()).rposition(|w| w == END) else {
+        return;
+    };
+    if body.windows(11).any(|w| w == b"<RequestId>") {
+        return;
+    }
+    let mut tagged = Vec::with_capacity(body.len() + 80);
+    tagged.extend_from_slice(&body[..at]);
+    tagged
+        .extend_from_slice(format!("<RequestId>{id}</RequestId><HostId>{id}</HostId>").as_bytes());
+    tagged.extend_from_slice(&body[at..]);
+    let len = tagged.len();
+    *response.body_mut() = s3s::Body::from(tagged);
+    if response
+        .headers()
+        .contains_key(hyper::header::CONTENT_LENGTH)
+    {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_LENGTH, len.into());
+    }
+}
+
+/// Checks of every request the protocol layer leaves to the service, made once it knows
+/// who signed: anonymous requests are refused (as the layer's default check does), a
+/// presigned URL may not be valid for longer than S3 allows, and an empty `Content-MD5`
+/// is no digest.
+struct RequestChecks;
+
+/// The longest a SigV4 presigned URL may be valid (S3's limit: 7 days).
+const MAX_PRESIGNED_EXPIRY_SECS: u64 = 7 * 24 * 3600;
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for RequestChecks {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
+        if cx.credentials().is_none() {
+            return Err(s3s::s3_error!(AccessDenied, "Signature is required"));
+        }
+        if let Some(expires) = query_param(cx.uri(), "X-Amz-Expires") {
+            match expires.parse::<u64>() {
+                Ok(secs) if secs <= MAX_PRESIGNED_EXPIRY_SECS => {}
+                Ok(_) => {
+                    return Err(s3s::s3_error!(
+                        AuthorizationQueryParametersError,
+                        "X-Amz-Expires must be less than a week (in seconds) that is 604800"
+                    ))
+                }
+                Err(_) => {
+                    return Err(s3s::s3_error!(
+                        AuthorizationQueryParametersError,
+                        "X-Amz-Expires should be a number"
+                    ))
+                }
+            }
+        }
+        if let Some(md5) = cx.headers().get("content-md5") {
+            if md5.as_bytes().iter().all(u8::is_ascii_whitespace) {
+                return Err(s3s::s3_error!(
+                    InvalidDigest,
+                    "The Content-MD5 you specified was invalid (it is empty)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value of query parameter `name` (not percent-decoded: the callers' values are plain).
+fn query_param<'a>(uri: &'a hyper::Uri, name: &str) -> Option<&'a str> {
+    uri.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
 }
 
 /// The key ring as the protocol layer's authenticator.

@@ -522,6 +522,223 @@ def never_silently_wrong():
     keys = [{"Key": f"none-{i}"} for i in range(1001)] + [{"Key": "cond"}]
     assert error_code(s3.delete_objects, Bucket="life", Delete={"Objects": keys}) == "MalformedXML"
     assert s3.head_object(Bucket="life", Key="cond")["ContentLength"] == 2
+    never_silently_wrong_more()
+
+
+def signed_raw(method, path, body=b"", headers=None):
+    """A request signed with SigV4 by botocore but sent as given (headers and body
+    untouched): for what boto3 itself never sends. Returns (status, headers, body)."""
+    import http.client
+    import urllib.parse
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    req = AWSRequest(method=method, url=f"{ENDPOINT}{path}", data=body, headers=headers or {})
+    creds = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+    u = urllib.parse.urlsplit(req.url)
+    conn = http.client.HTTPConnection(u.netloc, timeout=30)
+    conn.request(method, u.path + ("?" + u.query if u.query else ""), body=body, headers=dict(req.headers))
+    r = conn.getresponse()
+    return r.status, r.headers, r.read()
+
+
+def raw_url(method, url, body=None, headers=None):
+    """Send a (presigned) URL as is; returns (status, headers, body)."""
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.netloc, timeout=30)
+    conn.request(method, u.path + ("?" + u.query if u.query else ""), body=body, headers=headers or {})
+    r = conn.getresponse()
+    return r.status, r.headers, r.read()
+
+
+def never_silently_wrong_more():
+    step("ACLs, tags, storage classes, versions, expected owners, request ids (issue 13)")
+    import base64
+    import zlib
+
+    # Canned ACLs: "private" is what every bucket and object is, accepted; wider ACLs and
+    # grants are refused, and nothing is created.
+    assert error_code(s3.create_bucket, Bucket="acl-public", ACL="public-read") in (
+        "NotImplemented", "501",
+    )
+    assert error_code(s3.head_bucket, Bucket="acl-public") in ("404", "NoSuchBucket")
+    s3.create_bucket(Bucket="acl-private", ACL="private", ObjectOwnership="BucketOwnerEnforced")
+    assert error_code(
+        s3.create_bucket, Bucket="acl-writer", ObjectOwnership="ObjectWriter"
+    ) in ("NotImplemented", "501")
+    acl = s3.get_bucket_acl(Bucket="acl-private")
+    owner = acl["Owner"]["ID"]
+    assert [(g["Grantee"]["ID"], g["Permission"]) for g in acl["Grants"]] == [
+        (owner, "FULL_CONTROL")
+    ], acl
+    s3.put_bucket_acl(Bucket="acl-private", ACL="private")
+    assert error_code(s3.put_bucket_acl, Bucket="acl-private", ACL="public-read") in (
+        "NotImplemented", "501",
+    )
+    s3.put_object(Bucket="acl-private", Key="p", Body=b"private", ACL="private")
+    assert s3.get_object_acl(Bucket="acl-private", Key="p")["Grants"][0]["Permission"] == "FULL_CONTROL"
+    assert error_code(s3.get_object_acl, Bucket="acl-private", Key="none") in ("NoSuchKey", "404")
+    for extra in (
+        {"ACL": "public-read"},
+        {"GrantRead": 'uri="http://acs.amazonaws.com/groups/global/AllUsers"'},
+        {"Tagging": "team=storage"},
+        {"StorageClass": "GLACIER"},
+        {"WebsiteRedirectLocation": "/elsewhere"},
+    ):
+        assert error_code(s3.put_object, Bucket="acl-private", Key="q", Body=b"x", **extra) in (
+            "NotImplemented", "501",
+        ), extra
+    assert error_code(s3.head_object, Bucket="acl-private", Key="q") in ("404", "NoSuchKey")
+    s3.put_object(Bucket="acl-private", Key="q", Body=b"x", StorageClass="STANDARD")
+    # Version ids: the buckets are unversioned, so every object is version "null".
+    assert s3.get_object(Bucket="acl-private", Key="p", VersionId="null")["Body"].read() == b"private"
+    bogus = "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY"
+    assert error_code(s3.get_object, Bucket="acl-private", Key="p", VersionId=bogus) in (
+        "InvalidArgument", "400",
+    )
+    assert error_code(s3.delete_object, Bucket="acl-private", Key="p", VersionId=bogus) in (
+        "InvalidArgument", "400",
+    )
+    assert s3.head_object(Bucket="acl-private", Key="p")["ContentLength"] == 7
+    # response-* parameters override the stored headers in the answer.
+    got = s3.get_object(
+        Bucket="acl-private", Key="p",
+        ResponseContentDisposition='attachment; filename="p.txt"',
+        ResponseContentType="text/plain",
+        ResponseCacheControl="no-cache",
+    )
+    assert got["ContentDisposition"] == 'attachment; filename="p.txt"', got
+    assert got["ContentType"] == "text/plain" and got["CacheControl"] == "no-cache", got
+    # Conditional deletes remove only the object they describe, atomically.
+    etag = s3.head_object(Bucket="acl-private", Key="p")["ETag"]
+    for wrong in ({"IfMatch": '"00000000000000000000000000000000"'}, {"IfMatchSize": 8}):
+        assert error_code(s3.delete_object, Bucket="acl-private", Key="p", **wrong) in (
+            "PreconditionFailed", "412",
+        ), wrong
+    assert s3.head_object(Bucket="acl-private", Key="p")["ContentLength"] == 7
+    s3.delete_object(Bucket="acl-private", Key="p", IfMatch=etag, IfMatchSize=7)
+    assert error_code(s3.head_object, Bucket="acl-private", Key="p") in ("404", "NoSuchKey")
+    assert error_code(s3.delete_object, Bucket="acl-private", Key="p", IfMatch=etag) in (
+        "NoSuchKey", "404",
+    )
+    # x-amz-expected-bucket-owner: a bucket of another owner is refused.
+    assert error_code(
+        s3.put_object, Bucket="acl-private", Key="r", Body=b"x", ExpectedBucketOwner="someone-else"
+    ) in ("AccessDenied", "403")
+    s3.put_object(Bucket="acl-private", Key="r", Body=b"x", ExpectedBucketOwner=owner)
+    # Presigned SigV4 URLs are valid for at most 7 days.
+    v4 = boto3.client(
+        "s3", endpoint_url=ENDPOINT, region_name="us-east-1",
+        aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"),
+    )
+    week = 7 * 24 * 3600
+    url = v4.generate_presigned_url("get_object", Params={"Bucket": "acl-private", "Key": "r"}, ExpiresIn=week)
+    assert raw_url("GET", url)[0] == 200
+    url = v4.generate_presigned_url(
+        "get_object", Params={"Bucket": "acl-private", "Key": "r"}, ExpiresIn=week + 1
+    )
+    status, _, body = raw_url("GET", url)
+    assert status == 400 and b"AuthorizationQueryParametersError" in body, (status, body)
+    # An empty Content-MD5 is no digest; the error names its request id (header and body).
+    url = v4.generate_presigned_url("put_object", Params={"Bucket": "acl-private", "Key": "m"}, ExpiresIn=300)
+    status, headers, body = raw_url("PUT", url, b"x", {"Content-MD5": ""})
+    assert status == 400 and b"<Code>InvalidDigest</Code>" in body, (status, body)
+    rid = headers["x-amz-request-id"]
+    assert rid and f"<RequestId>{rid}</RequestId>".encode() in body, (rid, body)
+    assert error_code(s3.head_object, Bucket="acl-private", Key="m") in ("404", "NoSuchKey")
+    try:
+        s3.get_object(Bucket="acl-private", Key="none")
+    except ClientError as e:
+        assert len(e.response["ResponseMetadata"]["RequestId"]) == 16, e.response
+    # aws-chunked is how a body was sent, not what the object is: never stored.
+    payload = b"sent in aws-chunked encoding"
+    crc = base64.b64encode(zlib.crc32(payload).to_bytes(4, "big")).decode()
+    body = (
+        f"{len(payload):x}\r\n".encode() + payload
+        + f"\r\n0\r\nx-amz-checksum-crc32:{crc}\r\n\r\n".encode()
+    )
+    for key, sent, stored in (("c1", "aws-chunked", None), ("c2", "aws-chunked,gzip", "gzip")):
+        status, _, reply = signed_raw("PUT", f"/acl-private/{key}", body, {
+            "Content-Encoding": sent,
+            "X-Amz-Content-SHA256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+            "X-Amz-Trailer": "x-amz-checksum-crc32",
+            "X-Amz-Decoded-Content-Length": str(len(payload)),
+        })
+        assert status == 200, (status, reply)
+        head = s3.head_object(Bucket="acl-private", Key=key)
+        assert head.get("ContentEncoding") == stored, (key, head.get("ContentEncoding"))
+        assert s3.get_object(Bucket="acl-private", Key=key)["Body"].read() == payload
+    for key in ("q", "r", "c1", "c2"):
+        s3.delete_object(Bucket="acl-private", Key=key)
+    s3.delete_bucket(Bucket="acl-private")
+
+
+def users():
+    step("several users: keys made through `basalt s3 key`, each sees only their buckets")
+    import subprocess
+
+    basalt = [os.environ["BASALT_BIN"], "s3", "key"]
+    control = ["--control", os.environ["BASALT_CONTROL"]]
+    out = subprocess.run(
+        basalt + ["create", "--user", "bob"] + control, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out
+    fields = dict(
+        line.split(":", 1) for line in out.stdout.splitlines() if line.startswith(("access key", "secret key"))
+    )
+    bob_key, bob_secret = fields["access key"].strip(), fields["secret key"].strip()
+    listed = subprocess.run(basalt + ["ls"] + control, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and bob_key in listed.stdout and " bob " in listed.stdout, listed
+    bad = subprocess.run(
+        basalt + ["create", "--user", "no spaces"] + control, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode != 0 and "invalid user name" in bad.stderr, bad
+    bob = boto3.client(
+        "s3", endpoint_url=ENDPOINT, region_name="us-east-1",
+        aws_access_key_id=bob_key, aws_secret_access_key=bob_secret,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    s3.create_bucket(Bucket="admins")
+    s3.put_object(Bucket="admins", Key="secret", Body=b"admin's")
+    bob.create_bucket(Bucket="bobs")
+    bob.put_object(Bucket="bobs", Key="mine", Body=b"bob's")
+    assert [b["Name"] for b in bob.list_buckets()["Buckets"]] == ["bobs"]
+    assert "bobs" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    for fn, kw in (
+        (bob.get_object, {"Bucket": "admins", "Key": "secret"}),
+        (bob.put_object, {"Bucket": "admins", "Key": "x", "Body": b"x"}),
+        (bob.delete_object, {"Bucket": "admins", "Key": "secret"}),
+        (bob.list_objects_v2, {"Bucket": "admins"}),
+        (s3.get_object, {"Bucket": "bobs", "Key": "mine"}),
+        (s3.delete_bucket, {"Bucket": "bobs"}),
+    ):
+        assert error_code(fn, **kw) in ("AccessDenied", "403"), (fn.__name__, kw)
+    assert error_code(bob.create_bucket, Bucket="admins") == "BucketAlreadyExists"
+    assert s3.get_object(Bucket="admins", Key="secret")["Body"].read() == b"admin's"
+    bob.delete_object(Bucket="bobs", Key="mine")
+    bob.delete_bucket(Bucket="bobs")
+    s3.delete_object(Bucket="admins", Key="secret")
+    s3.delete_bucket(Bucket="admins")
+    # A removed key stops working (gateways cache keys for 5 s).
+    out = subprocess.run(basalt + ["rm", bob_key] + control, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and f"removed access key {bob_key}" in out.stdout, out
+    deadline = time.time() + 30
+    while True:
+        try:
+            bob.list_buckets()
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "InvalidAccessKeyId", e.response
+            break
+        assert time.time() < deadline, "a removed key still works after 30 s"
+        time.sleep(0.5)
 
 
 def main():
@@ -534,6 +751,7 @@ def main():
     multipart()
     copies()
     never_silently_wrong()
+    users()
     presigned_and_auth()
     deletes()
     print(f"boto3 suite passed in {time.time() - started:.1f} s", flush=True)

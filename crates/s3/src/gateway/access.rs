@@ -29,6 +29,7 @@ impl Gateway {
     pub(super) async fn authorise<T>(&self, req: &S3Request<T>, name: &str) -> S3Result<Access> {
         let user = self.caller(req).await?;
         let bucket = self.owned_bucket(&user, name).await?;
+        check_expected_owner(req, "x-amz-expected-bucket-owner", &bucket)?;
         Ok(Access { user, bucket })
     }
 
@@ -50,7 +51,9 @@ impl Gateway {
             return Err(s3_error!(NotImplemented, "copy from an access point"));
         };
         let source = self.owned_bucket(&user, source).await?;
+        check_expected_owner(req, "x-amz-source-expected-bucket-owner", &source)?;
         let bucket = self.owned_bucket(&user, target).await?;
+        check_expected_owner(req, "x-amz-expected-bucket-owner", &bucket)?;
         Ok(CopyAccess {
             source,
             source_key: source_key.to_string(),
@@ -81,5 +84,22 @@ impl Gateway {
             Some(_) => Err(s3_error!(AccessDenied)),
             None => Err(s3_error!(NoSuchBucket)),
         }
+    }
+}
+
+/// `x-amz-expected-bucket-owner` (or the copy source's): a request that names an owner
+/// other than the bucket's is refused, so a client never writes into a bucket it did not
+/// mean (owners' account ids are their user names here).
+fn check_expected_owner<T>(
+    req: &S3Request<T>,
+    header: &str,
+    bucket: &BucketRecord,
+) -> S3Result<()> {
+    match req.headers.get(header) {
+        Some(v) if v.as_bytes() != bucket.owner.as_bytes() => Err(s3_error!(
+            AccessDenied,
+            "the bucket is not owned by the expected owner"
+        )),
+        _ => Ok(()),
     }
 }

@@ -22,6 +22,47 @@ pub(super) async fn create_bucket(
             "object lock is not supported yet"
         ));
     }
+    let input = &req.input;
+    super::unsupported::check_acl(
+        input.acl.as_ref().map(|a| a.as_str()),
+        input.grant_full_control.is_some()
+            || input.grant_read.is_some()
+            || input.grant_read_acp.is_some()
+            || input.grant_write.is_some()
+            || input.grant_write_acp.is_some(),
+    )?;
+    if let Some(o) = &input.object_ownership {
+        // Every object belongs to the bucket's owner and ACLs grant nothing else: that is
+        // BucketOwnerEnforced, and only that.
+        if o.as_str() != ObjectOwnership::BUCKET_OWNER_ENFORCED {
+            return Err(s3_error!(
+                NotImplemented,
+                "object ownership {:?} is not supported: buckets are BucketOwnerEnforced",
+                o.as_str()
+            ));
+        }
+    }
+    let location = input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref())
+        .map(|l| l.as_str());
+    if let Some(l) = location.filter(|l| !l.is_empty() && *l != "us-east-1") {
+        return Err(s3_error!(
+            InvalidLocationConstraint,
+            "the location constraint {l:?} is not this gateway's region (us-east-1)"
+        ));
+    }
+    if input
+        .create_bucket_configuration
+        .as_ref()
+        .is_some_and(|c| c.bucket.is_some() || c.location.is_some())
+    {
+        return Err(s3_error!(
+            NotImplemented,
+            "directory buckets (Bucket and Location in CreateBucketConfiguration) are not supported"
+        ));
+    }
     let name = &req.input.bucket;
     if let Some(existing) = buckets::get_bucket(&gw.cluster, name).await? {
         if existing.owner != user {

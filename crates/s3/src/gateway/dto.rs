@@ -42,7 +42,7 @@ pub(super) fn headers(
 ) -> Headers {
     Headers {
         content_type,
-        content_encoding,
+        content_encoding: content_encoding.and_then(|e| stored_encoding(&e)),
         content_disposition,
         content_language,
         cache_control,
@@ -53,6 +53,18 @@ pub(super) fn headers(
             .map(|(k, v)| (k.to_ascii_lowercase(), v))
             .collect(),
     }
+}
+
+/// The `Content-Encoding` to store: the request's without `aws-chunked`, which describes how
+/// the body was sent (SigV4 streaming), not the object (S3 drops it too). None if nothing
+/// else is left.
+pub(super) fn stored_encoding(encoding: &str) -> Option<String> {
+    let kept: Vec<&str> = encoding
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 /// The headers to store with an object, taken (moved) out of an input that carries them:
@@ -75,4 +87,23 @@ pub(super) use headers_of;
 /// The `x-amz-meta-*` of stored headers, if any.
 pub(super) fn metadata_of(h: &Headers) -> Option<Metadata> {
     (!h.metadata.is_empty()).then(|| h.metadata.clone().into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_encoding;
+
+    /// Goal: `aws-chunked` (how a body was sent) never becomes part of a stored object's
+    /// Content-Encoding; the object's own encodings stay, in order.
+    #[test]
+    fn aws_chunked_is_not_stored() {
+        assert_eq!(stored_encoding("aws-chunked"), None);
+        assert_eq!(stored_encoding("aws-chunked,gzip").as_deref(), Some("gzip"));
+        assert_eq!(
+            stored_encoding("gzip, AWS-CHUNKED , br").as_deref(),
+            Some("gzip, br")
+        );
+        assert_eq!(stored_encoding("identity").as_deref(), Some("identity"));
+        assert_eq!(stored_encoding(" , "), None);
+    }
 }

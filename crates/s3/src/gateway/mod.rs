@@ -3,13 +3,15 @@
 //! `s3s` crate's; this module maps each operation onto the cluster.
 //!
 //! * `access`: who sent a request and whether they own the bucket it names.
+//! * `unsupported`: what the gateway refuses rather than ignores.
 //! * `errors`: the crate's errors as S3 errors.
 //! * `dto`: index records to and from the protocol's types.
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
 //! * `store`: bodies into data pieces and entries into the index, with intents and reclaim.
-//! * `bucket_ops`, `objects`, `listing`, `multipart`: the operations themselves.
+//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`: the operations themselves.
 
 mod access;
+mod acl;
 mod bucket_ops;
 mod conditions;
 mod dto;
@@ -18,6 +20,7 @@ mod listing;
 mod multipart;
 mod objects;
 mod store;
+mod unsupported;
 
 use crate::data::DataIds;
 use crate::keys::KeyRing;
@@ -85,6 +88,10 @@ operations! {
     bucket_ops::delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
     bucket_ops::head_bucket(HeadBucketInput) -> HeadBucketOutput;
     bucket_ops::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+    acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
+    acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
+    acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
+    acl::put_object_acl(PutObjectAclInput) -> PutObjectAclOutput;
     objects::put_object(PutObjectInput) -> PutObjectOutput;
     objects::get_object(GetObjectInput) -> GetObjectOutput;
     objects::head_object(HeadObjectInput) -> HeadObjectOutput;

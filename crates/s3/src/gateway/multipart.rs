@@ -102,7 +102,7 @@ pub(super) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
-    super::objects::refuse_unsupported_put!(req.input);
+    super::unsupported::refuse_unsupported_put!(req.input);
     let input = req.input;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {

@@ -3,7 +3,9 @@
 use super::access::Access;
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
+use super::store::DeleteConditions;
 use super::store::{checked_body, uploaded};
+use super::unsupported::{check_version, refuse_sse_read, refuse_unsupported_put};
 use super::Gateway;
 use crate::buckets::BucketRecord;
 use crate::index::{now_ms, ObjectEntry};
@@ -99,45 +101,6 @@ macro_rules! target_of {
     };
 }
 
-/// Server-side encryption and object lock on a write: not implemented, so refused (a write
-/// that ignored them would leave the client believing its data encrypted or locked).
-macro_rules! refuse_unsupported_put {
-    ($input:expr) => {
-        if $input.sse_customer_algorithm.is_some()
-            || $input.sse_customer_key.is_some()
-            || $input.server_side_encryption.is_some()
-            || $input.ssekms_key_id.is_some()
-        {
-            return Err(s3_error!(
-                NotImplemented,
-                "server-side encryption (SSE-C, SSE-S3, SSE-KMS) is not supported yet"
-            ));
-        }
-        if $input.object_lock_mode.is_some()
-            || $input.object_lock_retain_until_date.is_some()
-            || $input.object_lock_legal_hold_status.is_some()
-        {
-            return Err(s3_error!(
-                NotImplemented,
-                "object lock (retention, legal hold) is not supported yet"
-            ));
-        }
-    };
-}
-pub(super) use refuse_unsupported_put;
-
-/// SSE-C headers on a read: no object is stored encrypted, so the request does not apply.
-macro_rules! refuse_sse_read {
-    ($input:expr) => {
-        if $input.sse_customer_algorithm.is_some() || $input.sse_customer_key.is_some() {
-            return Err(s3_error!(
-                InvalidRequest,
-                "The encryption parameters are not applicable to this object"
-            ));
-        }
-    };
-}
-
 /// What GET and HEAD say of a [`Target`]: `$output` (GetObjectOutput or HeadObjectOutput,
 /// which name these fields alike), with `$extra` fields.
 macro_rules! described {
@@ -165,6 +128,31 @@ macro_rules! described {
     }};
 }
 
+/// The `response-*` query parameters of a GET or HEAD (a presigned download naming the file
+/// it saves as, say) replace the stored headers in the answer.
+macro_rules! response_overrides {
+    ($output:ident, $input:ident) => {
+        if let Some(v) = &$input.response_content_type {
+            $output.content_type = Some(v.clone());
+        }
+        if let Some(v) = &$input.response_content_encoding {
+            $output.content_encoding = Some(v.clone());
+        }
+        if let Some(v) = &$input.response_content_disposition {
+            $output.content_disposition = Some(v.clone());
+        }
+        if let Some(v) = &$input.response_content_language {
+            $output.content_language = Some(v.clone());
+        }
+        if let Some(v) = &$input.response_cache_control {
+            $output.cache_control = Some(v.clone());
+        }
+        if let Some(v) = &$input.response_expires {
+            $output.expires = Some(v.clone());
+        }
+    };
+}
+
 /// PutObject: store the body under an intent, check its digests, then point the key at it.
 pub(super) async fn put_object(
     gw: &Gateway,
@@ -172,6 +160,12 @@ pub(super) async fn put_object(
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     refuse_unsupported_put!(req.input);
+    if req.input.write_offset_bytes.is_some() {
+        return Err(s3_error!(
+            NotImplemented,
+            "appends (x-amz-write-offset-bytes) are not supported"
+        ));
+    }
     let body = checked_body!(req);
     let input = req.input;
     if body.expected_len.is_some_and(|l| l > MAX_PUT_BYTES) {
@@ -214,14 +208,17 @@ pub(super) async fn get_object(
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     let input = &req.input;
     refuse_sse_read!(input);
+    check_version(input.version_id.as_deref())?;
     let target = target_of!(gw, &bucket, input).await?;
     let body = gw.read(&bucket, &target.entry, target.start, target.end);
-    Ok(S3Response::new(described!(
+    let mut output = described!(
         GetObjectOutput {
             body: Some(StreamingBlob::new(body)),
         },
         target
-    )))
+    );
+    response_overrides!(output, input);
+    Ok(S3Response::new(output))
 }
 
 /// HeadObject: what GetObject would answer, without the bytes.
@@ -232,17 +229,35 @@ pub(super) async fn head_object(
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     let input = &req.input;
     refuse_sse_read!(input);
+    check_version(input.version_id.as_deref())?;
     let target = target_of!(gw, &bucket, input).await?;
-    Ok(S3Response::new(described!(HeadObjectOutput {}, target)))
+    let mut output = described!(HeadObjectOutput {}, target);
+    response_overrides!(output, input);
+    Ok(S3Response::new(output))
 }
 
-/// DeleteObject: remove the key (absent is fine, as in S3) and reclaim its data.
+/// DeleteObject: remove the key (absent is fine, as in S3) and reclaim its data; with
+/// `If-Match`, `x-amz-if-match-size` or `x-amz-if-match-last-modified-time`, only the
+/// object they describe, atomically.
 pub(super) async fn delete_object(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
-    gw.remove(&bucket, &req.input.key).await?;
+    let input = &req.input;
+    if input.mfa.is_some() {
+        return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+    }
+    check_version(input.version_id.as_deref())?;
+    let expected = DeleteConditions {
+        etag: input.if_match.as_ref().map(|c| match c.as_etag() {
+            Some(e) => e.value().to_string(),
+            None => "*".to_string(),
+        }),
+        size: input.if_match_size,
+        modified: input.if_match_last_modified_time.as_ref(),
+    };
+    gw.remove_if(&bucket, &input.key, expected).await?;
     Ok(S3Response::new(DeleteObjectOutput::default()))
 }
 
@@ -252,6 +267,9 @@ pub(super) async fn delete_objects(
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    if req.input.mfa.is_some() {
+        return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+    }
     if req.input.delete.objects.len() > MAX_DELETE_KEYS {
         return Err(s3_error!(
             MalformedXML,
@@ -262,7 +280,16 @@ pub(super) async fn delete_objects(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for obj in req.input.delete.objects {
-        match gw.remove(&bucket, &obj.key).await {
+        let expected = DeleteConditions {
+            etag: obj.e_tag.as_ref().map(|e| e.value().to_string()),
+            size: obj.size,
+            modified: obj.last_modified_time.as_ref(),
+        };
+        let removed = match check_version(obj.version_id.as_deref()) {
+            Ok(()) => gw.remove_if(&bucket, &obj.key, expected).await,
+            Err(e) => Err(e),
+        };
+        match removed {
             Ok(()) => {
                 if !quiet {
                     deleted.push(DeletedObject {

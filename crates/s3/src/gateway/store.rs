@@ -69,6 +69,26 @@ macro_rules! uploaded {
 }
 pub(super) use uploaded;
 
+/// What a conditional delete expects of the object: its ETag (`*`: any), size and
+/// last-modified time (to the second, as HTTP dates carry it).
+pub(super) struct DeleteConditions<'a> {
+    pub etag: Option<String>,
+    pub size: Option<i64>,
+    pub modified: Option<&'a s3s::dto::Timestamp>,
+}
+
+impl DeleteConditions<'_> {
+    fn hold_for(&self, entry: &ObjectEntry) -> bool {
+        self.etag
+            .as_deref()
+            .is_none_or(|e| e == "*" || e == entry.etag)
+            && self.size.is_none_or(|s| s == entry.size as i64)
+            && self.modified.is_none_or(|t| {
+                super::dto::ms_of(t).div_euclid(1000) == entry.modified_ms.div_euclid(1000)
+            })
+    }
+}
+
 /// Check `Content-MD5` (base64 of the body's MD5) against what was stored.
 fn check_md5(content_md5: Option<&str>, md5: &[u8; 16]) -> S3Result<()> {
     let Some(expected) = content_md5 else {
@@ -242,6 +262,45 @@ impl Gateway {
             None => Err(failed(self)),
             Some(previous) => {
                 self.reclaim_replaced(bucket, previous, entry);
+                Ok(())
+            }
+        }
+    }
+
+    /// [`Gateway::remove`] only if the object is the one `expected` describes, at the moment
+    /// the index takes the removal: PreconditionFailed otherwise, NoSuchKey if there is no
+    /// object to compare with. Without conditions, a plain remove.
+    pub(super) async fn remove_if(
+        &self,
+        bucket: &BucketRecord,
+        key: &str,
+        expected: DeleteConditions<'_>,
+    ) -> S3Result<()> {
+        if expected.etag.is_none() && expected.size.is_none() && expected.modified.is_none() {
+            return self.remove(bucket, key).await;
+        }
+        let raw = index::get_raw(&self.cluster, bucket, Table::Index, key.as_bytes())
+            .await?
+            .ok_or_else(|| s3_error!(NoSuchKey))?;
+        let current: ObjectEntry = index::decode_raw(key.as_bytes(), &raw)?;
+        if !expected.hold_for(&current) {
+            return Err(s3_error!(PreconditionFailed));
+        }
+        let applied = index::put_if::<ObjectEntry>(
+            &self.cluster,
+            bucket,
+            Table::Index,
+            key.as_bytes(),
+            None,
+            KvCond::Equals(raw),
+        )
+        .await?;
+        match applied {
+            None => Err(s3_error!(PreconditionFailed)),
+            Some(previous) => {
+                if let Some(prev) = previous {
+                    self.reclaim(bucket, prev.segments);
+                }
                 Ok(())
             }
         }
