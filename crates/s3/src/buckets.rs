@@ -35,6 +35,16 @@ pub struct BucketRecord {
     pub index_shards: u32,
     /// Bytes of object data per cluster object.
     pub chunk_bytes: u32,
+    /// Versioning, once it was ever enabled (None: never; see `versions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<Versioning>,
+}
+
+/// A bucket's versioning, once enabled: it can be suspended, never turned off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Versioning {
+    Enabled,
+    Suspended,
 }
 
 fn key(name: &str) -> String {
@@ -55,6 +65,10 @@ pub enum BucketError {
     Exists(String),
     #[error("bucket {0} does not exist")]
     Missing(String),
+    #[error("the record of bucket {name} is unreadable: {reason}")]
+    Corrupt { name: String, reason: String },
+    #[error("bucket {0} is being changed by others: try again")]
+    Busy(String),
     #[error("{0}")]
     Client(#[from] ClientError),
     #[error("{0}")]
@@ -139,6 +153,7 @@ pub async fn create_bucket(
         data_inode: data_pool.map(|d| make_inode(d, family, 0)),
         index_shards: DEFAULT_INDEX_SHARDS,
         chunk_bytes: spec.object_size.min(MAX_CHUNK_BYTES),
+        versioning: None,
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster
@@ -149,6 +164,37 @@ pub async fn create_bucket(
         Some(_) => Ok(record),
         None => Err(BucketError::Exists(name.into())),
     }
+}
+
+/// Set a bucket's versioning (compare-and-swap on its record, retried against a racing
+/// change of another field); returns the record as written.
+pub async fn set_versioning(
+    cluster: &Cluster,
+    name: &str,
+    versioning: Versioning,
+) -> Result<BucketRecord, BucketError> {
+    // Bound: each round loses only to another change of the record, which is rare.
+    for _ in 0..16 {
+        let Some((value, rev)) = cluster.meta().get(&key(name)).await? else {
+            return Err(BucketError::Missing(name.into()));
+        };
+        let mut record: BucketRecord =
+            serde_json::from_slice(&value).map_err(|e| BucketError::Corrupt {
+                name: name.into(),
+                reason: e.to_string(),
+            })?;
+        record.versioning = Some(versioning);
+        let value = serde_json::to_vec(&record).expect("bucket record serialises");
+        if cluster
+            .meta()
+            .compare_and_swap(&key(name), rev, value)
+            .await?
+            .is_some()
+        {
+            return Ok(record);
+        }
+    }
+    Err(BucketError::Busy(name.into()))
 }
 
 /// Remove a bucket's record and every cluster object under its inode. The caller checked

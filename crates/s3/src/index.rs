@@ -63,8 +63,9 @@ pub struct Headers {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// What the index holds for one object.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What the index holds for one object key: its current version, and in a versioned bucket
+/// its noncurrent versions (`older`; see `versions`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectEntry {
     pub size: u64,
     /// As S3 computes it (without quotes): MD5 hex, or `MD5(part MD5s)-N` for multipart.
@@ -78,6 +79,16 @@ pub struct ObjectEntry {
     pub multipart: bool,
     #[serde(default)]
     pub headers: Headers,
+    /// The version's id; None is the version S3 calls `null` (every object of a bucket that
+    /// was never versioned, and those written while versioning was suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// A delete marker: no data, hides the key while it is the current version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_marker: bool,
+    /// The noncurrent versions, newest first (their own `older` is empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub older: Vec<ObjectEntry>,
 }
 
 /// Data being written that no entry references yet.
@@ -341,7 +352,10 @@ fn past_prefix(prefix: &str) -> Vec<u8> {
 }
 
 /// List `table` (keys and raw values) in key order after `after` (exclusive), under
-/// `prefix`, grouping keys at `delimiter` into common prefixes, at most `max` items.
+/// `prefix`, grouping keys at `delimiter` into common prefixes, at most `max` items. Only
+/// entries whose value `visible` accepts count: others are skipped, and a common prefix is
+/// listed only when a visible entry falls under it.
+#[allow(clippy::too_many_arguments)]
 pub async fn list_raw(
     cluster: &Cluster,
     bucket: &BucketRecord,
@@ -350,6 +364,7 @@ pub async fn list_raw(
     after: &str,
     delimiter: Option<&str>,
     max: usize,
+    visible: &(dyn Fn(&[u8], &[u8]) -> bool + Sync),
 ) -> Result<(Vec<(String, Option<Bytes>)>, bool), IndexError> {
     let mut shards: Vec<ShardCursor> = (0..bucket.index_shards.max(1))
         .map(|s| ShardCursor {
@@ -392,6 +407,12 @@ pub async fn list_raw(
         else {
             return Ok((out, false));
         };
+        if !visible(&shards[best].buffered[0].0, &shards[best].buffered[0].1) {
+            // Hidden: passed over, and it makes no common prefix.
+            let (key, _) = shards[best].buffered.pop_front().expect("a head");
+            cursor = key.to_vec();
+            continue;
+        }
         if out.len() == max {
             return Ok((out, true));
         }
@@ -418,7 +439,8 @@ pub async fn list_raw(
     }
 }
 
-/// List objects of the index (see [`list_raw`]).
+/// List the index (see [`list_raw`]): with `all_versions`, every key; else the keys whose
+/// current version is not a delete marker.
 pub async fn list_objects(
     cluster: &Cluster,
     bucket: &BucketRecord,
@@ -426,9 +448,23 @@ pub async fn list_objects(
     after: &str,
     delimiter: Option<&str>,
     max: usize,
+    all_versions: bool,
 ) -> Result<Listing, IndexError> {
-    let (raw, truncated) =
-        list_raw(cluster, bucket, Table::Index, prefix, after, delimiter, max).await?;
+    let visible = |key: &[u8], value: &[u8]| {
+        // An entry that does not decode is listed, so the error surfaces below.
+        all_versions || decode::<ObjectEntry>(key, value).map_or(true, |e| !e.delete_marker)
+    };
+    let (raw, truncated) = list_raw(
+        cluster,
+        bucket,
+        Table::Index,
+        prefix,
+        after,
+        delimiter,
+        max,
+        &visible,
+    )
+    .await?;
     let mut items = Vec::with_capacity(raw.len());
     for (key, value) in raw {
         items.push(match value {
@@ -441,7 +477,17 @@ pub async fn list_objects(
 
 /// Is the bucket's index empty?
 pub async fn is_empty(cluster: &Cluster, bucket: &BucketRecord) -> Result<bool, IndexError> {
-    let (items, _) = list_raw(cluster, bucket, Table::Index, "", "", None, 1).await?;
+    let (items, _) = list_raw(
+        cluster,
+        bucket,
+        Table::Index,
+        "",
+        "",
+        None,
+        1,
+        &|_: &[u8], _: &[u8]| true,
+    )
+    .await?;
     Ok(items.is_empty())
 }
 

@@ -5,6 +5,7 @@
 //! * `index`: each bucket's object index, as sharded KV table objects in the cluster.
 //! * `data`: object data, striped over cluster objects in chunks.
 //! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
+//! * `versions`: how a change of a key edits the record of its versions.
 //! * `sweeper`: reclaiming the data of uploads a dead gateway left behind.
 //! * `gateway`: the S3 operations (a module per group of operations, see its docs);
 //!   `server`: HTTP serving (protocol by the `s3s` crate).
@@ -17,6 +18,7 @@ pub mod index;
 pub mod keys;
 pub mod server;
 pub mod sweeper;
+pub mod versions;
 
 pub use keys::{KeyRing, MasterKey};
 pub use server::{serve, GatewayConfig};

@@ -51,7 +51,12 @@ async fn referenced(
         None => Ok(
             index::get::<ObjectEntry>(cluster, bucket, Table::Index, intent.key.as_bytes())
                 .await?
-                .is_some_and(|e| e.segments.iter().any(|s| s.data == data)),
+                .is_some_and(|record| {
+                    // Any version of the key may hold it.
+                    crate::versions::all(record)
+                        .iter()
+                        .any(|v| v.segments.iter().any(|s| s.data == data))
+                }),
         ),
     }
 }

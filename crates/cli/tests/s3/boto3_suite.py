@@ -681,6 +681,115 @@ def never_silently_wrong_more():
     s3.delete_bucket(Bucket="acl-private")
 
 
+def all_versions(bucket, **kw):
+    """Every version and delete marker of a bucket, walking ListObjectVersions pages."""
+    out, markers, args = [], [], dict(kw)
+    for _ in range(10000):
+        page = s3.list_object_versions(Bucket=bucket, **args)
+        out += [(v["Key"], v["VersionId"], v["IsLatest"]) for v in page.get("Versions", [])]
+        markers += [(m["Key"], m["VersionId"], m["IsLatest"]) for m in page.get("DeleteMarkers", [])]
+        if not page["IsTruncated"]:
+            return out, markers
+        args["KeyMarker"] = page["NextKeyMarker"]
+        if page.get("NextVersionIdMarker"):
+            args["VersionIdMarker"] = page["NextVersionIdMarker"]
+        else:
+            args.pop("VersionIdMarker", None)
+    raise AssertionError("ListObjectVersions never ended")
+
+
+def versioning():
+    step("versioning: versions, delete markers, listing, copies, multipart, suspension")
+    b = "versioned"
+    s3.create_bucket(Bucket=b)
+    assert "Status" not in s3.get_bucket_versioning(Bucket=b)
+    s3.put_object(Bucket=b, Key="k", Body=b"before")  # the null version
+    s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+    assert s3.get_bucket_versioning(Bucket=b)["Status"] == "Enabled"
+    ids = [s3.put_object(Bucket=b, Key="k", Body=f"v{i}".encode())["VersionId"] for i in (1, 2, 3)]
+    assert len(set(ids)) == 3 and "null" not in ids, ids
+    got = s3.get_object(Bucket=b, Key="k")
+    assert got["Body"].read() == b"v3" and got["VersionId"] == ids[2]
+    for i, vid in enumerate(ids):
+        assert s3.get_object(Bucket=b, Key="k", VersionId=vid)["Body"].read() == f"v{i + 1}".encode()
+        assert s3.head_object(Bucket=b, Key="k", VersionId=vid)["ContentLength"] == 2
+    assert s3.get_object(Bucket=b, Key="k", VersionId="null")["Body"].read() == b"before"
+    versions, markers = all_versions(b)
+    assert versions == [("k", ids[2], True), ("k", ids[1], False), ("k", ids[0], False),
+                        ("k", "null", False)], versions
+    assert markers == []
+    # A delete without a version id makes a delete marker: the key is hidden, not gone.
+    d = s3.delete_object(Bucket=b, Key="k")
+    assert d["DeleteMarker"] is True and d["VersionId"] not in ids, d
+    assert error_code(s3.get_object, Bucket=b, Key="k") == "NoSuchKey"
+    assert error_code(s3.head_object, Bucket=b, Key="k") == "404"
+    assert "k" not in [o["Key"] for o in s3.list_objects_v2(Bucket=b).get("Contents", [])]
+    assert error_code(s3.get_object, Bucket=b, Key="k", VersionId=d["VersionId"]) in (
+        "MethodNotAllowed", "405",
+    )
+    assert s3.get_object(Bucket=b, Key="k", VersionId=ids[2])["Body"].read() == b"v3"
+    versions, markers = all_versions(b)
+    assert markers == [("k", d["VersionId"], True)] and len(versions) == 4, (versions, markers)
+    # If-None-Match: * writes over a delete marker (there is no object).
+    n = s3.put_object(Bucket=b, Key="k", Body=b"v4", IfNoneMatch="*")["VersionId"]
+    s3.delete_object(Bucket=b, Key="k", VersionId=n)
+    # Removing the delete marker brings the key back; removing a version frees it.
+    r = s3.delete_object(Bucket=b, Key="k", VersionId=d["VersionId"])
+    assert r.get("DeleteMarker") is True and r["VersionId"] == d["VersionId"], r
+    assert s3.get_object(Bucket=b, Key="k")["Body"].read() == b"v3"
+    s3.delete_object(Bucket=b, Key="k", VersionId=ids[1])
+    assert error_code(s3.get_object, Bucket=b, Key="k", VersionId=ids[1]) in ("NoSuchVersion", "404")
+    s3.delete_object(Bucket=b, Key="k", VersionId="0" * 28)  # no such version: nothing to do
+    # Copies from a version; restoring an old version onto its own key.
+    c = s3.copy_object(Bucket=b, Key="k2", CopySource={"Bucket": b, "Key": "k", "VersionId": ids[0]})
+    assert c["CopySourceVersionId"] == ids[0] and c["VersionId"], c
+    assert s3.get_object(Bucket=b, Key="k2")["Body"].read() == b"v1"
+    s3.copy_object(Bucket=b, Key="k", CopySource={"Bucket": b, "Key": "k", "VersionId": "null"})
+    assert s3.get_object(Bucket=b, Key="k")["Body"].read() == b"before"
+    assert s3.get_object(Bucket=b, Key="k", VersionId="null")["Body"].read() == b"before"
+    # Multipart uploads make versions too.
+    up = s3.create_multipart_upload(Bucket=b, Key="k")
+    part = data(77, 5 * MiB)
+    e = s3.upload_part(Bucket=b, Key="k", UploadId=up["UploadId"], PartNumber=1, Body=part)["ETag"]
+    done = s3.complete_multipart_upload(
+        Bucket=b, Key="k", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e}]},
+    )
+    assert done["VersionId"] and s3.get_object(Bucket=b, Key="k")["Body"].read() == part
+    # Paging through versions one at a time gives the same list, in order.
+    for i in range(3):
+        s3.put_object(Bucket=b, Key=f"p/{i}", Body=b"x")
+    s3.delete_object(Bucket=b, Key="p/1")
+    whole, whole_markers = all_versions(b)
+    paged, paged_markers = all_versions(b, MaxKeys=1)
+    assert (paged, paged_markers) == (whole, whole_markers), (paged, whole)
+    # A prefix whose keys are all deleted is no common prefix of ListObjects.
+    s3.put_object(Bucket=b, Key="gone/a", Body=b"x")
+    s3.delete_object(Bucket=b, Key="gone/a")
+    page = s3.list_objects_v2(Bucket=b, Delimiter="/")
+    assert [p["Prefix"] for p in page.get("CommonPrefixes", [])] == ["p/"], page
+    assert "gone/" in [p["Prefix"] for p in s3.list_object_versions(Bucket=b, Delimiter="/")
+                       .get("CommonPrefixes", [])]
+    # Suspended: writes make the null version, replacing the previous null version.
+    s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Suspended"})
+    before = len(all_versions(b, Prefix="k2")[0])
+    for body in (b"s1", b"s2"):
+        assert s3.put_object(Bucket=b, Key="k2", Body=body)["VersionId"] == "null"
+    after = [v for v in all_versions(b, Prefix="k2")[0]]
+    assert len(after) == before + 1 and after[0] == ("k2", "null", True), after
+    assert s3.get_object(Bucket=b, Key="k2")["Body"].read() == b"s2"
+    assert error_code(
+        s3.put_bucket_versioning, Bucket=b, VersioningConfiguration={"Status": "Off"}
+    ) == "MalformedXML"
+    # A bucket with versions is not empty; removing every version empties it.
+    assert error_code(s3.delete_bucket, Bucket=b) == "BucketNotEmpty"
+    versions, markers = all_versions(b)
+    for key, vid, _ in versions + markers:
+        s3.delete_object(Bucket=b, Key=key, VersionId=vid)
+    assert all_versions(b) == ([], [])
+    s3.delete_bucket(Bucket=b)
+
+
 def users():
     step("several users: keys made through `basalt s3 key`, each sees only their buckets")
     import subprocess
@@ -751,6 +860,7 @@ def main():
     multipart()
     copies()
     never_silently_wrong()
+    versioning()
     users()
     presigned_and_auth()
     deletes()

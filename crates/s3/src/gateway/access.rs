@@ -19,6 +19,8 @@ pub(super) struct Access {
 pub(super) struct CopyAccess {
     pub source: BucketRecord,
     pub source_key: String,
+    /// The source's version, when the copy names one.
+    pub source_version: Option<String>,
     pub bucket: BucketRecord,
 }
 
@@ -45,7 +47,7 @@ impl Gateway {
         let CopySource::Bucket {
             bucket: source,
             key: source_key,
-            ..
+            version_id,
         } = source
         else {
             return Err(s3_error!(NotImplemented, "copy from an access point"));
@@ -57,6 +59,7 @@ impl Gateway {
         Ok(CopyAccess {
             source,
             source_key: source_key.to_string(),
+            source_version: version_id.as_deref().map(String::from),
             bucket,
         })
     }

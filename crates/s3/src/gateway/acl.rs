@@ -5,7 +5,7 @@
 
 use super::access::Access;
 use super::dto::owner;
-use super::unsupported::{check_acl, check_version};
+use super::unsupported::check_acl;
 use super::Gateway;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -103,8 +103,8 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
-    check_version(req.input.version_id.as_deref())?;
-    gw.entry(&bucket, &req.input.key).await?;
+    gw.entry_version(&bucket, &req.input.key, req.input.version_id.as_deref())
+        .await?;
     let (owner, grants) = owner_only(&bucket.owner);
     Ok(S3Response::new(GetObjectAclOutput {
         owner,
@@ -119,8 +119,8 @@ pub(super) async fn put_object_acl(
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
-    check_version(req.input.version_id.as_deref())?;
     check_put_acl!(req.input, &bucket.owner);
-    gw.entry(&bucket, &req.input.key).await?;
+    gw.entry_version(&bucket, &req.input.key, req.input.version_id.as_deref())
+        .await?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
 }

@@ -100,7 +100,13 @@ impl Gateway {
         copy: &CopyAccess,
         p: Preconditions<'_>,
     ) -> S3Result<ObjectEntry> {
-        let src = self.entry(&copy.source, &copy.source_key).await?;
+        let src = self
+            .entry_version(
+                &copy.source,
+                &copy.source_key,
+                copy.source_version.as_deref(),
+            )
+            .await?;
         check_conditions(&src, p).map_err(|_| s3_error!(PreconditionFailed))?;
         Ok(src)
     }
@@ -121,6 +127,7 @@ mod tests {
             segments: Vec::new(),
             multipart: false,
             headers: Headers::default(),
+            ..Default::default()
         }
     }
 

@@ -5,7 +5,8 @@ use super::access::Access;
 use super::dto::{etag, owner, timestamp_ms};
 use super::Gateway;
 use crate::buckets::{self, BucketRecord};
-use crate::index::{self, Listed, Listing, Part};
+use crate::index::{self, Listed, Listing, ObjectEntry, Part};
+use crate::versions;
 use base64::Engine;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -60,8 +61,16 @@ async fn list_page(
             prefix,
         });
     }
-    let listing =
-        index::list_objects(&gw.cluster, bucket, &prefix, after, delimiter, max as usize).await?;
+    let listing = index::list_objects(
+        &gw.cluster,
+        bucket,
+        &prefix,
+        after,
+        delimiter,
+        max as usize,
+        false,
+    )
+    .await?;
     Ok(Page {
         listing,
         max,
@@ -69,8 +78,8 @@ async fn list_page(
     })
 }
 
-/// [`list_page`] for a ListObjects, ListObjectsV2 or ListObjectVersions input (they name
-/// the prefix, delimiter and page size alike), after `$after`.
+/// [`list_page`] for a ListObjects or ListObjectsV2 input (they name the prefix, delimiter
+/// and page size alike), after `$after`.
 macro_rules! page_of {
     ($gw:ident, $bucket:expr, $input:ident, $after:expr) => {
         list_page(
@@ -211,53 +220,174 @@ pub(super) async fn list_objects_v2(
     }))
 }
 
-/// ListObjectVersions: ListObjects with every object as its one version, "null".
+/// One version or delete marker of a listing of versions.
+enum VersionItem {
+    Version(ObjectVersion),
+    Marker(DeleteMarkerEntry),
+}
+
+/// The listing items of version `v` of `key` (`latest`: its current version).
+fn version_item(key: &str, v: &ObjectEntry, latest: bool, user: &str) -> VersionItem {
+    let version_id = Some(versions::shown(&v.version_id));
+    if v.delete_marker {
+        return VersionItem::Marker(DeleteMarkerEntry {
+            is_latest: Some(latest),
+            key: Some(key.to_string()),
+            last_modified: Some(timestamp_ms(v.modified_ms)),
+            owner: Some(owner(user)),
+            version_id,
+        });
+    }
+    VersionItem::Version(ObjectVersion {
+        e_tag: Some(etag(&v.etag)),
+        is_latest: Some(latest),
+        key: Some(key.to_string()),
+        last_modified: Some(timestamp_ms(v.modified_ms)),
+        owner: Some(owner(user)),
+        size: Some(v.size as i64),
+        storage_class: Some(ObjectVersionStorageClass::from_static(
+            ObjectVersionStorageClass::STANDARD,
+        )),
+        version_id,
+        ..Default::default()
+    })
+}
+
+/// ListObjectVersions: every version and delete marker, by key and newest first, after
+/// (key-marker, version-id-marker).
 pub(super) async fn list_object_versions(
     gw: &Gateway,
     req: S3Request<ListObjectVersionsInput>,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
     let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
     let input = req.input;
-    let marker = input.key_marker.clone().unwrap_or_default();
-    let page = page_of!(gw, &bucket, input, &marker).await?;
+    let key_marker = input.key_marker.clone().unwrap_or_default();
+    let version_marker = input.version_id_marker.clone().filter(|v| !v.is_empty());
+    if version_marker.is_some() && key_marker.is_empty() {
+        return Err(s3_error!(
+            InvalidArgument,
+            "A version-id marker cannot be specified without a key marker."
+        ));
+    }
+    let max = input
+        .max_keys
+        .unwrap_or(MAX_LIST_KEYS)
+        .clamp(0, MAX_LIST_KEYS) as usize;
+    let prefix = input.prefix.clone().unwrap_or_default();
     let enc = encoder(&input.encoding_type);
-    let next_key = page
-        .listing
-        .truncated
-        .then(|| page.listing.items.last().map(|i| enc(i.name().to_string())))
-        .flatten();
-    let (objects, prefixes) = split_listing(page.listing.items, &user, enc);
-    // The same objects, each as its one version.
-    let versions = objects
-        .into_iter()
-        .map(|o| ObjectVersion {
-            e_tag: o.e_tag,
-            is_latest: Some(true),
-            key: o.key,
-            last_modified: o.last_modified,
-            owner: o.owner,
-            size: o.size,
-            storage_class: Some(ObjectVersionStorageClass::from_static(
-                ObjectVersionStorageClass::STANDARD,
-            )),
-            version_id: Some("null".into()),
-            ..Default::default()
-        })
-        .collect();
+    let mut items: Vec<(String, VersionItem)> = Vec::new();
+    let mut prefixes = Vec::new();
+    // Where the next page starts, once this one is full with more to come.
+    let mut next: Option<(String, Option<String>)> = None;
+    // The rest of the marker's own key first.
+    if let (Some(vm), true) = (&version_marker, key_marker.starts_with(&prefix)) {
+        if let Some(record) = index::get::<ObjectEntry>(
+            &gw.cluster,
+            &bucket,
+            index::Table::Index,
+            key_marker.as_bytes(),
+        )
+        .await?
+        {
+            let all = versions::all(record);
+            let after = all
+                .iter()
+                .position(|v| &versions::shown(&v.version_id) == vm)
+                .map_or(all.len(), |i| i + 1);
+            for (i, v) in all.iter().enumerate().skip(after) {
+                if items.len() == max {
+                    next = Some((key_marker.clone(), items.last().map(last_version_id)));
+                    break;
+                }
+                items.push((
+                    key_marker.clone(),
+                    version_item(&key_marker, v, i == 0, &user),
+                ));
+            }
+        }
+        if next.is_none() && items.len() == max && max > 0 {
+            // Full with the marker's key: later keys may follow.
+            next = Some((key_marker.clone(), items.last().map(last_version_id)));
+        }
+    }
+    if next.is_none() && items.len() < max {
+        let listing = index::list_objects(
+            &gw.cluster,
+            &bucket,
+            &prefix,
+            &key_marker,
+            input.delimiter.as_deref(),
+            max - items.len(),
+            true,
+        )
+        .await?;
+        let mut last: Option<(String, Option<String>)> = None;
+        'records: for item in listing.items {
+            match item {
+                Listed::Prefix(p) => {
+                    if items.len() + prefixes.len() == max {
+                        next = last.clone();
+                        break 'records;
+                    }
+                    last = Some((p.clone(), None));
+                    prefixes.push(CommonPrefix {
+                        prefix: Some(enc(p)),
+                    });
+                }
+                Listed::Object(key, record) => {
+                    for (i, v) in versions::all(*record).iter().enumerate() {
+                        if items.len() + prefixes.len() == max {
+                            next = last.clone();
+                            break 'records;
+                        }
+                        items.push((key.clone(), version_item(&key, v, i == 0, &user)));
+                        last = Some((key.clone(), Some(versions::shown(&v.version_id))));
+                    }
+                }
+            }
+        }
+        if next.is_none() && listing.truncated {
+            next = last;
+        }
+    }
+    let mut out_versions = Vec::new();
+    let mut markers = Vec::new();
+    for (_, item) in items {
+        match item {
+            VersionItem::Version(mut v) => {
+                v.key = v.key.map(enc);
+                out_versions.push(v);
+            }
+            VersionItem::Marker(mut m) => {
+                m.key = m.key.map(enc);
+                markers.push(m);
+            }
+        }
+    }
     Ok(S3Response::new(ListObjectVersionsOutput {
         common_prefixes: Some(prefixes),
+        delete_markers: (!markers.is_empty()).then_some(markers),
         delimiter: input.delimiter.map(enc),
         encoding_type: input.encoding_type,
-        is_truncated: Some(page.listing.truncated),
-        key_marker: Some(enc(marker)),
-        max_keys: Some(page.max),
+        is_truncated: Some(next.is_some()),
+        key_marker: Some(enc(key_marker)),
+        version_id_marker: version_marker,
+        max_keys: Some(max as i32),
         name: Some(bucket.name),
-        next_version_id_marker: next_key.as_ref().map(|_| "null".to_string()),
-        next_key_marker: next_key,
-        prefix: Some(enc(page.prefix)),
-        versions: Some(versions),
+        next_version_id_marker: next.as_ref().and_then(|(_, v)| v.clone()),
+        next_key_marker: next.map(|(k, _)| enc(k)),
+        prefix: Some(enc(prefix)),
+        versions: Some(out_versions),
         ..Default::default()
     }))
+}
+
+/// The version id of a listed version or delete marker.
+fn last_version_id(item: &(String, VersionItem)) -> String {
+    match &item.1 {
+        VersionItem::Version(v) => v.version_id.clone().unwrap_or_default(),
+        VersionItem::Marker(m) => m.version_id.clone().unwrap_or_default(),
+    }
 }
 
 /// ListParts: the parts of an upload, by number, after a part-number marker.

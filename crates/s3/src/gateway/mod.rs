@@ -7,7 +7,8 @@
 //! * `errors`: the crate's errors as S3 errors.
 //! * `dto`: index records to and from the protocol's types.
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
-//! * `store`: bodies into data pieces and entries into the index, with intents and reclaim.
+//! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
+//! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
 //! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`: the operations themselves.
 
 mod access;
@@ -21,6 +22,7 @@ mod multipart;
 mod objects;
 mod store;
 mod unsupported;
+mod versioned;
 
 use crate::data::DataIds;
 use crate::keys::KeyRing;
@@ -88,6 +90,8 @@ operations! {
     bucket_ops::delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
     bucket_ops::head_bucket(HeadBucketInput) -> HeadBucketOutput;
     bucket_ops::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+    versioned::put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
+    versioned::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;

@@ -261,15 +261,17 @@ pub(super) async fn complete_multipart_upload(
         segments: chosen.iter().map(|p| p.segment.clone()).collect(),
         multipart: true,
         headers: upload.headers,
+        ..Default::default()
     };
-    gw.commit_if(
-        &bucket,
-        &input.key,
-        &entry,
-        (input.if_match.as_ref(), input.if_none_match.as_ref()),
-        false,
-    )
-    .await?;
+    let entry = gw
+        .commit(
+            &bucket,
+            &input.key,
+            entry,
+            (input.if_match.as_ref(), input.if_none_match.as_ref()),
+            false,
+        )
+        .await?;
     // The object is visible now: drop the upload's records and the unused parts.
     let unused: Vec<Segment> = stored
         .iter()
@@ -283,6 +285,7 @@ pub(super) async fn complete_multipart_upload(
         key: Some(input.key.clone()),
         e_tag: Some(etag(&entry.etag)),
         location: Some(format!("/{}/{}", bucket.name, input.key)),
+        version_id: Gateway::shown_version(&bucket, &entry.version_id),
         ..Default::default()
     }))
 }

@@ -3,9 +3,9 @@
 use super::access::Access;
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
-use super::store::DeleteConditions;
 use super::store::{checked_body, uploaded};
-use super::unsupported::{check_version, refuse_sse_read, refuse_unsupported_put};
+use super::unsupported::{refuse_sse_read, refuse_unsupported_put};
+use super::versioned::DeleteConditions;
 use super::Gateway;
 use crate::buckets::BucketRecord;
 use crate::index::{now_ms, ObjectEntry};
@@ -31,11 +31,12 @@ async fn target(
     gw: &Gateway,
     bucket: &BucketRecord,
     key: &str,
+    version: Option<&str>,
     p: Preconditions<'_>,
     range: Option<&Range>,
     part_number: Option<i32>,
 ) -> S3Result<Target> {
-    let entry = gw.entry(bucket, key).await?;
+    let entry = gw.entry_version(bucket, key, version).await?;
     check_conditions(&entry, p)?;
     let (start, end, partial) = match (range, part_number) {
         (Some(_), Some(_)) => {
@@ -86,14 +87,15 @@ fn part_range(entry: &ObjectEntry, n: i32) -> S3Result<(u64, u64, bool)> {
     Ok((start, end, true))
 }
 
-/// [`target`] for a GetObject or HeadObject input (they name the key, the preconditions,
-/// the range and the part alike).
+/// [`target`] for a GetObject or HeadObject input (they name the key, the version, the
+/// preconditions, the range and the part alike).
 macro_rules! target_of {
     ($gw:ident, $bucket:expr, $input:ident) => {
         target(
             $gw,
             $bucket,
             &$input.key,
+            $input.version_id.as_deref(),
             preconditions!($input),
             $input.range.as_ref(),
             $input.part_number,
@@ -101,10 +103,10 @@ macro_rules! target_of {
     };
 }
 
-/// What GET and HEAD say of a [`Target`]: `$output` (GetObjectOutput or HeadObjectOutput,
-/// which name these fields alike), with `$extra` fields.
+/// What GET and HEAD say of a [`Target`] of `$bucket`: `$output` (GetObjectOutput or
+/// HeadObjectOutput, which name these fields alike), with `$extra` fields.
 macro_rules! described {
-    ($output:ident { $($extra:tt)* }, $target:expr) => {{
+    ($output:ident { $($extra:tt)* }, $target:expr, $bucket:expr) => {{
         let Target { entry, start, end, partial } = $target;
         let h = &entry.headers;
         $output {
@@ -123,6 +125,7 @@ macro_rules! described {
             last_modified: Some(timestamp_ms(entry.modified_ms)),
             metadata: metadata_of(h),
             parts_count: entry.multipart.then_some(entry.segments.len() as i32),
+            version_id: Gateway::shown_version(&$bucket, &entry.version_id),
             ..Default::default()
         }
     }};
@@ -179,25 +182,24 @@ pub(super) async fn put_object(
         etag: hex::encode(md5),
         modified_ms: now_ms(),
         segments: vec![segment.clone()],
-        multipart: false,
         headers: headers_of!(input),
+        ..Default::default()
     };
     // A failed index update may still have been applied (a reply lost after retries):
     // the data stays, and its intent lets the sweeper decide once nothing can race it.
-    gw.commit_if(
-        &bucket,
-        &input.key,
-        &entry,
-        (input.if_match.as_ref(), input.if_none_match.as_ref()),
-        true,
-    )
-    .await?;
+    let entry = gw
+        .commit(
+            &bucket,
+            &input.key,
+            entry,
+            (input.if_match.as_ref(), input.if_none_match.as_ref()),
+            true,
+        )
+        .await?;
     gw.clear_intent(&bucket, segment.data).await;
-    Ok(S3Response::new(uploaded!(
-        PutObjectOutput,
-        etag(&entry.etag),
-        checksums
-    )))
+    let mut output = uploaded!(PutObjectOutput, etag(&entry.etag), checksums);
+    output.version_id = Gateway::shown_version(&bucket, &entry.version_id);
+    Ok(S3Response::new(output))
 }
 
 /// GetObject: the object's bytes (or the range asked for), if its preconditions hold.
@@ -208,14 +210,14 @@ pub(super) async fn get_object(
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     let input = &req.input;
     refuse_sse_read!(input);
-    check_version(input.version_id.as_deref())?;
     let target = target_of!(gw, &bucket, input).await?;
     let body = gw.read(&bucket, &target.entry, target.start, target.end);
     let mut output = described!(
         GetObjectOutput {
             body: Some(StreamingBlob::new(body)),
         },
-        target
+        target,
+        bucket
     );
     response_overrides!(output, input);
     Ok(S3Response::new(output))
@@ -229,9 +231,8 @@ pub(super) async fn head_object(
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
     let input = &req.input;
     refuse_sse_read!(input);
-    check_version(input.version_id.as_deref())?;
     let target = target_of!(gw, &bucket, input).await?;
-    let mut output = described!(HeadObjectOutput {}, target);
+    let mut output = described!(HeadObjectOutput {}, target, bucket);
     response_overrides!(output, input);
     Ok(S3Response::new(output))
 }
@@ -248,7 +249,6 @@ pub(super) async fn delete_object(
     if input.mfa.is_some() {
         return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
     }
-    check_version(input.version_id.as_deref())?;
     let expected = DeleteConditions {
         etag: input.if_match.as_ref().map(|c| match c.as_etag() {
             Some(e) => e.value().to_string(),
@@ -257,8 +257,14 @@ pub(super) async fn delete_object(
         size: input.if_match_size,
         modified: input.if_match_last_modified_time.as_ref(),
     };
-    gw.remove_if(&bucket, &input.key, expected).await?;
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    let removed = gw
+        .remove_object(&bucket, &input.key, input.version_id.as_deref(), expected)
+        .await?;
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: removed.delete_marker.then_some(true),
+        version_id: Gateway::shown_version(&bucket, &removed.version_id),
+        ..Default::default()
+    }))
 }
 
 /// DeleteObjects: remove each key in turn, reporting failures per key.
@@ -285,16 +291,18 @@ pub(super) async fn delete_objects(
             size: obj.size,
             modified: obj.last_modified_time.as_ref(),
         };
-        let removed = match check_version(obj.version_id.as_deref()) {
-            Ok(()) => gw.remove_if(&bucket, &obj.key, expected).await,
-            Err(e) => Err(e),
-        };
+        let removed = gw
+            .remove_object(&bucket, &obj.key, obj.version_id.as_deref(), expected)
+            .await;
         match removed {
-            Ok(()) => {
+            Ok(r) => {
                 if !quiet {
+                    let shown = Gateway::shown_version(&bucket, &r.version_id);
                     deleted.push(DeletedObject {
                         key: Some(obj.key),
-                        ..Default::default()
+                        delete_marker: r.delete_marker.then_some(true),
+                        delete_marker_version_id: shown.clone().filter(|_| r.delete_marker),
+                        version_id: obj.version_id.clone(),
                     })
                 }
             }
@@ -302,7 +310,7 @@ pub(super) async fn delete_objects(
                 code: Some(e.code().as_str().into()),
                 key: Some(obj.key),
                 message: e.message().map(String::from),
-                version_id: None,
+                version_id: obj.version_id,
             }),
         }
     }
@@ -335,6 +343,7 @@ pub(super) async fn copy_object(
         .copy_source(&copy, preconditions!(copy source of input))
         .await?;
     let bucket = &copy.bucket;
+    let source_version = Gateway::shown_version(&copy.source, &src.version_id);
     let replace = input
         .metadata_directive
         .as_ref()
@@ -346,7 +355,8 @@ pub(super) async fn copy_object(
     };
     let same = copy.source.name == bucket.name && copy.source_key == input.key;
     let entry = if same {
-        if !replace {
+        // Copying a version onto its own key restores it: allowed as it is.
+        if !replace && copy.source_version.is_none() {
             return Err(s3_error!(
                 InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to \
@@ -378,13 +388,15 @@ pub(super) async fn copy_object(
             etag: hex::encode(md5),
             modified_ms: now_ms(),
             segments: vec![segment],
-            multipart: false,
             headers,
+            ..Default::default()
         }
     };
     // On failure the new data keeps its intent: the update may have been applied, so only
     // the sweeper, which checks the index, may delete it.
-    gw.commit(bucket, &input.key, &entry).await?;
+    let entry = gw
+        .commit(bucket, &input.key, entry, (None, None), false)
+        .await?;
     if !same {
         gw.clear_intent(bucket, entry.segments[0].data).await;
     }
@@ -394,6 +406,8 @@ pub(super) async fn copy_object(
             last_modified: Some(timestamp_ms(entry.modified_ms)),
             ..Default::default()
         }),
+        copy_source_version_id: source_version,
+        version_id: Gateway::shown_version(bucket, &entry.version_id),
         ..Default::default()
     }))
 }

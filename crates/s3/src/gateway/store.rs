@@ -8,11 +8,10 @@ use crate::buckets::BucketRecord;
 use crate::checksum::Wanted;
 use crate::data::{self, BodyStream, PieceRange};
 use crate::index::{self, now_ms, Intent, ObjectEntry, Segment, Table};
-use basalt_proto::kv::KvCond;
 use base64::Engine;
 use bytes::Bytes;
 use futures::Stream;
-use s3s::dto::{Checksum, ETagCondition, StreamingBlob};
+use s3s::dto::{Checksum, StreamingBlob};
 use s3s::{s3_error, S3Result};
 
 /// An upload's body and what it must match: its declared length, `Content-MD5` and
@@ -69,26 +68,6 @@ macro_rules! uploaded {
 }
 pub(super) use uploaded;
 
-/// What a conditional delete expects of the object: its ETag (`*`: any), size and
-/// last-modified time (to the second, as HTTP dates carry it).
-pub(super) struct DeleteConditions<'a> {
-    pub etag: Option<String>,
-    pub size: Option<i64>,
-    pub modified: Option<&'a s3s::dto::Timestamp>,
-}
-
-impl DeleteConditions<'_> {
-    fn hold_for(&self, entry: &ObjectEntry) -> bool {
-        self.etag
-            .as_deref()
-            .is_none_or(|e| e == "*" || e == entry.etag)
-            && self.size.is_none_or(|s| s == entry.size as i64)
-            && self.modified.is_none_or(|t| {
-                super::dto::ms_of(t).div_euclid(1000) == entry.modified_ms.div_euclid(1000)
-            })
-    }
-}
-
 /// Check `Content-MD5` (base64 of the body's MD5) against what was stored.
 fn check_md5(content_md5: Option<&str>, md5: &[u8; 16]) -> S3Result<()> {
     let Some(expected) = content_md5 else {
@@ -125,13 +104,6 @@ fn pieces(entry: &ObjectEntry, start: u64, end: u64) -> Vec<PieceRange> {
 }
 
 impl Gateway {
-    /// The index entry of `key`, or NoSuchKey.
-    pub(super) async fn entry(&self, bucket: &BucketRecord, key: &str) -> S3Result<ObjectEntry> {
-        index::get(&self.cluster, bucket, Table::Index, key.as_bytes())
-            .await?
-            .ok_or_else(|| s3_error!(NoSuchKey))
-    }
-
     /// The bytes `[start, end)` of `entry`, streamed from its pieces.
     pub(super) fn read(
         &self,
@@ -162,159 +134,6 @@ impl Gateway {
                 }
             }
         });
-    }
-
-    /// Point `key` at `entry`, then reclaim what the previous entry held and the new one
-    /// does not.
-    pub(super) async fn commit(
-        &self,
-        bucket: &BucketRecord,
-        key: &str,
-        entry: &ObjectEntry,
-    ) -> S3Result<()> {
-        let previous: Option<ObjectEntry> = index::put(
-            &self.cluster,
-            bucket,
-            Table::Index,
-            key.as_bytes(),
-            Some(entry),
-        )
-        .await?;
-        self.reclaim_replaced(bucket, previous, entry);
-        Ok(())
-    }
-
-    /// Reclaim the data of `previous` (the entry `entry` replaced) that `entry` does not use.
-    fn reclaim_replaced(
-        &self,
-        bucket: &BucketRecord,
-        previous: Option<ObjectEntry>,
-        entry: &ObjectEntry,
-    ) {
-        if let Some(prev) = previous {
-            let unused = prev
-                .segments
-                .into_iter()
-                .filter(|s| !entry.segments.contains(s))
-                .collect();
-            self.reclaim(bucket, unused);
-        }
-    }
-
-    /// [`Gateway::commit`] only if the conditional-write headers hold at the moment the index
-    /// takes it (If-None-Match: `*` — no object; If-Match: ETAG or `*` — the object whose
-    /// entry was read, unchanged since). Otherwise PreconditionFailed (NoSuchKey for an
-    /// If-Match on a missing key), and with `reclaim_new` `entry`'s new data is reclaimed
-    /// (a PUT's; a multipart upload keeps its parts for another try).
-    pub(super) async fn commit_if(
-        &self,
-        bucket: &BucketRecord,
-        key: &str,
-        entry: &ObjectEntry,
-        (if_match, if_none_match): (Option<&ETagCondition>, Option<&ETagCondition>),
-        reclaim_new: bool,
-    ) -> S3Result<()> {
-        let failed = |gw: &Self| {
-            if reclaim_new {
-                gw.reclaim(bucket, entry.segments.clone());
-            }
-            s3_error!(PreconditionFailed)
-        };
-        let cond = match (if_match, if_none_match) {
-            (None, None) => return self.commit(bucket, key, entry).await,
-            (Some(_), Some(_)) => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "If-Match and If-None-Match together on a write are not supported"
-                ))
-            }
-            (None, Some(c)) if c.is_any() => KvCond::Absent,
-            (None, Some(_)) => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "If-None-Match on a write supports only \"*\""
-                ))
-            }
-            (Some(c), None) => {
-                let raw = index::get_raw(&self.cluster, bucket, Table::Index, key.as_bytes())
-                    .await?
-                    .ok_or_else(|| s3_error!(NoSuchKey))?;
-                let current: ObjectEntry = index::decode_raw(key.as_bytes(), &raw)?;
-                let matches = c.is_any()
-                    || c.as_etag()
-                        .is_some_and(|e| e.value() == current.etag.as_str());
-                if !matches {
-                    return Err(failed(self));
-                }
-                KvCond::Equals(raw)
-            }
-        };
-        let applied = index::put_if(
-            &self.cluster,
-            bucket,
-            Table::Index,
-            key.as_bytes(),
-            Some(entry),
-            cond,
-        )
-        .await?;
-        match applied {
-            None => Err(failed(self)),
-            Some(previous) => {
-                self.reclaim_replaced(bucket, previous, entry);
-                Ok(())
-            }
-        }
-    }
-
-    /// [`Gateway::remove`] only if the object is the one `expected` describes, at the moment
-    /// the index takes the removal: PreconditionFailed otherwise, NoSuchKey if there is no
-    /// object to compare with. Without conditions, a plain remove.
-    pub(super) async fn remove_if(
-        &self,
-        bucket: &BucketRecord,
-        key: &str,
-        expected: DeleteConditions<'_>,
-    ) -> S3Result<()> {
-        if expected.etag.is_none() && expected.size.is_none() && expected.modified.is_none() {
-            return self.remove(bucket, key).await;
-        }
-        let raw = index::get_raw(&self.cluster, bucket, Table::Index, key.as_bytes())
-            .await?
-            .ok_or_else(|| s3_error!(NoSuchKey))?;
-        let current: ObjectEntry = index::decode_raw(key.as_bytes(), &raw)?;
-        if !expected.hold_for(&current) {
-            return Err(s3_error!(PreconditionFailed));
-        }
-        let applied = index::put_if::<ObjectEntry>(
-            &self.cluster,
-            bucket,
-            Table::Index,
-            key.as_bytes(),
-            None,
-            KvCond::Equals(raw),
-        )
-        .await?;
-        match applied {
-            None => Err(s3_error!(PreconditionFailed)),
-            Some(previous) => {
-                if let Some(prev) = previous {
-                    self.reclaim(bucket, prev.segments);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Remove `key` (absent is fine, as in S3) and reclaim its data.
-    pub(super) async fn remove(&self, bucket: &BucketRecord, key: &str) -> S3Result<()> {
-        let previous: Option<ObjectEntry> =
-            index::put::<ObjectEntry>(&self.cluster, bucket, Table::Index, key.as_bytes(), None)
-                .await?;
-        if let Some(prev) = previous {
-            self.reclaim(bucket, prev.segments);
-        }
-        Ok(())
     }
 
     /// Store a body as a fresh data id under an intent record, so an interrupted transfer
@@ -447,7 +266,7 @@ mod tests {
                 Segment { data: 3, size: 5 },
             ],
             multipart: true,
-            headers: Default::default(),
+            ..Default::default()
         };
         let got: Vec<(u64, u64, u64)> = pieces(&entry, 5, 22)
             .iter()
