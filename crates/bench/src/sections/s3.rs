@@ -1,6 +1,7 @@
 //! The LightningStor profile against the cluster's S3 gateway, driven by boto3: one large
 //! object PUT and GET, then 32 objects of 4 MiB one after the other and with 8 concurrent
-//! clients, each throughput beside the network baseline.
+//! clients, each throughput beside the network baseline; then 4 KiB object PUT and GET rates
+//! with 1 and with 16 client processes.
 
 use super::{Ctx, Section};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
@@ -14,7 +15,7 @@ const DRIVER_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The S3 section.
 pub struct S3Section {
-    /// `--quick`: a 64 MiB large object and 8 small ones.
+    /// `--quick`: a 64 MiB large object, 8 of 4 MiB, and 2 s (not 5 s) per 4 KiB phase.
     pub quick: bool,
 }
 
@@ -82,6 +83,30 @@ fn rows(quick: bool) -> Vec<(&'static str, String, &'static str, bool)> {
             "objects/s",
             false,
         ),
+        (
+            "put_4k_1c_ops_s",
+            "4 KiB PUT, one client".into(),
+            "ops/s",
+            false,
+        ),
+        (
+            "get_4k_1c_ops_s",
+            "4 KiB GET, one client".into(),
+            "ops/s",
+            false,
+        ),
+        (
+            "put_4k_16c_ops_s",
+            "4 KiB PUT, 16 client processes".into(),
+            "ops/s",
+            false,
+        ),
+        (
+            "get_4k_16c_ops_s",
+            "4 KiB GET, 16 client processes".into(),
+            "ops/s",
+            false,
+        ),
     ]
 }
 
@@ -91,7 +116,7 @@ impl Section for S3Section {
     }
 
     fn plan(&self, _ctx: &Ctx) -> Vec<f64> {
-        vec![if self.quick { 15.0 } else { 45.0 }]
+        vec![if self.quick { 30.0 } else { 60.0 }]
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
@@ -101,9 +126,12 @@ impl Section for S3Section {
             intro: "boto3 (the AWS SDK for Python, default settings: CRC32 checksums of \
                     every upload) against the cluster's S3 gateway over loopback HTTP: one \
                     large object PUT then GET, then 4 MiB objects PUT then GET one after the \
-                    other and with 8 concurrent clients. Bodies are random, generated before \
-                    the clock starts; every GET is compared with what was PUT. The baseline \
-                    is the network section's TCP throughput."
+                    other and with 8 concurrent clients; then 4 KiB objects PUT for a fixed \
+                    time, then GET in turn for as long, by 1 and by 16 client processes \
+                    (each its own boto3 client and keys, all started before the clock). \
+                    Bodies are random, generated before the clock starts; every GET is \
+                    compared with what was PUT. The baseline is the network section's TCP \
+                    throughput."
                 .into(),
             baseline_name: "Network (TCP)".into(),
             status: SectionStatus::Measured,
@@ -112,7 +140,7 @@ impl Section for S3Section {
             rows: Vec::new(),
         };
         ctx.progress.step(
-            "S3: large object and 4 MiB batches with boto3",
+            "S3: large object, 4 MiB batches and 4 KiB rates with boto3",
             self.plan(ctx)[0],
         );
         let endpoint = match &ctx.cluster {
@@ -143,6 +171,8 @@ impl Section for S3Section {
             endpoint.url,
             if self.quick { " --quick" } else { "" }
         );
+        // A stale file must not pass for this run's results.
+        let _ = std::fs::remove_file(&json);
         let outcome = std::fs::write(&driver, DRIVER)
             .map_err(anyhow::Error::from)
             .and_then(|_| super::network::run_bounded(&mut cmd, DRIVER_TIMEOUT))
@@ -160,14 +190,21 @@ impl Section for S3Section {
             command: Some("network section".into()),
             ..Figure::default()
         });
+        // The driver names the step that failed; the figures measured before it stand.
+        let driver_error = outcome
+            .as_ref()
+            .ok()
+            .and_then(|v| v["error"].as_str())
+            .map(String::from);
         for (key, label, unit, vs_network) in rows(self.quick) {
             let basalt = match &outcome {
                 Ok(v) => Figure {
                     value: v[key].as_f64(),
-                    error: v[key]
-                        .as_f64()
-                        .is_none()
-                        .then(|| "not reported".to_string()),
+                    error: v[key].as_f64().is_none().then(|| {
+                        driver_error
+                            .clone()
+                            .unwrap_or_else(|| "not reported".to_string())
+                    }),
                     command: Some(command.clone()),
                     raw: Some("raw/s3.json".into()),
                     ..Figure::default()
@@ -186,6 +223,35 @@ impl Section for S3Section {
         if let Err(e) = &outcome {
             ctx.progress.note(&format!("failed: {e:#}"));
         }
+        if let Some(e) = driver_error {
+            ctx.progress.note(&format!("boto3 driver failed: {e}"));
+            report.notes.push(format!("The boto3 driver failed: {e}"));
+        }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_have_distinct_keys_and_rates_stand_alone() {
+        // Goal: `compare` matches rows by key, so no two rows may share one; the 4 KiB rates
+        // are not throughput and must not be set beside the network baseline.
+        for quick in [false, true] {
+            let rows = rows(quick);
+            let mut keys: Vec<_> = rows
+                .iter()
+                .map(|r| r.0.trim_end_matches("_mib_s").trim_end_matches("_s"))
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            assert_eq!(keys.len(), rows.len());
+            let small: Vec<_> = rows.iter().filter(|r| r.0.contains("_4k_")).collect();
+            assert_eq!(small.len(), 4);
+            assert!(small.iter().all(|r| r.2 == "ops/s" && !r.3));
+            assert!(DRIVER.contains("f\"put_4k_{clients}c_ops_s\""));
+        }
     }
 }
