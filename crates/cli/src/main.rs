@@ -172,9 +172,12 @@ enum Command {
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},s3s=off")));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file or journal gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

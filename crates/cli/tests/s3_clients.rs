@@ -20,10 +20,17 @@ use std::time::Duration;
 
 /// Longest run of one Python suite.
 const SUITE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest run of the large-bucket suite with a million keys.
+const LARGE_SUITE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 
 /// Run the Python suite `tests/s3/NAME.py` against `cluster`'s gateway (endpoint and key in
 /// the environment, no AWS configuration of the user's); it must print "PASSED passed".
 fn python_suite(cluster: &Cluster, name: &str, passed: &str) {
+    python_suite_with(cluster, name, passed, &[]);
+}
+
+/// [`python_suite`] with more environment variables for the script.
+fn python_suite_with(cluster: &Cluster, name: &str, passed: &str, env: &[(&str, &str)]) {
     let (access, secret) = credentials(cluster.data_dir());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/s3/{name}.py"));
     let out = run(
@@ -37,8 +44,13 @@ fn python_suite(cluster: &Cluster, name: &str, passed: &str) {
             .env("BASALT_CONTROL", cluster.control.to_string())
             .env_remove("AWS_PROFILE")
             .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        SUITE_TIMEOUT,
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .envs(env.iter().copied()),
+        if env.is_empty() {
+            SUITE_TIMEOUT
+        } else {
+            LARGE_SUITE_TIMEOUT
+        },
     );
     let text = format!(
         "--- stdout ---\n{}\n--- stderr ---\n{}\n--- basalt stderr (tail) ---\n{}",
@@ -141,6 +153,44 @@ fn boto3_suite() {
         errors.is_empty(),
         "ERROR lines after the boto3 suite:\n{}",
         errors.join("\n")
+    );
+}
+
+/// A bucket that outgrows its index tables (8 KiB tables: a few dozen entries each) while 16
+/// clients PUT and another lists: the shards split, root and leaves alike, and every
+/// listing (whole, paged, by prefix, by delimiter) gives exactly the keys, in order.
+#[test]
+fn bucket_index_splits_as_it_grows() {
+    let cluster = Cluster::start_with(&["--object-size", "8K"]);
+    python_suite(&cluster, "large_bucket", "large bucket");
+    let log = cluster.stderr_text();
+    let splits: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("splitting an index table"))
+        .collect();
+    // 3,000 entries of ~200 bytes in 8 KiB tables: every shard's root split, then leaves.
+    let leaf_splits = splits.iter().filter(|l| !l.contains("leaf=0")).count();
+    assert!(
+        splits.len() > 16 && leaf_splits > 0,
+        "{} splits, {leaf_splits} of leaves",
+        splits.len()
+    );
+}
+
+/// A bucket of a million keys (`basalt up` defaults: 128 KiB tables), put and listed in
+/// order; an hour or more here, so only with BASALT_LARGE_BUCKET=1.
+#[test]
+fn a_million_keys_in_one_bucket() {
+    if std::env::var_os("BASALT_LARGE_BUCKET").is_none() {
+        eprintln!("skipped: set BASALT_LARGE_BUCKET=1 to put and list 1,000,000 keys");
+        return;
+    }
+    let cluster = Cluster::start();
+    python_suite_with(
+        &cluster,
+        "large_bucket",
+        "large bucket",
+        &[("LARGE_BUCKET_KEYS", "1000000")],
     );
 }
 

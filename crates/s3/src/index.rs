@@ -171,11 +171,7 @@ pub async fn get<T: for<'de> Deserialize<'de>>(
     table: Table,
     key: &[u8],
 ) -> Result<Option<T>, IndexError> {
-    let obj = object_for(bucket, table, key);
-    let values = cluster
-        .kv_get(obj, vec![Bytes::copy_from_slice(key)])
-        .await?;
-    match values.into_iter().next().flatten() {
+    match get_raw(cluster, bucket, table, key).await? {
         Some(v) => Ok(Some(decode(key, &v)?)),
         None => Ok(None),
     }
@@ -189,11 +185,34 @@ pub async fn get_raw(
     table: Table,
     key: &[u8],
 ) -> Result<Option<Bytes>, IndexError> {
+    if table == Table::Index {
+        return crate::shards::get(cluster, bucket, key).await;
+    }
     let obj = object_for(bucket, table, key);
     let values = cluster
         .kv_get(obj, vec![Bytes::copy_from_slice(key)])
         .await?;
     Ok(values.into_iter().next().flatten())
+}
+
+/// Apply one edit to a table: the index through its (split) shard tables, the others
+/// directly. Returns the value the key held before.
+async fn update_one(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    table: Table,
+    edit: KvEdit,
+) -> Result<Option<Bytes>, IndexError> {
+    if table == Table::Index {
+        return crate::shards::update(cluster, bucket, edit).await;
+    }
+    let obj = object_for(bucket, table, &edit.key);
+    Ok(cluster
+        .kv_update(obj, vec![edit], true)
+        .await?
+        .into_iter()
+        .next()
+        .flatten())
 }
 
 /// Decode a record's stored bytes.
@@ -211,22 +230,15 @@ pub async fn put_if<T: Serialize + for<'de> Deserialize<'de>>(
     value: Option<&T>,
     cond: KvCond,
 ) -> Result<Option<Option<T>>, IndexError> {
-    let obj = object_for(bucket, table, key);
     let edit = KvEdit {
         key: Bytes::copy_from_slice(key),
         value: value.map(encode),
         cond,
     };
-    match cluster.kv_update(obj, vec![edit], true).await {
-        Ok(previous) => Ok(Some(
-            previous
-                .into_iter()
-                .next()
-                .flatten()
-                .and_then(|v| decode(key, &v).ok()),
-        )),
-        Err(ClientError::KvConflict { .. }) => Ok(None),
-        Err(e) => Err(e.into()),
+    match update_one(cluster, bucket, table, edit).await {
+        Ok(previous) => Ok(Some(previous.and_then(|v| decode(key, &v).ok()))),
+        Err(IndexError::Client(ClientError::KvConflict { .. })) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -238,14 +250,12 @@ pub async fn put<T: Serialize + for<'de> Deserialize<'de>>(
     key: &[u8],
     value: Option<&T>,
 ) -> Result<Option<T>, IndexError> {
-    let obj = object_for(bucket, table, key);
     let edit = KvEdit {
         key: Bytes::copy_from_slice(key),
         value: value.map(encode),
         cond: KvCond::Any,
     };
-    let previous = cluster.kv_update(obj, vec![edit], true).await?;
-    match previous.into_iter().next().flatten() {
+    match update_one(cluster, bucket, table, edit).await? {
         // A retried update may report our own value as the previous one; callers compare.
         Some(v) => Ok(decode(key, &v).ok()),
         None => Ok(None),
@@ -340,7 +350,7 @@ impl Scan {
 
 /// One shard's sorted stream of entries past a cursor.
 struct ShardCursor {
-    scan: Scan,
+    scan: crate::shards::ShardScan,
     buffered: std::collections::VecDeque<(Bytes, Bytes)>,
 }
 
@@ -351,15 +361,13 @@ fn past_prefix(prefix: &str) -> Vec<u8> {
     v
 }
 
-/// List `table` (keys and raw values) in key order after `after` (exclusive), under
+/// List the index (keys and raw values) in key order after `after` (exclusive), under
 /// `prefix`, grouping keys at `delimiter` into common prefixes, at most `max` items. Only
 /// entries whose value `visible` accepts count: others are skipped, and a common prefix is
 /// listed only when a visible entry falls under it.
-#[allow(clippy::too_many_arguments)]
 pub async fn list_raw(
     cluster: &Cluster,
     bucket: &BucketRecord,
-    table: Table,
     prefix: &str,
     after: &str,
     delimiter: Option<&str>,
@@ -368,8 +376,9 @@ pub async fn list_raw(
 ) -> Result<(Vec<(String, Option<Bytes>)>, bool), IndexError> {
     let mut shards: Vec<ShardCursor> = (0..bucket.index_shards.max(1))
         .map(|s| ShardCursor {
-            scan: Scan::new(
-                table_object(bucket, table, s),
+            scan: crate::shards::ShardScan::new(
+                bucket,
+                s,
                 Bytes::copy_from_slice(prefix.as_bytes()),
             ),
             buffered: Default::default(),
@@ -454,17 +463,8 @@ pub async fn list_objects(
         // An entry that does not decode is listed, so the error surfaces below.
         all_versions || decode::<ObjectEntry>(key, value).map_or(true, |e| !e.delete_marker)
     };
-    let (raw, truncated) = list_raw(
-        cluster,
-        bucket,
-        Table::Index,
-        prefix,
-        after,
-        delimiter,
-        max,
-        &visible,
-    )
-    .await?;
+    let (raw, truncated) =
+        list_raw(cluster, bucket, prefix, after, delimiter, max, &visible).await?;
     let mut items = Vec::with_capacity(raw.len());
     for (key, value) in raw {
         items.push(match value {
@@ -477,17 +477,7 @@ pub async fn list_objects(
 
 /// Is the bucket's index empty?
 pub async fn is_empty(cluster: &Cluster, bucket: &BucketRecord) -> Result<bool, IndexError> {
-    let (items, _) = list_raw(
-        cluster,
-        bucket,
-        Table::Index,
-        "",
-        "",
-        None,
-        1,
-        &|_: &[u8], _: &[u8]| true,
-    )
-    .await?;
+    let (items, _) = list_raw(cluster, bucket, "", "", None, 1, &|_: &[u8], _: &[u8]| true).await?;
     Ok(items.is_empty())
 }
 

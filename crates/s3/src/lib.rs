@@ -2,7 +2,8 @@
 //!
 //! * `keys`: access keys (records in cluster metadata, secrets sealed with a master key).
 //! * `buckets`: bucket records in cluster metadata.
-//! * `index`: each bucket's object index, as sharded KV table objects in the cluster.
+//! * `index`: each bucket's object index, as sharded KV table objects in the cluster;
+//!   `shards`: the range-partitioned tables of each shard, split as they fill.
 //! * `data`: object data, striped over cluster objects in chunks.
 //! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
 //! * `versions`: how a change of a key edits the record of its versions.
@@ -17,6 +18,7 @@ pub mod gateway;
 pub mod index;
 pub mod keys;
 pub mod server;
+pub mod shards;
 pub mod sweeper;
 pub mod versions;
 
