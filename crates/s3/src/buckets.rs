@@ -38,6 +38,22 @@ pub struct BucketRecord {
     /// Versioning, once it was ever enabled (None: never; see `versions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<Versioning>,
+    /// The bucket policy document, as set (checked by `policy::parse` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// The public access block, when one is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<PublicAccessBlock>,
+}
+
+/// S3's public access block of a bucket (ACLs are disabled here, so the ACL settings only
+/// refuse requests that set public ACLs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicAccessBlock {
+    pub block_public_acls: bool,
+    pub ignore_public_acls: bool,
+    pub block_public_policy: bool,
+    pub restrict_public_buckets: bool,
 }
 
 /// A bucket's versioning, once enabled: it can be suspended, never turned off.
@@ -154,6 +170,8 @@ pub async fn create_bucket(
         index_shards: DEFAULT_INDEX_SHARDS,
         chunk_bytes: spec.object_size.min(MAX_CHUNK_BYTES),
         versioning: None,
+        policy: None,
+        public_access_block: None,
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster
@@ -166,35 +184,54 @@ pub async fn create_bucket(
     }
 }
 
-/// Set a bucket's versioning (compare-and-swap on its record, retried against a racing
-/// change of another field); returns the record as written.
-pub async fn set_versioning(
+/// Change a bucket's record with `change` (compare-and-swap on the record, retried against
+/// a racing change of another field); returns the record as written. `change` may refuse.
+pub async fn update_bucket<E: From<BucketError>>(
     cluster: &Cluster,
     name: &str,
-    versioning: Versioning,
-) -> Result<BucketRecord, BucketError> {
+    mut change: impl FnMut(&mut BucketRecord) -> Result<(), E>,
+) -> Result<BucketRecord, E> {
     // Bound: each round loses only to another change of the record, which is rare.
     for _ in 0..16 {
-        let Some((value, rev)) = cluster.meta().get(&key(name)).await? else {
-            return Err(BucketError::Missing(name.into()));
+        let Some((value, rev)) = cluster
+            .meta()
+            .get(&key(name))
+            .await
+            .map_err(BucketError::from)?
+        else {
+            return Err(BucketError::Missing(name.into()).into());
         };
         let mut record: BucketRecord =
             serde_json::from_slice(&value).map_err(|e| BucketError::Corrupt {
                 name: name.into(),
                 reason: e.to_string(),
             })?;
-        record.versioning = Some(versioning);
+        change(&mut record)?;
         let value = serde_json::to_vec(&record).expect("bucket record serialises");
         if cluster
             .meta()
             .compare_and_swap(&key(name), rev, value)
-            .await?
+            .await
+            .map_err(BucketError::from)?
             .is_some()
         {
             return Ok(record);
         }
     }
-    Err(BucketError::Busy(name.into()))
+    Err(BucketError::Busy(name.into()).into())
+}
+
+/// Set a bucket's versioning; returns the record as written.
+pub async fn set_versioning(
+    cluster: &Cluster,
+    name: &str,
+    versioning: Versioning,
+) -> Result<BucketRecord, BucketError> {
+    update_bucket(cluster, name, |r| {
+        r.versioning = Some(versioning);
+        Ok::<(), BucketError>(())
+    })
+    .await
 }
 
 /// Remove a bucket's record and every cluster object under its inode. The caller checked

@@ -1,7 +1,7 @@
 //! An S3-compatible object gateway over a Basalt cluster.
 //!
 //! * `keys`: access keys (records in cluster metadata, secrets sealed with a master key).
-//! * `buckets`: bucket records in cluster metadata.
+//! * `buckets`: bucket records in cluster metadata; `policy`: bucket policies.
 //! * `index`: each bucket's object index, as sharded KV table objects in the cluster;
 //!   `shards`: the range-partitioned tables of each shard, split as they fill.
 //! * `data`: object data, striped over cluster objects in chunks.
@@ -17,6 +17,7 @@ pub mod data;
 pub mod gateway;
 pub mod index;
 pub mod keys;
+pub mod policy;
 pub mod server;
 pub mod shards;
 pub mod sweeper;

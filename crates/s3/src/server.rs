@@ -82,7 +82,7 @@ pub async fn serve(
     builder.set_host(Hosts {
         domain: config.domain.clone(),
     });
-    let service = Front(builder.build());
+    let service = Front(builder.build(), None);
     let every = (config.reclaim_after / 4).clamp(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(600),
@@ -98,9 +98,9 @@ pub async fn serve(
         tokio::select! {
             _ = stop.changed() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     stream.set_nodelay(true).ok();
-                    let service = service.clone();
+                    let service = Front(service.0.clone(), Some(peer));
                     let mut stop = stop.clone();
                     conns.spawn(async move {
                         let conn = hyper::server::conn::http1::Builder::new()
@@ -153,14 +153,17 @@ pub async fn serve(
 /// files failed with "upload failed: ... 'ETag'" when an UploadPart followed an empty PUT on
 /// one connection. A fresh connection resets botocore's state.
 #[derive(Clone)]
-struct Front(S3Service);
+struct Front(S3Service, Option<std::net::SocketAddr>);
 
 impl Service<hyper::Request<Incoming>> for Front {
     type Response = <S3Service as Service<hyper::Request<Incoming>>>::Response;
     type Error = <S3Service as Service<hyper::Request<Incoming>>>::Error;
     type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
-    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
+        if let Some(peer) = self.1 {
+            req.extensions_mut().insert(crate::gateway::Peer(peer));
+        }
         let close = req.body().is_end_stream()
             && req
                 .headers()
@@ -241,10 +244,9 @@ fn tag_with_request_id(response: &mut hyper::Response<s3s::Body>, id: &str) {
     }
 }
 
-/// Checks of every request the protocol layer leaves to the service, made once it knows
-/// who signed: anonymous requests are refused (as the layer's default check does), a
-/// presigned URL may not be valid for longer than S3 allows, and an empty `Content-MD5`
-/// is no digest.
+/// Checks of every request the protocol layer leaves to the service: a presigned URL may not
+/// be valid for longer than S3 allows, and an empty `Content-MD5` is no digest. Anonymous
+/// requests go on: the gateway decides what a bucket's policy lets them do.
 struct RequestChecks;
 
 /// The longest a SigV4 presigned URL may be valid (S3's limit: 7 days).
@@ -253,9 +255,6 @@ const MAX_PRESIGNED_EXPIRY_SECS: u64 = 7 * 24 * 3600;
 #[async_trait::async_trait]
 impl s3s::access::S3Access for RequestChecks {
     async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
-        if cx.credentials().is_none() {
-            return Err(s3s::s3_error!(AccessDenied, "Signature is required"));
-        }
         if let Some(expires) = query_param(cx.uri(), "X-Amz-Expires") {
             match expires.parse::<u64>() {
                 Ok(secs) if secs <= MAX_PRESIGNED_EXPIRY_SECS => {}

@@ -790,6 +790,95 @@ def versioning():
     s3.delete_bucket(Bucket=b)
 
 
+def policies(bob):
+    step("bucket policies: anonymous and cross-user access, conditions, public access block")
+    import json
+
+    anon = boto3.client(
+        "s3", endpoint_url=ENDPOINT, region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, signature_version=botocore.UNSIGNED,
+                      retries={"max_attempts": 1}),
+    )
+    b = "shared"
+    s3.create_bucket(Bucket=b)
+    for k in ("public/a.txt", "private/b.txt", "keep/c.txt", "lan/d.txt"):
+        s3.put_object(Bucket=b, Key=k, Body=k.encode())
+    denied = ("AccessDenied", "403")
+    assert error_code(anon.get_object, Bucket=b, Key="public/a.txt") in denied
+    assert error_code(s3.get_bucket_policy, Bucket=b) == "NoSuchBucketPolicy"
+    arn = f"arn:aws:s3:::{b}"
+    policy = {"Version": "2012-10-17", "Statement": [
+        {"Sid": "PublicRead", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": f"{arn}/public/*"},
+        {"Effect": "Allow", "Principal": {"AWS": "bob"}, "Action": ["s3:PutObject", "s3:GetObject"],
+         "Resource": f"{arn}/bob/*"},
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::000000000000:user/bob"},
+         "Action": "s3:ListBucket", "Resource": arn,
+         "Condition": {"StringLike": {"s3:prefix": "bob/*"}}},
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject", "Resource": f"{arn}/keep/*"},
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"{arn}/lan/*",
+         "Condition": {"IpAddress": {"aws:SourceIp": ["127.0.0.0/8", "::1/128"]}}},
+    ]}
+    assert error_code(bob.put_bucket_policy, Bucket=b, Policy=json.dumps(policy)) in denied
+    s3.put_bucket_policy(Bucket=b, Policy=json.dumps(policy))
+    assert json.loads(s3.get_bucket_policy(Bucket=b)["Policy"]) == policy
+    assert s3.get_bucket_policy_status(Bucket=b)["PolicyStatus"]["IsPublic"] is True
+    # Anonymous: what the policy allows, nothing else.
+    assert anon.get_object(Bucket=b, Key="public/a.txt")["Body"].read() == b"public/a.txt"
+    assert anon.get_object(Bucket=b, Key="lan/d.txt")["Body"].read() == b"lan/d.txt"
+    for fn, kw in (
+        (anon.get_object, {"Key": "private/b.txt"}),
+        (anon.put_object, {"Key": "public/new", "Body": b"x"}),
+        (anon.list_objects_v2, {}),
+        (anon.delete_object, {"Key": "public/a.txt"}),
+    ):
+        assert error_code(fn, Bucket=b, **kw) in denied, (fn.__name__, kw)
+    assert error_code(anon.list_buckets) in denied
+    assert error_code(anon.create_bucket, Bucket="anon-bucket") in denied
+    # Another user: their prefix, listed only under it.
+    bob.put_object(Bucket=b, Key="bob/notes", Body=b"bob's notes")
+    assert s3.get_object(Bucket=b, Key="bob/notes")["Body"].read() == b"bob's notes"
+    assert [o["Key"] for o in bob.list_objects_v2(Bucket=b, Prefix="bob/")["Contents"]] == ["bob/notes"]
+    assert error_code(bob.list_objects_v2, Bucket=b) in denied
+    assert error_code(bob.get_object, Bucket=b, Key="private/b.txt") in denied
+    assert error_code(bob.put_object, Bucket=b, Key="private/x", Body=b"x") in denied
+    assert error_code(bob.get_bucket_policy, Bucket=b) in denied
+    # A Deny binds the owner too.
+    assert error_code(s3.delete_object, Bucket=b, Key="keep/c.txt") in denied
+    out = s3.delete_objects(Bucket=b, Delete={"Objects": [{"Key": "keep/c.txt"}, {"Key": "lan/d.txt"}]})
+    assert [e["Key"] for e in out.get("Errors", [])] == ["keep/c.txt"], out
+    assert [d["Key"] for d in out["Deleted"]] == ["lan/d.txt"], out
+    # Public access block: public statements stop counting, public policies are refused.
+    s3.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"RestrictPublicBuckets": True})
+    assert error_code(anon.get_object, Bucket=b, Key="public/a.txt") in denied
+    assert bob.get_object(Bucket=b, Key="bob/notes")["Body"].read() == b"bob's notes"
+    s3.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"BlockPublicPolicy": True})
+    assert s3.get_public_access_block(Bucket=b)["PublicAccessBlockConfiguration"]["BlockPublicPolicy"]
+    assert error_code(s3.put_bucket_policy, Bucket=b, Policy=json.dumps(policy)) in denied
+    s3.delete_public_access_block(Bucket=b)
+    assert anon.get_object(Bucket=b, Key="public/a.txt")["Body"].read() == b"public/a.txt"
+    # Outside the supported subset: refused by name, never ignored.
+    bad = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                          "Resource": f"{arn}/*", "Condition": {"Bool": {"aws:SecureTransport": "true"}}}]}
+    assert error_code(s3.put_bucket_policy, Bucket=b, Policy=json.dumps(bad)) in ("NotImplemented", "501")
+    bad = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                          "Resource": "arn:aws:s3:::elsewhere/*"}]}
+    assert error_code(s3.put_bucket_policy, Bucket=b, Policy=json.dumps(bad)) == "MalformedPolicy"
+    assert error_code(s3.put_bucket_policy, Bucket=b, Policy="{not json") == "MalformedPolicy"
+    rules = s3.get_bucket_ownership_controls(Bucket=b)["OwnershipControls"]["Rules"]
+    assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}], rules
+    assert error_code(
+        s3.put_bucket_ownership_controls, Bucket=b,
+        OwnershipControls={"Rules": [{"ObjectOwnership": "ObjectWriter"}]},
+    ) in ("NotImplemented", "501")
+    s3.delete_bucket_policy(Bucket=b)
+    assert error_code(anon.get_object, Bucket=b, Key="public/a.txt") in denied
+    s3.delete_object(Bucket=b, Key="keep/c.txt")  # no policy, no Deny
+    for k in ("public/a.txt", "private/b.txt", "bob/notes"):
+        s3.delete_object(Bucket=b, Key=k)
+    s3.delete_bucket(Bucket=b)
+
+
 def users():
     step("several users: keys made through `basalt s3 key`, each sees only their buckets")
     import subprocess
@@ -832,6 +921,7 @@ def users():
         assert error_code(fn, **kw) in ("AccessDenied", "403"), (fn.__name__, kw)
     assert error_code(bob.create_bucket, Bucket="admins") == "BucketAlreadyExists"
     assert s3.get_object(Bucket="admins", Key="secret")["Body"].read() == b"admin's"
+    policies(bob)
     bob.delete_object(Bucket="bobs", Key="mine")
     bob.delete_bucket(Bucket="bobs")
     s3.delete_object(Bucket="admins", Key="secret")

@@ -3,7 +3,7 @@
 //! ACL reads as the owner's FULL_CONTROL, and setting one is accepted only when it says
 //! exactly that (tools set `private` routinely); anything wider is NotImplemented.
 
-use super::access::Access;
+use super::access::{Access, Need};
 use super::dto::owner;
 use super::unsupported::check_acl;
 use super::Gateway;
@@ -82,7 +82,7 @@ pub(super) async fn get_bucket_acl(
     gw: &Gateway,
     req: S3Request<GetBucketAclInput>,
 ) -> S3Result<S3Response<GetBucketAclOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     let (owner, grants) = owner_only(&bucket.owner);
     Ok(S3Response::new(GetBucketAclOutput { owner, grants }))
 }
@@ -92,7 +92,7 @@ pub(super) async fn put_bucket_acl(
     gw: &Gateway,
     req: S3Request<PutBucketAclInput>,
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     check_put_acl!(req.input, &bucket.owner);
     Ok(S3Response::new(PutBucketAclOutput {}))
 }
@@ -102,7 +102,7 @@ pub(super) async fn get_object_acl(
     gw: &Gateway,
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     gw.entry_version(&bucket, &req.input.key, req.input.version_id.as_deref())
         .await?;
     let (owner, grants) = owner_only(&bucket.owner);
@@ -118,7 +118,7 @@ pub(super) async fn put_object_acl(
     gw: &Gateway,
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     check_put_acl!(req.input, &bucket.owner);
     gw.entry_version(&bucket, &req.input.key, req.input.version_id.as_deref())
         .await?;

@@ -1,7 +1,7 @@
 //! Bucket operations: CreateBucket, DeleteBucket, HeadBucket and GetBucketLocation
 //! (ListBuckets is with the other listings).
 
-use super::access::Access;
+use super::access::{Access, Need};
 use super::Gateway;
 use crate::buckets;
 use crate::index;
@@ -14,7 +14,7 @@ pub(super) async fn create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     // Only the caller: the bucket is to be created, so there is no owner to check yet.
-    let user = gw.caller(&req).await?;
+    let user = gw.signed_caller(&req).await?;
     if req.input.object_lock_enabled_for_bucket == Some(true) {
         // Not implemented: a bucket that claimed object lock would let locked objects go.
         return Err(s3_error!(
@@ -84,7 +84,7 @@ pub(super) async fn delete_bucket(
     gw: &Gateway,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     if !index::is_empty(&gw.cluster, &bucket).await? {
         return Err(s3_error!(BucketNotEmpty));
     }
@@ -97,7 +97,8 @@ pub(super) async fn head_bucket(
     gw: &Gateway,
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
-    gw.authorise(&req, &req.input.bucket).await?;
+    gw.authorise(&req, &req.input.bucket, Need::bucket("s3:ListBucket"))
+        .await?;
     Ok(S3Response::new(HeadBucketOutput::default()))
 }
 
@@ -106,7 +107,12 @@ pub(super) async fn get_bucket_location(
     gw: &Gateway,
     req: S3Request<GetBucketLocationInput>,
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-    gw.authorise(&req, &req.input.bucket).await?;
+    gw.authorise(
+        &req,
+        &req.input.bucket,
+        Need::bucket("s3:GetBucketLocation"),
+    )
+    .await?;
     // Empty: the default region, as S3 answers for us-east-1.
     Ok(S3Response::new(GetBucketLocationOutput::default()))
 }

@@ -1,7 +1,7 @@
 //! Listings: ListBuckets, ListObjects (v1 and v2), ListObjectVersions, ListMultipartUploads
 //! and ListParts, with S3's paging markers and `encoding-type=url`.
 
-use super::access::Access;
+use super::access::{Access, Need};
 use super::dto::{etag, owner, timestamp_ms};
 use super::Gateway;
 use crate::buckets::{self, BucketRecord};
@@ -128,7 +128,7 @@ pub(super) async fn list_buckets(
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     // Only the caller: the listing is of the buckets they own.
-    let user = gw.caller(&req).await?;
+    let user = gw.signed_caller(&req).await?;
     let buckets = buckets::list_buckets(&gw.cluster)
         .await?
         .into_iter()
@@ -151,7 +151,9 @@ pub(super) async fn list_objects(
     gw: &Gateway,
     req: S3Request<ListObjectsInput>,
 ) -> S3Result<S3Response<ListObjectsOutput>> {
-    let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::listing("s3:ListBucket", req.input.prefix.as_deref());
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    let user = bucket.owner.clone();
     let input = req.input;
     let marker = input.marker.clone().unwrap_or_default();
     let page = page_of!(gw, &bucket, input, &marker).await?;
@@ -182,7 +184,9 @@ pub(super) async fn list_objects_v2(
     gw: &Gateway,
     req: S3Request<ListObjectsV2Input>,
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
-    let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::listing("s3:ListBucket", req.input.prefix.as_deref());
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    let user = bucket.owner.clone();
     let input = req.input;
     let mut after = input.start_after.clone().unwrap_or_default();
     if let Some(token) = &input.continuation_token {
@@ -259,7 +263,9 @@ pub(super) async fn list_object_versions(
     gw: &Gateway,
     req: S3Request<ListObjectVersionsInput>,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-    let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::listing("s3:ListBucketVersions", req.input.prefix.as_deref());
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    let user = bucket.owner.clone();
     let input = req.input;
     let key_marker = input.key_marker.clone().unwrap_or_default();
     let version_marker = input.version_id_marker.clone().filter(|v| !v.is_empty());
@@ -395,7 +401,9 @@ pub(super) async fn list_parts(
     gw: &Gateway,
     req: S3Request<ListPartsInput>,
 ) -> S3Result<S3Response<ListPartsOutput>> {
-    let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object("s3:ListMultipartUploadParts", &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    let user = bucket.owner.clone();
     let input = req.input;
     gw.upload(&bucket, &input.upload_id, &input.key).await?;
     let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
@@ -437,7 +445,8 @@ pub(super) async fn list_multipart_uploads(
     gw: &Gateway,
     req: S3Request<ListMultipartUploadsInput>,
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::listing("s3:ListBucketMultipartUploads", req.input.prefix.as_deref());
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = req.input;
     let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
     let prefix = input.prefix.clone().unwrap_or_default();

@@ -9,7 +9,7 @@
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
-//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`: the operations themselves.
+//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`: the operations.
 
 mod access;
 mod acl;
@@ -20,6 +20,7 @@ mod errors;
 mod listing;
 mod multipart;
 mod objects;
+mod permissions;
 mod store;
 mod unsupported;
 mod versioned;
@@ -32,6 +33,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 use std::sync::Arc;
 
+pub use access::Peer;
 pub use multipart::{MAX_PART_NUMBER, MIN_PART_BYTES};
 pub use objects::MAX_PUT_BYTES;
 
@@ -92,6 +94,16 @@ operations! {
     bucket_ops::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
     versioned::put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
     versioned::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+    permissions::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
+    permissions::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
+    permissions::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;
+    permissions::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
+    permissions::put_public_access_block(PutPublicAccessBlockInput) -> PutPublicAccessBlockOutput;
+    permissions::get_public_access_block(GetPublicAccessBlockInput) -> GetPublicAccessBlockOutput;
+    permissions::delete_public_access_block(DeletePublicAccessBlockInput) -> DeletePublicAccessBlockOutput;
+    permissions::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
+    permissions::put_bucket_ownership_controls(PutBucketOwnershipControlsInput) -> PutBucketOwnershipControlsOutput;
+    permissions::delete_bucket_ownership_controls(DeleteBucketOwnershipControlsInput) -> DeleteBucketOwnershipControlsOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;

@@ -2,7 +2,7 @@
 //! CompleteMultipartUpload and AbortMultipartUpload, and the upload and part records they
 //! keep in the bucket's upload tables (see `index::Table::Uploads`).
 
-use super::access::Access;
+use super::access::{Access, Need};
 use super::conditions::preconditions;
 use super::dto::{etag, headers_of, timestamp_ms};
 use super::errors::internal;
@@ -101,14 +101,15 @@ pub(super) async fn create_multipart_upload(
     gw: &Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-    let Access { user, bucket } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object("s3:PutObject", &req.input.key);
+    let Access { caller, bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     super::unsupported::refuse_unsupported_put!(req.input);
     let input = req.input;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {
         key: input.key.clone(),
         initiated_ms: now_ms(),
-        owner: user,
+        owner: caller.unwrap_or_else(|| "anonymous".into()),
         headers: headers_of!(input),
     };
     index::put_upload(&gw.cluster, &bucket, &id, &upload_key(&id), Some(&upload)).await?;
@@ -126,7 +127,8 @@ pub(super) async fn upload_part(
     gw: &Gateway,
     mut req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object("s3:PutObject", &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let body = checked_body!(req);
     let input = req.input;
     gw.upload(&bucket, &input.upload_id, &input.key).await?;
@@ -160,7 +162,12 @@ pub(super) async fn upload_part_copy(
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let copy = gw
-        .authorise_copy(&req, &req.input.copy_source, &req.input.bucket)
+        .authorise_copy(
+            &req,
+            &req.input.copy_source,
+            &req.input.bucket,
+            &req.input.key,
+        )
         .await?;
     let input = req.input;
     let bucket = &copy.bucket;
@@ -206,7 +213,8 @@ pub(super) async fn complete_multipart_upload(
     gw: &Gateway,
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object("s3:PutObject", &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = req.input;
     let upload = gw.upload(&bucket, &input.upload_id, &input.key).await?;
     let stored = gw.parts(&bucket, &input.upload_id).await?;
@@ -295,7 +303,8 @@ pub(super) async fn abort_multipart_upload(
     gw: &Gateway,
     req: S3Request<AbortMultipartUploadInput>,
 ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object("s3:AbortMultipartUpload", &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = req.input;
     gw.upload(&bucket, &input.upload_id, &input.key).await?;
     let parts = gw.parts(&bucket, &input.upload_id).await?;

@@ -1,6 +1,6 @@
 //! Object operations: PutObject, GetObject, HeadObject, DeleteObject(s) and CopyObject.
 
-use super::access::Access;
+use super::access::{Access, Need};
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
 use super::store::{checked_body, uploaded};
@@ -131,6 +131,24 @@ macro_rules! described {
     }};
 }
 
+/// The policy action of a read: of a version when the request names one.
+fn read_action(version: &Option<String>) -> &'static str {
+    if version.is_some() {
+        "s3:GetObjectVersion"
+    } else {
+        "s3:GetObject"
+    }
+}
+
+/// The policy action of a delete: of a version when the request names one.
+fn delete_action(version: &Option<String>) -> &'static str {
+    if version.is_some() {
+        "s3:DeleteObjectVersion"
+    } else {
+        "s3:DeleteObject"
+    }
+}
+
 /// The `response-*` query parameters of a GET or HEAD (a presigned download naming the file
 /// it saves as, say) replace the stored headers in the answer.
 macro_rules! response_overrides {
@@ -161,7 +179,8 @@ pub(super) async fn put_object(
     gw: &Gateway,
     mut req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object("s3:PutObject", &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     refuse_unsupported_put!(req.input);
     if req.input.write_offset_bytes.is_some() {
         return Err(s3_error!(
@@ -207,7 +226,8 @@ pub(super) async fn get_object(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object(read_action(&req.input.version_id), &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = &req.input;
     refuse_sse_read!(input);
     let target = target_of!(gw, &bucket, input).await?;
@@ -228,7 +248,8 @@ pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object(read_action(&req.input.version_id), &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = &req.input;
     refuse_sse_read!(input);
     let target = target_of!(gw, &bucket, input).await?;
@@ -244,7 +265,8 @@ pub(super) async fn delete_object(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let need = Need::object(delete_action(&req.input.version_id), &req.input.key);
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = &req.input;
     if input.mfa.is_some() {
         return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
@@ -272,7 +294,8 @@ pub(super) async fn delete_objects(
     gw: &Gateway,
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    // Each key is authorised on its own (a policy may allow some and not others).
+    let access = gw.open(&req, &req.input.bucket).await?;
     if req.input.mfa.is_some() {
         return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
     }
@@ -291,13 +314,24 @@ pub(super) async fn delete_objects(
             size: obj.size,
             modified: obj.last_modified_time.as_ref(),
         };
-        let removed = gw
-            .remove_object(&bucket, &obj.key, obj.version_id.as_deref(), expected)
-            .await;
+        let need = Need::object(delete_action(&obj.version_id), &obj.key);
+        let removed = match gw.permits(&access, need) {
+            Ok(true) => {
+                gw.remove_object(
+                    &access.bucket,
+                    &obj.key,
+                    obj.version_id.as_deref(),
+                    expected,
+                )
+                .await
+            }
+            Ok(false) => Err(s3_error!(AccessDenied)),
+            Err(e) => Err(e),
+        };
         match removed {
             Ok(r) => {
                 if !quiet {
-                    let shown = Gateway::shown_version(&bucket, &r.version_id);
+                    let shown = Gateway::shown_version(&access.bucket, &r.version_id);
                     deleted.push(DeletedObject {
                         key: Some(obj.key),
                         delete_marker: r.delete_marker.then_some(true),
@@ -336,7 +370,12 @@ pub(super) async fn copy_object(
         ));
     }
     let copy = gw
-        .authorise_copy(&req, &req.input.copy_source, &req.input.bucket)
+        .authorise_copy(
+            &req,
+            &req.input.copy_source,
+            &req.input.bucket,
+            &req.input.key,
+        )
         .await?;
     let input = req.input;
     let src = gw

@@ -4,7 +4,7 @@
 //! turn versioning on. Every change of a versioned key is one read–modify–write of its
 //! record, conditional on the bytes read (see docs/design.md, "Versioning").
 
-use super::access::Access;
+use super::access::{Access, Need};
 use super::unsupported::check_version;
 use super::Gateway;
 use crate::buckets::{self, BucketRecord, Versioning};
@@ -431,7 +431,7 @@ pub(super) async fn put_bucket_versioning(
     gw: &Gateway,
     req: S3Request<PutBucketVersioningInput>,
 ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     let config = &req.input.versioning_configuration;
     if req.input.mfa.is_some()
         || config
@@ -460,7 +460,7 @@ pub(super) async fn get_bucket_versioning(
     gw: &Gateway,
     req: S3Request<GetBucketVersioningInput>,
 ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
     let status = bucket.versioning.map(|v| {
         BucketVersioningStatus::from_static(match v {
             Versioning::Enabled => BucketVersioningStatus::ENABLED,
