@@ -83,6 +83,44 @@ fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
         s["osds"][0]["up"] == false
     });
     script("verify", &endpoints, access, secret);
+    // Versioned writes through both gateways while gateway A is killed -9 and restarted:
+    // every acknowledged version stays, once.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/two_gateways.py");
+    let mut writers = Command::new("python3")
+        .arg(path)
+        .arg("versions")
+        .args(&endpoints)
+        .env("AWS_ACCESS_KEY_ID", access)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start two_gateways.py versions");
+    let mut stdout = std::io::BufReader::new(writers.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("read the script's first line");
+    assert!(line.contains("WRITING"), "{line}");
+    std::thread::sleep(Duration::from_secs(3));
+    gateways[0].kill9().expect("kill -9 gateway A");
+    std::thread::sleep(Duration::from_secs(1));
+    gateways[0].restart().expect("restart gateway A");
+    gateways[0]
+        .wait_for_line("S3 gateway serving", DAEMON_START)
+        .unwrap_or_else(|e| panic!("gateway A did not restart: {e:#}\n{}", gateways[0].log()));
+    let status = common::wait_timeout(&mut writers, Duration::from_secs(300));
+    if status.is_none() {
+        let _ = writers.kill();
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).ok();
+    let mut errors = String::new();
+    if let Some(mut e) = writers.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut errors).ok();
+    }
+    assert!(
+        status.is_some_and(|s| s.success()) && rest.contains("VERSIONS"),
+        "two_gateways.py versions failed ({status:?}):\n{rest}\n{errors}"
+    );
     // A removed key stops working (gateways cache a key for at most 5 s).
     mh.cli_ok(&["s3", "key", "rm", access]);
     std::thread::sleep(Duration::from_secs(6));

@@ -1,10 +1,15 @@
 """Two S3 gateways of one multi-host cluster serve the same buckets.
 
-Usage: two_gateways.py write|verify ENDPOINT_A ENDPOINT_B
-  write:  bucket "shared"; 40 objects of assorted sizes PUT through A; a multipart upload
-          whose parts go through A and B and which B completes.
-  verify: every object reads back byte for byte through both gateways, listings agree,
-          and new writes through B succeed (run after an OSD was killed).
+Usage: two_gateways.py write|verify|versions ENDPOINT_A ENDPOINT_B
+  write:    bucket "shared"; 40 objects of assorted sizes PUT through A; a multipart upload
+            whose parts go through A and B and which B completes.
+  verify:   every object reads back byte for byte through both gateways, listings agree,
+            and new writes through B succeed (run after an OSD was killed).
+  versions: bucket "history" with versioning; 8 writers PUT new versions of 4 keys through
+            both gateways (and remove some versions) while gateway A is killed (-9) and
+            restarted (the test does that after "WRITING"); then every acknowledged version
+            reads back with its bytes through B, no removed one does, and each key's
+            version list holds every acknowledged version once.
 """
 
 import hashlib
@@ -53,6 +58,65 @@ if mode == "write":
         MultipartUpload={"Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate([e1, e2, e3])]},
     )
     print("WRITTEN", flush=True)
+elif mode == "versions":
+    import concurrent.futures
+    import threading
+    import time
+
+    from botocore.exceptions import ClientError
+
+    a.create_bucket(Bucket="history")
+    a.put_bucket_versioning(Bucket="history", VersioningConfiguration={"Status": "Enabled"})
+    acked, removed, lock = {}, set(), threading.Lock()
+    deadline = time.time() + 12
+
+    def writer(w):
+        n = 0
+        # Bounded by time; a gateway that is down makes a request fail fast.
+        while time.time() < deadline:
+            n += 1
+            key, data = f"k{(w + n) % 4}", f"w{w} n{n}".encode()
+            c = a if (w + n) % 2 else b
+            try:
+                vid = c.put_object(Bucket="history", Key=key, Body=data)["VersionId"]
+            except Exception:
+                time.sleep(0.05)
+                continue
+            with lock:
+                acked[(key, vid)] = data
+            if n % 5 == 0:
+                try:
+                    b.delete_object(Bucket="history", Key=key, VersionId=vid)
+                    with lock:
+                        removed.add((key, vid))
+                except Exception:
+                    pass
+
+    print("WRITING", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(writer, range(8)))
+    assert len(acked) > 50, f"only {len(acked)} writes were acknowledged"
+    listed = {}
+    page = {"IsTruncated": True}
+    args = {}
+    while page["IsTruncated"]:
+        page = b.list_object_versions(Bucket="history", **args)
+        for v in page.get("Versions", []):
+            assert (v["Key"], v["VersionId"]) not in listed, f"{v} listed twice"
+            listed[(v["Key"], v["VersionId"])] = v
+        args = {"KeyMarker": page.get("NextKeyMarker", ""),
+                "VersionIdMarker": page.get("NextVersionIdMarker", "")}
+    for kv, data in acked.items():
+        if kv in removed:
+            assert kv not in listed, f"removed version {kv} is listed"
+            continue
+        assert kv in listed, f"acknowledged version {kv} is not listed"
+        got = b.get_object(Bucket="history", Key=kv[0], VersionId=kv[1])["Body"].read()
+        assert got == data, f"version {kv} reads {got!r}, not {data!r}"
+    for key in (f"k{i}" for i in range(4)):
+        latest = [kv for kv, v in listed.items() if kv[0] == key and v["IsLatest"]]
+        assert len(latest) <= 1, (key, latest)
+    print(f"VERSIONS {len(acked)} acknowledged, {len(removed)} removed", flush=True)
 else:
     for c in (a, b):
         for i in range(40):
