@@ -44,6 +44,9 @@ pub struct BucketRecord {
     /// The public access block, when one is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
+    /// The bucket's tags (PutBucketTagging).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: std::collections::BTreeMap<String, String>,
 }
 
 /// S3's public access block of a bucket (ACLs are disabled here, so the ACL settings only
@@ -172,6 +175,7 @@ pub async fn create_bucket(
         versioning: None,
         policy: None,
         public_access_block: None,
+        tags: Default::default(),
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster

@@ -89,6 +89,33 @@ pub struct ObjectEntry {
     /// The noncurrent versions, newest first (their own `older` is empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub older: Vec<ObjectEntry>,
+    /// The object's tags (`x-amz-tagging`, PutObjectTagging).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// The `x-amz-checksum-*` of the whole object verified when it was uploaded (base64).
+    #[serde(default, skip_serializing_if = "Checksums::is_empty")]
+    pub checksums: Checksums,
+}
+
+/// Checksums of an object's bytes, as S3 sends them (base64 of the big-endian value).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checksums {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha1: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc64nvme: Option<String>,
+}
+
+impl Checksums {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Data being written that no entry references yet.
@@ -115,6 +142,9 @@ pub struct Upload {
     pub owner: String,
     #[serde(default)]
     pub headers: Headers,
+    /// The tags the object will have.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// An uploaded part.

@@ -26,6 +26,9 @@ pub const ACTIONS: &[&str] = &[
     "s3:ListMultipartUploadParts",
     "s3:AbortMultipartUpload",
     "s3:GetBucketLocation",
+    "s3:GetObjectTagging",
+    "s3:PutObjectTagging",
+    "s3:DeleteObjectTagging",
 ];
 
 /// Largest policy document (S3's limit).

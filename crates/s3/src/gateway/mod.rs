@@ -9,7 +9,8 @@
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
-//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`: the operations.
+//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`: the
+//!   operations.
 
 mod access;
 mod acl;
@@ -22,6 +23,7 @@ mod multipart;
 mod objects;
 mod permissions;
 mod store;
+mod tagging;
 mod unsupported;
 mod versioned;
 
@@ -104,6 +106,13 @@ operations! {
     permissions::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
     permissions::put_bucket_ownership_controls(PutBucketOwnershipControlsInput) -> PutBucketOwnershipControlsOutput;
     permissions::delete_bucket_ownership_controls(DeleteBucketOwnershipControlsInput) -> DeleteBucketOwnershipControlsOutput;
+    tagging::put_object_tagging(PutObjectTaggingInput) -> PutObjectTaggingOutput;
+    tagging::get_object_tagging(GetObjectTaggingInput) -> GetObjectTaggingOutput;
+    tagging::delete_object_tagging(DeleteObjectTaggingInput) -> DeleteObjectTaggingOutput;
+    tagging::put_bucket_tagging(PutBucketTaggingInput) -> PutBucketTaggingOutput;
+    tagging::get_bucket_tagging(GetBucketTaggingInput) -> GetBucketTaggingOutput;
+    tagging::delete_bucket_tagging(DeleteBucketTaggingInput) -> DeleteBucketTaggingOutput;
+    tagging::get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;

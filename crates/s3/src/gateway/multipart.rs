@@ -110,6 +110,7 @@ pub(super) async fn create_multipart_upload(
         key: input.key.clone(),
         initiated_ms: now_ms(),
         owner: caller.unwrap_or_else(|| "anonymous".into()),
+        tags: super::tagging::header_tags(input.tagging.as_deref())?,
         headers: headers_of!(input),
     };
     index::put_upload(&gw.cluster, &bucket, &id, &upload_key(&id), Some(&upload)).await?;
@@ -269,6 +270,7 @@ pub(super) async fn complete_multipart_upload(
         segments: chosen.iter().map(|p| p.segment.clone()).collect(),
         multipart: true,
         headers: upload.headers,
+        tags: upload.tags,
         ..Default::default()
     };
     let entry = gw

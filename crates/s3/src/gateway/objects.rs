@@ -4,6 +4,7 @@ use super::access::{Access, Need};
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
 use super::store::{checked_body, uploaded};
+use super::tagging::{header_tags, stored_checksums};
 use super::unsupported::{refuse_sse_read, refuse_unsupported_put};
 use super::versioned::DeleteConditions;
 use super::Gateway;
@@ -149,6 +150,25 @@ fn delete_action(version: &Option<String>) -> &'static str {
     }
 }
 
+/// With `x-amz-checksum-mode: ENABLED`, a GET or HEAD of a whole object answers the
+/// checksums verified when it was uploaded.
+macro_rules! checksums_if_asked {
+    ($output:ident, $input:ident, $full:expr, $checksums:expr) => {
+        let asked = $input
+            .checksum_mode
+            .as_ref()
+            .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+        if asked && $full {
+            let c = super::tagging::checksum_of(&$checksums);
+            $output.checksum_crc32 = c.checksum_crc32;
+            $output.checksum_crc32c = c.checksum_crc32c;
+            $output.checksum_sha1 = c.checksum_sha1;
+            $output.checksum_sha256 = c.checksum_sha256;
+            $output.checksum_crc64nvme = c.checksum_crc64nvme;
+        }
+    };
+}
+
 /// The `response-*` query parameters of a GET or HEAD (a presigned download naming the file
 /// it saves as, say) replace the stored headers in the answer.
 macro_rules! response_overrides {
@@ -202,6 +222,8 @@ pub(super) async fn put_object(
         modified_ms: now_ms(),
         segments: vec![segment.clone()],
         headers: headers_of!(input),
+        tags: header_tags(input.tagging.as_deref())?,
+        checksums: stored_checksums(&checksums),
         ..Default::default()
     };
     // A failed index update may still have been applied (a reply lost after retries):
@@ -231,6 +253,8 @@ pub(super) async fn get_object(
     let input = &req.input;
     refuse_sse_read!(input);
     let target = target_of!(gw, &bucket, input).await?;
+    let (full, checksums) = (!target.partial, target.entry.checksums.clone());
+    let tags = target.entry.tags.len();
     let body = gw.read(&bucket, &target.entry, target.start, target.end);
     let mut output = described!(
         GetObjectOutput {
@@ -239,7 +263,9 @@ pub(super) async fn get_object(
         target,
         bucket
     );
+    output.tag_count = (tags > 0).then_some(tags as i32);
     response_overrides!(output, input);
+    checksums_if_asked!(output, input, full, checksums);
     Ok(S3Response::new(output))
 }
 
@@ -253,8 +279,10 @@ pub(super) async fn head_object(
     let input = &req.input;
     refuse_sse_read!(input);
     let target = target_of!(gw, &bucket, input).await?;
+    let (full, checksums) = (!target.partial, target.entry.checksums.clone());
     let mut output = described!(HeadObjectOutput {}, target, bucket);
     response_overrides!(output, input);
+    checksums_if_asked!(output, input, full, checksums);
     Ok(S3Response::new(output))
 }
 
@@ -392,6 +420,20 @@ pub(super) async fn copy_object(
     } else {
         src.headers.clone()
     };
+    let replace_tags = input
+        .tagging_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+    let tags = if replace_tags {
+        header_tags(input.tagging.as_deref())?
+    } else if input.tagging.is_some() {
+        return Err(s3_error!(
+            InvalidArgument,
+            "x-amz-tagging on a copy needs x-amz-tagging-directive: REPLACE"
+        ));
+    } else {
+        src.tags.clone()
+    };
     let same = copy.source.name == bucket.name && copy.source_key == input.key;
     let entry = if same {
         // Copying a version onto its own key restores it: allowed as it is.
@@ -406,6 +448,7 @@ pub(super) async fn copy_object(
         // Same data, new headers: no bytes move.
         ObjectEntry {
             headers,
+            tags,
             modified_ms: now_ms(),
             ..src
         }
@@ -428,6 +471,7 @@ pub(super) async fn copy_object(
             modified_ms: now_ms(),
             segments: vec![segment],
             headers,
+            tags,
             ..Default::default()
         }
     };

@@ -1,5 +1,5 @@
 //! What the gateway does not implement, refused where a request asks for it: a write that
-//! ignored encryption, a lock, an ACL, tags or a storage class would leave the client
+//! ignored encryption, a lock, an ACL or a storage class would leave the client
 //! believing something that is not true (issue 13's rule: never a success that ignores
 //! part of a request).
 
@@ -44,7 +44,7 @@ pub(super) fn check_storage_class(class: Option<&str>) -> S3Result<()> {
 
 /// Refuse what a PutObject, CopyObject or CreateMultipartUpload input (they name these
 /// fields alike) asks for and the gateway does not implement: server-side encryption,
-/// object lock, ACLs other than private, tags, website redirects, storage classes.
+/// object lock, ACLs other than private, website redirects, storage classes.
 macro_rules! refuse_unsupported_put {
     ($input:expr) => {
         if $input.sse_customer_algorithm.is_some()
@@ -74,12 +74,6 @@ macro_rules! refuse_unsupported_put {
                 || $input.grant_read_acp.is_some()
                 || $input.grant_write_acp.is_some(),
         )?;
-        if $input.tagging.is_some() {
-            return Err(s3s::s3_error!(
-                NotImplemented,
-                "object tagging is not supported yet"
-            ));
-        }
         if $input.website_redirect_location.is_some() {
             return Err(s3s::s3_error!(
                 NotImplemented,

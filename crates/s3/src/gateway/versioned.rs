@@ -426,6 +426,61 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Set the tags of `key`'s current version (or of `version`), atomically with any other
+    /// change of the key. Returns the version tagged.
+    pub(super) async fn retag(
+        &self,
+        bucket: &BucketRecord,
+        key: &str,
+        version: Option<&str>,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> S3Result<Option<String>> {
+        if bucket.versioning.is_none() {
+            check_version(version)?;
+        }
+        let target = version.map(versions::named);
+        let mut tagged: Option<String> = None;
+        self.change_record(
+            bucket,
+            key,
+            |record| {
+                let record = record.ok_or_else(|| match version {
+                    Some(_) => s3_error!(NoSuchVersion),
+                    None => s3_error!(NoSuchKey),
+                })?;
+                let mut all = versions::all(record);
+                let i = match &target {
+                    None => 0,
+                    Some(id) => all
+                        .iter()
+                        .position(|v| &v.version_id == id)
+                        .ok_or_else(|| s3_error!(NoSuchVersion))?,
+                };
+                if all[i].delete_marker {
+                    return Err(deleted(&all[i], target.is_some()));
+                }
+                all[i].tags = tags.clone();
+                tagged = all[i].version_id.clone();
+                let mut top = all.remove(0);
+                top.older = all;
+                Ok(Some(Changed {
+                    record: Some(top),
+                    unreferenced: Vec::new(),
+                }))
+            },
+            |record| {
+                record.as_ref().is_some_and(|r| match &target {
+                    None => r.tags == tags,
+                    Some(id) => versions::find(r, id).is_some_and(|v| v.tags == tags),
+                })
+            },
+        )
+        .await?;
+        Ok(tagged)
+    }
+}
+
 /// PutBucketVersioning: Enabled or Suspended (never back to unversioned, as in S3).
 pub(super) async fn put_bucket_versioning(
     gw: &Gateway,
