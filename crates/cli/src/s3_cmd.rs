@@ -42,6 +42,13 @@ pub struct S3Args {
     /// reclaimed. Live uploads refresh their record every minute.
     #[arg(long, default_value_t = 3600)]
     pub reclaim_after: u64,
+    /// Seconds between two passes of the lifecycle worker over the buckets' rules.
+    #[arg(long, default_value_t = 3600)]
+    pub lifecycle_every: u64,
+    /// Seconds in a lifecycle "day" (rules count days of this length). Only to test rules:
+    /// keep the default of 86400 in use.
+    #[arg(long, default_value_t = 86_400)]
+    pub lifecycle_day: u64,
 }
 
 /// `basalt s3 ...` subcommands.
@@ -143,6 +150,8 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         data_pool,
         domain: args.domain.clone(),
         reclaim_after: std::time::Duration::from_secs(args.reclaim_after.max(1)),
+        lifecycle_every: std::time::Duration::from_secs(args.lifecycle_every.max(1)),
+        lifecycle_day: std::time::Duration::from_secs(args.lifecycle_day.max(1)),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,

@@ -75,6 +75,13 @@ pub struct UpArgs {
     /// mid-upload) is reclaimed.
     #[arg(long, default_value_t = 3600)]
     s3_reclaim_after: u64,
+    /// Seconds between two passes of the S3 lifecycle worker over the buckets' rules.
+    #[arg(long, default_value_t = 3600)]
+    s3_lifecycle_every: u64,
+    /// Seconds in a lifecycle "day" (rules count days of this length). Only to test rules:
+    /// keep the default of 86400 in use.
+    #[arg(long, default_value_t = 86_400)]
+    s3_lifecycle_day: u64,
     /// Send the gateway's requests to the in-process OSDs, and the OSDs' replication to
     /// each other, over loopback TCP too, instead of calling their request handlers directly
     /// (to measure or test the data-plane protocol in one process).
@@ -462,6 +469,8 @@ async fn start_s3(
         data_pool,
         domain: Some(args.s3_domain.clone()),
         reclaim_after: std::time::Duration::from_secs(args.s3_reclaim_after.max(1)),
+        lifecycle_every: std::time::Duration::from_secs(args.s3_lifecycle_every.max(1)),
+        lifecycle_day: std::time::Duration::from_secs(args.s3_lifecycle_day.max(1)),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,

@@ -177,6 +177,16 @@ fn bucket_index_splits_as_it_grows() {
     );
 }
 
+/// Lifecycle rules applied by the gateway's worker (lifecycle days of 2 s): current
+/// versions expire by prefix and tag, disabled rules and uncovered keys stay, incomplete
+/// uploads are aborted, noncurrent versions beyond the newest go, expired versioned objects
+/// get a delete marker, lone delete markers go; transitions are refused.
+#[test]
+fn lifecycle_rules_expire_objects_versions_and_uploads() {
+    let cluster = Cluster::start_with(&["--s3-lifecycle-day", "2", "--s3-lifecycle-every", "1"]);
+    python_suite(&cluster, "lifecycle", "lifecycle");
+}
+
 /// A bucket of a million keys (`basalt up` defaults: 128 KiB tables), put and listed in
 /// order; an hour or more here, so only with BASALT_LARGE_BUCKET=1.
 #[test]

@@ -44,6 +44,9 @@ pub struct BucketRecord {
     /// The public access block, when one is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
+    /// Lifecycle rules (PutBucketLifecycleConfiguration), applied by the gateways' worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lifecycle: Vec<crate::lifecycle::Rule>,
     /// The bucket's tags (PutBucketTagging).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: std::collections::BTreeMap<String, String>,
@@ -176,6 +179,7 @@ pub async fn create_bucket(
         policy: None,
         public_access_block: None,
         tags: Default::default(),
+        lifecycle: Vec::new(),
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster

@@ -7,6 +7,7 @@
 //! * `data`: object data, striped over cluster objects in chunks.
 //! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
 //! * `versions`: how a change of a key edits the record of its versions.
+//! * `lifecycle`: lifecycle rules and what they decide.
 //! * `sweeper`: reclaiming the data of uploads a dead gateway left behind.
 //! * `gateway`: the S3 operations (a module per group of operations, see its docs);
 //!   `server`: HTTP serving (protocol by the `s3s` crate).
@@ -17,6 +18,7 @@ pub mod data;
 pub mod gateway;
 pub mod index;
 pub mod keys;
+pub mod lifecycle;
 pub mod policy;
 pub mod server;
 pub mod shards;

@@ -32,6 +32,10 @@ pub struct GatewayConfig {
     pub domain: Option<String>,
     /// Reclaim the data of uploads that left an intent this long ago (a gateway died).
     pub reclaim_after: std::time::Duration,
+    /// How often the lifecycle worker applies the buckets' rules.
+    pub lifecycle_every: std::time::Duration,
+    /// The length of a lifecycle "day" (86,400 s; shorter only to test rules).
+    pub lifecycle_day: std::time::Duration,
 }
 
 /// Path-style always; virtual-host-style for `BUCKET.DOMAIN[:port]`.
@@ -76,6 +80,14 @@ pub async fn serve(
         config.data_pool,
         config.reclaim_after,
     );
+    // The lifecycle worker is a gateway of its own (gateways are stateless).
+    let worker = Gateway::new(
+        cluster.clone(),
+        keys.clone(),
+        config.pool,
+        config.data_pool,
+        config.reclaim_after,
+    );
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(KeyRingAuth(keys));
     builder.set_access(RequestChecks);
@@ -91,6 +103,12 @@ pub async fn serve(
         cluster.clone(),
         every,
         config.reclaim_after,
+        stop.clone(),
+    ));
+    let lifecycle = tokio::spawn(crate::gateway::lifecycle::run(
+        worker,
+        config.lifecycle_every,
+        config.lifecycle_day,
         stop.clone(),
     ));
     let mut conns = tokio::task::JoinSet::new();
@@ -136,6 +154,7 @@ pub async fn serve(
     }
     while conns.join_next().await.is_some() {}
     let _ = sweeper.await;
+    let _ = lifecycle.await;
 }
 
 /// The protocol layer's service with what wraps every request: a request id, and a

@@ -9,8 +9,8 @@
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
-//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`: the
-//!   operations.
+//! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`,
+//!   `lifecycle`: the operations (`lifecycle` also has the worker that applies the rules).
 
 mod access;
 mod acl;
@@ -18,6 +18,7 @@ mod bucket_ops;
 mod conditions;
 mod dto;
 mod errors;
+pub mod lifecycle;
 mod listing;
 mod multipart;
 mod objects;
@@ -113,6 +114,9 @@ operations! {
     tagging::get_bucket_tagging(GetBucketTaggingInput) -> GetBucketTaggingOutput;
     tagging::delete_bucket_tagging(DeleteBucketTaggingInput) -> DeleteBucketTaggingOutput;
     tagging::get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
+    lifecycle::put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput) -> PutBucketLifecycleConfigurationOutput;
+    lifecycle::get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput) -> GetBucketLifecycleConfigurationOutput;
+    lifecycle::delete_bucket_lifecycle(DeleteBucketLifecycleInput) -> DeleteBucketLifecycleOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;

@@ -87,6 +87,14 @@ impl Gateway {
         Ok(())
     }
 
+    /// Abort upload `id`: drop its records, reclaim its parts.
+    pub(super) async fn abort_upload(&self, bucket: &BucketRecord, id: &str) -> S3Result<()> {
+        let parts = self.parts(bucket, id).await?;
+        self.drop_upload(bucket, id, &parts).await?;
+        self.reclaim(bucket, parts.into_iter().map(|p| p.segment).collect());
+        Ok(())
+    }
+
     /// Remove an upload's record and its parts' records in one atomic edit.
     async fn drop_upload(&self, bucket: &BucketRecord, id: &str, parts: &[Part]) -> S3Result<()> {
         let mut keys = vec![upload_key(id)];
@@ -309,9 +317,7 @@ pub(super) async fn abort_multipart_upload(
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = req.input;
     gw.upload(&bucket, &input.upload_id, &input.key).await?;
-    let parts = gw.parts(&bucket, &input.upload_id).await?;
-    gw.drop_upload(&bucket, &input.upload_id, &parts).await?;
-    gw.reclaim(&bucket, parts.into_iter().map(|p| p.segment).collect());
+    gw.abort_upload(&bucket, &input.upload_id).await?;
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
 }
 
