@@ -47,6 +47,9 @@ pub struct BucketRecord {
     /// Lifecycle rules (PutBucketLifecycleConfiguration), applied by the gateways' worker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lifecycle: Vec<crate::lifecycle::Rule>,
+    /// CORS rules (PutBucketCors), applied by the gateway's front service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cors: Vec<crate::cors::Rule>,
     /// The bucket's tags (PutBucketTagging).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: std::collections::BTreeMap<String, String>,
@@ -180,6 +183,7 @@ pub async fn create_bucket(
         public_access_block: None,
         tags: Default::default(),
         lifecycle: Vec::new(),
+        cors: Vec::new(),
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster

@@ -6,6 +6,7 @@
 //!   `shards`: the range-partitioned tables of each shard, split as they fill.
 //! * `data`: object data, striped over cluster objects in chunks.
 //! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
+//! * `cors`: CORS rules and how they answer browsers.
 //! * `versions`: how a change of a key edits the record of its versions.
 //! * `lifecycle`: lifecycle rules and what they decide.
 //! * `sweeper`: reclaiming the data of uploads a dead gateway left behind.
@@ -14,6 +15,7 @@
 
 pub mod buckets;
 pub mod checksum;
+pub mod cors;
 pub mod data;
 pub mod gateway;
 pub mod index;

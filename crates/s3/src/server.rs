@@ -94,7 +94,14 @@ pub async fn serve(
     builder.set_host(Hosts {
         domain: config.domain.clone(),
     });
-    let service = Front(builder.build(), None);
+    let service = Front {
+        s3: builder.build(),
+        peer: None,
+        cors: Arc::new(CorsContext {
+            cluster: cluster.clone(),
+            domain: config.domain.clone(),
+        }),
+    };
     let every = (config.reclaim_after / 4).clamp(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(600),
@@ -118,7 +125,10 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     stream.set_nodelay(true).ok();
-                    let service = Front(service.0.clone(), Some(peer));
+                    let service = Front {
+                        peer: Some(peer),
+                        ..service.clone()
+                    };
                     let mut stop = stop.clone();
                     conns.spawn(async move {
                         let conn = hyper::server::conn::http1::Builder::new()
@@ -157,8 +167,10 @@ pub async fn serve(
     let _ = lifecycle.await;
 }
 
-/// The protocol layer's service with what wraps every request: a request id, and a
-/// connection closed after a bodiless `Expect: 100-continue` request.
+/// The protocol layer's service with what wraps every request: a request id, the peer's
+/// address, CORS (preflights answered here, `Access-Control-*` headers added to answers of
+/// requests with an `Origin`, both by the bucket's rules), and a connection closed after a
+/// bodiless `Expect: 100-continue` request.
 ///
 /// **Request ids.** Every response carries `x-amz-request-id` (and `x-amz-id-2`), and an
 /// error document its `<RequestId>`, as S3 answers: what a user quotes when reporting a
@@ -172,7 +184,20 @@ pub async fn serve(
 /// files failed with "upload failed: ... 'ETag'" when an UploadPart followed an empty PUT on
 /// one connection. A fresh connection resets botocore's state.
 #[derive(Clone)]
-struct Front(S3Service, Option<std::net::SocketAddr>);
+struct Front {
+    s3: S3Service,
+    /// The connection's peer (for policies' `aws:SourceIp`).
+    peer: Option<std::net::SocketAddr>,
+    /// What CORS answers need: the buckets' rules.
+    cors: Arc<CorsContext>,
+}
+
+/// What the front service reads the buckets' CORS rules with.
+struct CorsContext {
+    cluster: Arc<Cluster>,
+    /// Base domain of virtual-host-style requests.
+    domain: Option<String>,
+}
 
 impl Service<hyper::Request<Incoming>> for Front {
     type Response = <S3Service as Service<hyper::Request<Incoming>>>::Response;
@@ -180,9 +205,37 @@ impl Service<hyper::Request<Incoming>> for Front {
     type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
-        if let Some(peer) = self.1 {
+        if let Some(peer) = self.peer {
             req.extensions_mut().insert(crate::gateway::Peer(peer));
         }
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        };
+        let origin = header("origin");
+        let bucket = bucket_of(&req, self.cors.domain.as_deref());
+        if req.method() == hyper::Method::OPTIONS {
+            let method = header("access-control-request-method");
+            let headers: Vec<String> = header("access-control-request-headers")
+                .map(|h| {
+                    h.split(',')
+                        .map(|x| x.trim().to_ascii_lowercase())
+                        .filter(|x| !x.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let ctx = self.cors.clone();
+            let id = request_id();
+            return Box::pin(async move {
+                let mut response = preflight(&ctx, bucket, origin, method, headers).await;
+                tag_with_request_id(&mut response, &id);
+                Ok(response)
+            });
+        }
+        let method = req.method().as_str().to_string();
+        let cors = self.cors.clone();
         let close = req.body().is_end_stream()
             && req
                 .headers()
@@ -190,10 +243,13 @@ impl Service<hyper::Request<Incoming>> for Front {
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let id = request_id();
         tracing::debug!(request = %id, method = %req.method(), uri = %req.uri(), "s3 request");
-        let response = Service::call(&self.0, req);
+        let response = Service::call(&self.s3, req);
         Box::pin(async move {
             let mut response = response.await?;
             tag_with_request_id(&mut response, &id);
+            if let (Some(origin), Some(bucket)) = (origin, bucket) {
+                cors_headers(&cors, &bucket, &origin, &method, &mut response).await;
+            }
             if close {
                 response.headers_mut().insert(
                     hyper::header::CONNECTION,
@@ -202,6 +258,132 @@ impl Service<hyper::Request<Incoming>> for Front {
             }
             Ok(response)
         })
+    }
+}
+
+/// The bucket a request names: `BUCKET.DOMAIN` as its host, else the first path segment.
+fn bucket_of<B>(req: &hyper::Request<B>, domain: Option<&str>) -> Option<String> {
+    let host = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+    if let (Some(host), Some(domain)) = (host, domain) {
+        if let Some(bucket) = host
+            .strip_suffix(domain)
+            .and_then(|b| b.strip_suffix('.'))
+            .filter(|b| !b.is_empty())
+        {
+            return Some(bucket.to_string());
+        }
+    }
+    req.uri()
+        .path()
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .filter(|b| !b.is_empty())
+        .map(String::from)
+}
+
+/// An S3 error document answered by the front service itself.
+fn error_response(status: u16, code: &str, message: &str) -> hyper::Response<s3s::Body> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
+    let mut response = hyper::Response::new(s3s::Body::from(body));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).expect("a valid status");
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/xml"),
+    );
+    response
+}
+
+/// Answer a CORS preflight (`OPTIONS`) by the bucket's rules: 200 with what they allow, 403
+/// when they allow nothing of it (or the bucket has none).
+async fn preflight(
+    ctx: &CorsContext,
+    bucket: Option<String>,
+    origin: Option<String>,
+    method: Option<String>,
+    headers: Vec<String>,
+) -> hyper::Response<s3s::Body> {
+    let (Some(bucket), Some(origin), Some(method)) = (bucket, origin, method) else {
+        return error_response(
+            400,
+            "BadRequest",
+            "Insufficient information. Origin request header needed.",
+        );
+    };
+    let record = match crate::buckets::get_bucket(&ctx.cluster, &bucket).await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return error_response(404, "NoSuchBucket", "The specified bucket does not exist")
+        }
+        Err(e) => {
+            tracing::error!("s3: CORS preflight: {e}");
+            return error_response(500, "InternalError", "reading the bucket failed");
+        }
+    };
+    if record.cors.is_empty() {
+        return error_response(403, "CORSResponse", "CORS is not enabled for this bucket.");
+    }
+    let Some(allowed) = crate::cors::allow(&record.cors, &origin, &method, &headers) else {
+        return error_response(
+            403,
+            "CORSResponse",
+            "This CORS request is not allowed. This is usually because the evalution of \
+             Origin, request method / Access-Control-Request-Method or \
+             Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
+        );
+    };
+    let mut response = hyper::Response::new(s3s::Body::empty());
+    put_allowed(&mut response, &allowed);
+    response
+}
+
+/// Add what a CORS rule allows to a response.
+fn put_allowed(response: &mut hyper::Response<s3s::Body>, allowed: &crate::cors::Allowed) {
+    let h = response.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    };
+    set("access-control-allow-origin", &allowed.origin);
+    set("access-control-allow-methods", &allowed.methods);
+    if let Some(hs) = &allowed.headers {
+        set("access-control-allow-headers", hs);
+    }
+    if let Some(e) = &allowed.expose {
+        set("access-control-expose-headers", e);
+    }
+    if let Some(age) = allowed.max_age {
+        set("access-control-max-age", &age.to_string());
+    }
+    if allowed.origin != "*" {
+        set("access-control-allow-credentials", "true");
+    }
+    set(
+        "vary",
+        "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
+    );
+}
+
+/// The CORS headers of an actual cross-origin request (it carries `Origin`): those of the
+/// bucket's first rule that allows its origin and method, or none.
+async fn cors_headers(
+    ctx: &CorsContext,
+    bucket: &str,
+    origin: &str,
+    method: &str,
+    response: &mut hyper::Response<s3s::Body>,
+) {
+    if let Ok(Some(record)) = crate::buckets::get_bucket(&ctx.cluster, bucket).await {
+        if let Some(allowed) = crate::cors::allow(&record.cors, origin, method, &[]) {
+            put_allowed(response, &allowed);
+        }
     }
 }
 

@@ -754,6 +754,70 @@ def tags_and_attributes():
     s3.delete_bucket(Bucket=b)
 
 
+def cors():
+    step("CORS: rules, preflights and the headers of cross-origin requests")
+    import http.client
+    import urllib.parse
+
+    b = "browser"
+    s3.create_bucket(Bucket=b)
+    s3.put_object(Bucket=b, Key="page.js", Body=b"js")
+    u = urllib.parse.urlsplit(ENDPOINT)
+
+    def raw(method, path, headers):
+        conn = http.client.HTTPConnection(u.netloc, timeout=30)
+        conn.request(method, path, headers=headers)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+
+    ask = {"Origin": "https://app.example.com", "Access-Control-Request-Method": "PUT",
+           "Access-Control-Request-Headers": "Content-Type, X-Amz-Date"}
+    status, _, body = raw("OPTIONS", f"/{b}/page.js", ask)
+    assert status == 403 and b"CORSResponse" in body, (status, body)
+    assert error_code(s3.get_bucket_cors, Bucket=b) == "NoSuchCORSConfiguration"
+    rules = [
+        {"ID": "app", "AllowedOrigins": ["https://*.example.com"], "AllowedMethods": ["GET", "PUT"],
+         "AllowedHeaders": ["content-type", "x-amz-*"], "ExposeHeaders": ["ETag"], "MaxAgeSeconds": 600},
+        {"AllowedOrigins": ["*"], "AllowedMethods": ["GET"]},
+    ]
+    s3.put_bucket_cors(Bucket=b, CORSConfiguration={"CORSRules": rules})
+    got = s3.get_bucket_cors(Bucket=b)["CORSRules"]
+    assert got[0]["AllowedOrigins"] == ["https://*.example.com"] and got[0]["MaxAgeSeconds"] == 600, got
+    status, h, _ = raw("OPTIONS", f"/{b}/page.js", ask)
+    assert status == 200, status
+    assert h["access-control-allow-origin"] == "https://app.example.com", h
+    assert h["access-control-allow-methods"] == "GET, PUT" and h["access-control-max-age"] == "600", h
+    assert h["access-control-allow-headers"] == "content-type, x-amz-date", h
+    status, _, _ = raw("OPTIONS", f"/{b}/page.js", dict(ask, **{"Access-Control-Request-Method": "DELETE"}))
+    assert status == 403
+    status, _, _ = raw("OPTIONS", f"/{b}/page.js", dict(ask, Origin="https://evil.test"))
+    assert status == 403, "only GET without extra headers from other origins"
+    status, h, _ = raw("OPTIONS", f"/{b}/page.js", {"Origin": "https://evil.test",
+                                                   "Access-Control-Request-Method": "GET"})
+    assert status == 200 and h["access-control-allow-origin"] == "*", (status, h)
+    status, _, _ = raw("OPTIONS", f"/{b}/page.js", {"Access-Control-Request-Method": "GET"})
+    assert status == 400, "a preflight needs an Origin"
+    # An actual cross-origin request gets the headers of the rule that allows it.
+    seen = {}
+    s3.meta.events.register("before-send", lambda request, **kw: request.headers.__setitem__(
+        "Origin", "https://app.example.com"), unique_id="cors-origin")
+    s3.meta.events.register("after-call", lambda http_response, **kw: seen.update(
+        http_response.headers), unique_id="cors-seen")
+    try:
+        assert s3.get_object(Bucket=b, Key="page.js")["Body"].read() == b"js"
+    finally:
+        s3.meta.events.unregister("before-send", unique_id="cors-origin")
+        s3.meta.events.unregister("after-call", unique_id="cors-seen")
+    assert seen.get("access-control-allow-origin") == "https://app.example.com", seen
+    assert seen.get("access-control-expose-headers") == "ETag", seen
+    bad = [{"AllowedOrigins": ["*"], "AllowedMethods": ["PATCH"]}]
+    assert error_code(s3.put_bucket_cors, Bucket=b, CORSConfiguration={"CORSRules": bad}) == "InvalidRequest"
+    s3.delete_bucket_cors(Bucket=b)
+    assert raw("OPTIONS", f"/{b}/page.js", ask)[0] == 403
+    s3.delete_object(Bucket=b, Key="page.js")
+    s3.delete_bucket(Bucket=b)
+
+
 def all_versions(bucket, **kw):
     """Every version and delete marker of a bucket, walking ListObjectVersions pages."""
     out, markers, args = [], [], dict(kw)
@@ -1025,6 +1089,7 @@ def main():
     never_silently_wrong()
     versioning()
     tags_and_attributes()
+    cors()
     users()
     presigned_and_auth()
     deletes()

@@ -10,12 +10,14 @@
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
 //! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`,
-//!   `lifecycle`: the operations (`lifecycle` also has the worker that applies the rules).
+//!   `lifecycle`, `cors`: the operations (`lifecycle` also has the worker that applies the
+//!   rules).
 
 mod access;
 mod acl;
 mod bucket_ops;
 mod conditions;
+mod cors;
 mod dto;
 mod errors;
 pub mod lifecycle;
@@ -117,6 +119,9 @@ operations! {
     lifecycle::put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput) -> PutBucketLifecycleConfigurationOutput;
     lifecycle::get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput) -> GetBucketLifecycleConfigurationOutput;
     lifecycle::delete_bucket_lifecycle(DeleteBucketLifecycleInput) -> DeleteBucketLifecycleOutput;
+    cors::put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
+    cors::get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
+    cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
