@@ -7,6 +7,7 @@
 //! the old data is deleted. Memory per transfer is bounded by a few chunks in flight.
 
 use crate::buckets::BucketRecord;
+use crate::sse::PieceKey;
 use basalt_client::{ClientError, Cluster};
 use basalt_proto::ObjectId;
 use bytes::{Bytes, BytesMut};
@@ -102,15 +103,16 @@ pub struct Stored {
     pub md5: [u8; 16],
 }
 
-/// Store `body` as data `data`, every chunk durable (FUA) before returning. On any error the
-/// chunks started so far are deleted (best effort; the intent record covers the rest).
+/// Store `body` as data `data`, every chunk durable (FUA) before returning; with `key`, the
+/// bytes are encrypted (the MD5 is of the plain body). On any error the chunks started so far
+/// are deleted (best effort; the intent record covers the rest).
 pub async fn store<S, E>(
     cluster: &Arc<Cluster>,
     bucket: &BucketRecord,
     data: u64,
     body: S,
-    expected_len: Option<u64>,
-    max_len: u64,
+    (expected_len, max_len): (Option<u64>, u64),
+    key: Option<&PieceKey>,
 ) -> Result<Stored, DataError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -122,8 +124,8 @@ where
         bucket,
         data,
         body,
-        expected_len,
-        max_len,
+        (expected_len, max_len),
+        key,
         &mut started,
     )
     .await;
@@ -138,8 +140,8 @@ async fn store_inner<S, E>(
     bucket: &BucketRecord,
     data: u64,
     mut body: S,
-    expected_len: Option<u64>,
-    max_len: u64,
+    (expected_len, max_len): (Option<u64>, u64),
+    key: Option<&PieceKey>,
     started: &mut u64,
 ) -> Result<Stored, DataError>
 where
@@ -163,11 +165,17 @@ where
     };
     while let Some(piece) = body.next().await {
         let mut piece = piece.map_err(|e| DataError::Body(e.to_string()))?;
+        let offset = size;
         size += piece.len() as u64;
         if size > max_len {
             return Err(DataError::TooLarge { max: max_len });
         }
         md5.update(&piece);
+        if let Some(key) = key {
+            let mut sealed = BytesMut::from(&piece[..]);
+            key.apply(data, offset, &mut sealed);
+            piece = sealed.freeze();
+        }
         while !piece.is_empty() {
             let take = (chunk - buf.len()).min(piece.len());
             buf.extend_from_slice(&piece.split_to(take));
@@ -277,11 +285,12 @@ impl s3s::stream::ByteStream for BodyStream {
     }
 }
 
-/// Stream the given ranges of pieces, in order.
+/// Stream the given ranges of pieces, in order; with `key`, decrypted.
 pub fn read_stream(
     cluster: Arc<Cluster>,
     bucket: BucketRecord,
     ranges: Vec<PieceRange>,
+    key: Option<PieceKey>,
 ) -> BodyStream {
     let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
     let (tx, rx) = mpsc::channel(window(&bucket));
@@ -294,14 +303,31 @@ pub fn read_stream(
                 let n = at / chunk;
                 let off = at % chunk;
                 let len = (chunk - off).min(r.end - at);
-                reads.push((chunk_object(&bucket, r.data, n), off as u32, len as u32));
+                reads.push((
+                    r.data,
+                    at,
+                    chunk_object(&bucket, r.data, n),
+                    off as u32,
+                    len as u32,
+                ));
                 at += len;
             }
         }
         let mut chunks = futures::stream::iter(reads)
-            .map(|(obj, off, len)| {
+            .map(|(data, at, obj, off, len)| {
                 let cluster = cluster.clone();
-                async move { cluster.read_object(obj, off, len).await }
+                let key = key.clone();
+                async move {
+                    let bytes = cluster.read_object(obj, off, len).await?;
+                    Ok::<Bytes, ClientError>(match key {
+                        Some(key) => {
+                            let mut plain = BytesMut::from(&bytes[..]);
+                            key.apply(data, at, &mut plain);
+                            plain.freeze()
+                        }
+                        None => bytes,
+                    })
+                }
             })
             .buffered(window(&bucket));
         while let Some(r) = chunks.next().await {

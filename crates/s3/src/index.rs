@@ -95,6 +95,9 @@ pub struct ObjectEntry {
     /// The `x-amz-checksum-*` of the whole object verified when it was uploaded (base64).
     #[serde(default, skip_serializing_if = "Checksums::is_empty")]
     pub checksums: Checksums,
+    /// How the data is encrypted (None: it is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<crate::sse::Sse>,
 }
 
 /// Checksums of an object's bytes, as S3 sends them (base64 of the big-endian value).
@@ -145,6 +148,9 @@ pub struct Upload {
     /// The tags the object will have.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// How its parts are encrypted (None: they are not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<crate::sse::Sse>,
 }
 
 /// An uploaded part.

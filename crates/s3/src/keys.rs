@@ -71,7 +71,7 @@ impl std::fmt::Debug for MasterKey {
     }
 }
 
-fn random_bytes<const N: usize>() -> Result<[u8; N], KeyError> {
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], KeyError> {
     use std::io::Read;
     let mut out = [0u8; N];
     std::fs::File::open("/dev/urandom")
@@ -82,7 +82,7 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], KeyError> {
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+pub(crate) fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).expect("HMAC takes any key size");
     for p in parts {
         mac.update(p);
@@ -321,6 +321,11 @@ impl KeyRing {
             master,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The master key (it also seals SSE-S3 data keys).
+    pub fn master(&self) -> &MasterKey {
+        &self.master
     }
 
     /// The key's user and secret; None when the key does not exist.

@@ -4,7 +4,7 @@
 //! * `buckets`: bucket records in cluster metadata; `policy`: bucket policies.
 //! * `index`: each bucket's object index, as sharded KV table objects in the cluster;
 //!   `shards`: the range-partitioned tables of each shard, split as they fill.
-//! * `data`: object data, striped over cluster objects in chunks.
+//! * `data`: object data, striped over cluster objects in chunks; `sse`: its encryption.
 //! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
 //! * `cors`: CORS rules and how they answer browsers.
 //! * `versions`: how a change of a key edits the record of its versions.
@@ -24,6 +24,7 @@ pub mod lifecycle;
 pub mod policy;
 pub mod server;
 pub mod shards;
+pub mod sse;
 pub mod sweeper;
 pub mod versions;
 

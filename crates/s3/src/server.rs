@@ -170,7 +170,8 @@ pub async fn serve(
 /// The protocol layer's service with what wraps every request: a request id, the peer's
 /// address, CORS (preflights answered here, `Access-Control-*` headers added to answers of
 /// requests with an `Origin`, both by the bucket's rules), and a connection closed after a
-/// bodiless `Expect: 100-continue` request.
+/// bodiless `Expect: 100-continue` request, or after an error answered to a request with a
+/// body (which may be left unread).
 ///
 /// **Request ids.** Every response carries `x-amz-request-id` (and `x-amz-id-2`), and an
 /// error document its `<RequestId>`, as S3 answers: what a user quotes when reporting a
@@ -236,11 +237,16 @@ impl Service<hyper::Request<Incoming>> for Front {
         }
         let method = req.method().as_str().to_string();
         let cors = self.cors.clone();
-        let close = req.body().is_end_stream()
-            && req
-                .headers()
-                .get(hyper::header::EXPECT)
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let expects = req
+            .headers()
+            .get(hyper::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let bodiless = req.body().is_end_stream();
+        let close = expects && bodiless;
+        // A refusal sent before the body was read (a wrong key, a bad header) leaves the body
+        // unread, or unsent by a client that waited for `100 Continue`: the connection's
+        // framing is unknown from there, so it is closed.
+        let close_on_error = !bodiless;
         let id = request_id();
         tracing::debug!(request = %id, method = %req.method(), uri = %req.uri(), "s3 request");
         let response = Service::call(&self.s3, req);
@@ -250,7 +256,7 @@ impl Service<hyper::Request<Incoming>> for Front {
             if let (Some(origin), Some(bucket)) = (origin, bucket) {
                 cors_headers(&cors, &bucket, &origin, &method, &mut response).await;
             }
-            if close {
+            if close || (close_on_error && response.status().as_u16() >= 400) {
                 response.headers_mut().insert(
                     hyper::header::CONNECTION,
                     hyper::header::HeaderValue::from_static("close"),

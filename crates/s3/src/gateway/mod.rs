@@ -7,6 +7,7 @@
 //! * `errors`: the crate's errors as S3 errors.
 //! * `dto`: index records to and from the protocol's types.
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
+//! * `encryption`: SSE headers of requests and answers.
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
 //! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`,
@@ -19,6 +20,7 @@ mod bucket_ops;
 mod conditions;
 mod cors;
 mod dto;
+mod encryption;
 mod errors;
 pub mod lifecycle;
 mod listing;

@@ -5,6 +5,7 @@
 use super::access::{Access, Need};
 use super::conditions::preconditions;
 use super::dto::{etag, headers_of, timestamp_ms};
+use super::encryption::{answer_sse, customer_key_of};
 use super::errors::internal;
 use super::objects::MAX_PUT_BYTES;
 use super::store::{checked_body, uploaded};
@@ -26,6 +27,16 @@ fn part_key(upload: &str, number: i32) -> String {
 
 fn upload_key(upload: &str) -> String {
     format!("u/{upload}")
+}
+
+/// A part's ETag from its MD5 (opaque for SSE-C, see `sse::etag_of`).
+fn part_etag(
+    md5: &[u8; 16],
+    sse: &Option<crate::sse::Sse>,
+    cipher: Option<crate::sse::PieceKey>,
+) -> String {
+    let pair = sse.clone().zip(cipher);
+    crate::sse::etag_of(md5, pair.as_ref())
 }
 
 fn check_part_number(n: i32) -> S3Result<()> {
@@ -112,6 +123,8 @@ pub(super) async fn create_multipart_upload(
     let need = Need::object("s3:PutObject", &req.input.key);
     let Access { caller, bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     super::unsupported::refuse_unsupported_put!(req.input);
+    let customer = customer_key_of!(req.input)?;
+    let sse = gw.new_sse(customer.as_ref(), req.input.server_side_encryption.as_ref())?;
     let input = req.input;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {
@@ -120,14 +133,17 @@ pub(super) async fn create_multipart_upload(
         owner: caller.unwrap_or_else(|| "anonymous".into()),
         tags: super::tagging::header_tags(input.tagging.as_deref())?,
         headers: headers_of!(input),
+        sse: sse.map(|(s, _)| s),
     };
     index::put_upload(&gw.cluster, &bucket, &id, &upload_key(&id), Some(&upload)).await?;
-    Ok(S3Response::new(CreateMultipartUploadOutput {
+    let mut output = CreateMultipartUploadOutput {
         bucket: Some(bucket.name),
         key: Some(input.key),
         upload_id: Some(id),
         ..Default::default()
-    }))
+    };
+    answer_sse!(output, &upload.sse);
+    Ok(S3Response::new(output))
 }
 
 /// UploadPart: store a part's body, check its digests, then record it (replacing an earlier
@@ -138,10 +154,13 @@ pub(super) async fn upload_part(
 ) -> S3Result<S3Response<UploadPartOutput>> {
     let need = Need::object("s3:PutObject", &req.input.key);
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
-    let body = checked_body!(req);
+    let customer = customer_key_of!(req.input)?;
+    let mut body = checked_body!(req);
     let input = req.input;
-    gw.upload(&bucket, &input.upload_id, &input.key).await?;
+    let upload = gw.upload(&bucket, &input.upload_id, &input.key).await?;
     check_part_number(input.part_number)?;
+    body.cipher = gw.open_sse(&upload.sse, customer.as_ref())?;
+    let cipher = body.cipher.clone();
     let (segment, md5, checksums) = gw
         .store_checked(
             &bucket,
@@ -154,15 +173,13 @@ pub(super) async fn upload_part(
     let part = Part {
         number: input.part_number as u32,
         segment: segment.clone(),
-        etag: hex::encode(md5),
+        etag: part_etag(&md5, &upload.sse, cipher),
         modified_ms: now_ms(),
     };
     gw.record_part(&bucket, &input.upload_id, &part).await?;
-    Ok(S3Response::new(uploaded!(
-        UploadPartOutput,
-        etag(&part.etag),
-        checksums
-    )))
+    let mut output = uploaded!(UploadPartOutput, etag(&part.etag), checksums);
+    answer_sse!(output, &upload.sse);
+    Ok(S3Response::new(output))
 }
 
 /// UploadPartCopy: a part from (a range of) an existing object.
@@ -178,32 +195,36 @@ pub(super) async fn upload_part_copy(
             &req.input.key,
         )
         .await?;
+    let source_customer = customer_key_of!(copy source of req.input)?;
+    let customer = customer_key_of!(req.input)?;
     let input = req.input;
     let bucket = &copy.bucket;
-    gw.upload(bucket, &input.upload_id, &input.key).await?;
+    let upload = gw.upload(bucket, &input.upload_id, &input.key).await?;
     check_part_number(input.part_number)?;
+    let cipher = gw.open_sse(&upload.sse, customer.as_ref())?;
     let src = gw
         .copy_source(&copy, preconditions!(copy source of input))
         .await?;
+    let source_cipher = gw.open_sse(&src.sse, source_customer.as_ref())?;
     let (start, end) = match &input.copy_source_range {
         None => (0, src.size),
         Some(r) => parse_copy_range(r, src.size)?,
     };
-    let body = gw.read(&copy.source, &src, start, end);
+    let body = gw.read(&copy.source, &src, (start, end), source_cipher);
     let (segment, md5) = gw
         .store_body(
             bucket,
             &input.key,
             Some(&input.upload_id),
             body,
-            Some(end - start),
-            MAX_PUT_BYTES,
+            (Some(end - start), MAX_PUT_BYTES),
+            cipher.as_ref(),
         )
         .await?;
     let part = Part {
         number: input.part_number as u32,
         segment,
-        etag: hex::encode(md5),
+        etag: part_etag(&md5, &upload.sse, cipher),
         modified_ms: now_ms(),
     };
     gw.record_part(bucket, &input.upload_id, &part).await?;
@@ -279,6 +300,7 @@ pub(super) async fn complete_multipart_upload(
         multipart: true,
         headers: upload.headers,
         tags: upload.tags,
+        sse: upload.sse,
         ..Default::default()
     };
     let entry = gw
@@ -304,6 +326,8 @@ pub(super) async fn complete_multipart_upload(
         e_tag: Some(etag(&entry.etag)),
         location: Some(format!("/{}/{}", bucket.name, input.key)),
         version_id: Gateway::shown_version(&bucket, &entry.version_id),
+        server_side_encryption: matches!(entry.sse, Some(crate::sse::Sse::S3 { .. }))
+            .then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256)),
         ..Default::default()
     }))
 }

@@ -3,9 +3,10 @@
 use super::access::{Access, Need};
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
+use super::encryption::{answer_sse, customer_key_of};
 use super::store::{checked_body, uploaded};
 use super::tagging::{header_tags, stored_checksums};
-use super::unsupported::{refuse_sse_read, refuse_unsupported_put};
+use super::unsupported::refuse_unsupported_put;
 use super::versioned::DeleteConditions;
 use super::Gateway;
 use crate::buckets::BucketRecord;
@@ -208,7 +209,10 @@ pub(super) async fn put_object(
             "appends (x-amz-write-offset-bytes) are not supported"
         ));
     }
-    let body = checked_body!(req);
+    let customer = customer_key_of!(req.input)?;
+    let sse = gw.new_sse(customer.as_ref(), req.input.server_side_encryption.as_ref())?;
+    let mut body = checked_body!(req);
+    body.cipher = sse.as_ref().map(|(_, key)| key.clone());
     let input = req.input;
     if body.expected_len.is_some_and(|l| l > MAX_PUT_BYTES) {
         return Err(s3_error!(EntityTooLarge));
@@ -218,12 +222,13 @@ pub(super) async fn put_object(
         .await?;
     let entry = ObjectEntry {
         size: segment.size,
-        etag: hex::encode(md5),
+        etag: crate::sse::etag_of(&md5, sse.as_ref()),
         modified_ms: now_ms(),
         segments: vec![segment.clone()],
         headers: headers_of!(input),
         tags: header_tags(input.tagging.as_deref())?,
         checksums: stored_checksums(&checksums),
+        sse: sse.map(|(s, _)| s),
         ..Default::default()
     };
     // A failed index update may still have been applied (a reply lost after retries):
@@ -240,6 +245,7 @@ pub(super) async fn put_object(
     gw.clear_intent(&bucket, segment.data).await;
     let mut output = uploaded!(PutObjectOutput, etag(&entry.etag), checksums);
     output.version_id = Gateway::shown_version(&bucket, &entry.version_id);
+    answer_sse!(output, &entry.sse);
     Ok(S3Response::new(output))
 }
 
@@ -251,11 +257,12 @@ pub(super) async fn get_object(
     let need = Need::object(read_action(&req.input.version_id), &req.input.key);
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = &req.input;
-    refuse_sse_read!(input);
+    let customer = customer_key_of!(input)?;
     let target = target_of!(gw, &bucket, input).await?;
+    let cipher = gw.open_sse(&target.entry.sse, customer.as_ref())?;
     let (full, checksums) = (!target.partial, target.entry.checksums.clone());
-    let tags = target.entry.tags.len();
-    let body = gw.read(&bucket, &target.entry, target.start, target.end);
+    let (tags, sse) = (target.entry.tags.len(), target.entry.sse.clone());
+    let body = gw.read(&bucket, &target.entry, (target.start, target.end), cipher);
     let mut output = described!(
         GetObjectOutput {
             body: Some(StreamingBlob::new(body)),
@@ -264,6 +271,7 @@ pub(super) async fn get_object(
         bucket
     );
     output.tag_count = (tags > 0).then_some(tags as i32);
+    answer_sse!(output, &sse);
     response_overrides!(output, input);
     checksums_if_asked!(output, input, full, checksums);
     Ok(S3Response::new(output))
@@ -277,10 +285,13 @@ pub(super) async fn head_object(
     let need = Need::object(read_action(&req.input.version_id), &req.input.key);
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = &req.input;
-    refuse_sse_read!(input);
+    let customer = customer_key_of!(input)?;
     let target = target_of!(gw, &bucket, input).await?;
+    gw.open_sse(&target.entry.sse, customer.as_ref())?;
     let (full, checksums) = (!target.partial, target.entry.checksums.clone());
+    let sse = target.entry.sse.clone();
     let mut output = described!(HeadObjectOutput {}, target, bucket);
+    answer_sse!(output, &sse);
     response_overrides!(output, input);
     checksums_if_asked!(output, input, full, checksums);
     Ok(S3Response::new(output))
@@ -389,14 +400,8 @@ pub(super) async fn copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     refuse_unsupported_put!(req.input);
-    if req.input.copy_source_sse_customer_algorithm.is_some()
-        || req.input.copy_source_sse_customer_key.is_some()
-    {
-        return Err(s3_error!(
-            InvalidRequest,
-            "The encryption parameters are not applicable to this object"
-        ));
-    }
+    let source_customer = customer_key_of!(copy source of req.input)?;
+    let customer = customer_key_of!(req.input)?;
     let copy = gw
         .authorise_copy(
             &req,
@@ -411,6 +416,8 @@ pub(super) async fn copy_object(
         .await?;
     let bucket = &copy.bucket;
     let source_version = Gateway::shown_version(&copy.source, &src.version_id);
+    let source_cipher = gw.open_sse(&src.sse, source_customer.as_ref())?;
+    let sse = gw.new_sse(customer.as_ref(), input.server_side_encryption.as_ref())?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -435,6 +442,8 @@ pub(super) async fn copy_object(
         src.tags.clone()
     };
     let same = copy.source.name == bucket.name && copy.source_key == input.key;
+    // The data can be shared only when neither side is encrypted (else it is re-encrypted).
+    let same = same && src.sse.is_none() && sse.is_none();
     let entry = if same {
         // Copying a version onto its own key restores it: allowed as it is.
         if !replace && copy.source_version.is_none() {
@@ -453,25 +462,26 @@ pub(super) async fn copy_object(
             ..src
         }
     } else {
-        let body = gw.read(&copy.source, &src, 0, src.size);
+        let body = gw.read(&copy.source, &src, (0, src.size), source_cipher);
         let (segment, md5) = gw
             .store_body(
                 bucket,
                 &input.key,
                 None,
                 body,
-                Some(src.size),
-                MAX_PUT_BYTES,
+                (Some(src.size), MAX_PUT_BYTES),
+                sse.as_ref().map(|(_, key)| key),
             )
             .await?;
         ObjectEntry {
             size: segment.size,
             // A copy is a single-part object: its ETag is the MD5 of its bytes.
-            etag: hex::encode(md5),
+            etag: crate::sse::etag_of(&md5, sse.as_ref()),
             modified_ms: now_ms(),
             segments: vec![segment],
             headers,
             tags,
+            sse: sse.map(|(s, _)| s),
             ..Default::default()
         }
     };
@@ -483,7 +493,7 @@ pub(super) async fn copy_object(
     if !same {
         gw.clear_intent(bucket, entry.segments[0].data).await;
     }
-    Ok(S3Response::new(CopyObjectOutput {
+    let mut output = CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&entry.etag)),
             last_modified: Some(timestamp_ms(entry.modified_ms)),
@@ -492,5 +502,7 @@ pub(super) async fn copy_object(
         copy_source_version_id: source_version,
         version_id: Gateway::shown_version(bucket, &entry.version_id),
         ..Default::default()
-    }))
+    };
+    answer_sse!(output, &entry.sse);
+    Ok(S3Response::new(output))
 }

@@ -8,6 +8,7 @@ use crate::buckets::BucketRecord;
 use crate::checksum::Wanted;
 use crate::data::{self, BodyStream, PieceRange};
 use crate::index::{self, now_ms, Intent, ObjectEntry, Segment, Table};
+use crate::sse::PieceKey;
 use base64::Engine;
 use bytes::Bytes;
 use futures::Stream;
@@ -21,6 +22,8 @@ pub(super) struct CheckedBody {
     pub expected_len: Option<u64>,
     pub content_md5: Option<String>,
     pub wanted: Wanted,
+    /// The key to encrypt it with (set by the operation, for an encrypted object).
+    pub cipher: Option<PieceKey>,
 }
 
 /// The [`CheckedBody`] of a PutObject or UploadPart request (`mut`; their inputs name these
@@ -45,6 +48,7 @@ macro_rules! checked_body {
             expected_len: $req.input.content_length.map(|l| l.max(0) as u64),
             content_md5: $req.input.content_md5.take(),
             blob: $req.input.body.take(),
+            cipher: None,
         }
     }};
 }
@@ -104,18 +108,20 @@ fn pieces(entry: &ObjectEntry, start: u64, end: u64) -> Vec<PieceRange> {
 }
 
 impl Gateway {
-    /// The bytes `[start, end)` of `entry`, streamed from its pieces.
+    /// The bytes `[start, end)` of `entry`, streamed from its pieces (decrypted with
+    /// `cipher`, its key, when it is encrypted).
     pub(super) fn read(
         &self,
         bucket: &BucketRecord,
         entry: &ObjectEntry,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
+        cipher: Option<PieceKey>,
     ) -> BodyStream {
         data::read_stream(
             self.cluster.clone(),
             bucket.clone(),
             pieces(entry, start, end),
+            cipher,
         )
     }
 
@@ -144,8 +150,8 @@ impl Gateway {
         key: &str,
         upload: Option<&str>,
         body: S,
-        expected_len: Option<u64>,
-        max_len: u64,
+        (expected_len, max_len): (Option<u64>, u64),
+        cipher: Option<&PieceKey>,
     ) -> S3Result<(Segment, [u8; 16])>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -162,7 +168,14 @@ impl Gateway {
         };
         let ikey = index::intent_key(id);
         index::put(&self.cluster, bucket, Table::Intents, &ikey, Some(&intent)).await?;
-        let store = data::store(&self.cluster, bucket, id, body, expected_len, max_len);
+        let store = data::store(
+            &self.cluster,
+            bucket,
+            id,
+            body,
+            (expected_len, max_len),
+            cipher,
+        );
         tokio::pin!(store);
         // A long upload refreshes its intent, so a sweeper never takes it for abandoned.
         // Bound: ends when the store ends.
@@ -218,8 +231,8 @@ impl Gateway {
                 key,
                 upload,
                 body.wanted.watch(blob),
-                body.expected_len,
-                max_len,
+                (body.expected_len, max_len),
+                body.cipher.as_ref(),
             )
             .await?;
         match check_md5(body.content_md5.as_deref(), &md5).and_then(|_| body.wanted.verify()) {

@@ -275,15 +275,11 @@ pub(super) async fn get_object_attributes(
     let need = Need::object(read, &req.input.key);
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = req.input;
-    if input.sse_customer_algorithm.is_some() || input.sse_customer_key.is_some() {
-        return Err(s3_error!(
-            InvalidRequest,
-            "The encryption parameters are not applicable to this object"
-        ));
-    }
+    let customer = super::encryption::customer_key_of!(input)?;
     let entry = gw
         .entry_version(&bucket, &input.key, input.version_id.as_deref())
         .await?;
+    gw.open_sse(&entry.sse, customer.as_ref())?;
     // One header, comma-separated (the protocol layer may hand it over whole).
     let asked: Vec<&str> = input
         .object_attributes

@@ -1,5 +1,5 @@
 //! What the gateway does not implement, refused where a request asks for it: a write that
-//! ignored encryption, a lock, an ACL or a storage class would leave the client
+//! ignored a lock, an ACL or a storage class would leave the client
 //! believing something that is not true (issue 13's rule: never a success that ignores
 //! part of a request).
 
@@ -43,19 +43,17 @@ pub(super) fn check_storage_class(class: Option<&str>) -> S3Result<()> {
 }
 
 /// Refuse what a PutObject, CopyObject or CreateMultipartUpload input (they name these
-/// fields alike) asks for and the gateway does not implement: server-side encryption,
-/// object lock, ACLs other than private, website redirects, storage classes.
+/// fields alike) asks for and the gateway does not implement: SSE-KMS, object lock, ACLs
+/// other than private, website redirects, storage classes.
 macro_rules! refuse_unsupported_put {
     ($input:expr) => {
-        if $input.sse_customer_algorithm.is_some()
-            || $input.sse_customer_key.is_some()
-            || $input.server_side_encryption.is_some()
-            || $input.ssekms_key_id.is_some()
+        if $input.ssekms_key_id.is_some()
+            || $input.ssekms_encryption_context.is_some()
             || $input.bucket_key_enabled.is_some()
         {
             return Err(s3s::s3_error!(
                 NotImplemented,
-                "server-side encryption (SSE-C, SSE-S3, SSE-KMS) is not supported yet"
+                "SSE-KMS is not supported (SSE-S3 and SSE-C are)"
             ));
         }
         if $input.object_lock_mode.is_some()
@@ -86,19 +84,6 @@ macro_rules! refuse_unsupported_put {
     };
 }
 pub(super) use refuse_unsupported_put;
-
-/// SSE-C headers on a read: no object is stored encrypted, so the request does not apply.
-macro_rules! refuse_sse_read {
-    ($input:expr) => {
-        if $input.sse_customer_algorithm.is_some() || $input.sse_customer_key.is_some() {
-            return Err(s3s::s3_error!(
-                InvalidRequest,
-                "The encryption parameters are not applicable to this object"
-            ));
-        }
-    };
-}
-pub(super) use refuse_sse_read;
 
 /// A version id on a request about one object. Buckets are not versioned yet, so every
 /// object is the version S3 calls `null`; any other id names no version of it.
