@@ -1,7 +1,8 @@
 //! The LightningStor profile against the cluster's S3 gateway, driven by boto3: one large
 //! object PUT and GET, then 32 objects of 4 MiB one after the other and with 8 concurrent
 //! clients, each throughput beside the network baseline; then 4 KiB object PUT and GET rates
-//! with 1 and with 16 client processes.
+//! with 1 and with 16 client processes, 4 KiB PUT into a versioned bucket beside an
+//! unversioned one, and a ListObjectsV2 walk over 100,000 keys.
 
 use super::{Ctx, Section};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
@@ -11,17 +12,20 @@ use std::time::Duration;
 /// The boto3 driver, written to the work directory at run time.
 const DRIVER: &str = include_str!("s3_driver.py");
 /// Longest run of the driver.
-const DRIVER_TIMEOUT: Duration = Duration::from_secs(900);
+const DRIVER_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// The S3 section.
 pub struct S3Section {
-    /// `--quick`: a 64 MiB large object, 8 of 4 MiB, and 2 s (not 5 s) per 4 KiB phase.
+    /// `--quick`: a 64 MiB large object, 8 of 4 MiB, 2 s (not 5 s) per 4 KiB phase, 2 rounds
+    /// of 1.5 s (not 4 of 3 s) per bucket in the versioning comparison, and 10,000 keys (not
+    /// 100,000) to list.
     pub quick: bool,
 }
 
 /// (figure key in the driver's JSON, row label, unit, compared with the network).
 fn rows(quick: bool) -> Vec<(&'static str, String, &'static str, bool)> {
     let (big, n) = if quick { (64, 8) } else { (256, 32) };
+    let listed = if quick { "10,000" } else { "100,000" };
     vec![
         (
             "put_big_mib_s",
@@ -107,6 +111,30 @@ fn rows(quick: bool) -> Vec<(&'static str, String, &'static str, bool)> {
             "ops/s",
             false,
         ),
+        (
+            "put_4k_unversioned_ops_s",
+            "4 KiB PUT, 16 processes, unversioned bucket".into(),
+            "ops/s",
+            false,
+        ),
+        (
+            "put_4k_versioned_ops_s",
+            "4 KiB PUT, 16 processes, versioning Enabled".into(),
+            "ops/s",
+            false,
+        ),
+        (
+            "put_4k_versioned_pct",
+            "4 KiB PUT with versioning, % of unversioned".into(),
+            "%",
+            false,
+        ),
+        (
+            "list_keys_s",
+            format!("LIST of {listed} keys, 1000 a page, one client"),
+            "keys/s",
+            false,
+        ),
     ]
 }
 
@@ -116,7 +144,8 @@ impl Section for S3Section {
     }
 
     fn plan(&self, _ctx: &Ctx) -> Vec<f64> {
-        vec![if self.quick { 30.0 } else { 60.0 }]
+        // Most of a full run is the untimed filling and emptying of the 100,000-key bucket.
+        vec![if self.quick { 50.0 } else { 270.0 }]
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
@@ -128,7 +157,11 @@ impl Section for S3Section {
                     large object PUT then GET, then 4 MiB objects PUT then GET one after the \
                     other and with 8 concurrent clients; then 4 KiB objects PUT for a fixed \
                     time, then GET in turn for as long, by 1 and by 16 client processes \
-                    (each its own boto3 client and keys, all started before the clock). \
+                    (each its own boto3 client and keys, all started before the clock); \
+                    then 4 KiB PUT by 16 processes into a bucket with versioning Enabled \
+                    and into an unversioned one, in alternating rounds of 3 s; then one \
+                    client's ListObjectsV2 walk, 1000 keys a page, over 100,000 empty keys \
+                    PUT before the clock, which must return exactly those keys in order. \
                     Bodies are random, generated before the clock starts; every GET is \
                     compared with what was PUT. The baseline is the network section's TCP \
                     throughput."
@@ -140,7 +173,7 @@ impl Section for S3Section {
             rows: Vec::new(),
         };
         ctx.progress.step(
-            "S3: large object, 4 MiB batches and 4 KiB rates with boto3",
+            "S3: large object, 4 MiB batches, 4 KiB rates, versioning and LIST with boto3",
             self.plan(ctx)[0],
         );
         let endpoint = match &ctx.cluster {
@@ -190,45 +223,63 @@ impl Section for S3Section {
             command: Some("network section".into()),
             ..Figure::default()
         });
-        // The driver names the step that failed; the figures measured before it stand.
-        let driver_error = outcome
-            .as_ref()
-            .ok()
-            .and_then(|v| v["error"].as_str())
-            .map(String::from);
-        for (key, label, unit, vs_network) in rows(self.quick) {
-            let basalt = match &outcome {
+        report.rows = report_rows(self.quick, &outcome, &command, baseline);
+        if let Err(e) = &outcome {
+            ctx.progress.note(&format!("failed: {e:#}"));
+        }
+        if let Some(e) = driver_error(&outcome) {
+            ctx.progress.note(&format!("boto3 driver failed: {e}"));
+            report.notes.push(format!("The boto3 driver failed: {e}"));
+        }
+        report
+    }
+}
+
+/// The step the driver says failed; the figures it measured before that step stand.
+fn driver_error(outcome: &anyhow::Result<serde_json::Value>) -> Option<String> {
+    outcome
+        .as_ref()
+        .ok()
+        .and_then(|v| v["error"].as_str())
+        .map(String::from)
+}
+
+/// The section's table from the driver's outcome: every figure it reported; for every other
+/// row, the step that failed (or why the driver gave nothing).
+fn report_rows(
+    quick: bool,
+    outcome: &anyhow::Result<serde_json::Value>,
+    command: &str,
+    baseline: Option<Figure>,
+) -> Vec<Row> {
+    let failed_step = driver_error(outcome);
+    rows(quick)
+        .into_iter()
+        .map(|(key, label, unit, vs_network)| {
+            let basalt = match outcome {
                 Ok(v) => Figure {
                     value: v[key].as_f64(),
                     error: v[key].as_f64().is_none().then(|| {
-                        driver_error
+                        failed_step
                             .clone()
                             .unwrap_or_else(|| "not reported".to_string())
                     }),
-                    command: Some(command.clone()),
+                    command: Some(command.into()),
                     raw: Some("raw/s3.json".into()),
                     ..Figure::default()
                 },
-                Err(e) => Figure::failed(format!("{e:#}"), Some(command.clone()), None),
+                Err(e) => Figure::failed(format!("{e:#}"), Some(command.into()), None),
             };
-            report.rows.push(Row {
+            Row {
                 key: key.trim_end_matches("_mib_s").trim_end_matches("_s").into(),
                 label,
                 unit: unit.into(),
                 higher_is_better: true,
                 baseline: if vs_network { baseline.clone() } else { None },
                 basalt: Some(basalt),
-            });
-        }
-        if let Err(e) = &outcome {
-            ctx.progress.note(&format!("failed: {e:#}"));
-        }
-        if let Some(e) = driver_error {
-            ctx.progress.note(&format!("boto3 driver failed: {e}"));
-            report.notes.push(format!("The boto3 driver failed: {e}"));
-        }
-        report
-    }
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -237,8 +288,9 @@ mod tests {
 
     #[test]
     fn rows_have_distinct_keys_and_rates_stand_alone() {
-        // Goal: `compare` matches rows by key, so no two rows may share one; the 4 KiB rates
-        // are not throughput and must not be set beside the network baseline.
+        // Goal: `compare` matches rows by key, so no two rows may share one; the 4 KiB rates,
+        // the versioning ratio and the LIST rate are not throughput and must not be set beside
+        // the network baseline; and each row reads a figure the driver writes.
         for quick in [false, true] {
             let rows = rows(quick);
             let mut keys: Vec<_> = rows
@@ -248,10 +300,67 @@ mod tests {
             keys.sort_unstable();
             keys.dedup();
             assert_eq!(keys.len(), rows.len());
-            let small: Vec<_> = rows.iter().filter(|r| r.0.contains("_4k_")).collect();
-            assert_eq!(small.len(), 4);
-            assert!(small.iter().all(|r| r.2 == "ops/s" && !r.3));
-            assert!(DRIVER.contains("f\"put_4k_{clients}c_ops_s\""));
+            let alone: Vec<_> = rows
+                .iter()
+                .filter(|r| r.0.contains("_4k_") || r.0.starts_with("list_"))
+                .collect();
+            assert_eq!(alone.len(), 8);
+            assert!(alone.iter().all(|r| !r.3));
+            let units: Vec<_> = alone.iter().map(|r| r.2).collect();
+            assert_eq!(units.iter().filter(|u| **u == "ops/s").count(), 6);
+            assert!(units.contains(&"%") && units.contains(&"keys/s"));
         }
+        assert!(DRIVER.contains("f\"put_4k_{clients}c_ops_s\""));
+        assert!(DRIVER.contains("f\"put_4k_{name}_ops_s\""));
+        assert!(DRIVER.contains("((0, \"unversioned\"), (1, \"versioned\"))"));
+        for key in ["put_4k_versioned_pct", "list_keys_s"] {
+            assert!(DRIVER.contains(&format!("figures[\"{key}\"] =")), "{key}");
+        }
+    }
+
+    #[test]
+    fn unmeasured_rows_name_the_failed_step() {
+        // Goal: figures the driver measured before a failed step stand, and every row it did
+        // not reach carries that step's error (a driver that wrote nothing: why).
+        let outcome = Ok(serde_json::json!({
+            "put_4k_unversioned_ops_s": 700.0,
+            "put_4k_versioned_ops_s": 665.0,
+            "put_4k_versioned_pct": 95.0,
+            "error": "RuntimeError: the listing returned 99999 keys for 100000 PUT",
+        }));
+        let rows = report_rows(false, &outcome, "python3 s3_driver.py", None);
+        let basalt = |key: &str| {
+            let row = rows.iter().find(|r| r.key == key).expect(key);
+            row.basalt.clone().expect(key)
+        };
+        let pct = basalt("put_4k_versioned_pct");
+        assert_eq!((pct.value, pct.error), (Some(95.0), None));
+        let list = basalt("list_keys");
+        assert_eq!(list.value, None);
+        assert!(list
+            .error
+            .unwrap()
+            .contains("the listing returned 99999 keys"));
+        let list_row = rows.iter().find(|r| r.key == "list_keys").unwrap();
+        assert_eq!(
+            list_row.label,
+            "LIST of 100,000 keys, 1000 a page, one client"
+        );
+        assert_eq!(list_row.unit, "keys/s");
+
+        let rows = report_rows(true, &Ok(serde_json::json!({})), "driver", None);
+        assert!(rows.iter().all(|r| {
+            let f = r.basalt.as_ref().unwrap();
+            f.value.is_none() && f.error.as_deref() == Some("not reported")
+        }));
+        assert!(rows
+            .iter()
+            .any(|r| r.label.starts_with("LIST of 10,000 keys")));
+
+        let rows = report_rows(false, &Err(anyhow::anyhow!("wrote no results")), "d", None);
+        assert!(rows.iter().all(|r| {
+            let f = r.basalt.as_ref().unwrap();
+            f.error.as_deref() == Some("wrote no results")
+        }));
     }
 }
