@@ -47,6 +47,9 @@ pub struct BucketRecord {
     /// Lifecycle rules (PutBucketLifecycleConfiguration), applied by the gateways' worker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lifecycle: Vec<crate::lifecycle::Rule>,
+    /// Object lock, when enabled (it needs versioning, which then cannot be suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::lock::BucketLock>,
     /// CORS rules (PutBucketCors), applied by the gateway's front service.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cors: Vec<crate::cors::Rule>,
@@ -184,6 +187,7 @@ pub async fn create_bucket(
         tags: Default::default(),
         lifecycle: Vec::new(),
         cors: Vec::new(),
+        object_lock: None,
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster

@@ -98,6 +98,12 @@ pub struct ObjectEntry {
     /// How the data is encrypted (None: it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sse: Option<crate::sse::Sse>,
+    /// Object lock retention of this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::lock::Retention>,
+    /// Object lock legal hold of this version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legal_hold: bool,
 }
 
 /// Checksums of an object's bytes, as S3 sends them (base64 of the big-endian value).
@@ -151,6 +157,11 @@ pub struct Upload {
     /// How its parts are encrypted (None: they are not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sse: Option<crate::sse::Sse>,
+    /// The object lock the object will have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::lock::Retention>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legal_hold: bool,
 }
 
 /// An uploaded part.

@@ -8,7 +8,7 @@
 //! * `checksum`: `x-amz-checksum-*` checks of uploaded bodies.
 //! * `cors`: CORS rules and how they answer browsers.
 //! * `versions`: how a change of a key edits the record of its versions.
-//! * `lifecycle`: lifecycle rules and what they decide.
+//! * `lifecycle`: lifecycle rules and what they decide; `lock`: object lock rules.
 //! * `sweeper`: reclaiming the data of uploads a dead gateway left behind.
 //! * `gateway`: the S3 operations (a module per group of operations, see its docs);
 //!   `server`: HTTP serving (protocol by the `s3s` crate).
@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod index;
 pub mod keys;
 pub mod lifecycle;
+pub mod lock;
 pub mod policy;
 pub mod server;
 pub mod shards;

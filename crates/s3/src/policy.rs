@@ -29,6 +29,10 @@ pub const ACTIONS: &[&str] = &[
     "s3:GetObjectTagging",
     "s3:PutObjectTagging",
     "s3:DeleteObjectTagging",
+    "s3:GetObjectRetention",
+    "s3:PutObjectRetention",
+    "s3:GetObjectLegalHold",
+    "s3:PutObjectLegalHold",
 ];
 
 /// Largest policy document (S3's limit).

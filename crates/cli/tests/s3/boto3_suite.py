@@ -502,13 +502,10 @@ def never_silently_wrong():
     assert error_code(
         s3.get_object, Bucket="life", Key="cond", SSECustomerAlgorithm="AES256", SSECustomerKey=key
     ) in ("InvalidRequest", "400")
+    # Object lock headers on a bucket without object lock are refused, never ignored.
     assert error_code(
         s3.put_object, Bucket="life", Key="locked", Body=b"x", ObjectLockLegalHoldStatus="ON"
-    ) in ("NotImplemented", "501")
-    assert error_code(
-        s3.create_bucket, Bucket="locked-bucket", ObjectLockEnabledForBucket=True
-    ) in ("NotImplemented", "501")
-    assert error_code(s3.head_bucket, Bucket="locked-bucket") in ("404", "NoSuchBucket")
+    ) in ("InvalidRequest", "400")
     for k in ("enc", "locked"):
         assert error_code(s3.head_object, Bucket="life", Key=k) in ("404", "NoSuchKey")
     # MaxKeys=0: an empty page that is not truncated.
@@ -908,6 +905,63 @@ def encryption():
     s3.delete_bucket(Bucket=b)
 
 
+def object_lock():
+    step("object lock: retention (GOVERNANCE, COMPLIANCE), legal hold, default retention")
+    import datetime
+
+    b = "worm"
+    s3.create_bucket(Bucket=b, ObjectLockEnabledForBucket=True)
+    assert s3.get_bucket_versioning(Bucket=b)["Status"] == "Enabled"
+    assert error_code(s3.put_bucket_versioning, Bucket=b,
+                      VersioningConfiguration={"Status": "Suspended"}) == "InvalidBucketState"
+    conf = s3.get_object_lock_configuration(Bucket=b)["ObjectLockConfiguration"]
+    assert conf["ObjectLockEnabled"] == "Enabled" and "Rule" not in conf, conf
+    s3.put_object_lock_configuration(Bucket=b, ObjectLockConfiguration={
+        "ObjectLockEnabled": "Enabled",
+        "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}})
+    rule = s3.get_object_lock_configuration(Bucket=b)["ObjectLockConfiguration"]["Rule"]
+    assert rule["DefaultRetention"] == {"Mode": "GOVERNANCE", "Days": 1}, rule
+    # The default retention: GOVERNANCE, removable only with the owner's bypass.
+    g = s3.put_object(Bucket=b, Key="g", Body=b"governed")["VersionId"]
+    head = s3.head_object(Bucket=b, Key="g")
+    assert head["ObjectLockMode"] == "GOVERNANCE", head
+    assert error_code(s3.delete_object, Bucket=b, Key="g", VersionId=g) in ("AccessDenied", "403")
+    marker = s3.delete_object(Bucket=b, Key="g")
+    assert marker["DeleteMarker"] is True, "a delete marker hides a locked object"
+    assert s3.get_object(Bucket=b, Key="g", VersionId=g)["Body"].read() == b"governed"
+    s3.delete_object(Bucket=b, Key="g", VersionId=g, BypassGovernanceRetention=True)
+    s3.delete_object(Bucket=b, Key="g", VersionId=marker["VersionId"])
+    # COMPLIANCE: nobody removes or shortens it until it ends; it can be extended.
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=4)
+    c = s3.put_object(Bucket=b, Key="c", Body=b"complied", ObjectLockMode="COMPLIANCE",
+                      ObjectLockRetainUntilDate=soon)["VersionId"]
+    for bypass in (False, True):
+        assert error_code(s3.delete_object, Bucket=b, Key="c", VersionId=c,
+                          BypassGovernanceRetention=bypass) in ("AccessDenied", "403")
+    shorter = soon - datetime.timedelta(seconds=2)
+    assert error_code(s3.put_object_retention, Bucket=b, Key="c", VersionId=c, BypassGovernanceRetention=True,
+                      Retention={"Mode": "COMPLIANCE", "RetainUntilDate": shorter}) in ("AccessDenied", "403")
+    later = soon + datetime.timedelta(seconds=1)
+    s3.put_object_retention(Bucket=b, Key="c", VersionId=c,
+                            Retention={"Mode": "COMPLIANCE", "RetainUntilDate": later})
+    got = s3.get_object_retention(Bucket=b, Key="c", VersionId=c)["Retention"]
+    assert got["Mode"] == "COMPLIANCE" and abs((got["RetainUntilDate"] - later).total_seconds()) < 1, got
+    assert error_code(s3.put_object, Bucket=b, Key="past", Body=b"x", ObjectLockMode="COMPLIANCE",
+                      ObjectLockRetainUntilDate=soon - datetime.timedelta(days=1)) == "InvalidArgument"
+    # Legal hold: blocks removal whatever the retention, until it is lifted.
+    h = s3.put_object(Bucket=b, Key="h", Body=b"held", ObjectLockLegalHoldStatus="ON")["VersionId"]
+    assert s3.get_object_legal_hold(Bucket=b, Key="h")["LegalHold"]["Status"] == "ON"
+    assert error_code(s3.delete_object, Bucket=b, Key="h", VersionId=h,
+                      BypassGovernanceRetention=True) in ("AccessDenied", "403")
+    s3.put_object_legal_hold(Bucket=b, Key="h", VersionId=h, LegalHold={"Status": "OFF"})
+    s3.delete_object(Bucket=b, Key="h", VersionId=h, BypassGovernanceRetention=True)
+    # Once the COMPLIANCE retention ended, the version goes like any other.
+    time.sleep(max(0.0, (later - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 1.5)
+    s3.delete_object(Bucket=b, Key="c", VersionId=c)
+    assert all_versions(b) == ([], [])
+    s3.delete_bucket(Bucket=b)
+
+
 def all_versions(bucket, **kw):
     """Every version and delete marker of a bucket, walking ListObjectVersions pages."""
     out, markers, args = [], [], dict(kw)
@@ -1181,6 +1235,7 @@ def main():
     tags_and_attributes()
     cors()
     encryption()
+    object_lock()
     users()
     presigned_and_auth()
     deletes()

@@ -15,13 +15,6 @@ pub(super) async fn create_bucket(
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     // Only the caller: the bucket is to be created, so there is no owner to check yet.
     let user = gw.signed_caller(&req).await?;
-    if req.input.object_lock_enabled_for_bucket == Some(true) {
-        // Not implemented: a bucket that claimed object lock would let locked objects go.
-        return Err(s3_error!(
-            NotImplemented,
-            "object lock is not supported yet"
-        ));
-    }
     let input = &req.input;
     super::unsupported::check_acl(
         input.acl.as_ref().map(|a| a.as_str()),
@@ -74,6 +67,15 @@ pub(super) async fn create_bucket(
         }));
     }
     buckets::create_bucket(&gw.cluster, name, &user, gw.pool, gw.data_pool).await?;
+    if req.input.object_lock_enabled_for_bucket == Some(true) {
+        // Object lock needs versioning, which then can never be suspended.
+        buckets::update_bucket(&gw.cluster, name, |r| {
+            r.versioning = Some(buckets::Versioning::Enabled);
+            r.object_lock = Some(crate::lock::BucketLock::default());
+            Ok::<(), buckets::BucketError>(())
+        })
+        .await?;
+    }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))

@@ -309,6 +309,7 @@ impl Gateway {
                         etag: Some(current.etag.clone()),
                         size: Some(current.size as i64),
                         modified: Some(&modified),
+                        bypass_governance: false,
                     };
                     match self.remove_object(bucket, key, None, expected).await {
                         Ok(_) => applied.expired += 1,
@@ -358,7 +359,10 @@ impl Gateway {
     fn lifecycle_skip(&self, bucket: &BucketRecord, key: &str, e: s3s::S3Error) {
         if !matches!(
             e.code(),
-            s3s::S3ErrorCode::PreconditionFailed | s3s::S3ErrorCode::NoSuchKey
+            s3s::S3ErrorCode::PreconditionFailed
+                | s3s::S3ErrorCode::NoSuchKey
+                // A version under object lock waits for its retention to end.
+                | s3s::S3ErrorCode::AccessDenied
         ) {
             tracing::warn!(bucket = %bucket.name, key, "lifecycle: {e}");
         }

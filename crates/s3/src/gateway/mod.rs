@@ -11,7 +11,7 @@
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
 //! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`,
-//!   `lifecycle`, `cors`: the operations (`lifecycle` also has the worker that applies the
+//!   `lifecycle`, `cors`, `lock`: the operations (`lifecycle` also has the worker that applies the
 //!   rules).
 
 mod access;
@@ -24,6 +24,7 @@ mod encryption;
 mod errors;
 pub mod lifecycle;
 mod listing;
+mod lock;
 mod multipart;
 mod objects;
 mod permissions;
@@ -124,6 +125,12 @@ operations! {
     cors::put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
     cors::get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
     cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
+    lock::put_object_lock_configuration(PutObjectLockConfigurationInput) -> PutObjectLockConfigurationOutput;
+    lock::get_object_lock_configuration(GetObjectLockConfigurationInput) -> GetObjectLockConfigurationOutput;
+    lock::put_object_retention(PutObjectRetentionInput) -> PutObjectRetentionOutput;
+    lock::get_object_retention(GetObjectRetentionInput) -> GetObjectRetentionOutput;
+    lock::put_object_legal_hold(PutObjectLegalHoldInput) -> PutObjectLegalHoldOutput;
+    lock::get_object_legal_hold(GetObjectLegalHoldInput) -> GetObjectLegalHoldOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;

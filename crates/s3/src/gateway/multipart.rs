@@ -126,8 +126,16 @@ pub(super) async fn create_multipart_upload(
     let customer = customer_key_of!(req.input)?;
     let sse = gw.new_sse(customer.as_ref(), req.input.server_side_encryption.as_ref())?;
     let input = req.input;
+    let (retention, legal_hold) = super::lock::lock_of(
+        &bucket,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {
+        retention,
+        legal_hold,
         key: input.key.clone(),
         initiated_ms: now_ms(),
         owner: caller.unwrap_or_else(|| "anonymous".into()),
@@ -301,6 +309,8 @@ pub(super) async fn complete_multipart_upload(
         headers: upload.headers,
         tags: upload.tags,
         sse: upload.sse,
+        retention: upload.retention,
+        legal_hold: upload.legal_hold,
         ..Default::default()
     };
     let entry = gw

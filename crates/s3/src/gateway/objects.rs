@@ -4,6 +4,7 @@ use super::access::{Access, Need};
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
 use super::encryption::{answer_sse, customer_key_of};
+use super::lock::{answer_lock, lock_of};
 use super::store::{checked_body, uploaded};
 use super::tagging::{header_tags, stored_checksums};
 use super::unsupported::refuse_unsupported_put;
@@ -217,6 +218,12 @@ pub(super) async fn put_object(
     if body.expected_len.is_some_and(|l| l > MAX_PUT_BYTES) {
         return Err(s3_error!(EntityTooLarge));
     }
+    let (retention, legal_hold) = lock_of(
+        &bucket,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let (segment, md5, checksums) = gw
         .store_checked(&bucket, &input.key, None, body, MAX_PUT_BYTES)
         .await?;
@@ -229,6 +236,8 @@ pub(super) async fn put_object(
         tags: header_tags(input.tagging.as_deref())?,
         checksums: stored_checksums(&checksums),
         sse: sse.map(|(s, _)| s),
+        retention,
+        legal_hold,
         ..Default::default()
     };
     // A failed index update may still have been applied (a reply lost after retries):
@@ -262,6 +271,7 @@ pub(super) async fn get_object(
     let cipher = gw.open_sse(&target.entry.sse, customer.as_ref())?;
     let (full, checksums) = (!target.partial, target.entry.checksums.clone());
     let (tags, sse) = (target.entry.tags.len(), target.entry.sse.clone());
+    let (retention, hold) = (target.entry.retention, target.entry.legal_hold);
     let body = gw.read(&bucket, &target.entry, (target.start, target.end), cipher);
     let mut output = described!(
         GetObjectOutput {
@@ -272,6 +282,7 @@ pub(super) async fn get_object(
     );
     output.tag_count = (tags > 0).then_some(tags as i32);
     answer_sse!(output, &sse);
+    answer_lock!(output, retention, hold);
     response_overrides!(output, input);
     checksums_if_asked!(output, input, full, checksums);
     Ok(S3Response::new(output))
@@ -290,8 +301,10 @@ pub(super) async fn head_object(
     gw.open_sse(&target.entry.sse, customer.as_ref())?;
     let (full, checksums) = (!target.partial, target.entry.checksums.clone());
     let sse = target.entry.sse.clone();
+    let (retention, hold) = (target.entry.retention, target.entry.legal_hold);
     let mut output = described!(HeadObjectOutput {}, target, bucket);
     answer_sse!(output, &sse);
+    answer_lock!(output, retention, hold);
     response_overrides!(output, input);
     checksums_if_asked!(output, input, full, checksums);
     Ok(S3Response::new(output))
@@ -305,7 +318,7 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let need = Need::object(delete_action(&req.input.version_id), &req.input.key);
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    let Access { bucket, caller, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = &req.input;
     if input.mfa.is_some() {
         return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
@@ -317,6 +330,8 @@ pub(super) async fn delete_object(
         }),
         size: input.if_match_size,
         modified: input.if_match_last_modified_time.as_ref(),
+        bypass_governance: input.bypass_governance_retention == Some(true)
+            && caller.as_deref() == Some(bucket.owner.as_str()),
     };
     let removed = gw
         .remove_object(&bucket, &input.key, input.version_id.as_deref(), expected)
@@ -345,6 +360,8 @@ pub(super) async fn delete_objects(
         ));
     }
     let quiet = req.input.delete.quiet.unwrap_or(false);
+    let bypass = req.input.bypass_governance_retention == Some(true)
+        && access.caller.as_deref() == Some(access.bucket.owner.as_str());
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for obj in req.input.delete.objects {
@@ -352,6 +369,7 @@ pub(super) async fn delete_objects(
             etag: obj.e_tag.as_ref().map(|e| e.value().to_string()),
             size: obj.size,
             modified: obj.last_modified_time.as_ref(),
+            bypass_governance: bypass,
         };
         let need = Need::object(delete_action(&obj.version_id), &obj.key);
         let removed = match gw.permits(&access, need) {
@@ -418,6 +436,12 @@ pub(super) async fn copy_object(
     let source_version = Gateway::shown_version(&copy.source, &src.version_id);
     let source_cipher = gw.open_sse(&src.sse, source_customer.as_ref())?;
     let sse = gw.new_sse(customer.as_ref(), input.server_side_encryption.as_ref())?;
+    let (retention, legal_hold) = lock_of(
+        bucket,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -459,6 +483,8 @@ pub(super) async fn copy_object(
             headers,
             tags,
             modified_ms: now_ms(),
+            retention,
+            legal_hold,
             ..src
         }
     } else {
@@ -482,6 +508,8 @@ pub(super) async fn copy_object(
             headers,
             tags,
             sse: sse.map(|(s, _)| s),
+            retention,
+            legal_hold,
             ..Default::default()
         }
     };

@@ -1,5 +1,5 @@
 //! What the gateway does not implement, refused where a request asks for it: a write that
-//! ignored a lock, an ACL or a storage class would leave the client
+//! ignored an ACL or a storage class would leave the client
 //! believing something that is not true (issue 13's rule: never a success that ignores
 //! part of a request).
 
@@ -43,7 +43,7 @@ pub(super) fn check_storage_class(class: Option<&str>) -> S3Result<()> {
 }
 
 /// Refuse what a PutObject, CopyObject or CreateMultipartUpload input (they name these
-/// fields alike) asks for and the gateway does not implement: SSE-KMS, object lock, ACLs
+/// fields alike) asks for and the gateway does not implement: SSE-KMS, ACLs
 /// other than private, website redirects, storage classes.
 macro_rules! refuse_unsupported_put {
     ($input:expr) => {
@@ -54,15 +54,6 @@ macro_rules! refuse_unsupported_put {
             return Err(s3s::s3_error!(
                 NotImplemented,
                 "SSE-KMS is not supported (SSE-S3 and SSE-C are)"
-            ));
-        }
-        if $input.object_lock_mode.is_some()
-            || $input.object_lock_retain_until_date.is_some()
-            || $input.object_lock_legal_hold_status.is_some()
-        {
-            return Err(s3s::s3_error!(
-                NotImplemented,
-                "object lock (retention, legal hold) is not supported yet"
             ));
         }
         $crate::gateway::unsupported::check_acl(

@@ -27,6 +27,8 @@ pub(super) struct DeleteConditions<'a> {
     pub etag: Option<String>,
     pub size: Option<i64>,
     pub modified: Option<&'a Timestamp>,
+    /// The owner's `x-amz-bypass-governance-retention` (removes GOVERNANCE-locked versions).
+    pub bypass_governance: bool,
 }
 
 impl DeleteConditions<'_> {
@@ -328,6 +330,14 @@ impl Gateway {
                             if expected.any() && !expected.hold_for(found) {
                                 return Err(s3_error!(PreconditionFailed));
                             }
+                            if !crate::lock::removable(
+                                found.retention,
+                                found.legal_hold,
+                                crate::index::now_ms(),
+                                expected.bypass_governance,
+                            ) {
+                                return Err(s3_error!(AccessDenied, "{}", crate::lock::PROTECTED));
+                            }
                             was_marker = found.delete_marker;
                             Ok(Some(versions::remove(record, &target).0))
                         },
@@ -427,20 +437,22 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// Set the tags of `key`'s current version (or of `version`), atomically with any other
-    /// change of the key. Returns the version tagged.
-    pub(super) async fn retag(
+    /// Edit one version of `key` (its current one, or `version`) with `edit`, atomically
+    /// with any other change of the key; `done` recognises the edit on a re-read record (a
+    /// retried write). Returns the version edited.
+    pub(super) async fn change_version(
         &self,
         bucket: &BucketRecord,
         key: &str,
         version: Option<&str>,
-        tags: std::collections::BTreeMap<String, String>,
+        edit: impl Fn(&mut ObjectEntry) -> S3Result<()>,
+        done: impl Fn(&ObjectEntry) -> bool,
     ) -> S3Result<Option<String>> {
         if bucket.versioning.is_none() {
             check_version(version)?;
         }
         let target = version.map(versions::named);
-        let mut tagged: Option<String> = None;
+        let mut edited: Option<String> = None;
         self.change_record(
             bucket,
             key,
@@ -460,8 +472,8 @@ impl Gateway {
                 if all[i].delete_marker {
                     return Err(deleted(&all[i], target.is_some()));
                 }
-                all[i].tags = tags.clone();
-                tagged = all[i].version_id.clone();
+                edit(&mut all[i])?;
+                edited = all[i].version_id.clone();
                 let mut top = all.remove(0);
                 top.older = all;
                 Ok(Some(Changed {
@@ -471,13 +483,34 @@ impl Gateway {
             },
             |record| {
                 record.as_ref().is_some_and(|r| match &target {
-                    None => r.tags == tags,
-                    Some(id) => versions::find(r, id).is_some_and(|v| v.tags == tags),
+                    None => done(r),
+                    Some(id) => versions::find(r, id).is_some_and(&done),
                 })
             },
         )
         .await?;
-        Ok(tagged)
+        Ok(edited)
+    }
+
+    /// Set the tags of `key`'s current version (or of `version`). Returns the version tagged.
+    pub(super) async fn retag(
+        &self,
+        bucket: &BucketRecord,
+        key: &str,
+        version: Option<&str>,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> S3Result<Option<String>> {
+        self.change_version(
+            bucket,
+            key,
+            version,
+            |v| {
+                v.tags = tags.clone();
+                Ok(())
+            },
+            |v| v.tags == tags,
+        )
+        .await
     }
 }
 
@@ -498,6 +531,13 @@ pub(super) async fn put_bucket_versioning(
     }
     let status = match config.status.as_ref().map(|s| s.as_str()) {
         Some(BucketVersioningStatus::ENABLED) => Versioning::Enabled,
+        Some(BucketVersioningStatus::SUSPENDED) if bucket.object_lock.is_some() => {
+            return Err(s3_error!(
+                InvalidBucketState,
+                "An Object Lock configuration is present on this bucket, so the versioning \
+                 state cannot be changed"
+            ))
+        }
         Some(BucketVersioningStatus::SUSPENDED) => Versioning::Suspended,
         _ => {
             return Err(s3_error!(
