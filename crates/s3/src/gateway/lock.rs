@@ -44,10 +44,12 @@ pub(super) fn lock_of(
             }
             Some(Retention { mode, until_ms })
         }
-        _ => return Err(s3_error!(
+        _ => {
+            return Err(s3_error!(
             InvalidArgument,
             "x-amz-object-lock-retain-until-date and x-amz-object-lock-mode must both be supplied"
-        )),
+        ))
+        }
     };
     let legal_hold = match hold.map(|h| h.as_str()) {
         None | Some(ObjectLockLegalHoldStatus::OFF) => false,
