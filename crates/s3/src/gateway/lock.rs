@@ -46,9 +46,10 @@ pub(super) fn lock_of(
         }
         _ => {
             return Err(s3_error!(
-            InvalidArgument,
-            "x-amz-object-lock-retain-until-date and x-amz-object-lock-mode must both be supplied"
-        ))
+                InvalidArgument,
+                "x-amz-object-lock-retain-until-date and x-amz-object-lock-mode must both \
+                 be supplied"
+            ))
         }
     };
     let legal_hold = match hold.map(|h| h.as_str()) {
