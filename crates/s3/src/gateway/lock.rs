@@ -79,6 +79,20 @@ macro_rules! answer_lock {
 }
 pub(super) use answer_lock;
 
+/// A lock request's bucket, authorised for `action` on `key`, which must have object lock.
+async fn lock_bucket<T>(
+    gw: &Gateway,
+    req: &S3Request<T>,
+    (bucket, key): (&str, &str),
+    action: &'static str,
+) -> S3Result<Access> {
+    let access = gw.authorise(req, bucket, Need::object(action, key)).await?;
+    if access.bucket.object_lock.is_none() {
+        return Err(not_configured());
+    }
+    Ok(access)
+}
+
 fn not_configured() -> S3Error {
     let mut e = S3Error::with_message(
         s3s::S3ErrorCode::Custom("ObjectLockConfigurationNotFoundError".into()),
@@ -164,14 +178,9 @@ pub(super) async fn put_object_retention(
     gw: &Gateway,
     req: S3Request<PutObjectRetentionInput>,
 ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
-    let need = Need::object("s3:PutObjectRetention", &req.input.key);
-    let Access { bucket, caller, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
-    if bucket.object_lock.is_none() {
-        return Err(s3_error!(
-            InvalidRequest,
-            "Bucket is missing Object Lock Configuration"
-        ));
-    }
+    let target = (req.input.bucket.as_str(), req.input.key.as_str());
+    let Access { bucket, caller, .. } =
+        lock_bucket(gw, &req, target, "s3:PutObjectRetention").await?;
     let input = req.input;
     let bypass = input.bypass_governance_retention == Some(true)
         && caller.as_deref() == Some(bucket.owner.as_str());
@@ -214,11 +223,8 @@ pub(super) async fn get_object_retention(
     gw: &Gateway,
     req: S3Request<GetObjectRetentionInput>,
 ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
-    let need = Need::object("s3:GetObjectRetention", &req.input.key);
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
-    if bucket.object_lock.is_none() {
-        return Err(not_configured());
-    }
+    let target = (req.input.bucket.as_str(), req.input.key.as_str());
+    let Access { bucket, .. } = lock_bucket(gw, &req, target, "s3:GetObjectRetention").await?;
     let entry = gw
         .entry_version(&bucket, &req.input.key, req.input.version_id.as_deref())
         .await?;
@@ -245,14 +251,8 @@ pub(super) async fn put_object_legal_hold(
     gw: &Gateway,
     req: S3Request<PutObjectLegalHoldInput>,
 ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
-    let need = Need::object("s3:PutObjectLegalHold", &req.input.key);
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
-    if bucket.object_lock.is_none() {
-        return Err(s3_error!(
-            InvalidRequest,
-            "Bucket is missing Object Lock Configuration"
-        ));
-    }
+    let target = (req.input.bucket.as_str(), req.input.key.as_str());
+    let Access { bucket, .. } = lock_bucket(gw, &req, target, "s3:PutObjectLegalHold").await?;
     let input = req.input;
     let on = match input
         .legal_hold
@@ -283,11 +283,8 @@ pub(super) async fn get_object_legal_hold(
     gw: &Gateway,
     req: S3Request<GetObjectLegalHoldInput>,
 ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
-    let need = Need::object("s3:GetObjectLegalHold", &req.input.key);
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
-    if bucket.object_lock.is_none() {
-        return Err(not_configured());
-    }
+    let target = (req.input.bucket.as_str(), req.input.key.as_str());
+    let Access { bucket, .. } = lock_bucket(gw, &req, target, "s3:GetObjectLegalHold").await?;
     let entry = gw
         .entry_version(&bucket, &req.input.key, req.input.version_id.as_deref())
         .await?;
