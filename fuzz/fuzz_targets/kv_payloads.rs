@@ -2,7 +2,7 @@
 //! may panic them, and whatever decodes re-encodes to something that decodes to the same
 //! value (for the call payloads, to the same bytes).
 #![no_main]
-use basalt_proto::kv::{KvGet, KvList, KvPage, KvPrevious, KvTable, KvUpdate};
+use basalt_proto::kv::{KvGet, KvList, KvPage, KvPrevious, KvStat, KvTable, KvUpdate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,6 +19,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&v.encode()[..], data);
     }
     if let Ok(v) = KvPage::decode(data) {
+        assert_eq!(&v.encode()[..], data);
+    }
+    if let Ok(v) = KvStat::decode(data) {
         assert_eq!(&v.encode()[..], data);
     }
     if let Ok(t) = KvTable::decode(data) {

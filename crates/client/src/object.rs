@@ -9,7 +9,7 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use basalt_placement::{ClusterMap, MapError};
 use basalt_proto::kv::{
-    KvDecodeError, KvEdit, KvGet, KvList, KvMethod, KvPage, KvUpdate, KvValues,
+    KvDecodeError, KvEdit, KvGet, KvList, KvMethod, KvPage, KvStat, KvUpdate, KvValues,
 };
 use basalt_proto::{inode_pool, Flags, Header, ObjectId, Opcode, PgId, MAX_PAYLOAD_BYTES};
 use bytes::Bytes;
@@ -173,6 +173,12 @@ impl Cluster {
         let values = KvValues::decode_bytes(reply).map_err(bad_result)?;
         check_count(values.values.len(), args.keys.len())?;
         Ok(values.values)
+    }
+
+    /// How many entries the KV table in `obj` holds and the bytes of its body.
+    pub async fn kv_stat(&self, obj: ObjectId) -> Result<KvStat, ClientError> {
+        let reply = self.kv_call(obj, KvMethod::Stat, Bytes::new(), 0).await?;
+        KvStat::decode(&reply).map_err(bad_result)
     }
 
     /// One page of the KV table in `obj`: keys after `args.start_after` that start with

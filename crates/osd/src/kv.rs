@@ -12,7 +12,7 @@ use crate::handler::{apply, primary_gate, replicate, status_of};
 use crate::metrics::OsdCounters;
 use basalt_placement::ClusterMap;
 use basalt_proto::kv::{
-    KvDecodeError, KvEdit, KvGet, KvList, KvMethod, KvPage, KvPrevious, KvTable, KvUpdate,
+    KvDecodeError, KvEdit, KvGet, KvList, KvMethod, KvPage, KvPrevious, KvStat, KvTable, KvUpdate,
     KvValues, KV_PAGE_ENTRY_OVERHEAD_BYTES, KV_PAGE_HEADER_BYTES,
 };
 use basalt_proto::{inode_pool, Header, ObjectId, Opcode, Status, MAX_PAYLOAD_BYTES};
@@ -33,6 +33,7 @@ pub(crate) async fn call(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Byt
         Some(KvMethod::Update) => update(osd, h, args).await,
         Some(KvMethod::Get) => read_call(osd, &h, || get(osd, &h, args)),
         Some(KvMethod::List) => read_call(osd, &h, || list(osd, &h, args)),
+        Some(KvMethod::Stat) => read_call(osd, &h, || stat(osd, &h, args)),
     };
     match status {
         Status::Ok => {}
@@ -84,6 +85,24 @@ fn list(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
     }
     let table = read_table_consistent(osd, h)?;
     Ok(page(&table, &args).encode())
+}
+
+/// The table's entry count and encoded size (an S3 gateway splits a table that grows large
+/// before it fills its object).
+fn stat(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
+    if !args.is_empty() {
+        return Err(bad_args(
+            osd,
+            h,
+            KvDecodeError::Trailing { extra: args.len() },
+        ));
+    }
+    let table = read_table_consistent(osd, h)?;
+    Ok(KvStat {
+        entries: table.entries.len() as u32,
+        body_bytes: table.encoded_len() as u32,
+    }
+    .encode())
 }
 
 /// What an update did: its result, or the index of the first edit whose condition failed.

@@ -74,6 +74,12 @@ async fn update_get_list_round_trip() {
         vec![None],
         "an absent object is an empty table"
     );
+    let empty = c.kv_stat(obj).await.unwrap();
+    assert_eq!(
+        (empty.entries, empty.body_bytes),
+        (0, 16),
+        "an empty table's size"
+    );
     let prev = c
         .kv_update(
             obj,
@@ -87,6 +93,14 @@ async fn update_get_list_round_trip() {
         .await
         .unwrap();
     assert_eq!(prev, vec![None, None, None]);
+    let stat = c.kv_stat(obj).await.unwrap();
+    let stored = stored_bodies(&tc, obj);
+    assert_eq!(stat.entries, 3);
+    assert_eq!(
+        stat.body_bytes as usize,
+        stored[0].1.len(),
+        "Stat is the body's size"
+    );
     let prev = c
         .kv_update(
             obj,
@@ -398,6 +412,14 @@ async fn bad_input_is_refused() {
             let status = raw_call(&tc, obj, method as u32, garbage).await;
             assert_eq!(status, Status::Invalid, "{method:?} with {garbage:?}");
         }
+    }
+    for garbage in [&b"\x00"[..], &b"\x01\x00\x00\x00"[..]] {
+        let status = raw_call(&tc, obj, KvMethod::Stat as u32, garbage).await;
+        assert_eq!(
+            status,
+            Status::Invalid,
+            "Stat takes no arguments: {garbage:?}"
+        );
     }
     assert_eq!(raw_call(&tc, obj, 99, b"").await, Status::Invalid);
     let empty_page = list_args("", "", 0).encode();

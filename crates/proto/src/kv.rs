@@ -37,6 +37,8 @@ pub enum KvMethod {
     Get = 2,
     /// One page of a [`KvList`]; the result is a [`KvPage`].
     List = 3,
+    /// The table's size (no arguments); the result is a [`KvStat`].
+    Stat = 4,
 }
 
 impl KvMethod {
@@ -46,6 +48,7 @@ impl KvMethod {
             1 => Self::Update,
             2 => Self::Get,
             3 => Self::List,
+            4 => Self::Stat,
             _ => return None,
         })
     }
@@ -139,6 +142,47 @@ pub struct KvList {
 pub struct KvPage {
     pub entries: Vec<(Bytes, Bytes)>,
     pub truncated: bool,
+}
+
+/// Result of [`KvMethod::Stat`]: how many entries the table holds and the bytes of its
+/// encoded body (what an update must keep within the object size). Encoded as two u32, little
+/// endian.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvStat {
+    pub entries: u32,
+    pub body_bytes: u32,
+}
+
+impl KvStat {
+    /// Bytes of the encoded result.
+    pub const ENCODED_LEN: usize = 8;
+
+    pub fn encode(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(Self::ENCODED_LEN);
+        out.put_u32_le(self.entries);
+        out.put_u32_le(self.body_bytes);
+        out.freeze()
+    }
+
+    /// Decode exactly [`KvStat::ENCODED_LEN`] bytes.
+    pub fn decode(buf: &[u8]) -> Result<Self, KvDecodeError> {
+        if buf.len() < Self::ENCODED_LEN {
+            return Err(KvDecodeError::Truncated {
+                offset: 0,
+                needed: Self::ENCODED_LEN,
+            });
+        }
+        if buf.len() > Self::ENCODED_LEN {
+            return Err(KvDecodeError::Trailing {
+                extra: buf.len() - Self::ENCODED_LEN,
+            });
+        }
+        let word = |at: usize| u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
+        Ok(Self {
+            entries: word(0),
+            body_bytes: word(4),
+        })
+    }
 }
 
 /// The table as stored in its object, from offset 0: a 16-byte header (magic "BKV1", u32
@@ -786,6 +830,16 @@ mod tests {
             prop_assert_eq!(b.len(), p.encoded_len());
             prop_assert_eq!(KvPrevious::decode(&b), Ok(p));
             rejects_truncation_and_trailing(&b, KvPrevious::decode)?;
+        }
+
+        /// Goal: a table's size survives encode → decode unchanged; any other length fails.
+        #[test]
+        fn stat_roundtrip(entries in any::<u32>(), body_bytes in any::<u32>()) {
+            let s = KvStat { entries, body_bytes };
+            let b = s.encode();
+            prop_assert_eq!(b.len(), KvStat::ENCODED_LEN);
+            prop_assert_eq!(KvStat::decode(&b), Ok(s));
+            rejects_truncation_and_trailing(&b, KvStat::decode)?;
         }
 
         /// Goal: get arguments survive encode → decode unchanged.

@@ -35,6 +35,13 @@ const TAKEOVER_AFTER_MS: i64 = 10_000;
 const MAX_ROUNDS: usize = 400;
 /// Most splits one update may cause before it gives up (an entry too large for a table).
 const MAX_SPLITS: usize = 4;
+/// A table is split early once its body passes this share (percent) of the object size, so
+/// updates, which rewrite the whole table, stay small.
+const SPLIT_AT_PERCENT: u64 = 50;
+/// A gateway looks at a table's size (one KV Stat) once per this many bytes of object size
+/// in updates it makes to the table (every 8th update of a 128 KiB table, every update of a
+/// table under 16 KiB): often enough to see it pass half full, rarely enough to cost little.
+const CHECK_PER_BYTES: u64 = 16 << 10;
 /// Entries read per page when copying a table.
 const PAGE_ENTRIES: u32 = 1000;
 /// Byte budget of one page.
@@ -348,7 +355,15 @@ pub async fn update(
         let guards = edits.len();
         edits.push(edit.clone());
         match cluster.kv_update(route.object(bucket), edits, true).await {
-            Ok(mut previous) => return Ok(previous.pop().flatten()),
+            Ok(mut previous) => {
+                if due_for_size_check(cluster, bucket, &route) {
+                    if let Err(e) = split_if_large(cluster, bucket, &route).await {
+                        // The update is done; the table splits on NoSpace at the latest.
+                        tracing::warn!(bucket = %bucket.name, shard, leaf = route.leaf, "early split: {e}");
+                    }
+                }
+                return Ok(previous.pop().flatten());
+            }
             Err(ClientError::KvConflict { index }) if index as usize >= guards => {
                 return Err(ClientError::KvConflict { index: 0 }.into())
             }
@@ -360,7 +375,7 @@ pub async fn update(
             }) if splits < MAX_SPLITS => {
                 splits += 1;
                 tracing::debug!(bucket = %bucket.name, shard, leaf = route.leaf, "index table full");
-                if let Err(e) = split(cluster, bucket, &route).await {
+                if let Err(e) = split(cluster, bucket, &route, "full").await {
                     tracing::warn!(bucket = %bucket.name, shard, leaf = route.leaf, "splitting an index table: {e}");
                     return Err(e);
                 }
@@ -369,6 +384,49 @@ pub async fn update(
         }
     }
     Err(corrupt("an index table stayed busy"))
+}
+
+/// Whether this update of a table is one whose size is looked at (see `CHECK_PER_BYTES`).
+fn due_for_size_check(cluster: &Cluster, bucket: &BucketRecord, route: &Route) -> bool {
+    let every = cluster
+        .map()
+        .pools
+        .get(&bucket.pool)
+        .map_or(1, |p| (p.object_size as u64 / CHECK_PER_BYTES).max(1));
+    /// Updates made to each table: (bucket inode, shard, leaf) → count.
+    type Counts = HashMap<(InodeId, u32, u32), u64>;
+    static COUNTS: OnceLock<Mutex<Counts>> = OnceLock::new();
+    let mut counts = COUNTS
+        .get_or_init(Default::default)
+        .lock()
+        .expect("update counts");
+    let n = counts
+        .entry((bucket.inode, route.shard, route.leaf))
+        .or_insert(0);
+    *n += 1;
+    (*n).is_multiple_of(every)
+}
+
+/// Split the table `route` leads to if its body passed `SPLIT_AT_PERCENT` of the index
+/// pool's object size.
+async fn split_if_large(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    route: &Route,
+) -> Result<(), IndexError> {
+    let Some(object_size) = cluster
+        .map()
+        .pools
+        .get(&bucket.pool)
+        .map(|p| p.object_size as u64)
+    else {
+        return Ok(());
+    };
+    let stat = cluster.kv_stat(route.object(bucket)).await?;
+    if stat.body_bytes as u64 * 100 > object_size * SPLIT_AT_PERCENT && stat.entries >= 2 {
+        split(cluster, bucket, route, "large").await?;
+    }
+    Ok(())
 }
 
 /// After a write's guard failed: find out why from the table's fence and make the next
@@ -529,7 +587,12 @@ async fn allocate_leaves(
 /// Split the (full) table `route` leads to: freeze it, then [`finish_split`]. Returns
 /// without doing anything when the table is not the active one the route expects (another
 /// gateway got there first: the caller routes again).
-async fn split(cluster: &Cluster, bucket: &BucketRecord, route: &Route) -> Result<(), IndexError> {
+async fn split(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    route: &Route,
+    reason: &str,
+) -> Result<(), IndexError> {
     let obj = route.object(bucket);
     let entries = read_table(cluster, obj).await?;
     let Some(at) = split_key(&entries) else {
@@ -587,6 +650,7 @@ async fn split(cluster: &Cluster, bucket: &BucketRecord, route: &Route) -> Resul
         shard = route.shard,
         leaf = route.leaf,
         at = %split.at,
+        reason,
         "splitting an index table"
     );
     finish_split(cluster, bucket, route, &split).await
