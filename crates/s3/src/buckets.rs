@@ -47,6 +47,9 @@ pub struct BucketRecord {
     /// Lifecycle rules (PutBucketLifecycleConfiguration), applied by the gateways' worker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lifecycle: Vec<crate::lifecycle::Rule>,
+    /// New objects without SSE headers get SSE-S3 (PutBucketEncryption).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default_sse: bool,
     /// Object lock, when enabled (it needs versioning, which then cannot be suspended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_lock: Option<crate::lock::BucketLock>,
@@ -188,6 +191,7 @@ pub async fn create_bucket(
         lifecycle: Vec::new(),
         cors: Vec::new(),
         object_lock: None,
+        default_sse: false,
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster

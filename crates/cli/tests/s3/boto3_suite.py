@@ -900,7 +900,23 @@ def encryption():
         "Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate(etags)]})
     assert s3.get_object(Bucket=b, Key="mp", **ck)["Body"].read() == b"".join(parts)
     assert s3.get_object(Bucket=b, Key="mp", PartNumber=2, **ck)["Body"].read() == parts[1]
-    for k in ("plain", "s3", "c", "c-to-plain", "plain-to-c", "mp"):
+    # Bucket default encryption: objects that name none get SSE-S3.
+    assert error_code(s3.get_bucket_encryption, Bucket=b) == "ServerSideEncryptionConfigurationNotFoundError"
+    aes = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
+    kms = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]}
+    assert error_code(s3.put_bucket_encryption, Bucket=b,
+                      ServerSideEncryptionConfiguration=kms) in ("NotImplemented", "501")
+    s3.put_bucket_encryption(Bucket=b, ServerSideEncryptionConfiguration=aes)
+    got = s3.get_bucket_encryption(Bucket=b)["ServerSideEncryptionConfiguration"]["Rules"]
+    assert got[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256", got
+    default_phrase = b"basalt default-sse phrase 2d6f " * 2000
+    out = s3.put_object(Bucket=b, Key="default", Body=default_phrase)
+    assert out["ServerSideEncryption"] == "AES256", out
+    assert not on_disk(default_phrase[:200]), "default encryption encrypts at rest"
+    assert s3.get_object(Bucket=b, Key="default")["Body"].read() == default_phrase
+    s3.delete_bucket_encryption(Bucket=b)
+    assert "ServerSideEncryption" not in s3.put_object(Bucket=b, Key="after", Body=b"plain again")
+    for k in ("plain", "s3", "c", "c-to-plain", "plain-to-c", "mp", "default", "after"):
         s3.delete_object(Bucket=b, Key=k)
     s3.delete_bucket(Bucket=b)
 

@@ -2,10 +2,12 @@
 //! a new object's encryption or into the key of an existing one, and the SSE headers of an
 //! answer. The cipher and key handling are `crate::sse`'s.
 
+use super::access::{Access, Need};
 use super::Gateway;
+use crate::buckets::{self, BucketError, BucketRecord};
 use crate::sse::{CustomerKey, PieceKey, Sse};
-use s3s::dto::ServerSideEncryption;
-use s3s::{s3_error, S3Result};
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 /// The SSE-C key of an input's `sse_customer_*` fields (or, with `copy source`, of its
 /// `copy_source_sse_customer_*` fields), checked.
@@ -48,15 +50,17 @@ macro_rules! answer_sse {
 pub(super) use answer_sse;
 
 impl Gateway {
-    /// The encryption of a new object: SSE-C with the request's customer key, SSE-S3 when
-    /// it asks for `AES256`, none otherwise (SSE-KMS is refused before this).
+    /// The encryption of a new object in `bucket`: SSE-C with the request's customer key,
+    /// SSE-S3 when it asks for `AES256` or names nothing in a bucket with default encryption,
+    /// none otherwise (SSE-KMS is refused before this).
     pub(super) fn new_sse(
         &self,
+        bucket: &BucketRecord,
         customer: Option<&CustomerKey>,
         requested: Option<&ServerSideEncryption>,
     ) -> S3Result<Option<(Sse, PieceKey)>> {
         let s3 = match requested.map(|r| r.as_str()) {
-            None => false,
+            None => customer.is_none() && bucket.default_sse,
             Some(ServerSideEncryption::AES256) => true,
             Some(other) => {
                 return Err(s3_error!(
@@ -84,4 +88,77 @@ impl Gateway {
             (Some(sse), customer) => Ok(Some(sse.key(self.keys.master(), customer)?)),
         }
     }
+}
+
+/// PutBucketEncryption: SSE-S3 (`AES256`) for new objects that name no encryption. One rule;
+/// SSE-KMS and bucket keys are NotImplemented.
+pub(super) async fn put_bucket_encryption(
+    gw: &Gateway,
+    req: S3Request<PutBucketEncryptionInput>,
+) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    let rules = &req.input.server_side_encryption_configuration.rules;
+    let [rule] = rules.as_slice() else {
+        return Err(s3_error!(
+            MalformedXML,
+            "a server-side encryption configuration has exactly one rule"
+        ));
+    };
+    let Some(default) = &rule.apply_server_side_encryption_by_default else {
+        return Err(s3_error!(
+            MalformedXML,
+            "the rule needs ApplyServerSideEncryptionByDefault"
+        ));
+    };
+    if default.sse_algorithm.as_str() != ServerSideEncryption::AES256
+        || default.kms_master_key_id.is_some()
+        || rule.bucket_key_enabled == Some(true)
+    {
+        return Err(s3_error!(
+            NotImplemented,
+            "default encryption other than AES256 (SSE-S3) is not supported"
+        ));
+    }
+    buckets::update_bucket(&gw.cluster, &bucket.name, |r| {
+        r.default_sse = true;
+        Ok::<(), BucketError>(())
+    })
+    .await?;
+    Ok(S3Response::new(PutBucketEncryptionOutput {}))
+}
+
+/// GetBucketEncryption: SSE-S3 when set, else ServerSideEncryptionConfigurationNotFoundError.
+pub(super) async fn get_bucket_encryption(
+    gw: &Gateway,
+    req: S3Request<GetBucketEncryptionInput>,
+) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    if !bucket.default_sse {
+        return Err(s3_error!(ServerSideEncryptionConfigurationNotFoundError));
+    }
+    Ok(S3Response::new(GetBucketEncryptionOutput {
+        server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration {
+            rules: vec![ServerSideEncryptionRule {
+                apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {
+                    kms_master_key_id: None,
+                    sse_algorithm: ServerSideEncryption::from_static(ServerSideEncryption::AES256),
+                }),
+                bucket_key_enabled: None,
+            }],
+        }),
+    }))
+}
+
+/// DeleteBucketEncryption: new objects are stored as they ask again.
+pub(super) async fn delete_bucket_encryption(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketEncryptionInput>,
+) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    buckets::update_bucket(&gw.cluster, &bucket.name, |r| {
+        r.default_sse = false;
+        Ok::<(), BucketError>(())
+    })
+    .await?;
+    Ok(S3Response::new(DeleteBucketEncryptionOutput {}))
 }

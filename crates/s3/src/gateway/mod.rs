@@ -7,7 +7,7 @@
 //! * `errors`: the crate's errors as S3 errors.
 //! * `dto`: index records to and from the protocol's types.
 //! * `conditions`: `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`.
-//! * `encryption`: SSE headers of requests and answers.
+//! * `encryption`: SSE headers of requests and answers, bucket default encryption.
 //! * `store`: bodies into data pieces, with intents and reclaim, and reads of them.
 //! * `versioned`: a key's record read and changed (versions, delete markers, conditions).
 //! * `bucket_ops`, `objects`, `listing`, `multipart`, `acl`, `permissions`, `tagging`,
@@ -131,6 +131,9 @@ operations! {
     lock::get_object_retention(GetObjectRetentionInput) -> GetObjectRetentionOutput;
     lock::put_object_legal_hold(PutObjectLegalHoldInput) -> PutObjectLegalHoldOutput;
     lock::get_object_legal_hold(GetObjectLegalHoldInput) -> GetObjectLegalHoldOutput;
+    encryption::put_bucket_encryption(PutBucketEncryptionInput) -> PutBucketEncryptionOutput;
+    encryption::get_bucket_encryption(GetBucketEncryptionInput) -> GetBucketEncryptionOutput;
+    encryption::delete_bucket_encryption(DeleteBucketEncryptionInput) -> DeleteBucketEncryptionOutput;
     acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
     acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
     acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;

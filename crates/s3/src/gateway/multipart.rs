@@ -124,7 +124,11 @@ pub(super) async fn create_multipart_upload(
     let Access { caller, bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     super::unsupported::refuse_unsupported_put!(req.input);
     let customer = customer_key_of!(req.input)?;
-    let sse = gw.new_sse(customer.as_ref(), req.input.server_side_encryption.as_ref())?;
+    let sse = gw.new_sse(
+        &bucket,
+        customer.as_ref(),
+        req.input.server_side_encryption.as_ref(),
+    )?;
     let input = req.input;
     let (retention, legal_hold) = super::lock::lock_of(
         &bucket,

@@ -211,7 +211,11 @@ pub(super) async fn put_object(
         ));
     }
     let customer = customer_key_of!(req.input)?;
-    let sse = gw.new_sse(customer.as_ref(), req.input.server_side_encryption.as_ref())?;
+    let sse = gw.new_sse(
+        &bucket,
+        customer.as_ref(),
+        req.input.server_side_encryption.as_ref(),
+    )?;
     let mut body = checked_body!(req);
     body.cipher = sse.as_ref().map(|(_, key)| key.clone());
     let input = req.input;
@@ -435,7 +439,11 @@ pub(super) async fn copy_object(
     let bucket = &copy.bucket;
     let source_version = Gateway::shown_version(&copy.source, &src.version_id);
     let source_cipher = gw.open_sse(&src.sse, source_customer.as_ref())?;
-    let sse = gw.new_sse(customer.as_ref(), input.server_side_encryption.as_ref())?;
+    let sse = gw.new_sse(
+        bucket,
+        customer.as_ref(),
+        input.server_side_encryption.as_ref(),
+    )?;
     let (retention, legal_hold) = lock_of(
         bucket,
         input.object_lock_mode.as_ref(),
