@@ -304,14 +304,6 @@ async fn refresh(
     Ok(dir)
 }
 
-/// Forget every cached directory of a bucket (it is being deleted, or was re-created).
-pub fn forget(bucket: &BucketRecord) {
-    dirs()
-        .lock()
-        .expect("directory cache")
-        .retain(|(inode, _), _| *inode != bucket.inode);
-}
-
 /// The value of `key` in the index, from the table that holds it.
 pub async fn get(
     cluster: &Cluster,

@@ -6,25 +6,26 @@
 use crate::buckets::Versioning;
 use crate::index::{ObjectEntry, Segment};
 
-/// Largest encoded record the gateway writes: the KV value limit (1 MiB) with room to spare.
+/// Largest encoded record the gateway writes: the KV value limit (1 MiB) with room to spare,
+/// and at most half an index table's object (see [`max_record_bytes`]).
 pub const MAX_RECORD_BYTES: usize = (1 << 20) - 4096;
+
+/// The largest record a bucket whose index tables are `object_size` bytes can take: a table
+/// past half its object splits, so a record of up to half fits in a table of its own.
+pub fn max_record_bytes(object_size: u32) -> usize {
+    MAX_RECORD_BYTES.min(object_size as usize / 2)
+}
 
 /// A fresh version id: the time in milliseconds (12 hex digits), then 64 random bits.
 pub fn new_version_id() -> String {
     let ms = crate::index::now_ms().max(0) as u64;
-    let mut random = [0u8; 8];
-    if getrandom(&mut random).is_err() {
+    let random = crate::keys::random_bytes::<8>().unwrap_or_else(|_| {
         // The clock and a process-wide counter still keep ids apart.
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        random = (NEXT.fetch_add(1, Ordering::Relaxed) ^ std::process::id() as u64).to_be_bytes();
-    }
+        (NEXT.fetch_add(1, Ordering::Relaxed) ^ std::process::id() as u64).to_be_bytes()
+    });
     format!("{:012x}{}", ms & 0xffff_ffff_ffff, hex::encode(random))
-}
-
-fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
 /// A version id as S3 shows it (`null` for None).

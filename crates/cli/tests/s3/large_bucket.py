@@ -111,7 +111,31 @@ def main():
         raise AssertionError("a deleted key is still there")
     except ClientError as e:
         assert e.response["Error"]["Code"] == "NoSuchKey"
+    many_versions(s3)
     print(f"large bucket passed in {time.time() - started:.1f} s", flush=True)
+
+
+def many_versions(s3):
+    """A key whose versions outgrow half an index table: a clear SlowDown, nothing lost."""
+    s3.create_bucket(Bucket="versions")
+    s3.put_bucket_versioning(Bucket="versions", VersioningConfiguration={"Status": "Enabled"})
+    ids = []
+    refused = None
+    for i in range(200):
+        try:
+            ids.append(s3.put_object(Bucket="versions", Key="k", Body=str(i).encode())["VersionId"])
+        except ClientError as e:
+            refused = e.response["Error"]
+            break
+    assert refused is not None, "200 versions of one key fit in 8 KiB tables?"
+    assert refused["Code"] == "SlowDown" and "too many versions" in refused["Message"], refused
+    assert len(ids) > 2, ids
+    for i, vid in enumerate(ids):
+        got = s3.get_object(Bucket="versions", Key="k", VersionId=vid)["Body"].read()
+        assert got == str(i).encode(), (i, got)
+    for vid in ids:
+        s3.delete_object(Bucket="versions", Key="k", VersionId=vid)
+    s3.delete_bucket(Bucket="versions")
 
 
 if __name__ == "__main__":

@@ -190,7 +190,15 @@ impl Gateway {
             };
             if let Some(r) = &changed.record {
                 let bytes = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(usize::MAX);
-                if bytes > versions::MAX_RECORD_BYTES {
+                let limit = self
+                    .cluster
+                    .map()
+                    .pools
+                    .get(&bucket.pool)
+                    .map_or(versions::MAX_RECORD_BYTES, |p| {
+                        versions::max_record_bytes(p.object_size)
+                    });
+                if bytes > limit {
                     return Err(s3_error!(
                         SlowDown,
                         "too many versions of this key ({} bytes of index record): remove old \
