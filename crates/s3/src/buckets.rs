@@ -59,10 +59,23 @@ pub struct BucketRecord {
     /// The bucket's tags (PutBucketTagging).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: std::collections::BTreeMap<String, String>,
+    /// Object ownership: whether ACLs act (records without it are BucketOwnerEnforced).
+    #[serde(default, skip_serializing_if = "is_enforced")]
+    pub ownership: crate::acl::Ownership,
+    /// The bucket's ACL beyond its owner's FULL_CONTROL (acts when ACLs are enabled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<crate::acl::Grant>,
+    /// Never stored: set on the copy of the record a request was authorised with when the
+    /// versions it reads must still be checked (their owner and ACL; see `acl`).
+    #[serde(skip)]
+    pub version_check: Option<crate::acl::VersionCheck>,
 }
 
-/// S3's public access block of a bucket (ACLs are disabled here, so the ACL settings only
-/// refuse requests that set public ACLs).
+fn is_enforced(o: &crate::acl::Ownership) -> bool {
+    *o == crate::acl::Ownership::BucketOwnerEnforced
+}
+
+/// S3's public access block of a bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublicAccessBlock {
     pub block_public_acls: bool,
@@ -138,14 +151,15 @@ impl BucketRecord {
     }
 }
 
-/// Create a bucket owned by `owner`: its index in `pool` (replicated), its data in
-/// `data_pool` (replicated or erasure coded; None: `pool`).
+/// Create a bucket owned by `owner`, with its object ownership and ACL: its index in `pool`
+/// (replicated), its data in `data_pool` (replicated or erasure coded; None: `pool`).
 pub async fn create_bucket(
     cluster: &Cluster,
     name: &str,
     owner: &str,
-    pool: PoolId,
-    data_pool: Option<PoolId>,
+    (pool, data_pool): (PoolId, Option<PoolId>),
+    ownership: crate::acl::Ownership,
+    acl: Vec<crate::acl::Grant>,
 ) -> Result<BucketRecord, BucketError> {
     if get_bucket(cluster, name).await?.is_some() {
         return Err(BucketError::Exists(name.into()));
@@ -192,6 +206,9 @@ pub async fn create_bucket(
         cors: Vec::new(),
         object_lock: None,
         default_sse: false,
+        ownership,
+        acl,
+        version_check: None,
     };
     let value = serde_json::to_vec(&record).expect("bucket record serialises");
     match cluster

@@ -104,6 +104,12 @@ pub struct ObjectEntry {
     /// Object lock legal hold of this version.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub legal_hold: bool,
+    /// The version's owner when it is not the bucket's (a writer in a bucket with ACLs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The version's ACL beyond its owner's FULL_CONTROL (acts when the bucket's ACLs do).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<crate::acl::Grant>,
 }
 
 /// Checksums of an object's bytes, as S3 sends them (base64 of the big-endian value).
@@ -162,6 +168,12 @@ pub struct Upload {
     pub retention: Option<crate::lock::Retention>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub legal_hold: bool,
+    /// The owner the object will have, when not the bucket's (see `ObjectEntry::owner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_owner: Option<String>,
+    /// The ACL the object will have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<crate::acl::Grant>,
 }
 
 /// An uploaded part.

@@ -13,6 +13,7 @@
 //! * `gateway`: the S3 operations (a module per group of operations, see its docs);
 //!   `server`: HTTP serving (protocol by the `s3s` crate).
 
+pub mod acl;
 pub mod buckets;
 pub mod checksum;
 pub mod cors;

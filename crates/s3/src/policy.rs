@@ -33,6 +33,10 @@ pub const ACTIONS: &[&str] = &[
     "s3:PutObjectRetention",
     "s3:GetObjectLegalHold",
     "s3:PutObjectLegalHold",
+    "s3:GetBucketAcl",
+    "s3:PutBucketAcl",
+    "s3:GetObjectAcl",
+    "s3:PutObjectAcl",
 ];
 
 /// Largest policy document (S3's limit).

@@ -555,15 +555,15 @@ def never_silently_wrong_more():
     import base64
     import zlib
 
-    # Canned ACLs: "private" is what every bucket and object is, accepted; wider ACLs and
-    # grants are refused, and nothing is created.
-    assert error_code(s3.create_bucket, Bucket="acl-public", ACL="public-read") in (
-        "NotImplemented", "501",
+    # ACLs in a BucketOwnerEnforced bucket (the default), as S3 answers: "private" and the
+    # owner's equivalents are accepted; wider ACLs are refused by name and nothing is made.
+    assert error_code(s3.create_bucket, Bucket="acl-public", ACL="public-read") == (
+        "InvalidBucketAclWithObjectOwnership"
     )
     assert error_code(s3.head_bucket, Bucket="acl-public") in ("404", "NoSuchBucket")
     s3.create_bucket(Bucket="acl-private", ACL="private", ObjectOwnership="BucketOwnerEnforced")
     assert error_code(
-        s3.create_bucket, Bucket="acl-writer", ObjectOwnership="ObjectWriter"
+        s3.create_bucket, Bucket="acl-logs", ObjectOwnership="ObjectWriter", ACL="log-delivery-write"
     ) in ("NotImplemented", "501")
     acl = s3.get_bucket_acl(Bucket="acl-private")
     owner = acl["Owner"]["ID"]
@@ -571,21 +571,24 @@ def never_silently_wrong_more():
         (owner, "FULL_CONTROL")
     ], acl
     s3.put_bucket_acl(Bucket="acl-private", ACL="private")
-    assert error_code(s3.put_bucket_acl, Bucket="acl-private", ACL="public-read") in (
-        "NotImplemented", "501",
+    assert error_code(s3.put_bucket_acl, Bucket="acl-private", ACL="public-read") == (
+        "AccessControlListNotSupported"
     )
     s3.put_object(Bucket="acl-private", Key="p", Body=b"private", ACL="private")
+    s3.put_object(Bucket="acl-private", Key="p", Body=b"private", ACL="bucket-owner-full-control")
     assert s3.get_object_acl(Bucket="acl-private", Key="p")["Grants"][0]["Permission"] == "FULL_CONTROL"
     assert error_code(s3.get_object_acl, Bucket="acl-private", Key="none") in ("NoSuchKey", "404")
-    for extra in (
-        {"ACL": "public-read"},
-        {"GrantRead": 'uri="http://acs.amazonaws.com/groups/global/AllUsers"'},
-        {"StorageClass": "GLACIER"},
-        {"WebsiteRedirectLocation": "/elsewhere"},
+    for extra, code in (
+        ({"ACL": "public-read"}, "AccessControlListNotSupported"),
+        ({"GrantRead": 'uri="http://acs.amazonaws.com/groups/global/AllUsers"'},
+         "AccessControlListNotSupported"),
+        ({"GrantRead": 'emailAddress="bob@example.com"'}, "NotImplemented"),
+        ({"ACL": "private", "GrantRead": f'id="{owner}"'}, "InvalidRequest"),
+        ({"StorageClass": "GLACIER"}, "NotImplemented"),
+        ({"WebsiteRedirectLocation": "/elsewhere"}, "NotImplemented"),
     ):
-        assert error_code(s3.put_object, Bucket="acl-private", Key="q", Body=b"x", **extra) in (
-            "NotImplemented", "501",
-        ), extra
+        got = error_code(s3.put_object, Bucket="acl-private", Key="q", Body=b"x", **extra)
+        assert got == code, (extra, got)
     assert error_code(s3.head_object, Bucket="acl-private", Key="q") in ("404", "NoSuchKey")
     s3.put_object(Bucket="acl-private", Key="q", Body=b"x", StorageClass="STANDARD")
     # Version ids: the buckets are unversioned, so every object is version "null".
@@ -1164,14 +1167,122 @@ def policies(bob):
     assert error_code(s3.put_bucket_policy, Bucket=b, Policy="{not json") == "MalformedPolicy"
     rules = s3.get_bucket_ownership_controls(Bucket=b)["OwnershipControls"]["Rules"]
     assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}], rules
-    assert error_code(
-        s3.put_bucket_ownership_controls, Bucket=b,
-        OwnershipControls={"Rules": [{"ObjectOwnership": "ObjectWriter"}]},
-    ) in ("NotImplemented", "501")
     s3.delete_bucket_policy(Bucket=b)
     assert error_code(anon.get_object, Bucket=b, Key="public/a.txt") in denied
     s3.delete_object(Bucket=b, Key="keep/c.txt")  # no policy, no Deny
     for k in ("public/a.txt", "private/b.txt", "bob/notes"):
+        s3.delete_object(Bucket=b, Key=k)
+    s3.delete_bucket(Bucket=b)
+    acl_grants(bob, anon)
+
+
+def acl_grants(bob, anon):
+    step("ACL grants: ObjectWriter and BucketOwnerPreferred buckets, canned ACLs, grants")
+    denied = ("AccessDenied", "403")
+    all_users = "http://acs.amazonaws.com/groups/global/AllUsers"
+    b = "grants"
+    admin = s3.get_bucket_acl(Bucket="admins")["Owner"]["ID"]
+
+    def grants_of(acl):
+        return sorted((g["Grantee"].get("ID") or g["Grantee"]["URI"], g["Permission"]) for g in acl["Grants"])
+
+    s3.create_bucket(Bucket=b, ObjectOwnership="ObjectWriter", ACL="public-read")
+    assert grants_of(s3.get_bucket_acl(Bucket=b)) == [(admin, "FULL_CONTROL"), (all_users, "READ")]
+    rules = s3.get_bucket_ownership_controls(Bucket=b)["OwnershipControls"]["Rules"]
+    assert rules == [{"ObjectOwnership": "ObjectWriter"}], rules
+    s3.put_object(Bucket=b, Key="pub", Body=b"everyone", ACL="public-read")
+    s3.put_object(Bucket=b, Key="priv", Body=b"admin only")
+    s3.put_object(Bucket=b, Key="signed", Body=b"signed only", ACL="authenticated-read")
+    # The bucket's READ lets anyone list; each object's ACL decides who reads it.
+    assert [o["Key"] for o in anon.list_objects_v2(Bucket=b)["Contents"]] == ["priv", "pub", "signed"]
+    assert anon.get_object(Bucket=b, Key="pub")["Body"].read() == b"everyone"
+    assert error_code(anon.get_object, Bucket=b, Key="priv") in denied
+    assert error_code(bob.get_object, Bucket=b, Key="priv") in denied
+    assert error_code(anon.get_object, Bucket=b, Key="signed") in denied
+    assert bob.get_object(Bucket=b, Key="signed")["Body"].read() == b"signed only"
+    assert error_code(anon.put_object, Bucket=b, Key="x", Body=b"x") in denied
+    assert error_code(bob.get_bucket_acl, Bucket=b) in denied
+    # Grants by header and by document, per permission.
+    s3.put_object_acl(Bucket=b, Key="priv", GrantRead='id="bob"')
+    assert bob.get_object(Bucket=b, Key="priv")["Body"].read() == b"admin only"
+    assert error_code(bob.get_object_acl, Bucket=b, Key="priv") in denied
+    assert error_code(bob.put_object_acl, Bucket=b, Key="priv", ACL="public-read") in denied
+    doc = {"Owner": {"ID": admin}, "Grants": [
+        {"Grantee": {"Type": "CanonicalUser", "ID": "bob"}, "Permission": "READ"},
+        {"Grantee": {"Type": "CanonicalUser", "ID": "bob"}, "Permission": "READ_ACP"},
+    ]}
+    s3.put_object_acl(Bucket=b, Key="priv", AccessControlPolicy=doc)
+    assert grants_of(bob.get_object_acl(Bucket=b, Key="priv")) == [
+        (admin, "FULL_CONTROL"), ("bob", "READ"), ("bob", "READ_ACP")]
+    for bad, code in (
+        ({"Owner": {"ID": "bob"}, "Grants": []}, "AccessDenied"),
+        ({"Owner": {"ID": admin}, "Grants": [{"Grantee": {"Type": "AmazonCustomerByEmail",
+          "EmailAddress": "bob@example.com"}, "Permission": "READ"}]}, "NotImplemented"),
+        ({"Owner": {"ID": admin}, "Grants": [{"Grantee": {"Type": "Group",
+          "URI": "http://acs.amazonaws.com/groups/s3/LogDelivery"}, "Permission": "WRITE"}]},
+         "NotImplemented"),
+    ):
+        got = error_code(s3.put_object_acl, Bucket=b, Key="priv", AccessControlPolicy=bad)
+        assert got == code, (bad, got)
+    # Bob may write once the bucket grants him WRITE; under ObjectWriter he owns what he
+    # writes, and the bucket's owner reads it only when Bob's ACL lets them.
+    s3.put_bucket_acl(Bucket=b, GrantWrite='id="bob"', GrantRead=f'uri="{all_users}"')
+    bob.put_object(Bucket=b, Key="bobs", Body=b"bob's own")
+    assert error_code(s3.get_object, Bucket=b, Key="bobs") in denied
+    assert error_code(s3.get_object_acl, Bucket=b, Key="bobs") in denied
+    assert bob.get_object_acl(Bucket=b, Key="bobs")["Owner"]["ID"] == "bob"
+    bob.put_object(Bucket=b, Key="shared", Body=b"for the owner", ACL="bucket-owner-read")
+    assert s3.get_object(Bucket=b, Key="shared")["Body"].read() == b"for the owner"
+    assert error_code(s3.get_object_acl, Bucket=b, Key="shared") in denied
+    bob.put_object_acl(Bucket=b, Key="bobs", ACL="bucket-owner-full-control")
+    assert s3.get_object(Bucket=b, Key="bobs")["Body"].read() == b"bob's own"
+    assert grants_of(s3.get_object_acl(Bucket=b, Key="bobs")) == [
+        (admin, "FULL_CONTROL"), ("bob", "FULL_CONTROL")]
+    # A multipart upload and a copy take their ACL and owner from their own request.
+    up = bob.create_multipart_upload(Bucket=b, Key="parts", ACL="public-read")["UploadId"]
+    etag = bob.upload_part(Bucket=b, Key="parts", UploadId=up, PartNumber=1, Body=b"p" * 100)["ETag"]
+    bob.complete_multipart_upload(Bucket=b, Key="parts", UploadId=up,
+                                  MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert anon.get_object(Bucket=b, Key="parts")["Body"].read() == b"p" * 100
+    assert error_code(s3.get_object_acl, Bucket=b, Key="parts") in denied
+    s3.put_object(Bucket=b, Key="nobob", Body=b"not for bob")
+    assert error_code(bob.copy_object, Bucket=b, Key="stolen", CopySource=f"{b}/nobob") in denied
+    bob.copy_object(Bucket=b, Key="copied", CopySource=f"{b}/pub")
+    assert bob.get_object(Bucket=b, Key="copied")["Body"].read() == b"everyone"
+    assert error_code(anon.get_object, Bucket=b, Key="copied") in denied
+    assert error_code(s3.get_object, Bucket=b, Key="copied") in denied
+    # BucketOwnerPreferred: bucket-owner-full-control hands the object to the bucket's owner.
+    s3.put_bucket_ownership_controls(
+        Bucket=b, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerPreferred"}]})
+    bob.put_object(Bucket=b, Key="handed", Body=b"handed over", ACL="bucket-owner-full-control")
+    assert s3.get_object_acl(Bucket=b, Key="handed")["Owner"]["ID"] == admin
+    bob.put_object(Bucket=b, Key="kept", Body=b"kept")
+    assert bob.get_object_acl(Bucket=b, Key="kept")["Owner"]["ID"] == "bob"
+    # The public access block acts on ACLs.
+    s3.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"IgnorePublicAcls": True})
+    assert error_code(anon.get_object, Bucket=b, Key="pub") in denied
+    assert error_code(anon.list_objects_v2, Bucket=b) in denied
+    assert bob.get_object(Bucket=b, Key="priv")["Body"].read() == b"admin only"
+    s3.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"BlockPublicAcls": True})
+    assert anon.get_object(Bucket=b, Key="pub")["Body"].read() == b"everyone"
+    assert error_code(s3.put_object, Bucket=b, Key="p2", Body=b"x", ACL="public-read") in denied
+    assert error_code(s3.put_object_acl, Bucket=b, Key="priv", ACL="public-read") in denied
+    assert error_code(s3.put_bucket_acl, Bucket=b, ACL="public-read-write") in denied
+    s3.delete_public_access_block(Bucket=b)
+    # Back to BucketOwnerEnforced: only with a private bucket ACL; then ACLs stop acting and
+    # every object is the bucket owner's.
+    enforced = {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    assert error_code(s3.put_bucket_ownership_controls, Bucket=b, OwnershipControls=enforced) == (
+        "InvalidBucketAclWithObjectOwnership")
+    s3.put_bucket_acl(Bucket=b, ACL="private")
+    s3.put_bucket_ownership_controls(Bucket=b, OwnershipControls=enforced)
+    assert error_code(anon.get_object, Bucket=b, Key="pub") in denied
+    assert error_code(bob.get_object, Bucket=b, Key="priv") in denied
+    assert s3.get_object(Bucket=b, Key="kept")["Body"].read() == b"kept"
+    assert s3.get_object_acl(Bucket=b, Key="kept")["Owner"]["ID"] == admin
+    s3.delete_bucket_ownership_controls(Bucket=b)
+    assert error_code(s3.get_bucket_ownership_controls, Bucket=b) == "OwnershipControlsNotFoundError"
+    for k in ("pub", "priv", "signed", "bobs", "shared", "handed", "kept", "parts", "nobob", "copied"):
         s3.delete_object(Bucket=b, Key=k)
     s3.delete_bucket(Bucket=b)
 

@@ -1,10 +1,12 @@
 //! Who may do what: the opening of every operation. A request is signed with a known access
 //! key (the protocol layer checked the signature) or anonymous. The bucket's owner may do
-//! anything its policy does not deny; anyone else, what its policy allows (see
-//! docs/design.md, "Access control"). Configuration of a bucket is its owner's alone.
+//! anything its policy does not deny; anyone else, what its policy allows, and in buckets
+//! with ACLs on, what the bucket's or the object version's ACL grants (see docs/design.md,
+//! "Access control" and "ACL grants"). Configuration of a bucket is its owner's alone.
 
 use super::errors::internal;
 use super::Gateway;
+use crate::acl::{self, Grant, Permission, VersionCheck};
 use crate::buckets::{self, BucketRecord};
 use crate::policy::{self, Decision};
 use s3s::dto::CopySource;
@@ -69,6 +71,8 @@ pub(super) struct CopyAccess {
     /// The source's version, when the copy names one.
     pub source_version: Option<String>,
     pub bucket: BucketRecord,
+    /// Who asks (None: anonymous).
+    pub caller: Option<String>,
 }
 
 /// The address a request came from (the gateway's front service records it).
@@ -109,14 +113,19 @@ impl Gateway {
         })
     }
 
-    /// Whether the sender of the request `access` opened may do `need` on its bucket.
+    /// Whether the sender of the request `access` opened may do `need` on its bucket; for
+    /// bucket-level needs (the deletes of a DeleteObjects), never one decided per version.
     pub(super) fn permits(&self, access: &Access, need: Need<'_>) -> S3Result<bool> {
-        allowed(
+        match allowed(
             &access.bucket,
             access.caller.as_deref(),
             need,
             access.source_ip,
-        )
+        )? {
+            Verdict::Allow => Ok(true),
+            Verdict::Deny => Ok(false),
+            Verdict::Version(_) => Err(internal(format!("{need:?} is decided per version"))),
+        }
     }
 
     /// Authorise a copy from `source` into bucket `target`: reading the source (object or
@@ -161,6 +170,7 @@ impl Gateway {
             source_key: source_key.to_string(),
             source_version: version_id.as_deref().map(String::from),
             bucket,
+            caller,
         })
     }
 
@@ -192,13 +202,16 @@ impl Gateway {
         name: &str,
         need: Need<'_>,
     ) -> S3Result<BucketRecord> {
-        let bucket = buckets::get_bucket(&self.cluster, name)
+        let mut bucket = buckets::get_bucket(&self.cluster, name)
             .await?
             .ok_or_else(|| s3_error!(NoSuchBucket))?;
-        if allowed(&bucket, caller.as_deref(), need, source_ip(req))? {
-            Ok(bucket)
-        } else {
-            Err(s3_error!(AccessDenied))
+        match allowed(&bucket, caller.as_deref(), need, source_ip(req))? {
+            Verdict::Allow => Ok(bucket),
+            Verdict::Deny => Err(s3_error!(AccessDenied)),
+            Verdict::Version(check) => {
+                bucket.version_check = Some(check);
+                Ok(bucket)
+            }
         }
     }
 }
@@ -208,49 +221,127 @@ fn source_ip<T>(req: &S3Request<T>) -> Option<std::net::IpAddr> {
     req.extensions.get::<Peer>().map(|p| p.0.ip())
 }
 
+/// What the bucket says of a request.
+#[derive(Debug)]
+pub(super) enum Verdict {
+    Allow,
+    Deny,
+    /// It depends on the object version the request reads or edits (its owner and ACL).
+    Version(VersionCheck),
+}
+
+/// Where an action's ACL permission is looked for: the bucket's ACL, or the ACL of the
+/// object version it reads or edits; and which permission (None: ACLs never grant it).
+enum AclScope {
+    Bucket(Option<Permission>),
+    Version(Option<Permission>),
+}
+
+/// The ACL scope of a policy action (S3's mapping of ACL permissions to actions).
+fn acl_scope(action: &str) -> AclScope {
+    use AclScope::{Bucket, Version};
+    match action {
+        "s3:ListBucket" | "s3:ListBucketVersions" | "s3:ListBucketMultipartUploads" => {
+            Bucket(Some(Permission::Read))
+        }
+        "s3:PutObject"
+        | "s3:DeleteObject"
+        | "s3:DeleteObjectVersion"
+        | "s3:AbortMultipartUpload"
+        | "s3:ListMultipartUploadParts" => Bucket(Some(Permission::Write)),
+        "s3:GetBucketAcl" => Bucket(Some(Permission::ReadAcp)),
+        "s3:PutBucketAcl" => Bucket(Some(Permission::WriteAcp)),
+        "s3:GetObject" | "s3:GetObjectVersion" => Version(Some(Permission::Read)),
+        "s3:GetObjectAcl" => Version(Some(Permission::ReadAcp)),
+        "s3:PutObjectAcl" => Version(Some(Permission::WriteAcp)),
+        a if a.starts_with("s3:GetObject")
+            || a.starts_with("s3:PutObject")
+            || a.starts_with("s3:DeleteObject") =>
+        {
+            Version(None)
+        }
+        _ => Bucket(None),
+    }
+}
+
 /// Whether `user` (None: anonymous) may do `need` on `bucket`: a Deny of its policy refuses
-/// anyone, the owner may do the rest, others what the policy allows. With
-/// RestrictPublicBuckets, statements that grant everyone count for the owner only.
-fn allowed(
+/// anyone; the owner may do the rest, others what the policy or (in buckets with ACLs on)
+/// the bucket's ACL allows. With RestrictPublicBuckets, statements that grant everyone
+/// count for the owner only. An action on an object version in a bucket with ACLs on is
+/// decided on the version ([`Verdict::Version`]).
+pub(super) fn allowed(
     bucket: &BucketRecord,
     user: Option<&str>,
     need: Need<'_>,
     source_ip: Option<std::net::IpAddr>,
-) -> S3Result<bool> {
+) -> S3Result<Verdict> {
     let owner = user == Some(bucket.owner.as_str());
+    let verdict = |ok: bool| if ok { Verdict::Allow } else { Verdict::Deny };
     let Need::Action {
         action,
         key,
         prefix,
     } = need
     else {
-        return Ok(owner);
+        return Ok(verdict(owner));
     };
-    let Some(doc) = &bucket.policy else {
-        return Ok(owner);
+    let decision = match &bucket.policy {
+        None => Decision::Silent,
+        Some(doc) => {
+            let policy = policy::parse(doc, &bucket.name).map_err(|e| internal(e.message))?;
+            let request = policy::Request {
+                user,
+                action,
+                bucket: &bucket.name,
+                key,
+                source_ip,
+                prefix,
+            };
+            let restrict = bucket
+                .public_access_block
+                .is_some_and(|b| b.restrict_public_buckets);
+            if restrict && !owner {
+                policy.evaluate_non_public(&request)
+            } else {
+                policy.evaluate(&request)
+            }
+        }
     };
-    let policy = policy::parse(doc, &bucket.name).map_err(|e| internal(e.message))?;
-    let request = policy::Request {
-        user,
-        action,
-        bucket: &bucket.name,
-        key,
-        source_ip,
-        prefix,
-    };
-    let restrict = bucket
+    if decision == Decision::Deny {
+        return Ok(Verdict::Deny);
+    }
+    let bucket_allows = owner || decision == Decision::Allow;
+    if !bucket.ownership.acls_enabled() {
+        return Ok(verdict(bucket_allows));
+    }
+    let public_counts = !bucket
         .public_access_block
-        .is_some_and(|b| b.restrict_public_buckets);
-    let decision = if restrict && !owner {
-        policy.evaluate_non_public(&request)
-    } else {
-        policy.evaluate(&request)
-    };
-    Ok(match decision {
-        Decision::Deny => false,
-        Decision::Allow => true,
-        Decision::Silent => owner,
+        .is_some_and(|b| b.ignore_public_acls);
+    Ok(match acl_scope(action) {
+        AclScope::Bucket(permission) => verdict(
+            bucket_allows
+                || permission.is_some_and(|p| acl::grants(&bucket.acl, user, p, public_counts)),
+        ),
+        AclScope::Version(permission) => Verdict::Version(VersionCheck {
+            caller: user.map(String::from),
+            permission,
+            bucket_allows,
+            public_counts,
+        }),
     })
+}
+
+/// Whether the version with owner `owner` and `acl` may be used by the request `bucket`
+/// (as its authorisation left it) is for; AccessDenied if not.
+pub(super) fn check_version_access(
+    bucket: &BucketRecord,
+    owner: &Option<String>,
+    acl: &[Grant],
+) -> S3Result<()> {
+    match &bucket.version_check {
+        Some(check) if !check.allows(owner.as_deref(), acl) => Err(s3_error!(AccessDenied)),
+        _ => Ok(()),
+    }
 }
 
 /// `x-amz-expected-bucket-owner` (or the copy source's): a request that names an owner

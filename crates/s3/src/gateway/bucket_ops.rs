@@ -16,25 +16,15 @@ pub(super) async fn create_bucket(
     // Only the caller: the bucket is to be created, so there is no owner to check yet.
     let user = gw.signed_caller(&req).await?;
     let input = &req.input;
-    super::unsupported::check_acl(
-        input.acl.as_ref().map(|a| a.as_str()),
-        input.grant_full_control.is_some()
-            || input.grant_read.is_some()
-            || input.grant_read_acp.is_some()
-            || input.grant_write.is_some()
-            || input.grant_write_acp.is_some(),
-    )?;
-    if let Some(o) = &input.object_ownership {
-        // Every object belongs to the bucket's owner and ACLs grant nothing else: that is
-        // BucketOwnerEnforced, and only that.
-        if o.as_str() != ObjectOwnership::BUCKET_OWNER_ENFORCED {
-            return Err(s3_error!(
-                NotImplemented,
-                "object ownership {:?} is not supported: buckets are BucketOwnerEnforced",
-                o.as_str()
-            ));
-        }
-    }
+    let ownership = match &input.object_ownership {
+        None => crate::acl::Ownership::BucketOwnerEnforced,
+        Some(o) => super::acl::ownership_of(&OwnershipControls {
+            rules: vec![OwnershipControlsRule {
+                object_ownership: o.clone(),
+            }],
+        })?,
+    };
+    let acl = super::acl::bucket_acl_on_create(input, &user, ownership)?;
     let location = input
         .create_bucket_configuration
         .as_ref()
@@ -66,7 +56,15 @@ pub(super) async fn create_bucket(
             location: Some(format!("/{name}")),
         }));
     }
-    buckets::create_bucket(&gw.cluster, name, &user, gw.pool, gw.data_pool).await?;
+    buckets::create_bucket(
+        &gw.cluster,
+        name,
+        &user,
+        (gw.pool, gw.data_pool),
+        ownership,
+        acl,
+    )
+    .await?;
     if req.input.object_lock_enabled_for_bucket == Some(true) {
         // Object lock needs versioning, which then can never be suspended.
         buckets::update_bucket(&gw.cluster, name, |r| {

@@ -123,6 +123,7 @@ pub(super) async fn create_multipart_upload(
     let need = Need::object("s3:PutObject", &req.input.key);
     let Access { caller, bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     super::unsupported::refuse_unsupported_put!(req.input);
+    let (object_owner, acl) = super::acl::object_acl_of!(&bucket, caller.as_deref(), req.input)?;
     let customer = customer_key_of!(req.input)?;
     let sse = gw.new_sse(
         &bucket,
@@ -146,6 +147,8 @@ pub(super) async fn create_multipart_upload(
         tags: super::tagging::header_tags(input.tagging.as_deref())?,
         headers: headers_of!(input),
         sse: sse.map(|(s, _)| s),
+        object_owner,
+        acl,
     };
     index::put_upload(&gw.cluster, &bucket, &id, &upload_key(&id), Some(&upload)).await?;
     let mut output = CreateMultipartUploadOutput {
@@ -315,6 +318,8 @@ pub(super) async fn complete_multipart_upload(
         sse: upload.sse,
         retention: upload.retention,
         legal_hold: upload.legal_hold,
+        owner: upload.object_owner,
+        acl: upload.acl,
         ..Default::default()
     };
     let entry = gw

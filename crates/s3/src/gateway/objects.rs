@@ -1,6 +1,7 @@
 //! Object operations: PutObject, GetObject, HeadObject, DeleteObject(s) and CopyObject.
 
 use super::access::{Access, Need};
+use super::acl::object_acl_of;
 use super::conditions::{check_conditions, preconditions, Preconditions};
 use super::dto::{etag, headers_of, metadata_of, timestamp_ms};
 use super::encryption::{answer_sse, customer_key_of};
@@ -202,8 +203,9 @@ pub(super) async fn put_object(
     mut req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let need = Need::object("s3:PutObject", &req.input.key);
-    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    let Access { bucket, caller, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     refuse_unsupported_put!(req.input);
+    let (owner, acl) = object_acl_of!(&bucket, caller.as_deref(), req.input)?;
     if req.input.write_offset_bytes.is_some() {
         return Err(s3_error!(
             NotImplemented,
@@ -242,6 +244,8 @@ pub(super) async fn put_object(
         sse: sse.map(|(s, _)| s),
         retention,
         legal_hold,
+        owner,
+        acl,
         ..Default::default()
     };
     // A failed index update may still have been applied (a reply lost after retries):
@@ -437,6 +441,8 @@ pub(super) async fn copy_object(
         .copy_source(&copy, preconditions!(copy source of input))
         .await?;
     let bucket = &copy.bucket;
+    // A copy is a new object: the ACL is the request's (private when it names none).
+    let (owner, acl) = object_acl_of!(bucket, copy.caller.as_deref(), input)?;
     let source_version = Gateway::shown_version(&copy.source, &src.version_id);
     let source_cipher = gw.open_sse(&src.sse, source_customer.as_ref())?;
     let sse = gw.new_sse(
@@ -493,6 +499,8 @@ pub(super) async fn copy_object(
             modified_ms: now_ms(),
             retention,
             legal_hold,
+            owner,
+            acl,
             ..src
         }
     } else {
@@ -518,6 +526,8 @@ pub(super) async fn copy_object(
             sse: sse.map(|(s, _)| s),
             retention,
             legal_hold,
+            owner,
+            acl,
             ..Default::default()
         }
     };

@@ -142,50 +142,38 @@ pub(super) async fn delete_public_access_block(
     Ok(S3Response::new(DeletePublicAccessBlockOutput {}))
 }
 
-/// The one ownership rule: every object belongs to the bucket's owner, ACLs grant nothing.
-fn enforced() -> OwnershipControls {
-    OwnershipControls {
-        rules: vec![OwnershipControlsRule {
-            object_ownership: ObjectOwnership::from_static(ObjectOwnership::BUCKET_OWNER_ENFORCED),
-        }],
-    }
-}
-
-/// GetBucketOwnershipControls: BucketOwnerEnforced, always.
+/// GetBucketOwnershipControls: the bucket's object ownership, or
+/// OwnershipControlsNotFoundError once they were deleted.
 pub(super) async fn get_bucket_ownership_controls(
     gw: &Gateway,
     req: S3Request<GetBucketOwnershipControlsInput>,
 ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
-    gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    let controls = super::acl::shown_ownership(bucket.ownership)
+        .ok_or_else(super::acl::no_ownership_controls)?;
     Ok(S3Response::new(GetBucketOwnershipControlsOutput {
-        ownership_controls: Some(enforced()),
+        ownership_controls: Some(controls),
     }))
 }
 
-/// PutBucketOwnershipControls: BucketOwnerEnforced is accepted (it is what every bucket
-/// is); the others are NotImplemented.
+/// PutBucketOwnershipControls: BucketOwnerEnforced (ACLs off), BucketOwnerPreferred or
+/// ObjectWriter (ACLs on).
 pub(super) async fn put_bucket_ownership_controls(
     gw: &Gateway,
     req: S3Request<PutBucketOwnershipControlsInput>,
 ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
-    gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
-    if req.input.ownership_controls != enforced() {
-        return Err(s3_error!(
-            NotImplemented,
-            "object ownership other than BucketOwnerEnforced is not supported"
-        ));
-    }
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    let ownership = super::acl::ownership_of(&req.input.ownership_controls)?;
+    super::acl::set_ownership(gw, &bucket.name, ownership).await?;
     Ok(S3Response::new(PutBucketOwnershipControlsOutput {}))
 }
 
-/// DeleteBucketOwnershipControls: nothing to remove; the bucket stays BucketOwnerEnforced.
+/// DeleteBucketOwnershipControls: no controls, which S3 treats as ObjectWriter (ACLs on).
 pub(super) async fn delete_bucket_ownership_controls(
     gw: &Gateway,
     req: S3Request<DeleteBucketOwnershipControlsInput>,
 ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
-    gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
-    Err(s3_error!(
-        NotImplemented,
-        "ownership controls cannot be removed: buckets are BucketOwnerEnforced"
-    ))
+    let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, Need::Owner).await?;
+    super::acl::set_ownership(gw, &bucket.name, crate::acl::Ownership::NoControls).await?;
+    Ok(S3Response::new(DeleteBucketOwnershipControlsOutput {}))
 }

@@ -4,7 +4,7 @@
 //! turn versioning on. Every change of a versioned key is one read–modify–write of its
 //! record, conditional on the bytes read (see docs/design.md, "Versioning").
 
-use super::access::{Access, Need};
+use super::access::{check_version_access, Access, Need};
 use super::unsupported::check_version;
 use super::Gateway;
 use crate::buckets::{self, BucketRecord, Versioning};
@@ -149,6 +149,7 @@ impl Gateway {
             if record.delete_marker {
                 return Err(deleted(&record, false));
             }
+            check_version_access(bucket, &record.owner, &record.acl)?;
             record.older.clear();
             return Ok(record);
         };
@@ -159,6 +160,7 @@ impl Gateway {
         if found.delete_marker {
             return Err(deleted(&found, true));
         }
+        check_version_access(bucket, &found.owner, &found.acl)?;
         Ok(found)
     }
 
@@ -480,6 +482,7 @@ impl Gateway {
                 if all[i].delete_marker {
                     return Err(deleted(&all[i], target.is_some()));
                 }
+                check_version_access(bucket, &all[i].owner, &all[i].acl)?;
                 edit(&mut all[i])?;
                 edited = all[i].version_id.clone();
                 let mut top = all.remove(0);
