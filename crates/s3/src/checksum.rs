@@ -22,7 +22,9 @@ pub struct Wanted {
     hasher: Arc<Mutex<ChecksumHasher>>,
 }
 
-fn algorithm_named(name: &str) -> Option<&'static str> {
+/// The algorithm a header, trailer or `ChecksumAlgorithm` names, in lower case (`crc32`,
+/// `crc32c`, `sha1`, `sha256`, `crc64nvme`); None for anything else.
+pub fn algorithm_named(name: &str) -> Option<&'static str> {
     let n = name.trim().to_ascii_lowercase();
     let n = n.strip_prefix("x-amz-checksum-").unwrap_or(&n);
     match n {
@@ -79,6 +81,16 @@ impl Wanted {
             trailer,
             hasher: Arc::new(Mutex::new(hasher)),
         }
+    }
+
+    /// Compute `algorithm` (a name from [`algorithm_named`]) over a body no client sent a
+    /// checksum for (a copy's bytes).
+    pub fn computing(algorithm: &str) -> Self {
+        let mut headers = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(algorithm) {
+            headers.insert("x-amz-sdk-checksum-algorithm", v);
+        }
+        Self::new(&headers, None, Checksum::default(), None)
     }
 
     /// `body`, with every piece fed to the checksums on its way through.
@@ -154,6 +166,61 @@ impl Wanted {
     }
 }
 
+/// The value for `algorithm` (a name from [`algorithm_named`]) among `c`.
+pub fn value_of<'a>(c: &'a Checksum, algorithm: &str) -> Option<&'a String> {
+    match algorithm {
+        "crc32" => c.checksum_crc32.as_ref(),
+        "crc32c" => c.checksum_crc32c.as_ref(),
+        "sha1" => c.checksum_sha1.as_ref(),
+        "sha256" => c.checksum_sha256.as_ref(),
+        "crc64nvme" => c.checksum_crc64nvme.as_ref(),
+        _ => None,
+    }
+}
+
+/// `c` with the value for `algorithm` set to `value`.
+pub fn with_value(mut c: Checksum, algorithm: &str, value: String) -> Checksum {
+    match algorithm {
+        "crc32" => c.checksum_crc32 = Some(value),
+        "crc32c" => c.checksum_crc32c = Some(value),
+        "sha1" => c.checksum_sha1 = Some(value),
+        "sha256" => c.checksum_sha256 = Some(value),
+        _ => c.checksum_crc64nvme = Some(value),
+    }
+    c
+}
+
+/// Whether a stored checksum value is a multipart object's composite one (`…-N`), which is
+/// of the parts' checksums, not of the object's bytes.
+pub fn is_composite(value: &str) -> bool {
+    value.contains('-')
+}
+
+/// S3's COMPOSITE checksum of a multipart object: `algorithm` over the concatenated binary
+/// checksums of its parts (`parts`, base64 as stored), base64, then `-N`.
+pub fn composite(algorithm: &str, parts: &[&str]) -> Result<String, String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut hasher = ChecksumHasher::default();
+    match algorithm {
+        "crc32" => hasher.crc32 = Some(Crc32::new()),
+        "crc32c" => hasher.crc32c = Some(Crc32c::new()),
+        "sha1" => hasher.sha1 = Some(Sha1::new()),
+        "sha256" => hasher.sha256 = Some(Sha256::new()),
+        "crc64nvme" => hasher.crc64nvme = Some(Crc64Nvme::new()),
+        other => return Err(format!("unknown checksum algorithm {other:?}")),
+    }
+    for p in parts {
+        let raw = b64
+            .decode(p.trim())
+            .map_err(|e| format!("a part checksum {p:?} is not base64: {e}"))?;
+        hasher.update(&raw);
+    }
+    let whole = hasher.finalize();
+    let value = value_of(&whole, algorithm).ok_or("no checksum computed")?;
+    Ok(format!("{value}-{}", parts.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +263,26 @@ mod tests {
         let w = Wanted::new(&http::HeaderMap::new(), None, Checksum::default(), None);
         let computed = w.verify().unwrap();
         assert!(computed.checksum_crc32.is_none() && computed.checksum_sha256.is_none());
+    }
+
+    /// Goal: a composite checksum is the algorithm over the parts' binary checksums, with
+    /// the part count; bad input is an error, never a wrong value.
+    #[test]
+    fn composite_checksums() {
+        // CRC32 of the bytes 0d4a1185 0d4a1185 (two parts of "hello world").
+        let mut h = Crc32::new();
+        h.update(&[0x0d, 0x4a, 0x11, 0x85, 0x0d, 0x4a, 0x11, 0x85]);
+        use base64::Engine as _;
+        let expected = base64::engine::general_purpose::STANDARD.encode(h.finalize());
+        assert_eq!(
+            composite("crc32", &["DUoRhQ==", "DUoRhQ=="]),
+            Ok(format!("{expected}-2"))
+        );
+        assert!(is_composite(&format!("{expected}-2")) && !is_composite("DUoRhQ=="));
+        assert!(composite("crc32", &["not base64!"]).is_err());
+        assert!(composite("md5", &["DUoRhQ=="]).is_err());
+        let c = with_value(Checksum::default(), "sha256", "x".into());
+        assert_eq!(value_of(&c, "sha256").map(String::as_str), Some("x"));
+        assert_eq!(value_of(&c, "crc32"), None);
     }
 }

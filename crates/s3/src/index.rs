@@ -174,6 +174,10 @@ pub struct Upload {
     /// The ACL the object will have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acl: Vec<crate::acl::Grant>,
+    /// The checksum algorithm of the object's COMPOSITE checksum (`checksum::algorithm_named`):
+    /// every part's is computed and kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_algorithm: Option<String>,
 }
 
 /// An uploaded part.
@@ -184,6 +188,9 @@ pub struct Part {
     /// MD5 hex of the part.
     pub etag: String,
     pub modified_ms: i64,
+    /// The part's checksum with its upload's algorithm (base64), when the upload has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 /// Index failures.

@@ -738,6 +738,44 @@ def tags_and_attributes():
     parts_info = attrs["ObjectParts"]
     assert parts_info["TotalPartsCount"] == 2 and parts_info["IsTruncated"] is True, parts_info
     assert parts_info["Parts"][0]["Size"] == 5 * MiB, parts_info
+    # A multipart upload with a checksum algorithm: each part's is computed (and checked
+    # when sent), the object gets S3's COMPOSITE checksum (of the parts' checksums, "-N").
+    up = s3.create_multipart_upload(Bucket=b, Key="mpc", ChecksumAlgorithm="SHA256")
+    assert up["ChecksumAlgorithm"] == "SHA256", up
+    sums = []
+    for n, d in enumerate(parts):
+        r = s3.upload_part(Bucket=b, Key="mpc", UploadId=up["UploadId"], PartNumber=n + 1, Body=d,
+                           ChecksumAlgorithm="SHA256")
+        assert r["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(d).digest()).decode(), r
+        sums.append(r)
+    listed = s3.list_parts(Bucket=b, Key="mpc", UploadId=up["UploadId"])
+    assert [p["ChecksumSHA256"] for p in listed["Parts"]] == [r["ChecksumSHA256"] for r in sums], listed
+    composite = base64.b64encode(hashlib.sha256(b"".join(
+        hashlib.sha256(d).digest() for d in parts)).digest()).decode() + f"-{len(parts)}"
+    bad = [{"PartNumber": 1, "ETag": sums[0]["ETag"], "ChecksumSHA256": sums[1]["ChecksumSHA256"]},
+           {"PartNumber": 2, "ETag": sums[1]["ETag"], "ChecksumSHA256": sums[1]["ChecksumSHA256"]}]
+    assert error_code(s3.complete_multipart_upload, Bucket=b, Key="mpc", UploadId=up["UploadId"],
+                      MultipartUpload={"Parts": bad}) == "InvalidPart"
+    done = s3.complete_multipart_upload(Bucket=b, Key="mpc", UploadId=up["UploadId"], MultipartUpload={
+        "Parts": [{"PartNumber": n + 1, "ETag": r["ETag"], "ChecksumSHA256": r["ChecksumSHA256"]}
+                  for n, r in enumerate(sums)]})
+    assert done["ChecksumSHA256"] == composite, (done, composite)
+    head = s3.head_object(Bucket=b, Key="mpc", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == composite and head["ChecksumType"] == "COMPOSITE", head
+    attrs = s3.get_object_attributes(Bucket=b, Key="mpc", ObjectAttributes=["Checksum"])
+    assert attrs["Checksum"]["ChecksumSHA256"] == composite, attrs
+    assert error_code(s3.create_multipart_upload, Bucket=b, Key="x", ChecksumAlgorithm="CRC32",
+                      ChecksumType="FULL_OBJECT") in ("NotImplemented", "501")
+    # Copies keep a whole-object checksum, compute one asked for, and drop a composite one.
+    s3.copy_object(Bucket=b, Key="t-copy", CopySource=f"{b}/t")
+    head = s3.head_object(Bucket=b, Key="t-copy", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == want and head["ChecksumType"] == "FULL_OBJECT", head
+    out = s3.copy_object(Bucket=b, Key="t-crc", CopySource=f"{b}/t", ChecksumAlgorithm="CRC32C")
+    assert out["CopyObjectResult"]["ChecksumSHA256"] == want, out
+    assert out["CopyObjectResult"]["ChecksumCRC32C"], out
+    s3.copy_object(Bucket=b, Key="mpc-copy", CopySource=f"{b}/mpc")
+    head = s3.head_object(Bucket=b, Key="mpc-copy", ChecksumMode="ENABLED")
+    assert "ChecksumSHA256" not in head, head
     # Bucket tags.
     assert error_code(s3.get_bucket_tagging, Bucket=b) == "NoSuchTagSet"
     s3.put_bucket_tagging(Bucket=b, Tagging={"TagSet": [{"Key": "cost-center", "Value": "42"}]})

@@ -396,6 +396,20 @@ fn last_version_id(item: &(String, VersionItem)) -> String {
     }
 }
 
+/// A listed part with its checksum (of its upload's algorithm), as ListParts shows it.
+fn part_checksum(upload: &crate::index::Upload, part: &Part) -> s3s::dto::Part {
+    let mut out = s3s::dto::Part::default();
+    if let (Some(a), Some(v)) = (&upload.checksum_algorithm, &part.checksum) {
+        let c = crate::checksum::with_value(Checksum::default(), a, v.clone());
+        out.checksum_crc32 = c.checksum_crc32;
+        out.checksum_crc32c = c.checksum_crc32c;
+        out.checksum_sha1 = c.checksum_sha1;
+        out.checksum_sha256 = c.checksum_sha256;
+        out.checksum_crc64nvme = c.checksum_crc64nvme;
+    }
+    out
+}
+
 /// ListParts: the parts of an upload, by number, after a part-number marker.
 pub(super) async fn list_parts(
     gw: &Gateway,
@@ -405,7 +419,7 @@ pub(super) async fn list_parts(
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let user = bucket.owner.clone();
     let input = req.input;
-    gw.upload(&bucket, &input.upload_id, &input.key).await?;
+    let upload = gw.upload(&bucket, &input.upload_id, &input.key).await?;
     let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
     let marker = input.part_number_marker.unwrap_or(0);
     let all = gw.parts(&bucket, &input.upload_id).await?;
@@ -425,6 +439,14 @@ pub(super) async fn list_parts(
             display_name: Some(user.clone()),
             id: Some(user.clone()),
         }),
+        checksum_algorithm: upload
+            .checksum_algorithm
+            .as_ref()
+            .map(|a| ChecksumAlgorithm::from(a.to_ascii_uppercase())),
+        checksum_type: upload
+            .checksum_algorithm
+            .as_ref()
+            .map(|_| ChecksumType::from_static(ChecksumType::COMPOSITE)),
         parts: Some(
             page.iter()
                 .map(|p| s3s::dto::Part {
@@ -432,7 +454,7 @@ pub(super) async fn list_parts(
                     last_modified: Some(timestamp_ms(p.modified_ms)),
                     part_number: Some(p.number as i32),
                     size: Some(p.segment.size as i64),
-                    ..Default::default()
+                    ..part_checksum(&upload, p)
                 })
                 .collect(),
         ),

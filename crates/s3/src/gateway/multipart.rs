@@ -9,6 +9,7 @@ use super::encryption::{answer_sse, customer_key_of};
 use super::errors::internal;
 use super::objects::MAX_PUT_BYTES;
 use super::store::{checked_body, uploaded};
+use super::tagging::stored_checksums;
 use super::Gateway;
 use crate::buckets::BucketRecord;
 use crate::index::{self, now_ms, ObjectEntry, Part, Segment, Upload};
@@ -137,8 +138,10 @@ pub(super) async fn create_multipart_upload(
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
     )?;
+    let checksum_algorithm = upload_checksum(&input)?;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {
+        checksum_algorithm: checksum_algorithm.map(String::from),
         retention,
         legal_hold,
         key: input.key.clone(),
@@ -155,6 +158,9 @@ pub(super) async fn create_multipart_upload(
         bucket: Some(bucket.name),
         key: Some(input.key),
         upload_id: Some(id),
+        checksum_algorithm: input.checksum_algorithm.clone(),
+        checksum_type: checksum_algorithm
+            .map(|_| ChecksumType::from_static(ChecksumType::COMPOSITE)),
         ..Default::default()
     };
     answer_sse!(output, &upload.sse);
@@ -170,10 +176,16 @@ pub(super) async fn upload_part(
     let need = Need::object("s3:PutObject", &req.input.key);
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let customer = customer_key_of!(req.input)?;
+    let upload = gw
+        .upload(&bucket, &req.input.upload_id, &req.input.key)
+        .await?;
+    check_part_number(req.input.part_number)?;
+    // The upload's checksum is computed over every part, whether the client sent it or not.
+    if let Some(a) = &upload.checksum_algorithm {
+        req.input.checksum_algorithm = Some(ChecksumAlgorithm::from(a.to_ascii_uppercase()));
+    }
     let mut body = checked_body!(req);
     let input = req.input;
-    let upload = gw.upload(&bucket, &input.upload_id, &input.key).await?;
-    check_part_number(input.part_number)?;
     body.cipher = gw.open_sse(&upload.sse, customer.as_ref())?;
     let cipher = body.cipher.clone();
     let (segment, md5, checksums) = gw
@@ -190,6 +202,7 @@ pub(super) async fn upload_part(
         segment: segment.clone(),
         etag: part_etag(&md5, &upload.sse, cipher),
         modified_ms: now_ms(),
+        checksum: part_checksum(&upload, &checksums)?,
     };
     gw.record_part(&bucket, &input.upload_id, &part).await?;
     let mut output = uploaded!(UploadPartOutput, etag(&part.etag), checksums);
@@ -225,7 +238,10 @@ pub(super) async fn upload_part_copy(
         None => (0, src.size),
         Some(r) => parse_copy_range(r, src.size)?,
     };
-    let body = gw.read(&copy.source, &src, (start, end), source_cipher);
+    let wanted = crate::checksum::Wanted::computing(
+        upload.checksum_algorithm.as_deref().unwrap_or_default(),
+    );
+    let body = wanted.watch(gw.read(&copy.source, &src, (start, end), source_cipher));
     let (segment, md5) = gw
         .store_body(
             bucket,
@@ -241,6 +257,7 @@ pub(super) async fn upload_part_copy(
         segment,
         etag: part_etag(&md5, &upload.sse, cipher),
         modified_ms: now_ms(),
+        checksum: part_checksum(&upload, &wanted.verify()?)?,
     };
     gw.record_part(bucket, &input.upload_id, &part).await?;
     Ok(S3Response::new(UploadPartCopyOutput {
@@ -265,7 +282,8 @@ pub(super) async fn complete_multipart_upload(
     let stored = gw.parts(&bucket, &input.upload_id).await?;
     let wanted = input
         .multipart_upload
-        .and_then(|m| m.parts)
+        .as_ref()
+        .and_then(|m| m.parts.clone())
         .unwrap_or_default();
     if wanted.is_empty() {
         return Err(s3_error!(
@@ -290,6 +308,7 @@ pub(super) async fn complete_multipart_upload(
                 return Err(s3_error!(InvalidPart, "part {n}: ETag does not match"));
             }
         }
+        check_part_checksums(&upload, part, w)?;
         chosen.push(part);
     }
     if let Some(small) = chosen[..chosen.len() - 1]
@@ -307,6 +326,7 @@ pub(super) async fn complete_multipart_upload(
     for p in &chosen {
         md5s.update(hex::decode(&p.etag).map_err(internal)?);
     }
+    let checksum = object_checksum(&upload, &chosen, &input)?;
     let entry = ObjectEntry {
         size: chosen.iter().map(|p| p.segment.size).sum(),
         etag: format!("{}-{}", hex::encode(md5s.finalize()), chosen.len()),
@@ -320,6 +340,7 @@ pub(super) async fn complete_multipart_upload(
         legal_hold: upload.legal_hold,
         owner: upload.object_owner,
         acl: upload.acl,
+        checksums: stored_checksums(&checksum),
         ..Default::default()
     };
     let entry = gw
@@ -347,8 +368,132 @@ pub(super) async fn complete_multipart_upload(
         version_id: Gateway::shown_version(&bucket, &entry.version_id),
         server_side_encryption: matches!(entry.sse, Some(crate::sse::Sse::S3 { .. }))
             .then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256)),
+        checksum_crc32: checksum.checksum_crc32,
+        checksum_crc32c: checksum.checksum_crc32c,
+        checksum_sha1: checksum.checksum_sha1,
+        checksum_sha256: checksum.checksum_sha256,
+        checksum_crc64nvme: checksum.checksum_crc64nvme,
+        checksum_type: upload
+            .checksum_algorithm
+            .as_ref()
+            .map(|_| ChecksumType::from_static(ChecksumType::COMPOSITE)),
         ..Default::default()
     }))
+}
+
+/// The checksum algorithm a CreateMultipartUpload asks for (COMPOSITE checksums only).
+fn upload_checksum(input: &CreateMultipartUploadInput) -> S3Result<Option<&'static str>> {
+    if let Some(t) = &input.checksum_type {
+        if t.as_str() != ChecksumType::COMPOSITE {
+            return Err(s3_error!(
+                NotImplemented,
+                "checksum type {:?} is not supported for multipart uploads (COMPOSITE is)",
+                t.as_str()
+            ));
+        }
+    }
+    match &input.checksum_algorithm {
+        None if input.checksum_type.is_some() => Err(s3_error!(
+            InvalidRequest,
+            "a checksum type needs a checksum algorithm"
+        )),
+        None => Ok(None),
+        Some(a) => crate::checksum::algorithm_named(a.as_str())
+            .map(Some)
+            .ok_or_else(|| {
+                s3_error!(
+                    InvalidRequest,
+                    "unknown checksum algorithm {:?}",
+                    a.as_str()
+                )
+            }),
+    }
+}
+
+/// A part's checksum with its upload's algorithm, from what was computed over its bytes.
+fn part_checksum(upload: &Upload, computed: &Checksum) -> S3Result<Option<String>> {
+    let Some(algorithm) = &upload.checksum_algorithm else {
+        return Ok(None);
+    };
+    crate::checksum::value_of(computed, algorithm)
+        .cloned()
+        .map(Some)
+        .ok_or_else(|| internal(format!("the part's {algorithm} was not computed")))
+}
+
+/// The checksums a CompleteMultipartUpload names for one part must be the ones computed
+/// when it was uploaded (with the upload's algorithm; any other is InvalidRequest).
+fn check_part_checksums(upload: &Upload, part: &Part, named: &CompletedPart) -> S3Result<()> {
+    let given = Checksum {
+        checksum_crc32: named.checksum_crc32.clone(),
+        checksum_crc32c: named.checksum_crc32c.clone(),
+        checksum_sha1: named.checksum_sha1.clone(),
+        checksum_sha256: named.checksum_sha256.clone(),
+        checksum_crc64nvme: named.checksum_crc64nvme.clone(),
+        ..Default::default()
+    };
+    for algorithm in ["crc32", "crc32c", "sha1", "sha256", "crc64nvme"] {
+        let Some(value) = crate::checksum::value_of(&given, algorithm) else {
+            continue;
+        };
+        if upload.checksum_algorithm.as_deref() != Some(algorithm) {
+            return Err(s3_error!(
+                InvalidRequest,
+                "part {} names a {algorithm} checksum; the upload was created with {}",
+                part.number,
+                upload
+                    .checksum_algorithm
+                    .as_deref()
+                    .unwrap_or("no checksum algorithm")
+            ));
+        }
+        if part.checksum.as_deref() != Some(value.trim()) {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {}: the {algorithm} checksum does not match the part's",
+                part.number
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The object's COMPOSITE checksum, when its upload has an algorithm; one the complete
+/// request names for the whole object must equal it.
+fn object_checksum(
+    upload: &Upload,
+    chosen: &[&Part],
+    input: &CompleteMultipartUploadInput,
+) -> S3Result<Checksum> {
+    let Some(algorithm) = &upload.checksum_algorithm else {
+        return Ok(Checksum::default());
+    };
+    let parts: Vec<&str> = chosen
+        .iter()
+        .map(|p| p.checksum.as_deref().unwrap_or_default())
+        .collect();
+    let value = crate::checksum::composite(algorithm, &parts).map_err(internal)?;
+    let given = Checksum {
+        checksum_crc32: input.checksum_crc32.clone(),
+        checksum_crc32c: input.checksum_crc32c.clone(),
+        checksum_sha1: input.checksum_sha1.clone(),
+        checksum_sha256: input.checksum_sha256.clone(),
+        checksum_crc64nvme: input.checksum_crc64nvme.clone(),
+        ..Default::default()
+    };
+    if let Some(named) = crate::checksum::value_of(&given, algorithm) {
+        if named.trim() != value {
+            return Err(s3_error!(
+                BadDigest,
+                "the object's {algorithm} checksum {named:?} is not the composite of its parts"
+            ));
+        }
+    }
+    Ok(crate::checksum::with_value(
+        Checksum::default(),
+        algorithm,
+        value,
+    ))
 }
 
 /// AbortMultipartUpload: drop the upload's records and reclaim its parts.

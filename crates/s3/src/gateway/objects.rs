@@ -168,6 +168,7 @@ macro_rules! checksums_if_asked {
             $output.checksum_sha1 = c.checksum_sha1;
             $output.checksum_sha256 = c.checksum_sha256;
             $output.checksum_crc64nvme = c.checksum_crc64nvme;
+            $output.checksum_type = c.checksum_type;
         }
     };
 }
@@ -195,6 +196,30 @@ macro_rules! response_overrides {
             $output.expires = Some(v.clone());
         }
     };
+}
+
+/// The whole-object checksums among `c` (not a multipart object's composite ones).
+fn full_object_checksums(c: &crate::index::Checksums) -> crate::index::Checksums {
+    let keep = |v: &Option<String>| v.clone().filter(|v| !crate::checksum::is_composite(v));
+    crate::index::Checksums {
+        crc32: keep(&c.crc32),
+        crc32c: keep(&c.crc32c),
+        sha1: keep(&c.sha1),
+        sha256: keep(&c.sha256),
+        crc64nvme: keep(&c.crc64nvme),
+    }
+}
+
+/// `kept` with the checksums `computed` over a copy's bytes added.
+fn merged_checksums(kept: crate::index::Checksums, computed: &Checksum) -> crate::index::Checksums {
+    let c = stored_checksums(computed);
+    crate::index::Checksums {
+        crc32: kept.crc32.or(c.crc32),
+        crc32c: kept.crc32c.or(c.crc32c),
+        sha1: kept.sha1.or(c.sha1),
+        sha256: kept.sha256.or(c.sha256),
+        crc64nvme: kept.crc64nvme.or(c.crc64nvme),
+    }
 }
 
 /// PutObject: store the body under an intent, check its digests, then point the key at it.
@@ -480,8 +505,27 @@ pub(super) async fn copy_object(
         src.tags.clone()
     };
     let same = copy.source.name == bucket.name && copy.source_key == input.key;
-    // The data can be shared only when neither side is encrypted (else it is re-encrypted).
-    let same = same && src.sse.is_none() && sse.is_none();
+    // The data can be shared only when neither side is encrypted (else it is re-encrypted)
+    // and no checksum is asked for that the source lacks (it is computed over the copy).
+    let asked = input
+        .checksum_algorithm
+        .as_ref()
+        .map(|a| {
+            crate::checksum::algorithm_named(a.as_str()).ok_or_else(|| {
+                s3_error!(
+                    InvalidRequest,
+                    "unknown checksum algorithm {:?}",
+                    a.as_str()
+                )
+            })
+        })
+        .transpose()?;
+    // A copy keeps the source's whole-object checksums (they are of the plain bytes); a
+    // multipart source's composite one describes its parts, which a copy does not keep.
+    let kept = full_object_checksums(&src.checksums);
+    let computing = asked
+        .filter(|a| crate::checksum::value_of(&super::tagging::checksum_of(&kept), a).is_none());
+    let same = same && src.sse.is_none() && sse.is_none() && computing.is_none();
     let entry = if same {
         // Copying a version onto its own key restores it: allowed as it is.
         if !replace && copy.source_version.is_none() {
@@ -501,10 +545,12 @@ pub(super) async fn copy_object(
             legal_hold,
             owner,
             acl,
+            checksums: kept,
             ..src
         }
     } else {
-        let body = gw.read(&copy.source, &src, (0, src.size), source_cipher);
+        let wanted = crate::checksum::Wanted::computing(computing.unwrap_or_default());
+        let body = wanted.watch(gw.read(&copy.source, &src, (0, src.size), source_cipher));
         let (segment, md5) = gw
             .store_body(
                 bucket,
@@ -528,6 +574,7 @@ pub(super) async fn copy_object(
             legal_hold,
             owner,
             acl,
+            checksums: merged_checksums(kept, &wanted.verify()?),
             ..Default::default()
         }
     };
@@ -540,10 +587,18 @@ pub(super) async fn copy_object(
         gw.clear_intent(bucket, entry.segments[0].data).await;
     }
     let mut output = CopyObjectOutput {
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: Some(etag(&entry.etag)),
-            last_modified: Some(timestamp_ms(entry.modified_ms)),
-            ..Default::default()
+        copy_object_result: Some({
+            let c = super::tagging::checksum_of(&entry.checksums);
+            CopyObjectResult {
+                e_tag: Some(etag(&entry.etag)),
+                last_modified: Some(timestamp_ms(entry.modified_ms)),
+                checksum_crc32: c.checksum_crc32,
+                checksum_crc32c: c.checksum_crc32c,
+                checksum_sha1: c.checksum_sha1,
+                checksum_sha256: c.checksum_sha256,
+                checksum_crc64nvme: c.checksum_crc64nvme,
+                checksum_type: c.checksum_type,
+            }
         }),
         copy_source_version_id: source_version,
         version_id: Gateway::shown_version(bucket, &entry.version_id),

@@ -119,13 +119,21 @@ fn tag_set(tags: &BTreeMap<String, String>) -> TagSet {
 
 /// The stored checksums of an object as the protocol's.
 pub(super) fn checksum_of(c: &Checksums) -> Checksum {
+    let values = [&c.crc32, &c.crc32c, &c.sha1, &c.sha256, &c.crc64nvme];
+    let checksum_type = values.iter().find_map(|v| v.as_deref()).map(|v| {
+        ChecksumType::from_static(if crate::checksum::is_composite(v) {
+            ChecksumType::COMPOSITE
+        } else {
+            ChecksumType::FULL_OBJECT
+        })
+    });
     Checksum {
         checksum_crc32: c.crc32.clone(),
         checksum_crc32c: c.crc32c.clone(),
         checksum_sha1: c.sha1.clone(),
         checksum_sha256: c.sha256.clone(),
         checksum_crc64nvme: c.crc64nvme.clone(),
-        ..Default::default()
+        checksum_type,
     }
 }
 
