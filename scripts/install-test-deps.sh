@@ -15,6 +15,8 @@ have nbdinfo || need+=(libnbd-bin)
 have nbdfuse || need+=(nbdfuse)
 have nbdkit || need+=(nbdkit)
 have mkfs.ext4 || need+=(e2fsprogs)
+# Object-backed volumes: the EROFS images Basalt writes are checked with fsck.erofs.
+have fsck.erofs || need+=(erofs-utils)
 # VM tests boot a tiny Debian guest (scripts/build-guest-image.sh) under QEMU (TCG).
 have qemu-system-x86_64 || need+=(qemu-system-x86)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)

@@ -1,0 +1,8 @@
+//! Object-backed read-only volumes (issue 14; docs/design.md, "Object-backed volumes"): an
+//! S3 bucket served as a block device holding an EROFS filesystem whose metadata is an
+//! index built once from the bucket's listing and whose file data is fetched lazily.
+//!
+//! Layout: [`erofs`] the streaming image writer (superblock, inodes, directories; file
+//! data is a virtual region described by the extents the writer hands out).
+
+pub mod erofs;
