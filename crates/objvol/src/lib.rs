@@ -3,6 +3,8 @@
 //! index built once from the bucket's listing and whose file data is fetched lazily.
 //!
 //! Layout: [`erofs`] the streaming image writer (superblock, inodes, directories; file
-//! data is a virtual region described by the extents the writer hands out).
+//! data is a virtual region described by the extents the writer hands out) · [`extents`]
+//! the map from data blocks to objects.
 
 pub mod erofs;
+pub mod extents;
