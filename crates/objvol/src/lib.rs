@@ -4,7 +4,9 @@
 //!
 //! Layout: [`erofs`] the streaming image writer (superblock, inodes, directories; file
 //! data is a virtual region described by the extents the writer hands out) · [`extents`]
-//! the map from data blocks to objects.
+//! the map from data blocks to objects · [`reader`] the device's bytes (index, objects,
+//! zeros).
 
 pub mod erofs;
 pub mod extents;
+pub mod reader;
