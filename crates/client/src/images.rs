@@ -8,14 +8,11 @@
 
 use crate::cluster::Cluster;
 use crate::error::ClientError;
+use crate::sealed::SealedLayer;
 use crate::volume::Volume;
-use crate::volumes::{
-    check_name, check_size, meta_retry, next_family, unix_now, ParentRef, VolumeInfo,
-    VOLUME_FORMAT_VERSION,
-};
-use basalt_meta::schema::{frozen_key, FrozenRecord};
+use crate::volumes::{check_name, meta_retry, unix_now, ParentRef, VolumeInfo};
 use basalt_meta::Revision;
-use basalt_proto::{inode_family, make_inode, InodeId, ObjectId, Opcode, PoolId};
+use basalt_proto::{InodeId, PoolId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -113,24 +110,18 @@ impl Cluster {
                  not starting with '.' or '-'"
             ),
         })?;
-        check_size(size)?;
-        let map = self.map();
-        let spec = map
-            .pools
-            .get(&pool)
-            .ok_or(basalt_placement::MapError::NoSuchPool { pool })?;
+        let layer = self.new_sealed_layer(pool, size).await?;
         if self.meta().get(&image_key(name)).await?.is_some() {
             return Err(ClientError::Invalid {
                 reason: format!("image \"{name}\" exists"),
             });
         }
-        let inode = make_inode(pool, next_family(self.meta().as_ref()).await?, 0);
         let info = ImageInfo {
             format_version: IMAGE_FORMAT_VERSION,
             name: name.to_string(),
-            inode,
+            inode: layer.inode,
             pool,
-            object_size: spec.object_size,
+            object_size: layer.object_size,
             size,
             created: unix_now(),
             source: source.to_string(),
@@ -156,7 +147,7 @@ impl Cluster {
                 what: format!("image \"{name}\""),
             });
         }
-        Volume::new(self.clone(), image_as_volume(&info))
+        self.open_layer_for_writing(&layer_of(&info), &format!("image:{name}"))
     }
 
     /// A read-only handle on a ready image.
@@ -165,15 +156,7 @@ impl Cluster {
         if info.state != ImageState::Ready || info.removing {
             return Err(no_such(name));
         }
-        let mut volume = image_as_volume(&info);
-        volume.snapshots.push(crate::SnapshotInfo {
-            name: "image".into(),
-            inode: info.inode,
-            size: info.size,
-            created: info.created,
-            removing: false,
-        });
-        Volume::snapshot(self.clone(), volume, "image")
+        self.open_sealed_layer(&layer_of(&info), &format!("image:{name}"), info.created)
     }
 
     /// End an import: make the data durable, freeze the layer, mark the image ready.
@@ -182,20 +165,7 @@ impl Cluster {
         if info.state == ImageState::Ready {
             return Ok(info);
         }
-        self.flush().await?;
-        let frozen = FrozenRecord {
-            inode: info.inode,
-            volume: String::new(),
-            snapshot: String::new(),
-            next_head: 0,
-            size: info.size,
-            created: unix_now(),
-            rollback_to: None,
-        };
-        let value = serde_json::to_vec(&frozen).expect("frozen record serialises");
-        self.meta().put(&frozen_key(info.inode), value).await?;
-        self.broadcast(Opcode::Fence, ObjectId::new(info.inode, 0))
-            .await?;
+        self.seal_layer(&layer_of(&info)).await?;
         info.state = ImageState::Ready;
         self.put_image(&info, rev).await?;
         Ok(info)
@@ -274,19 +244,12 @@ impl Cluster {
     }
 }
 
-/// The image seen as a one-layer volume (for I/O handles).
-fn image_as_volume(info: &ImageInfo) -> VolumeInfo {
-    VolumeInfo {
-        format_version: VOLUME_FORMAT_VERSION,
-        name: format!("image:{}", info.name),
-        id: info.inode,
-        family: inode_family(info.inode),
-        size: info.size,
+/// The layer that holds an image.
+fn layer_of(info: &ImageInfo) -> SealedLayer {
+    SealedLayer {
+        inode: info.inode,
         pool: info.pool,
         object_size: info.object_size,
-        created: info.created,
-        parent: None,
-        snapshots: Vec::new(),
-        origin: info.inode,
+        size: info.size,
     }
 }
