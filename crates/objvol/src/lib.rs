@@ -2,11 +2,12 @@
 //! S3 bucket served as a block device holding an EROFS filesystem whose metadata is an
 //! index built once from the bucket's listing and whose file data is fetched lazily.
 //!
-//! Layout: [`erofs`] the streaming image writer (superblock, inodes, directories; file
+//! Layout: [`build`] the listing fed to the writers · [`erofs`] the streaming image writer (superblock, inodes, directories; file
 //! data is a virtual region described by the extents the writer hands out) · [`extents`]
 //! the map from data blocks to objects · [`reader`] the device's bytes (index, objects,
 //! zeros).
 
+pub mod build;
 pub mod erofs;
 pub mod extents;
 pub mod reader;
