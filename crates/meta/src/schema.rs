@@ -14,6 +14,7 @@
 //! | `/basalt/volumes/NAME` | volume record (`basalt_client::VolumeInfo`) | volume tools |
 //! | `/basalt/next_inode` | decimal counter of volume families | volume tools |
 //! | `/basalt/images/NAME` | image record (`basalt_client::ImageInfo`) | `basalt image` |
+//! | `/basalt/objvols/NAME` | objvol record (`basalt_objvol::ObjvolInfo`) | `basalt objvol` |
 //! | `/basalt/s3/...` | buckets, access keys, the data-block counter (`basalt_s3`) | the S3 gateway |
 //! | `/basalt/layers/INODE` | [`LayerRecord`] (INODE in 16 hex digits) | volume tools, when a layer is made |
 //! | `/basalt/frozen/INODE` | [`FrozenRecord`]: the layer is frozen (and the snapshot intent) | `basalt volume snapshot` |
@@ -31,6 +32,7 @@ pub const NEXT_POOL_ID_KEY: &str = "/basalt/next_pool_id";
 pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
 pub const NEXT_INODE_KEY: &str = "/basalt/next_inode";
 pub const IMAGES_PREFIX: &str = "/basalt/images/";
+pub const OBJVOLS_PREFIX: &str = "/basalt/objvols/";
 pub const PGS_PREFIX: &str = "/basalt/pgs/";
 pub const LAYERS_PREFIX: &str = "/basalt/layers/";
 pub const FROZEN_PREFIX: &str = "/basalt/frozen/";

@@ -2,12 +2,16 @@
 //! S3 bucket served as a block device holding an EROFS filesystem whose metadata is an
 //! index built once from the bucket's listing and whose file data is fetched lazily.
 //!
-//! Layout: [`build`] the listing fed to the writers · [`erofs`] the streaming image writer (superblock, inodes, directories; file
+//! Layout: [`catalog`] objvols in the cluster (record, stored index, opening a reader) ·
+//! [`build`] the listing fed to the writers · [`erofs`] the streaming image writer (superblock, inodes, directories; file
 //! data is a virtual region described by the extents the writer hands out) · [`extents`]
 //! the map from data blocks to objects · [`reader`] the device's bytes (index, objects,
 //! zeros).
 
 pub mod build;
+pub mod catalog;
 pub mod erofs;
 pub mod extents;
 pub mod reader;
+
+pub use catalog::{ObjvolInfo, ObjvolState, Source};
