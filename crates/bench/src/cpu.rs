@@ -100,7 +100,12 @@ pub fn sample(sources: &[CpuSource]) -> Sample {
 /// `total_ios`. A daemon read at only one of the two moments is listed as missing and not
 /// counted; a counter that went backwards (the daemon restarted) counts as 0. `None` when no
 /// daemon was read at both moments.
-pub fn cost(before: &Sample, after: &Sample, io_bytes: u64, total_ios: u64) -> Option<CpuCost> {
+pub fn cost(
+    before: &[Result<DaemonCpu, String>],
+    after: &[Result<DaemonCpu, String>],
+    io_bytes: u64,
+    total_ios: u64,
+) -> Option<CpuCost> {
     let mut daemons = Vec::new();
     let mut missing = Vec::new();
     for (b, a) in before.iter().zip(after) {

@@ -81,6 +81,34 @@ pub fn parse_stat(stat: &str) -> anyhow::Result<StatFields> {
     })
 }
 
+/// CPU seconds the whole machine spent busy since boot, all cores together (every field of
+/// the `cpu` line of /proc/stat but idle and iowait): what a step's processes did not use of
+/// it is other processes' load on a shared machine.
+pub fn machine_busy_seconds() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
+    let ticks = parse_machine_busy_ticks(&stat).context("parse /proc/stat")?;
+    Ok(ticks as f64 / clock_ticks_per_second())
+}
+
+/// user + nice + system + irq + softirq + steal ticks from the text of /proc/stat (guest
+/// time is already in user and nice).
+pub fn parse_machine_busy_ticks(stat: &str) -> anyhow::Result<u64> {
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().context("bad cpu field"))
+        .collect::<anyhow::Result<_>>()?;
+    // user nice system idle iowait irq softirq steal
+    let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = fields[..] else {
+        anyhow::bail!("fewer than 8 fields in the cpu line");
+    };
+    Ok(user + nice + system + irq + softirq + steal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +122,17 @@ mod tests {
         assert_eq!(f.cpu_ticks, 325);
         assert_eq!(f.rss_pages, 777);
         assert!(parse_stat("1 (x) S 1").is_err());
+    }
+
+    #[test]
+    fn parses_machine_busy_time() {
+        // Goal: busy time is every field of the all-cores line but idle and iowait; per-core
+        // lines and a short line are not taken for it.
+        let stat = "cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 1 1 1 1 1 1 1 1 0 0\nintr 5\n";
+        assert_eq!(parse_machine_busy_ticks(stat).unwrap(), 161);
+        assert!(parse_machine_busy_ticks("cpu  1 2 3\n").is_err());
+        assert!(parse_machine_busy_ticks("cpu0 1 2 3 4 5 6 7 8\n").is_err());
+        assert!(machine_busy_seconds().unwrap() > 0.0);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod network;
 pub mod plasmavmc;
 pub mod profiles;
 pub mod s3;
+pub mod s3_load;
 pub mod scaling;
 
 use crate::cpu::{self, CpuSource};

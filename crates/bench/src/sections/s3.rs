@@ -2,9 +2,10 @@
 //! object PUT and GET, then 32 objects of 4 MiB one after the other and with 8 concurrent
 //! clients, each throughput beside the network baseline; then 4 KiB object PUT and GET rates
 //! with 1 and with 16 client processes, 4 KiB PUT into a versioned bucket beside an
-//! unversioned one, and a ListObjectsV2 walk over 100,000 keys.
+//! unversioned one, and a ListObjectsV2 walk over 100,000 keys; then the 4 KiB rates again
+//! with the built-in Rust client ([`super::s3_load`]), cheap enough to measure the gateway.
 
-use super::{Ctx, Section};
+use super::{s3_load, Ctx, Section};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use std::process::Command;
 use std::time::Duration;
@@ -144,8 +145,13 @@ impl Section for S3Section {
     }
 
     fn plan(&self, _ctx: &Ctx) -> Vec<f64> {
-        // Most of a full run is the untimed filling and emptying of the 100,000-key bucket.
-        vec![if self.quick { 50.0 } else { 270.0 }]
+        // Most of a full run is the untimed filling and emptying of the 100,000-key bucket;
+        // the Rust client's four phases come with key generation and deletion.
+        if self.quick {
+            vec![50.0, 15.0]
+        } else {
+            vec![270.0, 35.0]
+        }
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
@@ -163,8 +169,11 @@ impl Section for S3Section {
                     client's ListObjectsV2 walk, 1000 keys a page, over 100,000 empty keys \
                     PUT before the clock, which must return exactly those keys in order. \
                     Bodies are random, generated before the clock starts; every GET is \
-                    compared with what was PUT. The baseline is the network section's TCP \
-                    throughput."
+                    compared with what was PUT. Then the 4 KiB PUT and GET phases again with \
+                    the benchmark's own Rust client (rows marked Rust): 1 and 16 tasks on one \
+                    thread, each with a keep-alive HTTP/1.1 connection, SigV4 with the \
+                    body's SHA-256, the CPU of client and cluster read around each phase. \
+                    The baseline is the network section's TCP throughput."
                 .into(),
             baseline_name: "Network (TCP)".into(),
             status: SectionStatus::Measured,
@@ -231,6 +240,34 @@ impl Section for S3Section {
             ctx.progress.note(&format!("boto3 driver failed: {e}"));
             report.notes.push(format!("The boto3 driver failed: {e}"));
         }
+
+        ctx.progress.step(
+            "S3: 4 KiB PUT and GET with the built-in Rust client",
+            self.plan(ctx)[1],
+        );
+        let sources = match &ctx.cluster {
+            Ok(c) => c.cpu_sources(),
+            Err(_) => Vec::new(),
+        };
+        let seconds = if self.quick { 2.0 } else { 5.0 };
+        let load = s3_load::measure(&endpoint, &sources, seconds);
+        let command = format!(
+            "basalt bench storage (built-in S3 client: 1 and 16 tasks, {seconds} s a phase, \
+             against {})",
+            endpoint.url
+        );
+        if let Err(e) = serde_json::to_vec_pretty(&load)
+            .map_err(anyhow::Error::from)
+            .and_then(|json| Ok(std::fs::write(ctx.out_dir.join(s3_load::RAW), json)?))
+        {
+            ctx.progress
+                .note(&format!("could not write {}: {e:#}", s3_load::RAW));
+        }
+        if let Some(e) = load.error.as_ref().or(load.cleanup_error.as_ref()) {
+            ctx.progress.note(&format!("Rust client failed: {e}"));
+        }
+        report.rows.extend(s3_load::rows(&load, &command));
+        report.notes.extend(s3_load::notes(&load));
         report
     }
 }
@@ -309,6 +346,13 @@ mod tests {
             let units: Vec<_> = alone.iter().map(|r| r.2).collect();
             assert_eq!(units.iter().filter(|u| **u == "ops/s").count(), 6);
             assert!(units.contains(&"%") && units.contains(&"keys/s"));
+            // The Rust client's rows sit in the same table: their keys must not collide.
+            let rust = s3_load::rows(&s3_load::Outcome::default(), "load");
+            assert_eq!(rust.len(), 4);
+            for row in &rust {
+                assert!(!keys.contains(&row.key.as_str()), "{}", row.key);
+                assert!(row.label.ends_with("(Rust)") && row.baseline.is_none());
+            }
         }
         assert!(DRIVER.contains("f\"put_4k_{clients}c_ops_s\""));
         assert!(DRIVER.contains("f\"put_4k_{name}_ops_s\""));

@@ -1,0 +1,559 @@
+//! 4 KiB PUT and GET rates from a lean Rust S3 client, beside boto3's. boto3 spends about
+//! 2 ms of CPU a request and takes most of a 2-core machine with 16 processes, so its rates
+//! measure the client. Here every client is a task on one thread with its own keep-alive
+//! HTTP/1.1 connection ([`crate::s3_client`]), PUT sends no Content-MD5 (the signed SHA-256
+//! already covers the body), and the CPU of this process and of the cluster is read around
+//! every phase, so the report says what the client cost.
+
+use crate::cpu::{self, CpuSource};
+use crate::procstat;
+use crate::results::{Figure, Row};
+use crate::s3_client::{delete_objects, Connection, Signer, EMPTY_SHA256};
+use crate::under_test::S3Endpoint;
+use anyhow::{bail, Context};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::io::Read;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Bytes of every object.
+const BODY_BYTES: usize = 4096;
+/// Concurrent clients of each PUT and GET phase pair, as the issue asks.
+pub const CLIENT_COUNTS: [usize; 2] = [1, 16];
+/// Most keys one PUT phase writes, shared evenly by its clients. Their random bodies (120 MiB)
+/// are generated before the clock; a client that reaches its share stops early, and the
+/// phase's note says so (its rate is then a lower bound).
+const MAX_KEYS_PER_PHASE: usize = 30_000;
+/// The region requests are signed for.
+const REGION: &str = "us-east-1";
+/// Where the phases' figures go, relative to the output directory.
+pub const RAW: &str = "raw/s3-rust.json";
+
+/// PUT or GET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Put,
+    Get,
+}
+
+/// One client of a PUT and GET phase pair: its connection, the bodies of its keys, and how
+/// far it got.
+struct Client {
+    /// Its number in the pair (0..clients).
+    index: usize,
+    conn: Connection,
+    /// `/BUCKET/rsNc/INDEX/`: key n is at this path followed by n.
+    base: String,
+    /// Key n's body is bytes n × 4 KiB.. of this.
+    bodies: Vec<u8>,
+    /// Keys PUT (answered 200).
+    put: usize,
+    /// Keys a PUT was sent for: `put`, or one more when the last PUT failed (it may exist).
+    sent: usize,
+    /// GETs answered and checked.
+    got: usize,
+}
+
+impl Client {
+    async fn run(mut self, op: Op, deadline: Instant) -> (Client, anyhow::Result<()>) {
+        let outcome = match op {
+            Op::Put => self.put_until(deadline).await,
+            Op::Get => self.get_until(deadline).await,
+        };
+        (self, outcome)
+    }
+
+    /// PUT fresh keys until `deadline` or until every body is used.
+    async fn put_until(&mut self, deadline: Instant) -> anyhow::Result<()> {
+        let keys = self.bodies.len() / BODY_BYTES;
+        let mut path = String::with_capacity(self.base.len() + 8);
+        while self.put < keys && Instant::now() < deadline {
+            let n = self.put;
+            path.clear();
+            let _ = write!(path, "{}{n}", self.base);
+            let body = &self.bodies[n * BODY_BYTES..(n + 1) * BODY_BYTES];
+            let sha256 = hex::encode(Sha256::digest(body));
+            self.sent = n + 1;
+            let status = self
+                .conn
+                .send("PUT", &path, "", &[], body, &sha256)
+                .await
+                .with_context(|| format!("PUT {path}"))?;
+            if status != 200 {
+                bail!("PUT {path} answered {status}: {}", self.conn.body_excerpt());
+            }
+            self.put += 1;
+        }
+        Ok(())
+    }
+
+    /// GET the keys PUT, in turn, until `deadline`, comparing every body with what was PUT.
+    async fn get_until(&mut self, deadline: Instant) -> anyhow::Result<()> {
+        let mut path = String::with_capacity(self.base.len() + 8);
+        while self.put > 0 && Instant::now() < deadline {
+            let n = self.got % self.put;
+            path.clear();
+            let _ = write!(path, "{}{n}", self.base);
+            let status = self
+                .conn
+                .send("GET", &path, "", &[], &[], EMPTY_SHA256)
+                .await
+                .with_context(|| format!("GET {path}"))?;
+            if status != 200 {
+                bail!("GET {path} answered {status}: {}", self.conn.body_excerpt());
+            }
+            if *self.conn.body() != self.bodies[n * BODY_BYTES..(n + 1) * BODY_BYTES] {
+                bail!(
+                    "GET {path} returned {} bytes that differ from the {BODY_BYTES} PUT",
+                    self.conn.body().len()
+                );
+            }
+            self.got += 1;
+        }
+        Ok(())
+    }
+}
+
+/// What one timed phase measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    /// `PUT` or `GET`.
+    pub op: &'static str,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Requests answered (and, for GET, checked).
+    pub ops: u64,
+    /// From the common start to the last client's last answer.
+    pub seconds: f64,
+    /// `ops / seconds`.
+    pub ops_s: f64,
+    /// Whether a client used all its bodies before the time was up (the rate is then a
+    /// lower bound).
+    pub capped: bool,
+    /// Connections opened during the phase beyond one per client (the gateway closed some).
+    pub reconnects: u64,
+    /// CPU seconds of this process (the load generator) during the phase.
+    pub client_cpu_s: Option<f64>,
+    /// CPU seconds of the cluster's daemons (`basalt up`) during the phase.
+    pub basalt_cpu_s: Option<f64>,
+    /// CPU seconds the whole machine was busy during the phase, all cores together.
+    pub machine_busy_s: Option<f64>,
+    /// Unix time of the phase's start and end, to line it up with outside samples.
+    pub start_unix_s: f64,
+    pub end_unix_s: f64,
+}
+
+/// What the load generator measured, and why it stopped early if it did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Outcome {
+    /// The phases measured, in run order.
+    pub phases: Vec<Phase>,
+    /// The failure that ended the run early.
+    pub error: Option<String>,
+    /// What clean-up could not delete.
+    pub cleanup_error: Option<String>,
+}
+
+/// Run PUT then GET phases of `seconds` with 1 and with 16 clients against `endpoint`,
+/// charging CPU to this process and to `cluster` (the cluster's daemons); every key and the
+/// bucket are deleted at the end, failed or not.
+pub fn measure(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(measure_on(endpoint, cluster, seconds)),
+        Err(e) => Outcome {
+            error: Some(format!("start the load generator's runtime: {e}")),
+            ..Outcome::default()
+        },
+    }
+}
+
+async fn measure_on(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) -> Outcome {
+    let mut outcome = Outcome::default();
+    let Some(addr) = endpoint.url.strip_prefix("http://") else {
+        outcome.error = Some(format!("{} is not an http:// endpoint", endpoint.url));
+        return outcome;
+    };
+    let addr = addr.trim_end_matches('/');
+    let signer = Signer::new(&endpoint.access_key, &endpoint.secret_key, REGION);
+    let mut sources = vec![CpuSource::Process {
+        name: "load generator".into(),
+        pid: std::process::id(),
+    }];
+    sources.extend_from_slice(cluster);
+    let bucket = format!("bench-rs-{}", std::process::id());
+    let mut admin = Connection::new(addr, &signer);
+    let bucket_path = format!("/{bucket}");
+    match admin
+        .send("PUT", &bucket_path, "", &[], &[], EMPTY_SHA256)
+        .await
+    {
+        Ok(200) => {}
+        Ok(status) => {
+            outcome.error = Some(format!(
+                "CreateBucket {bucket} answered {status}: {}",
+                admin.body_excerpt()
+            ));
+            return outcome;
+        }
+        Err(e) => {
+            outcome.error = Some(format!("CreateBucket {bucket}: {e:#}"));
+            return outcome;
+        }
+    }
+    // Keys written and not yet deleted: what clean-up deletes after a failure.
+    let mut written = Vec::new();
+    let run = Run {
+        addr,
+        signer: &signer,
+        bucket: &bucket,
+        seconds,
+        sources: &sources,
+    };
+    for clients in CLIENT_COUNTS {
+        let pair = run.pair(clients, &mut written, &mut outcome.phases).await;
+        // Untimed: the next pair starts with an empty bucket.
+        let deleted = delete_objects(&mut admin, &bucket, &written).await;
+        if let Err(e) = pair {
+            outcome.error = Some(format!("{e:#}"));
+        }
+        match deleted {
+            Ok(()) => written.clear(),
+            Err(e) => outcome.cleanup_error = Some(format!("{e:#}")),
+        }
+        if outcome.error.is_some() || outcome.cleanup_error.is_some() {
+            break;
+        }
+    }
+    match admin
+        .send("DELETE", &bucket_path, "", &[], &[], EMPTY_SHA256)
+        .await
+    {
+        Ok(200 | 204) => {}
+        Ok(status) => {
+            let e = format!(
+                "DeleteBucket {bucket} answered {status}: {}",
+                admin.body_excerpt()
+            );
+            outcome.cleanup_error = Some(match outcome.cleanup_error.take() {
+                Some(first) => format!("{first}; {e}"),
+                None => e,
+            });
+        }
+        Err(e) => {
+            let e = format!("DeleteBucket {bucket}: {e:#}");
+            outcome.cleanup_error = Some(match outcome.cleanup_error.take() {
+                Some(first) => format!("{first}; {e}"),
+                None => e,
+            });
+        }
+    }
+    outcome
+}
+
+/// What every phase of a run shares.
+struct Run<'a> {
+    addr: &'a str,
+    signer: &'a Signer,
+    bucket: &'a str,
+    seconds: f64,
+    /// This process first, then the cluster's daemons.
+    sources: &'a [CpuSource],
+}
+
+impl Run<'_> {
+    /// A PUT phase then a GET phase with `clients` clients; the keys PUT are added to
+    /// `written` (also after a failure) and the phases to `phases`.
+    async fn pair(
+        &self,
+        clients: usize,
+        written: &mut Vec<String>,
+        phases: &mut Vec<Phase>,
+    ) -> anyhow::Result<()> {
+        if crate::interrupt::requested() {
+            bail!(crate::interrupt::MESSAGE);
+        }
+        let per_client = MAX_KEYS_PER_PHASE / clients;
+        let mut urandom = std::fs::File::open("/dev/urandom").context("open /dev/urandom")?;
+        let mut list = Vec::with_capacity(clients);
+        for index in 0..clients {
+            let mut bodies = vec![0; per_client * BODY_BYTES];
+            urandom
+                .read_exact(&mut bodies)
+                .context("read /dev/urandom")?;
+            let mut conn = Connection::new(self.addr, self.signer);
+            // Connect and sign one request before the clock starts.
+            let bucket_path = format!("/{}", self.bucket);
+            let status = conn
+                .send("HEAD", &bucket_path, "", &[], &[], EMPTY_SHA256)
+                .await
+                .with_context(|| format!("HEAD {bucket_path}"))?;
+            if status != 200 {
+                bail!("HEAD {bucket_path} answered {status}");
+            }
+            list.push(Client {
+                index,
+                conn,
+                base: format!("/{}/rs{clients}c/{index}/", self.bucket),
+                bodies,
+                put: 0,
+                sent: 0,
+                got: 0,
+            });
+        }
+        let (list, put) = self.phase(list, clients, Op::Put).await;
+        let strip = format!("/{}/", self.bucket);
+        let mut returned = vec![false; clients];
+        for c in &list {
+            returned[c.index] = true;
+            let prefix = c.base.strip_prefix(&strip).unwrap_or(&c.base);
+            written.extend((0..c.sent).map(|n| format!("{prefix}{n}")));
+        }
+        // A client whose task failed took its count with it: every key it could have PUT.
+        for index in (0..clients).filter(|i| !returned[*i]) {
+            written.extend((0..per_client).map(|n| format!("rs{clients}c/{index}/{n}")));
+        }
+        phases.push(put?);
+        let (_, get) = self.phase(list, clients, Op::Get).await;
+        phases.push(get?);
+        Ok(())
+    }
+
+    /// Run `op` on every client from one common start for the run's time; returns the
+    /// clients that came back and the phase's figures, or every client's failure.
+    async fn phase(
+        &self,
+        clients: Vec<Client>,
+        count: usize,
+        op: Op,
+    ) -> (Vec<Client>, anyhow::Result<Phase>) {
+        let connects: u64 = clients.iter().map(|c| c.conn.connects()).sum();
+        let counted = |c: &Client| match op {
+            Op::Put => c.put,
+            Op::Get => c.got,
+        };
+        let ops_before: usize = clients.iter().map(counted).sum();
+        let before = cpu::sample(self.sources);
+        let busy_before = procstat::machine_busy_seconds().ok();
+        let start_unix = SystemTime::now();
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs_f64(self.seconds);
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in clients {
+            tasks.spawn(c.run(op, deadline));
+        }
+        let mut back = Vec::with_capacity(count);
+        let mut errors = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((c, outcome)) => {
+                    if let Err(e) = outcome {
+                        errors.push(format!("client {}: {e:#}", c.index));
+                    }
+                    back.push(c);
+                }
+                Err(e) => errors.push(format!("a client's task failed: {e}")),
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let after = cpu::sample(self.sources);
+        let busy_after = procstat::machine_busy_seconds().ok();
+        back.sort_unstable_by_key(|c| c.index);
+        if !errors.is_empty() {
+            let what = match op {
+                Op::Put => "PUT",
+                Op::Get => "GET",
+            };
+            let e = anyhow::anyhow!("{count}-client 4 KiB {what} phase: {}", errors.join("; "));
+            return (back, Err(e));
+        }
+        let ops = (back.iter().map(counted).sum::<usize>() - ops_before) as u64;
+        let capped = op == Op::Put && back.iter().any(|c| c.put * BODY_BYTES == c.bodies.len());
+        let spent = |range: std::ops::Range<usize>| {
+            let (b, a) = (before.get(range.clone())?, after.get(range)?);
+            Some(cpu::cost(b, a, 0, 0)?.cpu_seconds)
+        };
+        let unix = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0)
+        };
+        let phase = Phase {
+            op: match op {
+                Op::Put => "PUT",
+                Op::Get => "GET",
+            },
+            clients: count,
+            ops,
+            seconds,
+            ops_s: ops as f64 / seconds,
+            capped,
+            reconnects: back.iter().map(|c| c.conn.connects()).sum::<u64>() - connects,
+            client_cpu_s: spent(0..1),
+            basalt_cpu_s: spent(1..self.sources.len()),
+            machine_busy_s: busy_before.zip(busy_after).map(|(b, a)| a - b),
+            start_unix_s: unix(start_unix),
+            end_unix_s: unix(start_unix) + seconds,
+        };
+        (back, Ok(phase))
+    }
+}
+
+/// The rows PUT and GET by 1 and by 16 clients, each its phase's rate or why it is missing.
+pub fn rows(outcome: &Outcome, command: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for clients in CLIENT_COUNTS {
+        for op in ["PUT", "GET"] {
+            let phase = outcome
+                .phases
+                .iter()
+                .find(|p| p.clients == clients && p.op == op);
+            let basalt = match phase {
+                Some(p) => Figure {
+                    value: Some(p.ops_s),
+                    command: Some(command.into()),
+                    raw: Some(RAW.into()),
+                    ..Figure::default()
+                },
+                None => Figure::failed(
+                    outcome.error.as_deref().unwrap_or("not measured"),
+                    Some(command.into()),
+                    Some(RAW.into()),
+                ),
+            };
+            rows.push(Row {
+                key: format!("{}_4k_{clients}c_rust_ops", op.to_lowercase()),
+                label: format!(
+                    "4 KiB {op}, {clients} client{} (Rust)",
+                    if clients == 1 { "" } else { "s" }
+                ),
+                unit: "ops/s".into(),
+                higher_is_better: true,
+                baseline: None,
+                basalt: Some(basalt),
+            });
+        }
+    }
+    rows
+}
+
+/// One note per phase with what the client and the cluster spent per request, then the
+/// failure and the clean-up failure, if any.
+pub fn notes(outcome: &Outcome) -> Vec<String> {
+    let mut notes: Vec<String> = outcome.phases.iter().map(phase_note).collect();
+    if let Some(e) = &outcome.error {
+        notes.push(format!("The Rust load generator failed: {e}"));
+    }
+    if let Some(e) = &outcome.cleanup_error {
+        notes.push(format!(
+            "The Rust load generator's clean-up failed (keys or its bucket are left): {e}"
+        ));
+    }
+    notes
+}
+
+fn phase_note(p: &Phase) -> String {
+    let per_op = |cpu: Option<f64>| match cpu {
+        Some(s) if p.ops > 0 => format!(
+            "{s:.2} s ({:.2} core, {:.0} µs a request)",
+            s / p.seconds,
+            s / p.ops as f64 * 1e6
+        ),
+        Some(s) => format!("{s:.2} s"),
+        None => "not read".into(),
+    };
+    let other = match (p.machine_busy_s, p.client_cpu_s, p.basalt_cpu_s) {
+        (Some(m), Some(c), Some(b)) => format!(
+            "; other processes {:.2} core",
+            ((m - c - b) / p.seconds).max(0.0)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "Rust client, 4 KiB {} by {} client{}: {} requests in {:.1} s{}; CPU of the load \
+         generator {}, of the cluster {}{other}.",
+        p.op,
+        p.clients,
+        if p.clients == 1 { "" } else { "s" },
+        p.ops,
+        p.seconds,
+        if p.capped {
+            " (a client used all its keys before the time was up: a lower bound)"
+        } else {
+            ""
+        },
+        per_op(p.client_cpu_s),
+        per_op(p.basalt_cpu_s),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_the_four_rates_or_the_failure() {
+        // Goal: the section gets PUT and GET rows for 1 and 16 clients with distinct keys,
+        // measured phases carry their rate and the others the failure; notes give each
+        // phase's CPU per request and name a failed clean-up.
+        let phase = |op, clients| Phase {
+            op,
+            clients,
+            ops: 5000,
+            seconds: 5.0,
+            ops_s: 1000.0,
+            capped: false,
+            reconnects: 0,
+            client_cpu_s: Some(0.25),
+            basalt_cpu_s: Some(4.0),
+            machine_busy_s: Some(4.5),
+            start_unix_s: 0.0,
+            end_unix_s: 5.0,
+        };
+        let outcome = Outcome {
+            phases: vec![phase("PUT", 1), phase("GET", 1), phase("PUT", 16)],
+            error: Some("16-client 4 KiB GET phase: client 3: GET /b/k answered 500".into()),
+            cleanup_error: Some("DeleteBucket answered 409".into()),
+        };
+        let rows = rows(&outcome, "load");
+        let labels: Vec<_> = rows.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "4 KiB PUT, 1 client (Rust)",
+                "4 KiB GET, 1 client (Rust)",
+                "4 KiB PUT, 16 clients (Rust)",
+                "4 KiB GET, 16 clients (Rust)",
+            ]
+        );
+        assert_eq!(rows[2].key, "put_4k_16c_rust_ops");
+        assert!(rows
+            .iter()
+            .all(|r| r.unit == "ops/s" && r.baseline.is_none()));
+        let get16 = rows[3].basalt.clone().unwrap();
+        assert_eq!(get16.value, None);
+        assert!(get16.error.unwrap().contains("answered 500"));
+        assert_eq!(rows[0].basalt.clone().unwrap().value, Some(1000.0));
+        let notes = notes(&outcome);
+        assert_eq!(notes.len(), 5);
+        assert!(
+            notes[0].contains("0.25 s (0.05 core, 50 µs a request)"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[0].contains("4.00 s (0.80 core, 800 µs a request)"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[0].contains("other processes 0.05 core"),
+            "{}",
+            notes[0]
+        );
+        assert!(notes[4].contains("DeleteBucket answered 409"));
+    }
+}
