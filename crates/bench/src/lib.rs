@@ -27,7 +27,6 @@ pub mod procstat;
 pub mod progress;
 pub mod report;
 pub mod results;
-pub mod s3_client;
 pub mod sections;
 pub mod suite;
 pub mod svg;

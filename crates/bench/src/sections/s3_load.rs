@@ -1,16 +1,16 @@
 //! 4 KiB PUT and GET rates from a lean Rust S3 client, beside boto3's. boto3 spends about
 //! 2 ms of CPU a request and takes most of a 2-core machine with 16 processes, so its rates
 //! measure the client. Here every client is a task on one thread with its own keep-alive
-//! HTTP/1.1 connection ([`crate::s3_client`]), PUT sends no Content-MD5 (the signed SHA-256
+//! HTTP/1.1 connection ([`basalt_s3client`]), PUT sends no Content-MD5 (the signed SHA-256
 //! already covers the body), and the CPU of this process and of the cluster is read around
 //! every phase, so the report says what the client cost.
 
 use crate::cpu::{self, CpuSource};
 use crate::procstat;
 use crate::results::{Figure, Row};
-use crate::s3_client::{delete_objects, Connection, Signer, EMPTY_SHA256};
 use crate::under_test::S3Endpoint;
 use anyhow::{bail, Context};
+use basalt_s3client::{delete_objects, Connection, Signer, EMPTY_SHA256};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;

@@ -1,11 +1,12 @@
-//! A minimal S3 client for load generation: one keep-alive HTTP/1.1 connection to a
-//! gateway, every request signed with SigV4 (header auth, the body's SHA-256 as
-//! `x-amz-content-sha256`, service `s3`, path-style), buffers reused from request to request
-//! so that a request costs the client little next to the gateway. It speaks just what
-//! `sections::s3_load` needs: status, a body by Content-Length or chunked, and
-//! `Connection: close`.
+//! A lean S3 client for Basalt's tools (the bench's load generator, objvol builds and
+//! reads): one keep-alive HTTP/1.1 connection to an endpoint, every request signed with
+//! SigV4 (header auth, the body's SHA-256 as `x-amz-content-sha256`, service `s3`,
+//! path-style), buffers reused from request to request so that a request costs the client
+//! little next to the gateway. It speaks status, headers, a body by Content-Length or
+//! chunked, and `Connection: close`; [`list`] adds ListObjectsV2.
 
-use anyhow::{bail, Context};
+pub mod list;
+
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
@@ -27,6 +28,52 @@ const MAX_HEAD_BYTES: u64 = 16 << 10;
 const MAX_BODY_BYTES: usize = 4 << 20;
 /// Keys per DeleteObjects request (the S3 limit).
 pub const DELETE_BATCH: usize = 1000;
+/// What went wrong talking to an endpoint (a message naming the step).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(pub String);
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error(e.to_string())
+    }
+}
+
+/// A result of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Return an [`Error`] made of a format string.
+macro_rules! bail {
+    ($($t:tt)*) => {
+        return Err($crate::Error(format!($($t)*)))
+    };
+}
+pub(crate) use bail;
+
+/// `context` / `with_context` on results and options: the step that failed, then why.
+pub(crate) trait Context<T> {
+    fn context(self, what: &str) -> Result<T>;
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: std::fmt::Display> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: &str) -> Result<T> {
+        self.map_err(|e| Error(format!("{what}: {e}")))
+    }
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error(format!("{}: {e}", what())))
+    }
+}
+
+impl<T> Context<T> for Option<T> {
+    fn context(self, what: &str) -> Result<T> {
+        self.ok_or_else(|| Error(what.to_string()))
+    }
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.ok_or_else(|| Error(what()))
+    }
+}
+
 /// SHA-256 of an empty body.
 pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
@@ -136,7 +183,40 @@ pub fn amz_date(now: SystemTime) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    crate::environment::utc_from_unix(secs).replace(['-', ':'], "")
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// The calendar date of a day number since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Append `value` URI-encoded for a query string as S3 signs it (every byte but unreserved
+/// ones as %XX, `/` included).
+pub fn encode_query_value(value: &str, out: &mut String) {
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
 }
 
 /// One keep-alive HTTP/1.1 connection to the gateway, opened on first use and again after the
@@ -154,6 +234,10 @@ pub struct Connection {
     line: Vec<u8>,
     /// The body of the last answer.
     body: Vec<u8>,
+    /// The headers of the last answer (lowercase names).
+    headers: Vec<(String, String)>,
+    /// Largest answer body accepted.
+    max_body: usize,
     /// Connections opened so far.
     connects: u64,
 }
@@ -169,8 +253,28 @@ impl Connection {
             request: Vec::with_capacity(8 << 10),
             line: Vec::with_capacity(256),
             body: Vec::with_capacity(8 << 10),
+            headers: Vec::new(),
+            max_body: MAX_BODY_BYTES,
             connects: 0,
         }
+    }
+
+    /// Accept answer bodies up to `bytes` (ranged GETs of large pieces).
+    pub fn set_max_body(&mut self, bytes: usize) {
+        self.max_body = bytes;
+    }
+
+    /// A header of the last answer (`name` in lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body of the last answer, taken (the next answer gets a fresh buffer).
+    pub fn take_body(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.body)
     }
 
     /// Send one signed request and read its answer, its body into `self.body`; returns the
@@ -184,7 +288,7 @@ impl Connection {
         extra: &[(&str, &str)],
         body: &[u8],
         payload_sha256: &str,
-    ) -> anyhow::Result<u16> {
+    ) -> Result<u16> {
         let answer = tokio::time::timeout(
             REQUEST_TIMEOUT,
             self.exchange(method, path, query, extra, body, payload_sha256),
@@ -192,10 +296,10 @@ impl Connection {
         .await;
         let outcome = match answer {
             Ok(outcome) => outcome,
-            Err(_) => Err(anyhow::anyhow!(
+            Err(_) => Err(Error(format!(
                 "no answer within {} s",
                 REQUEST_TIMEOUT.as_secs()
-            )),
+            ))),
         };
         if outcome.is_err() {
             // What is left on the connection is unknown: start the next request afresh.
@@ -213,14 +317,14 @@ impl Connection {
         extra: &[(&str, &str)],
         body: &[u8],
         payload_sha256: &str,
-    ) -> anyhow::Result<u16> {
+    ) -> Result<u16> {
         if self.used.elapsed() > IDLE_REOPEN {
             self.stream = None;
         }
         if self.stream.is_none() {
             let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
                 .await
-                .map_err(|_| anyhow::anyhow!("no connection within {CONNECT_TIMEOUT:?}"))?
+                .map_err(|_| Error(format!("no connection within {CONNECT_TIMEOUT:?}")))?
                 .with_context(|| format!("connect to {}", self.addr))?;
             stream.set_nodelay(true)?;
             self.stream = Some(BufReader::new(stream));
@@ -278,6 +382,7 @@ impl Connection {
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("bad status line {:?}", status_line.trim_end()))?;
         let (mut length, mut chunked, mut close) = (None, false, false);
+        self.headers.clear();
         loop {
             read_line(stream, &mut self.line, &mut budget).await?;
             if self.line.is_empty() {
@@ -289,6 +394,8 @@ impl Connection {
             }
             let (name, value) = text.split_once(':').context("header line without ':'")?;
             let value = value.trim();
+            self.headers
+                .push((name.trim().to_ascii_lowercase(), value.to_string()));
             if name.eq_ignore_ascii_case("content-length") {
                 length = Some(value.parse::<usize>().context("bad Content-Length")?);
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -305,8 +412,11 @@ impl Connection {
                 read_chunked(stream, &mut self.body, &mut self.line, &mut budget).await?;
             }
             (false, false, Some(n)) => {
-                if n > MAX_BODY_BYTES {
-                    bail!("answer body of {n} bytes (at most {MAX_BODY_BYTES} expected)");
+                if n > self.max_body {
+                    bail!(
+                        "answer body of {n} bytes (at most {} expected)",
+                        self.max_body
+                    );
                 }
                 self.body.resize(n, 0);
                 stream.read_exact(&mut self.body).await?;
@@ -363,7 +473,7 @@ async fn read_line(
     stream: &mut BufReader<TcpStream>,
     line: &mut Vec<u8>,
     budget: &mut u64,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     line.clear();
     let n = (&mut *stream).take(*budget).read_until(b'\n', line).await?;
     *budget -= n as u64;
@@ -379,7 +489,7 @@ async fn read_chunked(
     body: &mut Vec<u8>,
     line: &mut Vec<u8>,
     budget: &mut u64,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     loop {
         read_line(stream, line, budget).await?;
         let text = std::str::from_utf8(line).context("chunk size line")?;
@@ -413,11 +523,7 @@ async fn read_chunked(
 
 /// Delete `keys` of `bucket`, DELETE_BATCH a DeleteObjects request in quiet mode (the answer
 /// lists only failures). The keys are put in the XML as they are: they must need no escaping.
-pub async fn delete_objects(
-    conn: &mut Connection,
-    bucket: &str,
-    keys: &[String],
-) -> anyhow::Result<()> {
+pub async fn delete_objects(conn: &mut Connection, bucket: &str, keys: &[String]) -> Result<()> {
     let path = format!("/{bucket}");
     for batch in keys.chunks(DELETE_BATCH) {
         let mut xml = String::from(
