@@ -1,14 +1,17 @@
 //! The NBD gateway of a Basalt cluster: exports every volume of the cluster under its name,
-//! every snapshot read-only as `VOLUME@SNAPSHOT` and every ready image as `image:NAME`,
-//! through the client library. `basalt up`, `basalt nbd`, `basalt image import` and the
+//! every snapshot read-only as `VOLUME@SNAPSHOT`, every ready image as `image:NAME` and
+//! every ready object-backed volume as `objvol:NAME`, through the client library. `basalt up`, `basalt nbd`, `basalt image import` and the
 //! benchmark's private gateway all serve this catalogue.
 
 use crate::{BlockDevice, DeviceError, ExportInfo, Exports, Extent};
 use async_trait::async_trait;
 use basalt_client::{ClientError, Cluster, Volume};
+use basalt_objvol::reader::{Reader, SourceError};
 use basalt_proto::Status;
 use bytes::Bytes;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 /// Every volume of the cluster, by name; `""` opens the default volume.
 pub struct VolumeExports {
@@ -16,6 +19,11 @@ pub struct VolumeExports {
     default_volume: Option<String>,
     /// When set, the one volume exported (the benchmark's private gateway).
     only: Option<String>,
+    /// Credentials for objvols whose record names none (`basalt up`'s own S3 key).
+    objvol_credentials: Option<PathBuf>,
+    /// Objvols opened, by name, with the layer of the index they read (an objvol's extent
+    /// map is read once, not per connection; a refresh makes a new layer).
+    objvols: Mutex<HashMap<String, (u64, Arc<Reader>)>>,
 }
 
 impl VolumeExports {
@@ -25,7 +33,59 @@ impl VolumeExports {
             cluster,
             default_volume,
             only: None,
+            objvol_credentials: None,
+            objvols: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Objvols that name no credentials read their bucket with the key in `path`.
+    pub fn with_objvol_credentials(mut self, path: Option<PathBuf>) -> Self {
+        self.objvol_credentials = path;
+        self
+    }
+
+    /// The reader of ready objvol `name` (None: there is none).
+    async fn objvol(&self, name: &str) -> Result<Option<Arc<Reader>>, DeviceError> {
+        let info = match basalt_objvol::catalog::info(&self.cluster, name).await {
+            Ok(i) if i.state == basalt_objvol::ObjvolState::Ready => i,
+            Ok(_) => return Ok(None),
+            Err(ClientError::Invalid { .. }) => return Ok(None),
+            Err(e) => return Err(device_error(e)),
+        };
+        if let Some((inode, r)) = self.objvols.lock().expect("objvol cache").get(name) {
+            if *inode == info.inode {
+                return Ok(Some(r.clone()));
+            }
+        }
+        let path = info
+            .source
+            .credentials
+            .clone()
+            .map(PathBuf::from)
+            .or_else(|| self.objvol_credentials.clone())
+            .ok_or_else(|| {
+                DeviceError::Io(format!(
+                    "objvol \"{name}\" names no credentials and this gateway has none for it"
+                ))
+            })?;
+        let open = async {
+            let credentials = basalt_objvol::s3::Credentials::load(&path)?;
+            basalt_objvol::s3::S3Source::new(
+                &info.source.endpoint,
+                &info.source.bucket,
+                &credentials,
+            )
+        };
+        let source = open.await.map_err(source_error)?;
+        let (_, reader) = basalt_objvol::catalog::open(&self.cluster, name, Arc::new(source))
+            .await
+            .map_err(device_error)?;
+        let reader = Arc::new(reader);
+        self.objvols
+            .lock()
+            .expect("objvol cache")
+            .insert(name.to_string(), (info.inode, reader.clone()));
+        Ok(Some(reader))
     }
 
     /// Export volume `name` alone, under its name (and as the default export).
@@ -34,6 +94,8 @@ impl VolumeExports {
             cluster,
             default_volume: Some(name.to_string()),
             only: Some(name.to_string()),
+            objvol_credentials: None,
+            objvols: Mutex::new(HashMap::new()),
         }
     }
 
@@ -92,6 +154,23 @@ impl Exports for VolumeExports {
                     description: format!("Basalt image, {} bytes, read-only", i.size),
                 });
             }
+            let objvols = basalt_objvol::catalog::list(&self.cluster)
+                .await
+                .map_err(device_error)?;
+            for o in objvols
+                .iter()
+                .filter(|o| o.state == basalt_objvol::ObjvolState::Ready)
+            {
+                exports.push(ExportInfo {
+                    name: format!("objvol:{}", o.name),
+                    description: format!(
+                        "Basalt object-backed volume (EROFS over s3://{}/{}), {} bytes, read-only",
+                        o.source.bucket,
+                        o.source.prefix,
+                        o.size()
+                    ),
+                });
+            }
         }
         exports.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(exports)
@@ -118,6 +197,15 @@ impl Exports for VolumeExports {
                 Err(e) => Err(device_error(e)),
             };
         }
+        if let Some(objvol) = name.strip_prefix("objvol:") {
+            if self.only.is_some() {
+                return Ok(None);
+            }
+            return Ok(self
+                .objvol(objvol)
+                .await?
+                .map(|r| Arc::new(ObjvolDevice(r)) as Arc<dyn BlockDevice>));
+        }
         if let Some((volume, snapshot)) = name.split_once('@') {
             if !self.exported(volume) {
                 return Ok(None);
@@ -138,6 +226,73 @@ impl Exports for VolumeExports {
             Err(ClientError::NoSuchVolume { .. }) => Ok(None),
             Err(e) => Err(device_error(e)),
         }
+    }
+}
+
+/// An objvol's read failure as NBD answers it: EIO (logged: an object that changed since
+/// the index was built, or an endpoint that failed).
+fn source_error(e: SourceError) -> DeviceError {
+    tracing::warn!("objvol read failed: {e}");
+    DeviceError::Io(e.to_string())
+}
+
+/// An object-backed volume as a read-only NBD block device.
+pub struct ObjvolDevice(Arc<Reader>);
+
+#[async_trait]
+impl BlockDevice for ObjvolDevice {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes, DeviceError> {
+        let pieces = self.read_pieces(offset, len).await?;
+        Ok(match pieces.len() {
+            1 => pieces.into_iter().next().unwrap_or_default(),
+            _ => Bytes::from(pieces.concat()),
+        })
+    }
+
+    async fn read_pieces(&self, offset: u64, len: u32) -> Result<Vec<Bytes>, DeviceError> {
+        self.0
+            .read(offset, u64::from(len))
+            .await
+            .map_err(source_error)
+    }
+
+    async fn write(&self, _offset: u64, _data: Bytes, _fua: bool) -> Result<(), DeviceError> {
+        Err(DeviceError::ReadOnly)
+    }
+
+    async fn flush(&self) -> Result<(), DeviceError> {
+        // Nothing is ever written: there is nothing to make durable.
+        Ok(())
+    }
+
+    async fn trim(&self, _offset: u64, _len: u32, _fua: bool) -> Result<(), DeviceError> {
+        Err(DeviceError::ReadOnly)
+    }
+
+    async fn write_zeroes(
+        &self,
+        _offset: u64,
+        _len: u32,
+        _may_trim: bool,
+        _fua: bool,
+    ) -> Result<(), DeviceError> {
+        Err(DeviceError::ReadOnly)
+    }
+
+    async fn block_status(&self, _offset: u64, len: u32) -> Result<Vec<Extent>, DeviceError> {
+        Ok(vec![Extent {
+            length: u64::from(len),
+            hole: false,
+            zero: false,
+        }])
     }
 }
 

@@ -149,30 +149,145 @@ pub async fn list(cluster: &Cluster) -> Result<Vec<ObjvolInfo>, ClientError> {
     entries.iter().map(|(_, v, _)| decode(v)).collect()
 }
 
-/// Store a built index as objvol `name` in `pool`: the record (building), the layer with
-/// the index and the extent map, sealed, then the record ready. `progress` hears the bytes
-/// stored so far.
-pub async fn store(
+/// Why an objvol could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjvolError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Build(#[from] crate::build::BuildError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// How a build or refresh is going: objects listed (`total` 0), then bytes of the index
+/// stored out of `total`.
+pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+/// The prefix as the index uses it: empty, or ending in `/`.
+pub fn normal_prefix(prefix: &str) -> String {
+    let p = prefix.trim_start_matches('/');
+    if p.is_empty() || p.ends_with('/') {
+        p.to_string()
+    } else {
+        format!("{p}/")
+    }
+}
+
+/// Make objvol `name` over `source` (read with `credentials`), its index in `pool`:
+/// list and build in `tmp`, then store it.
+pub async fn create(
     cluster: &Arc<Cluster>,
     name: &str,
-    source: Source,
+    mut source: Source,
+    credentials: &crate::s3::Credentials,
     pool: PoolId,
-    mut built: Built,
-    progress: &(dyn Fn(u64, u64) + Send + Sync),
-) -> Result<ObjvolInfo, ClientError> {
-    basalt_client::volumes::check_name(name)
-        .map_err(|_| invalid(format!("objvol name \"{name}\" must be 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'")))?;
-    let s = &built.summary;
-    let index_bytes = BLOCK + s.meta_bytes;
+    tmp: &std::path::Path,
+    progress: Progress,
+) -> Result<ObjvolInfo, ObjvolError> {
+    basalt_client::volumes::check_name(name).map_err(|_| {
+        invalid(format!(
+            "objvol name \"{name}\" must be 1 to 128 letters, digits, '.', '_' or '-', not \
+             starting with '.' or '-'"
+        ))
+    })?;
+    if cluster
+        .meta()
+        .get(&key(name))
+        .await
+        .map_err(ClientError::from)?
+        .is_some()
+    {
+        return Err(invalid(format!("objvol \"{name}\" exists")).into());
+    }
+    source.prefix = normal_prefix(&source.prefix);
+    let built = build_from(&source, credentials, tmp, progress.clone()).await?;
+    let layer = new_layer(cluster, pool, &built).await?;
+    let mut info = describe(name, source, &layer, &built);
+    let rev = put(cluster, &info, 0)
+        .await
+        .map_err(|_| invalid(format!("objvol \"{name}\" exists")))?;
+    let stored = match write_layer(cluster, &layer, name, built, &*progress).await {
+        Ok(()) => {
+            info.state = ObjvolState::Ready;
+            put(cluster, &info, rev).await.map(drop)
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = stored {
+        // Leave nothing half built behind (a failure here leaves it listed as building,
+        // for `basalt objvol rm`).
+        let _ = remove(cluster, name).await;
+        return Err(e.into());
+    }
+    Ok(info)
+}
+
+/// Build a new index of objvol `name` from its bucket as it is now and switch to it; the
+/// old index is removed (clients reading it get errors and reconnect to the new one).
+pub async fn refresh(
+    cluster: &Arc<Cluster>,
+    name: &str,
+    credentials: &crate::s3::Credentials,
+    tmp: &std::path::Path,
+    progress: Progress,
+) -> Result<ObjvolInfo, ObjvolError> {
+    let (old, rev) = record(cluster, name).await?;
+    let built = build_from(&old.source, credentials, tmp, progress.clone()).await?;
+    let layer = new_layer(cluster, old.pool, &built).await?;
+    let mut info = describe(name, old.source.clone(), &layer, &built);
+    info.state = ObjvolState::Ready;
+    let stored = match write_layer(cluster, &layer, name, built, &*progress).await {
+        Ok(()) => put(cluster, &info, rev).await.map(drop),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = stored {
+        // Nothing names the new layer: reclaim it, the old index stays in use.
+        let _ = cluster.purge(layer.inode, 0).await;
+        return Err(e.into());
+    }
+    cluster.purge(old.inode, 0).await?;
+    cluster.flush().await?;
+    Ok(info)
+}
+
+async fn build_from(
+    source: &Source,
+    credentials: &crate::s3::Credentials,
+    tmp: &std::path::Path,
+    progress: Progress,
+) -> Result<Built, ObjvolError> {
+    let s3 = crate::s3::S3Source::new(&source.endpoint, &source.bucket, credentials)?;
+    let listed = Arc::new(move |n: u64| progress(n, 0));
+    Ok(crate::build::build(Arc::new(s3), &source.prefix, tmp, unix_now(), listed).await?)
+}
+
+/// Where a built index goes in its layer: (index bytes, extents offset, layer bytes).
+fn placement(built: &Built) -> (u64, u64, u64) {
+    let index_bytes = BLOCK + built.summary.meta_bytes;
     let extents_at = index_bytes.div_ceil(BLOCK) * BLOCK;
     let layer_bytes = (extents_at + built.extents_bytes).div_ceil(BLOCK) * BLOCK;
-    let layer = cluster.new_sealed_layer(pool, layer_bytes).await?;
-    let mut info = ObjvolInfo {
+    (index_bytes, extents_at, layer_bytes)
+}
+
+async fn new_layer(
+    cluster: &Cluster,
+    pool: PoolId,
+    built: &Built,
+) -> Result<SealedLayer, ClientError> {
+    cluster.new_sealed_layer(pool, placement(built).2).await
+}
+
+/// The record of objvol `name` whose index `built` is in `layer` (state building).
+fn describe(name: &str, source: Source, layer: &SealedLayer, built: &Built) -> ObjvolInfo {
+    let (index_bytes, extents_at, layer_bytes) = placement(built);
+    let s = &built.summary;
+    ObjvolInfo {
         format_version: OBJVOL_FORMAT_VERSION,
         name: name.to_string(),
         source,
         inode: layer.inode,
-        pool,
+        pool: layer.pool,
         object_size: layer.object_size,
         layer_bytes,
         index_bytes,
@@ -194,11 +309,19 @@ pub async fn store(
         listing_ms: built.listing.as_millis() as u64,
         build_ms: built.total.as_millis() as u64,
         state: ObjvolState::Building,
-    };
-    let rev = put(cluster, &info, 0)
-        .await
-        .map_err(|_| invalid(format!("objvol \"{name}\" exists")))?;
-    let volume = cluster.open_layer_for_writing(&layer, &format!("objvol:{name}"))?;
+    }
+}
+
+/// Write the index and the extent map into `layer`, then seal it.
+async fn write_layer(
+    cluster: &Arc<Cluster>,
+    layer: &SealedLayer,
+    name: &str,
+    mut built: Built,
+    progress: &(dyn Fn(u64, u64) + Send + Sync),
+) -> Result<(), ClientError> {
+    let (_, extents_at, layer_bytes) = placement(&built);
+    let volume = cluster.open_layer_for_writing(layer, &format!("objvol:{name}"))?;
     let superblock = std::mem::take(&mut built.summary.superblock);
     let mut index = std::io::Cursor::new(superblock).chain(&mut built.meta);
     write_all(&volume, 0, &mut index, layer_bytes, progress).await?;
@@ -207,10 +330,7 @@ pub async fn store(
         .chain(&mut built.extent_records)
         .chain(&mut built.extent_heap);
     write_all(&volume, extents_at, &mut extents, layer_bytes, progress).await?;
-    cluster.seal_layer(&layer).await?;
-    info.state = ObjvolState::Ready;
-    put(cluster, &info, rev).await?;
-    Ok(info)
+    cluster.seal_layer(layer).await
 }
 
 /// Copy `from` into the layer from `at`, in chunks (the last one padded to a block).

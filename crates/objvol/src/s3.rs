@@ -1,0 +1,271 @@
+//! An S3 endpoint as an objvol's lister and object source, through `basalt-s3client`:
+//! a pool of keep-alive connections, ranged GETs pinned with `If-Match`.
+
+use crate::build::{Listed, Lister, Page};
+use crate::reader::{ObjectSource, SourceError};
+use async_trait::async_trait;
+use basalt_s3client::list::list_objects_v2;
+use basalt_s3client::{Connection, Signer, EMPTY_SHA256};
+use bytes::Bytes;
+use std::sync::Mutex;
+
+/// The region requests are signed for.
+const REGION: &str = "us-east-1";
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 64;
+/// Largest piece one GET may return (an NBD request is at most 32 MiB).
+const MAX_GET_BYTES: usize = 64 << 20;
+
+/// An access key and its secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, secret hidden)", self.access_key)
+    }
+}
+
+impl Credentials {
+    /// Read a credentials file: the AWS format (`aws_access_key_id` and
+    /// `aws_secret_access_key` of its first profile, as `basalt up` writes
+    /// `DATA_DIR/s3-credentials`), or one line `ACCESS:SECRET`.
+    pub fn load(path: &std::path::Path) -> Result<Self, SourceError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SourceError::Failed(format!("read the credentials {}: {e}", path.display()))
+        })?;
+        Self::parse(&text).ok_or_else(|| {
+            SourceError::Failed(format!(
+                "{} holds no credentials (an AWS credentials file, or one line ACCESS:SECRET)",
+                path.display()
+            ))
+        })
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let field = |name: &str| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+        };
+        if let (Some(access_key), Some(secret_key)) =
+            (field("aws_access_key_id"), field("aws_secret_access_key"))
+        {
+            return Some(Self {
+                access_key,
+                secret_key,
+            });
+        }
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))?;
+        let (a, s) = line.split_once(':')?;
+        (!a.is_empty() && !s.is_empty()).then(|| Self {
+            access_key: a.to_string(),
+            secret_key: s.to_string(),
+        })
+    }
+}
+
+/// A bucket of an S3 endpoint.
+pub struct S3Source {
+    addr: String,
+    bucket: String,
+    signer: Signer,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl S3Source {
+    /// The bucket `bucket` at `endpoint` (`http://HOST:PORT`).
+    pub fn new(
+        endpoint: &str,
+        bucket: &str,
+        credentials: &Credentials,
+    ) -> Result<Self, SourceError> {
+        let addr = match endpoint.strip_prefix("http://") {
+            Some(rest) => rest.trim_end_matches('/'),
+            None if endpoint.starts_with("https://") => {
+                return Err(SourceError::Failed(format!(
+                    "{endpoint}: https endpoints are not supported yet (use an http:// endpoint)"
+                )))
+            }
+            None => {
+                return Err(SourceError::Failed(format!(
+                    "{endpoint}: an endpoint is http://HOST:PORT"
+                )))
+            }
+        };
+        if addr.is_empty() || addr.contains('/') {
+            return Err(SourceError::Failed(format!(
+                "{endpoint}: an endpoint is http://HOST:PORT"
+            )));
+        }
+        Ok(Self {
+            addr: addr.to_string(),
+            bucket: bucket.to_string(),
+            signer: Signer::new(&credentials.access_key, &credentials.secret_key, REGION),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn take(&self) -> Connection {
+        let idle = self.idle.lock().expect("connection pool").pop();
+        idle.unwrap_or_else(|| {
+            let mut c = Connection::new(&self.addr, &self.signer);
+            c.set_max_body(MAX_GET_BYTES);
+            c
+        })
+    }
+
+    fn give_back(&self, c: Connection) {
+        let mut idle = self.idle.lock().expect("connection pool");
+        if idle.len() < MAX_IDLE {
+            idle.push(c);
+        }
+    }
+}
+
+/// Seconds since the Unix epoch of an ISO 8601 time as S3 lists it
+/// (`2026-11-01T10:00:00.000Z`); None if it is not one.
+fn unix_seconds(iso: &str) -> Option<u64> {
+    let b = iso.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| iso.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    // Days from 1970-01-01 of a proleptic Gregorian date.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+#[async_trait]
+impl Lister for S3Source {
+    async fn page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<Page, SourceError> {
+        let mut conn = self.take();
+        let page = list_objects_v2(&mut conn, &self.bucket, prefix, delimiter, token)
+            .await
+            .map_err(|e| SourceError::Failed(e.to_string()))?;
+        self.give_back(conn);
+        let objects = page
+            .objects
+            .into_iter()
+            .map(|o| Listed {
+                mtime: unix_seconds(&o.last_modified).unwrap_or(0),
+                key: o.key,
+                size: o.size,
+                etag: o.etag,
+            })
+            .collect();
+        Ok(Page {
+            objects,
+            prefixes: page.prefixes,
+            next: page.next,
+        })
+    }
+}
+
+#[async_trait]
+impl ObjectSource for S3Source {
+    async fn get_range(
+        &self,
+        key: &[u8],
+        etag: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Bytes, SourceError> {
+        let key_text = std::str::from_utf8(key)
+            .map_err(|_| SourceError::Failed(format!("key {key:?} is not UTF-8")))?;
+        let path = format!("/{}/{key_text}", self.bucket);
+        let range = format!("bytes={start}-{}", end - 1);
+        let mut conn = self.take();
+        let status = conn
+            .send(
+                "GET",
+                &path,
+                "",
+                &[("if-match", etag), ("range", &range)],
+                &[],
+                EMPTY_SHA256,
+            )
+            .await
+            .map_err(|e| SourceError::Failed(format!("GET {path}: {e}")))?;
+        let outcome = match status {
+            200 | 206 => Ok(Bytes::from(conn.take_body())),
+            412 | 404 => Err(SourceError::Changed {
+                key: key_text.to_string(),
+                detail: format!("GET with If-Match {etag} answered {status}"),
+            }),
+            other => Err(SourceError::Failed(format!(
+                "GET {path} {range} answered {other}: {}",
+                conn.body_excerpt()
+            ))),
+        };
+        self.give_back(conn);
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the two credentials formats read; anything else is refused.
+    #[test]
+    fn credentials_files() {
+        let aws = "[basalt]\naws_access_key_id = AKIA1\naws_secret_access_key = s3cr3t\n";
+        assert_eq!(
+            Credentials::parse(aws),
+            Some(Credentials {
+                access_key: "AKIA1".into(),
+                secret_key: "s3cr3t".into()
+            })
+        );
+        assert_eq!(
+            Credentials::parse("# key\nAK:SK\n").map(|c| c.secret_key),
+            Some("SK".into())
+        );
+        assert_eq!(Credentials::parse("nothing here"), None);
+        assert!(!format!("{:?}", Credentials::parse(aws).unwrap()).contains("s3cr3t"));
+    }
+
+    /// Goal: S3's listing times convert to Unix seconds; malformed ones are None.
+    #[test]
+    fn listing_times() {
+        assert_eq!(unix_seconds("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(
+            unix_seconds("2026-11-26T06:05:23.000Z"),
+            Some(1_795_673_123)
+        );
+        assert_eq!(unix_seconds("2000-02-29T12:00:00Z"), Some(951_825_600));
+        assert_eq!(unix_seconds("yesterday"), None);
+    }
+
+    /// Goal: endpoints are http://HOST:PORT; https is refused by name, not ignored.
+    #[test]
+    fn endpoints() {
+        let c = Credentials::parse("a:b").unwrap();
+        assert!(S3Source::new("http://127.0.0.1:9000", "b", &c).is_ok());
+        let e = S3Source::new("https://s3.amazonaws.com", "b", &c)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("https"), "{e}");
+        assert!(S3Source::new("127.0.0.1:9000", "b", &c).is_err());
+    }
+}
