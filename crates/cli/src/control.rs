@@ -98,6 +98,34 @@ pub enum Request {
     ImageRm {
         name: String,
     },
+    /// Build objvol `name` over `bucket`/`prefix` of `endpoint` (default: this cluster's
+    /// S3 gateway) read with the key in `credentials` (default: this cluster's own).
+    #[serde(rename = "objvol_create")]
+    ObjvolCreate {
+        name: String,
+        bucket: String,
+        #[serde(default)]
+        prefix: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        credentials: Option<String>,
+    },
+    /// Rebuild objvol `name`'s index from its bucket as it is now.
+    #[serde(rename = "objvol_refresh")]
+    ObjvolRefresh {
+        name: String,
+    },
+    #[serde(rename = "objvol_ls")]
+    ObjvolLs,
+    #[serde(rename = "objvol_info")]
+    ObjvolInfo {
+        name: String,
+    },
+    #[serde(rename = "objvol_rm")]
+    ObjvolRm {
+        name: String,
+    },
     /// `interval_ms` > 0 samples counters twice that far apart to report rates.
     Status {
         #[serde(default)]
@@ -181,6 +209,10 @@ pub struct Response {
     /// `s3_key_ls`: every key, without secrets, by access key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_keys: Option<Vec<S3Key>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objvol: Option<basalt_objvol::ObjvolInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objvols: Option<Vec<basalt_objvol::ObjvolInfo>>,
     /// A progress line of a long operation (not its final reply).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressLine>,
@@ -203,6 +235,10 @@ pub struct ServeContext {
     pub nbd_socket: Option<std::path::PathBuf>,
     /// The key sealing S3 secrets, when this process serves S3 (key requests need it).
     pub s3_master: Option<basalt_s3::MasterKey>,
+    /// This process's S3 gateway (`http://ADDR`) and the credentials file of its admin
+    /// key: objvols over this cluster's own buckets use them by default.
+    pub s3_endpoint: Option<String>,
+    pub s3_credentials: Option<std::path::PathBuf>,
 }
 
 pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, ctx: ServeContext) {
@@ -460,6 +496,11 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
                 ..Response::default()
             })
         }
+        Request::ObjvolCreate { .. }
+        | Request::ObjvolRefresh { .. }
+        | Request::ObjvolLs
+        | Request::ObjvolInfo { .. }
+        | Request::ObjvolRm { .. } => return objvol_request(cluster, ctx, req, &progress).await,
         Request::S3KeyCreate { .. } | Request::S3KeyLs | Request::S3KeyRm { .. } => {
             return s3_key_request(cluster.meta().as_ref(), ctx.s3_master.as_ref(), req).await
         }
@@ -474,6 +515,95 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
         }
     };
     result.unwrap_or_else(|e| Response::error(e.to_string()))
+}
+
+/// An objvol request: builds run here, reading the bucket with the request's credentials
+/// or this process's own.
+async fn objvol_request(
+    cluster: &Arc<Cluster>,
+    ctx: &ServeContext,
+    req: Request,
+    progress: &(dyn Fn(u64, u64) + Send + Sync),
+) -> Response {
+    use basalt_objvol::{catalog, s3::Credentials, Source};
+    let credentials = |named: &Option<String>| -> Result<Credentials, String> {
+        let path = named
+            .clone()
+            .map(std::path::PathBuf::from)
+            .or_else(|| ctx.s3_credentials.clone())
+            .ok_or(
+                "give the bucket's credentials (--credentials FILE): this cluster serves no S3",
+            )?;
+        Credentials::load(&path).map_err(|e| e.to_string())
+    };
+    let tmp = std::env::temp_dir();
+    let one = |o: basalt_objvol::ObjvolInfo| Response {
+        ok: true,
+        objvol: Some(o),
+        ..Response::default()
+    };
+    let result: Result<Response, String> = match req {
+        Request::ObjvolCreate {
+            name,
+            bucket,
+            prefix,
+            endpoint,
+            credentials: named,
+        } => {
+            let Some(endpoint) = endpoint.or_else(|| ctx.s3_endpoint.clone()) else {
+                return Response::error(
+                    "give the S3 endpoint (--endpoint http://HOST:PORT): this cluster serves no S3"
+                        .into(),
+                );
+            };
+            match credentials(&named) {
+                Err(e) => Err(e),
+                Ok(c) => {
+                    let source = Source {
+                        endpoint,
+                        bucket,
+                        prefix,
+                        credentials: named,
+                    };
+                    catalog::create(cluster, &name, source, &c, ctx.pool, &tmp, progress)
+                        .await
+                        .map(one)
+                        .map_err(|e| e.to_string())
+                }
+            }
+        }
+        Request::ObjvolRefresh { name } => match catalog::info(cluster, &name).await {
+            Err(e) => Err(e.to_string()),
+            Ok(old) => match credentials(&old.source.credentials) {
+                Err(e) => Err(e),
+                Ok(c) => catalog::refresh(cluster, &name, &c, &tmp, progress)
+                    .await
+                    .map(one)
+                    .map_err(|e| e.to_string()),
+            },
+        },
+        Request::ObjvolLs => catalog::list(cluster)
+            .await
+            .map(|all| Response {
+                ok: true,
+                objvols: Some(all),
+                ..Response::default()
+            })
+            .map_err(|e| e.to_string()),
+        Request::ObjvolInfo { name } => catalog::info(cluster, &name)
+            .await
+            .map(one)
+            .map_err(|e| e.to_string()),
+        Request::ObjvolRm { name } => catalog::remove(cluster, &name)
+            .await
+            .map(|()| Response {
+                ok: true,
+                ..Response::default()
+            })
+            .map_err(|e| e.to_string()),
+        _ => Err("not an objvol request".into()),
+    };
+    result.unwrap_or_else(Response::error)
 }
 
 /// An S3 access key request on the keys in `meta`; new keys are sealed with `master` (None:

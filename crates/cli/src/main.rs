@@ -6,6 +6,7 @@ mod control;
 mod daemons;
 mod image_cmd;
 mod metrics_http;
+mod objvol_cmd;
 mod s3_cmd;
 mod scrub_cmd;
 mod status;
@@ -74,6 +75,20 @@ enum Command {
         pool: String,
         #[command(subcommand)]
         command: image_cmd::ImageCommand,
+    },
+    /// Object-backed read-only volumes: an S3 bucket served over NBD as an EROFS
+    /// filesystem whose file data is fetched from the bucket as it is read.
+    Objvol {
+        /// Control API address of the cluster (`basalt up --control-listen`).
+        #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
+        control: SocketAddr,
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        /// Pool of objvol indexes (with --meta).
+        #[arg(long, global = true, default_value = "rbd")]
+        pool: String,
+        #[command(subcommand)]
+        command: objvol_cmd::ObjvolCommand,
     },
     /// Show the cluster's health, OSDs, PG states and capacity (like `ceph -s`).
     Status {
@@ -208,6 +223,16 @@ fn main() -> std::process::ExitCode {
             init_logging("warn");
             let target = volume_cmd::Target::new(control, meta, pool);
             runtime().and_then(|rt| rt.block_on(image_cmd::run(target, command)))
+        }
+        Command::Objvol {
+            control,
+            meta,
+            pool,
+            command,
+        } => {
+            init_logging("warn");
+            let target = volume_cmd::Target::new(control, meta, pool);
+            runtime().and_then(|rt| rt.block_on(objvol_cmd::run(target, command)))
         }
         Command::Scrub {
             control,

@@ -318,7 +318,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // Frontends.
     let default = (!args.default_volume.is_empty()).then(|| args.default_volume.clone());
     let exports = Arc::new(VolumeExports::new(cluster.clone(), default));
-    let nbd = basalt_nbd::Server::new(exports);
+    let nbd = basalt_nbd::Server::new(exports.clone());
     let tcp = tokio::net::TcpListener::bind(args.nbd_listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.nbd_listen))?;
@@ -343,15 +343,6 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             true,
         )?),
     };
-    let control_task = tokio::spawn(crate::control::serve(
-        control,
-        cluster.clone(),
-        crate::control::ServeContext {
-            pool: pool.id,
-            nbd_socket: Some(socket_path.clone()),
-            s3_master,
-        },
-    ));
     let (s3_stop, s3_stop_rx) = watch::channel(false);
     let s3 = match args.s3_listen.as_str() {
         "off" => None,
@@ -363,6 +354,27 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             Some(start_s3(&args, listen, &cluster, (index, data), s3_stop_rx).await?)
         }
     };
+    // Objvols over this cluster's own buckets read them through its gateway, as admin.
+    let s3_endpoint = s3.as_ref().map(|(addr, _)| {
+        let ip = match addr.ip() {
+            ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+            ip => ip,
+        };
+        format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+    });
+    let s3_credentials = s3.as_ref().map(|_| s3_credentials_path(&args.data_dir));
+    exports.set_objvol_credentials(s3_credentials.clone());
+    let control_task = tokio::spawn(crate::control::serve(
+        control,
+        cluster.clone(),
+        crate::control::ServeContext {
+            pool: pool.id,
+            nbd_socket: Some(socket_path.clone()),
+            s3_master,
+            s3_endpoint,
+            s3_credentials,
+        },
+    ));
 
     print_banner(
         &args,

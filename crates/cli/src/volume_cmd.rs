@@ -51,7 +51,8 @@ impl Target {
                 Request::Create {
                     from_image: None, ..
                 }
-                | Request::ImageBegin { .. },
+                | Request::ImageBegin { .. }
+                | Request::ObjvolCreate { .. },
             ) => {
                 anyhow::bail!(
                     "pool \"{}\" is not in the cluster map (create it with `basalt pool create`, \
@@ -66,6 +67,8 @@ impl Target {
             pool,
             nbd_socket: None,
             s3_master: None,
+            s3_endpoint: None,
+            s3_credentials: None,
         };
         let resp = crate::control::handle(&cluster, &ctx, req, &throttle).await;
         if !resp.ok {

@@ -20,7 +20,7 @@ pub struct VolumeExports {
     /// When set, the one volume exported (the benchmark's private gateway).
     only: Option<String>,
     /// Credentials for objvols whose record names none (`basalt up`'s own S3 key).
-    objvol_credentials: Option<PathBuf>,
+    objvol_credentials: Mutex<Option<PathBuf>>,
     /// Objvols opened, by name, with the layer of the index they read (an objvol's extent
     /// map is read once, not per connection; a refresh makes a new layer).
     objvols: Mutex<HashMap<String, (u64, Arc<Reader>)>>,
@@ -33,15 +33,15 @@ impl VolumeExports {
             cluster,
             default_volume,
             only: None,
-            objvol_credentials: None,
+            objvol_credentials: Mutex::new(None),
             objvols: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Objvols that name no credentials read their bucket with the key in `path`.
-    pub fn with_objvol_credentials(mut self, path: Option<PathBuf>) -> Self {
-        self.objvol_credentials = path;
-        self
+    /// Objvols that name no credentials read their bucket with the key in `path` (set once
+    /// the process's S3 gateway is up).
+    pub fn set_objvol_credentials(&self, path: Option<PathBuf>) {
+        *self.objvol_credentials.lock().expect("objvol credentials") = path;
     }
 
     /// The reader of ready objvol `name` (None: there is none).
@@ -62,7 +62,12 @@ impl VolumeExports {
             .credentials
             .clone()
             .map(PathBuf::from)
-            .or_else(|| self.objvol_credentials.clone())
+            .or_else(|| {
+                self.objvol_credentials
+                    .lock()
+                    .expect("objvol credentials")
+                    .clone()
+            })
             .ok_or_else(|| {
                 DeviceError::Io(format!(
                     "objvol \"{name}\" names no credentials and this gateway has none for it"
@@ -94,7 +99,7 @@ impl VolumeExports {
             cluster,
             default_volume: Some(name.to_string()),
             only: Some(name.to_string()),
-            objvol_credentials: None,
+            objvol_credentials: Mutex::new(None),
             objvols: Mutex::new(HashMap::new()),
         }
     }

@@ -83,7 +83,7 @@ pub struct Built {
 }
 
 /// What a build reports as it goes (objects listed so far).
-pub type Progress = Arc<dyn Fn(u64) + Send + Sync>;
+pub type Progress<'a> = &'a (dyn Fn(u64) + Send + Sync);
 
 /// Build the index of the objects under `prefix` (keys relative to it become paths),
 /// temporary files in `tmp`.
@@ -92,7 +92,7 @@ pub async fn build(
     prefix: &str,
     tmp: &std::path::Path,
     built_at: u64,
-    progress: Progress,
+    progress: Progress<'_>,
 ) -> Result<Built, BuildError> {
     let started = Instant::now();
     let meta = tempfile::tempfile_in(tmp)?;
@@ -353,7 +353,7 @@ mod tests {
                 page_size,
             });
             let dir = tempfile::tempdir().unwrap();
-            let built = build(bucket, "data/", dir.path(), 1_700_000_000, Arc::new(|_| {}))
+            let built = build(bucket, "data/", dir.path(), 1_700_000_000, &|_| {})
                 .await
                 .unwrap();
             assert_eq!(built.summary.files, 260, "page size {page_size}");

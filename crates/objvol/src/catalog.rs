@@ -162,7 +162,7 @@ pub enum ObjvolError {
 
 /// How a build or refresh is going: objects listed (`total` 0), then bytes of the index
 /// stored out of `total`.
-pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Send + Sync);
 
 /// The prefix as the index uses it: empty, or ending in `/`.
 pub fn normal_prefix(prefix: &str) -> String {
@@ -183,7 +183,7 @@ pub async fn create(
     credentials: &crate::s3::Credentials,
     pool: PoolId,
     tmp: &std::path::Path,
-    progress: Progress,
+    progress: Progress<'_>,
 ) -> Result<ObjvolInfo, ObjvolError> {
     basalt_client::volumes::check_name(name).map_err(|_| {
         invalid(format!(
@@ -201,13 +201,13 @@ pub async fn create(
         return Err(invalid(format!("objvol \"{name}\" exists")).into());
     }
     source.prefix = normal_prefix(&source.prefix);
-    let built = build_from(&source, credentials, tmp, progress.clone()).await?;
+    let built = build_from(&source, credentials, tmp, progress).await?;
     let layer = new_layer(cluster, pool, &built).await?;
     let mut info = describe(name, source, &layer, &built);
     let rev = put(cluster, &info, 0)
         .await
         .map_err(|_| invalid(format!("objvol \"{name}\" exists")))?;
-    let stored = match write_layer(cluster, &layer, name, built, &*progress).await {
+    let stored = match write_layer(cluster, &layer, name, built, progress).await {
         Ok(()) => {
             info.state = ObjvolState::Ready;
             put(cluster, &info, rev).await.map(drop)
@@ -230,14 +230,14 @@ pub async fn refresh(
     name: &str,
     credentials: &crate::s3::Credentials,
     tmp: &std::path::Path,
-    progress: Progress,
+    progress: Progress<'_>,
 ) -> Result<ObjvolInfo, ObjvolError> {
     let (old, rev) = record(cluster, name).await?;
-    let built = build_from(&old.source, credentials, tmp, progress.clone()).await?;
+    let built = build_from(&old.source, credentials, tmp, progress).await?;
     let layer = new_layer(cluster, old.pool, &built).await?;
     let mut info = describe(name, old.source.clone(), &layer, &built);
     info.state = ObjvolState::Ready;
-    let stored = match write_layer(cluster, &layer, name, built, &*progress).await {
+    let stored = match write_layer(cluster, &layer, name, built, progress).await {
         Ok(()) => put(cluster, &info, rev).await.map(drop),
         Err(e) => Err(e),
     };
@@ -255,11 +255,11 @@ async fn build_from(
     source: &Source,
     credentials: &crate::s3::Credentials,
     tmp: &std::path::Path,
-    progress: Progress,
+    progress: Progress<'_>,
 ) -> Result<Built, ObjvolError> {
     let s3 = crate::s3::S3Source::new(&source.endpoint, &source.bucket, credentials)?;
-    let listed = Arc::new(move |n: u64| progress(n, 0));
-    Ok(crate::build::build(Arc::new(s3), &source.prefix, tmp, unix_now(), listed).await?)
+    let listed = move |n: u64| progress(n, 0);
+    Ok(crate::build::build(Arc::new(s3), &source.prefix, tmp, unix_now(), &listed).await?)
 }
 
 /// Where a built index goes in its layer: (index bytes, extents offset, layer bytes).
@@ -337,7 +337,7 @@ async fn write_layer(
 async fn write_all(
     volume: &Volume,
     mut at: u64,
-    from: &mut dyn Read,
+    from: &mut (dyn Read + Send),
     total: u64,
     progress: &(dyn Fn(u64, u64) + Send + Sync),
 ) -> Result<(), ClientError> {
