@@ -152,6 +152,7 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         reclaim_after: std::time::Duration::from_secs(args.reclaim_after.max(1)),
         lifecycle_every: std::time::Duration::from_secs(args.lifecycle_every.max(1)),
         lifecycle_day: std::time::Duration::from_secs(args.lifecycle_day.max(1)),
+        stats: Default::default(),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,

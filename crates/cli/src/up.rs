@@ -82,6 +82,10 @@ pub struct UpArgs {
     /// keep the default of 86400 in use.
     #[arg(long, default_value_t = 86_400)]
     s3_lifecycle_day: u64,
+    /// Serve Prometheus metrics of the S3 gateway (requests by operation, bytes read) at
+    /// http://ADDR/metrics ("off" for none).
+    #[arg(long, default_value = "off")]
+    metrics_listen: String,
     /// Send the gateway's requests to the in-process OSDs, and the OSDs' replication to
     /// each other, over loopback TCP too, instead of calling their request handlers directly
     /// (to measure or test the data-plane protocol in one process).
@@ -344,6 +348,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         )?),
     };
     let (s3_stop, s3_stop_rx) = watch::channel(false);
+    let s3_stats = Arc::new(basalt_s3::stats::GatewayStats::default());
+    let metrics = match args.metrics_listen.as_str() {
+        "off" => None,
+        listen => {
+            let addr: SocketAddr = listen.parse().with_context(|| {
+                format!("--metrics-listen {listen}: expected IP:PORT or \"off\"")
+            })?;
+            let stats = s3_stats.clone();
+            let render: crate::metrics_http::Render = Arc::new(move || stats.render());
+            Some(crate::metrics_http::start(addr, render).await?)
+        }
+    };
     let s3 = match args.s3_listen.as_str() {
         "off" => None,
         listen => {
@@ -351,7 +367,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 Some(index) => (index.id, Some(pool.id)),
                 None => (pool.id, None),
             };
-            Some(start_s3(&args, listen, &cluster, (index, data), s3_stop_rx).await?)
+            Some(
+                start_s3(
+                    &args,
+                    listen,
+                    &cluster,
+                    (index, data),
+                    s3_stop_rx,
+                    s3_stats.clone(),
+                )
+                .await?,
+            )
         }
     };
     // Objvols over this cluster's own buckets read them through its gateway, as admin.
@@ -385,6 +411,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         &socket_path,
         s3.as_ref().map(|(addr, _)| *addr),
     );
+    if let Some((addr, _)) = &metrics {
+        println!("  Metrics:     http://{addr}/metrics");
+    }
 
     wait_for_signal().await?;
     eprintln!("basalt: shutting down (finishing in-flight requests)...");
@@ -446,6 +475,7 @@ async fn start_s3(
     cluster: &Arc<Cluster>,
     (pool, data_pool): (basalt_proto::PoolId, Option<basalt_proto::PoolId>),
     stop: watch::Receiver<bool>,
+    stats: Arc<basalt_s3::stats::GatewayStats>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listen: SocketAddr = listen
         .parse()
@@ -483,6 +513,7 @@ async fn start_s3(
         reclaim_after: std::time::Duration::from_secs(args.s3_reclaim_after.max(1)),
         lifecycle_every: std::time::Duration::from_secs(args.s3_lifecycle_every.max(1)),
         lifecycle_day: std::time::Duration::from_secs(args.s3_lifecycle_day.max(1)),
+        stats: stats.clone(),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,

@@ -365,7 +365,7 @@ mod tests {
             assert_eq!(bytes.len() as u64, built.extents_bytes);
             let map = crate::extents::ExtentMap::parse(&bytes).unwrap();
             assert_eq!(map.len(), 260);
-            let f = map.find(1).unwrap();
+            let f = map.find(crate::erofs::DATA_START_BLOCK).unwrap();
             assert_eq!(f.key, b"data/a-b", "the first object in key order");
         }
     }

@@ -2,10 +2,10 @@
 //! "Object-backed volumes"; format facts in ../shared/EROFS-NOTES.md).
 //!
 //! Keys go in sorted by bytes, as S3 lists them; each file gets a run of blocks in the
-//! *data region* (blocks 1..=D, never written: the block server fetches them from the
-//! bucket) the moment it is added. The metadata region (inodes and directory blocks) is
+//! *data region* (from [`DATA_START_BLOCK`], never written: the block server fetches them
+//! from the bucket) the moment it is added. The metadata region (inodes and directory blocks) is
 //! streamed to `out` as directories close; it is placed after the data region, at block
-//! `M = D + 1`, which is known only at the end — nids are relative to it, and the few
+//! the block after the last file's, known only at the end — nids are relative to it, and the few
 //! absolute addresses (directories' blocks, `..` entries of directories whose parent had
 //! not closed yet) are patched by [`Writer::finish`]. Memory: the children of the open
 //! directories (the path of the current key), about 32 bytes plus the name each.
@@ -19,6 +19,9 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// Compact inodes count modification times from here (S3's launch, 2006-03-14 UTC): Linux
 /// 6.15+ shows `epoch + i_mtime`; older kernels show this date for every file.
 pub const EPOCH: u64 = 1_142_294_400;
+/// The data region's first block: 1 MiB of zeros after the superblock, so that readahead
+/// and probes of the device's start (blkid, buffered FUSE reads) never touch an object.
+pub const DATA_START_BLOCK: u64 = 256;
 /// Keys reported by name when skipped (more are counted).
 pub const MAX_REPORTED_SKIPS: usize = 10_000;
 
@@ -93,9 +96,10 @@ pub enum Added {
 pub struct Summary {
     /// Block 0 of the image: the superblock at byte 1024.
     pub superblock: Vec<u8>,
-    /// Blocks of the data region (it starts at block 1).
+    /// Blocks of the data region (it starts at [`DATA_START_BLOCK`]).
     pub data_blocks: u64,
-    /// The metadata region's first block (`D + 1`); `out` holds its bytes from offset 0.
+    /// The metadata region's first block (after the data region); `out` holds its bytes
+    /// from offset 0.
     pub meta_block: u64,
     /// Bytes of the metadata region (a multiple of the block size).
     pub meta_bytes: u64,
@@ -400,7 +404,7 @@ impl<W: Write + Seek> Writer<W> {
             return Ok(Added::Directory);
         };
         let blocks = size.div_ceil(BLOCK_BYTES);
-        let start = 1 + self.data_blocks;
+        let start = DATA_START_BLOCK + self.data_blocks;
         if start + blocks > MAX_BLOCKS {
             return Err(ErofsError::TooLarge {
                 key: String::from_utf8_lossy(key).into_owned(),
@@ -639,7 +643,7 @@ impl<W: Write + Seek> Writer<W> {
         let root = self.stack.pop().expect("the root is always open");
         self.write_dir(&root, Some(0))?;
         self.pad_to_block()?;
-        let meta_block = 1 + self.data_blocks;
+        let meta_block = DATA_START_BLOCK + self.data_blocks;
         let meta_blocks = self.pos / BLOCK_BYTES;
         let total_blocks = meta_block + meta_blocks;
         if total_blocks > MAX_BLOCKS {
@@ -915,9 +919,11 @@ mod tests {
         let huge = 5u64 << 30;
         assert_eq!(
             w.add(b"big/huge.bin", huge, 1_600_000_000).unwrap(),
-            Added::File { start_block: 1 }
+            Added::File {
+                start_block: DATA_START_BLOCK
+            }
         );
-        let mut next = 1 + huge / BLOCK_BYTES;
+        let mut next = DATA_START_BLOCK + huge / BLOCK_BYTES;
         for i in 0..100_000u64 {
             let key = format!("flat/img-{i:06}.jpg");
             let size = 1000 + i % 9000;

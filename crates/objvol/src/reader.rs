@@ -346,6 +346,7 @@ mod tests {
             (4095, 2),
             (4096, 8192),
             (5000, 30_000),
+            (crate::erofs::DATA_START_BLOCK * BLOCK_BYTES - 100, 10_000),
             (n - 5000, 5000),
             (3, n - 3),
         ] {
@@ -368,16 +369,21 @@ mod tests {
         read_all(&reader, 0, 4096).await;
         read_all(&reader, meta, reader.size() - meta).await;
         assert_eq!(*bucket.fetched.lock().unwrap(), 0);
-        let f = reader.map.find(1).unwrap();
+        let first = crate::erofs::DATA_START_BLOCK;
+        let f = reader.map.find(first).unwrap();
         assert_eq!(f.key, b"dir/f1");
-        assert_eq!(read_all(&reader, 4096, 4096).await, image[4096..8192]);
+        let at = (first * BLOCK_BYTES) as usize;
+        assert_eq!(
+            read_all(&reader, at as u64, 4096).await,
+            image[at..at + 4096]
+        );
         assert_eq!(
             *bucket.fetched.lock().unwrap(),
             1,
             "one byte object, one byte fetched"
         );
         let mut start = 0;
-        for b in 1..reader.meta_block {
+        for b in crate::erofs::DATA_START_BLOCK..reader.meta_block {
             if reader
                 .map
                 .find(b)

@@ -27,6 +27,7 @@ pub mod policy;
 pub mod server;
 pub mod shards;
 pub mod sse;
+pub mod stats;
 pub mod sweeper;
 pub mod versions;
 

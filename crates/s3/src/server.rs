@@ -36,6 +36,8 @@ pub struct GatewayConfig {
     pub lifecycle_every: std::time::Duration,
     /// The length of a lifecycle "day" (86,400 s; shorter only to test rules).
     pub lifecycle_day: std::time::Duration,
+    /// Where the gateway counts what it answered.
+    pub stats: Arc<crate::stats::GatewayStats>,
 }
 
 /// Path-style always; virtual-host-style for `BUCKET.DOMAIN[:port]`.
@@ -79,7 +81,8 @@ pub async fn serve(
         config.pool,
         config.data_pool,
         config.reclaim_after,
-    );
+    )
+    .with_stats(config.stats.clone());
     // The lifecycle worker is a gateway of its own (gateways are stateless).
     let worker = Gateway::new(
         cluster.clone(),

@@ -153,6 +153,7 @@ pub(super) async fn list_objects(
 ) -> S3Result<S3Response<ListObjectsOutput>> {
     let need = Need::listing("s3:ListBucket", req.input.prefix.as_deref());
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    gw.stats.count(crate::stats::Counted::List);
     let user = bucket.owner.clone();
     let input = req.input;
     let marker = input.marker.clone().unwrap_or_default();
@@ -186,6 +187,7 @@ pub(super) async fn list_objects_v2(
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
     let need = Need::listing("s3:ListBucket", req.input.prefix.as_deref());
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    gw.stats.count(crate::stats::Counted::List);
     let user = bucket.owner.clone();
     let input = req.input;
     let mut after = input.start_after.clone().unwrap_or_default();
@@ -265,6 +267,7 @@ pub(super) async fn list_object_versions(
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
     let need = Need::listing("s3:ListBucketVersions", req.input.prefix.as_deref());
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
+    gw.stats.count(crate::stats::Counted::List);
     let user = bucket.owner.clone();
     let input = req.input;
     let key_marker = input.key_marker.clone().unwrap_or_default();

@@ -56,6 +56,8 @@ pub struct Gateway {
     data_pool: Option<PoolId>,
     /// How often a live upload refreshes its intent (see `sweeper`).
     refresh: std::time::Duration,
+    /// What this gateway answered.
+    stats: Arc<crate::stats::GatewayStats>,
 }
 
 impl Gateway {
@@ -75,7 +77,14 @@ impl Gateway {
             pool,
             data_pool,
             refresh: crate::sweeper::intent_refresh(reclaim_after),
+            stats: Arc::default(),
         }
+    }
+
+    /// Count this gateway's work in `stats` (shared with a metrics endpoint).
+    pub fn with_stats(mut self, stats: Arc<crate::stats::GatewayStats>) -> Self {
+        self.stats = stats;
+        self
     }
 }
 

@@ -288,6 +288,7 @@ pub(super) async fn put_object(
     let mut output = uploaded!(PutObjectOutput, etag(&entry.etag), checksums);
     output.version_id = Gateway::shown_version(&bucket, &entry.version_id);
     answer_sse!(output, &entry.sse);
+    gw.stats.count(crate::stats::Counted::PutObject);
     Ok(S3Response::new(output))
 }
 
@@ -305,6 +306,7 @@ pub(super) async fn get_object(
     let (full, checksums) = (!target.partial, target.entry.checksums.clone());
     let (tags, sse) = (target.entry.tags.len(), target.entry.sse.clone());
     let (retention, hold) = (target.entry.retention, target.entry.legal_hold);
+    let length = target.end - target.start;
     let body = gw.read(&bucket, &target.entry, (target.start, target.end), cipher);
     let mut output = described!(
         GetObjectOutput {
@@ -318,6 +320,7 @@ pub(super) async fn get_object(
     answer_lock!(output, retention, hold);
     response_overrides!(output, input);
     checksums_if_asked!(output, input, full, checksums);
+    gw.stats.count(crate::stats::Counted::GetObject(length));
     Ok(S3Response::new(output))
 }
 
@@ -340,6 +343,7 @@ pub(super) async fn head_object(
     answer_lock!(output, retention, hold);
     response_overrides!(output, input);
     checksums_if_asked!(output, input, full, checksums);
+    gw.stats.count(crate::stats::Counted::HeadObject);
     Ok(S3Response::new(output))
 }
 
