@@ -1,0 +1,62 @@
+"""Objects for the objvol tests, written with boto3 to a Basalt S3 gateway.
+
+Usage: fixture.py put BUCKET OUT.json WIDE   (the bucket, its objects, their sha256 in OUT)
+       fixture.py overwrite BUCKET KEY        (new bytes under KEY)
+Environment: S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+import boto3
+from botocore.config import Config
+
+s3 = boto3.client(
+    "s3",
+    endpoint_url=os.environ["S3_ENDPOINT"],
+    region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
+)
+
+
+def body(seed, size):
+    block = hashlib.sha256(f"seed {seed}".encode()).digest()
+    return (block * (size // 32 + 1))[:size]
+
+
+mode, bucket = sys.argv[1], sys.argv[2]
+if mode == "put":
+    out, wide = sys.argv[3], int(sys.argv[4])
+    s3.create_bucket(Bucket=bucket)
+    objects = {}
+
+    def put(key, data):
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+        objects[key] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    # Nested prefixes, empty objects, exact and odd 4 KiB multiples, a large object.
+    for i, size in enumerate([0, 1, 4095, 4096, 4097, 8192, 100_000, 9 << 20]):
+        put(f"nested/deeper/f{i}.bin", body(i, size))
+    put("nested/top.txt", b"top of nested\n")
+    # Names sorting before '.', with spaces, UTF-8, a 255-byte component.
+    for name in ["!bang", "-dash", "#hash", "with space.txt", "ünïcødé/файл.txt", "a-b", "a.c", "a/x"]:
+        put(name, body(len(name), 300))
+    put("long/" + "n" * 255, b"long name")
+    # A directory marker and a prefix of many keys (several directory blocks).
+    s3.put_object(Bucket=bucket, Key="markers/", Body=b"")  # a directory, not a file
+    for i in range(wide):
+        put(f"wide/img-{i:06d}.jpg", body(1000 + i, 500 + (i * 37) % 20_000))
+    # Keys that cannot be paths: skipped and reported.
+    skipped = ["bad//empty", "dot/./x", "dir-with-data/", "long/" + "l" * 256]
+    for key in skipped:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"cannot be a path")
+    json.dump({"objects": objects, "skipped": skipped}, open(out, "w"))
+    print(f"PUT {len(objects) + len(skipped)} objects")
+elif mode == "overwrite":
+    key = sys.argv[3]
+    s3.put_object(Bucket=bucket, Key=key, Body=b"overwritten after the build\n")
+    print("OVERWRITTEN")
+else:
+    sys.exit(f"unknown mode {mode}")
