@@ -1,19 +1,24 @@
 //! S3 on the multi-host cluster: two stateless `basalt s3` gateways in front of 3 hosts ×
-//! 2 OSDs serve the same buckets, and keep serving every byte after an OSD is killed.
+//! 2 OSDs serve the same buckets, and keep serving every byte after an OSD is killed;
+//! versioned writes and lifecycle workers through both, with a gateway killed -9 mid-way.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 mod multihost;
 
-use basalt_testcluster::ProcessSpec;
+use basalt_testcluster::{Proc, ProcessSpec};
 use common::{assert_ok, run};
 use multihost::{basalt_bin, Layout, MultiHost, DAEMON_START};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 const S3_PORTS: [u16; 2] = [9000, 9001];
+/// Lines of the lifecycle worker's debug log around each pass.
+const PASS_STARTED: &str = "lifecycle pass started";
+const PASS_DONE: &str = "lifecycle pass done";
 
 fn field<'a>(text: &'a str, label: &str) -> &'a str {
     text.lines()
@@ -36,6 +41,148 @@ fn script(mode: &str, endpoints: &[String], access: &str, secret: &str) {
     assert_ok(&out, &format!("two_gateways.py {mode}"));
 }
 
+/// `two_gateways.py MODE` running in the background, its stdin open for a line that ends
+/// its writes.
+struct Background {
+    mode: &'static str,
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Background {
+    /// Starts the script and waits for its first line, "WRITING".
+    fn start(mode: &'static str, endpoints: &[String], access: &str, secret: &str) -> Self {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/two_gateways.py");
+        let mut child = Command::new("python3")
+            .arg(path)
+            .arg(mode)
+            .args(endpoints)
+            .env("AWS_ACCESS_KEY_ID", access)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start two_gateways.py {mode}: {e}"));
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut stderr = child.stderr.take().expect("stderr");
+        // Drained meanwhile, so a long traceback never blocks the script.
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            stderr.read_to_string(&mut text).ok();
+            text
+        });
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("read the script's first line");
+        let mut script = Background {
+            mode,
+            child,
+            stdout,
+            stderr,
+        };
+        if !line.contains("WRITING") {
+            script.child.kill().ok();
+            let status = script.child.wait();
+            let errors = script.stderr.join().unwrap_or_default();
+            panic!("two_gateways.py {mode} did not start writing ({status:?}):\n{line}\n{errors}");
+        }
+        script
+    }
+
+    /// Tells the writers to stop (a line on stdin).
+    fn stop_writing(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "STOP").expect("tell the script to stop writing");
+        stdin.flush().expect("flush the script's stdin");
+    }
+
+    /// Waits for the script to end (at most 300 s): it must succeed and print `done`.
+    fn finish(mut self, done: &str) -> String {
+        let status = common::wait_timeout(&mut self.child, Duration::from_secs(300));
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).ok();
+        let errors = self.stderr.join().unwrap_or_default();
+        assert!(
+            status.is_some_and(|s| s.success()) && rest.contains(done),
+            "two_gateways.py {} failed ({status:?}):\n{rest}\n{errors}",
+            self.mode
+        );
+        rest
+    }
+}
+
+/// How many lifecycle passes `gateway`'s current incarnation started and finished.
+fn passes(gateway: &Proc) -> (usize, usize) {
+    let log = gateway.current_log();
+    (
+        log.matches(PASS_STARTED).count(),
+        log.matches(PASS_DONE).count(),
+    )
+}
+
+/// Waits (at most `timeout`) until `gateway` has started (`done`: finished) more lifecycle
+/// passes than `before`.
+fn wait_for_pass(gateway: &Proc, before: usize, done: bool, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    // Loop bound: `timeout`.
+    loop {
+        let (started, finished) = passes(gateway);
+        if (if done { finished } else { started }) > before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lifecycle pass {} within {timeout:?}:\n{}",
+            if done { "finished" } else { "started" },
+            gateway.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kills `gateway` -9 while its lifecycle worker is in the middle of a pass, and restarts
+/// it a second later: the kill comes 100 ms after a pass started, and counts once the log
+/// shows that pass did not finish (else another pass is tried, at most 5). Returns the
+/// attempts it took.
+fn kill_during_a_pass(gateway: &Proc) -> u32 {
+    for attempt in 1..=5 {
+        let (started, _) = passes(gateway);
+        wait_for_pass(gateway, started, false, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(100));
+        gateway.kill9().expect("kill -9 the gateway");
+        let log = gateway.current_log();
+        let last = log.rfind(PASS_STARTED).expect("a pass started");
+        let cut = !log[last..].contains(PASS_DONE);
+        // Down for a second: requests through it fail meanwhile.
+        std::thread::sleep(Duration::from_secs(1));
+        gateway.restart().expect("restart the gateway");
+        gateway
+            .wait_for_line("S3 gateway serving", DAEMON_START)
+            .unwrap_or_else(|e| panic!("the gateway did not restart: {e:#}\n{}", gateway.log()));
+        if cut {
+            return attempt;
+        }
+    }
+    panic!(
+        "every lifecycle pass ended within 100 ms: none was cut\n{}",
+        gateway.log()
+    );
+}
+
+/// Two gateways with one access key: objects and a multipart upload written through them
+/// read back through both after an OSD is killed -9; versioned writes through both while
+/// gateway A is killed -9 and restarted keep every acknowledged version once; lifecycle
+/// workers of both (days of 2 s) apply expiration, noncurrent-version expiration, lone
+/// delete marker removal and upload aborts while writers race them and A is killed -9 in
+/// the middle of a pass, and remove nothing else (two_gateways.py, modes write, verify,
+/// versions, lifecycle); a removed key is then refused.
 #[test]
 fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
     let mh = MultiHost::start(Layout::default());
@@ -66,7 +213,14 @@ fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
         let spec = ProcessSpec::new(basalt_bin())
             .name(format!("s3-{port}"))
             .args(["s3", "--meta", &mh.meta_url, "--listen", &listen])
-            .args(["--master-key", master]);
+            .args(["--master-key", master])
+            // Lifecycle days of 2 s and a pass every second (only the last part has rules),
+            // each pass's start and end in the log.
+            .args(["--lifecycle-day", "2", "--lifecycle-every", "1"])
+            .env(
+                "RUST_LOG",
+                "info,s3s=off,basalt_s3::gateway::lifecycle=debug",
+            );
         let proc = mh
             .net
             .spawn(&mh.client_host, spec)
@@ -85,21 +239,7 @@ fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
     script("verify", &endpoints, access, secret);
     // Versioned writes through both gateways while gateway A is killed -9 and restarted:
     // every acknowledged version stays, once.
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/two_gateways.py");
-    let mut writers = Command::new("python3")
-        .arg(path)
-        .arg("versions")
-        .args(&endpoints)
-        .env("AWS_ACCESS_KEY_ID", access)
-        .env("AWS_SECRET_ACCESS_KEY", secret)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start two_gateways.py versions");
-    let mut stdout = std::io::BufReader::new(writers.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).expect("read the script's first line");
-    assert!(line.contains("WRITING"), "{line}");
+    let writers = Background::start("versions", &endpoints, access, secret);
     std::thread::sleep(Duration::from_secs(3));
     gateways[0].kill9().expect("kill -9 gateway A");
     std::thread::sleep(Duration::from_secs(1));
@@ -107,20 +247,17 @@ fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
     gateways[0]
         .wait_for_line("S3 gateway serving", DAEMON_START)
         .unwrap_or_else(|e| panic!("gateway A did not restart: {e:#}\n{}", gateways[0].log()));
-    let status = common::wait_timeout(&mut writers, Duration::from_secs(300));
-    if status.is_none() {
-        let _ = writers.kill();
-    }
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).ok();
-    let mut errors = String::new();
-    if let Some(mut e) = writers.stderr.take() {
-        std::io::Read::read_to_string(&mut e, &mut errors).ok();
-    }
-    assert!(
-        status.is_some_and(|s| s.success()) && rest.contains("VERSIONS"),
-        "two_gateways.py versions failed ({status:?}):\n{rest}\n{errors}"
-    );
+    writers.finish("VERSIONS");
+    // Lifecycle rules applied by both gateways' workers while writers PUT through both and
+    // gateway A is killed -9 in the middle of a pass: what expires goes, nothing else does,
+    // no current version is lost (two_gateways.py, "lifecycle").
+    let mut writers = Background::start("lifecycle", &endpoints, access, secret);
+    let attempts = kill_during_a_pass(&gateways[0]);
+    // The writers go on until the restarted A has made three whole passes.
+    wait_for_pass(&gateways[0], 2, true, Duration::from_secs(60));
+    writers.stop_writing();
+    let summary = writers.finish("LIFECYCLE");
+    eprintln!("gateway A killed in a lifecycle pass (attempt {attempts}); {summary}");
     // A removed key stops working (gateways cache a key for at most 5 s).
     mh.cli_ok(&["s3", "key", "rm", access]);
     std::thread::sleep(Duration::from_secs(6));

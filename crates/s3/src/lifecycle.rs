@@ -122,6 +122,29 @@ pub fn judge(
     verdict
 }
 
+/// Of the versions judged removable earlier (`judged`: their ids — noncurrent versions, a
+/// lone delete marker), those `rules` still remove now that the key's versions are
+/// `versions` (newest first), by index. A removal takes effect on the record as it is then,
+/// so it must still be called for: a version a racing DELETE of the newer ones made current
+/// again, or made one of the newest noncurrent versions a rule keeps, or a delete marker a
+/// racing PUT put a version over, stays; nothing that was not judged goes.
+pub fn still_removed(
+    rules: &[Rule],
+    key: &str,
+    versions: &[ObjectEntry],
+    judged: &[Option<String>],
+    now_ms: i64,
+    day_ms: i64,
+) -> Vec<usize> {
+    let verdict = judge(rules, key, versions, now_ms, day_ms);
+    let mut out = verdict.remove_noncurrent;
+    if verdict.remove_lone_marker {
+        out.insert(0, 0);
+    }
+    out.retain(|&i| judged.contains(&versions[i].version_id));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +158,18 @@ mod tests {
             delete_marker: marker,
             ..Default::default()
         }
+    }
+
+    /// A version with an id (its write time).
+    fn named(modified_ms: i64, marker: bool) -> ObjectEntry {
+        ObjectEntry {
+            version_id: Some(format!("v{modified_ms}")),
+            ..v(modified_ms, marker)
+        }
+    }
+
+    fn ids(vs: &[ObjectEntry], at: &[usize]) -> Vec<Option<String>> {
+        at.iter().map(|&i| vs[i].version_id.clone()).collect()
     }
 
     fn rule() -> Rule {
@@ -207,6 +242,72 @@ mod tests {
         );
         assert!(judge(std::slice::from_ref(&r), "tmp/a", &[v(0, true)], 1, DAY).remove_lone_marker);
         assert!(!judge(&[r], "tmp/a", &[v(9, true), v(0, false)], 1, DAY).remove_lone_marker);
+    }
+
+    /// Goal: a removal judged on one record applies to the record as it is when the index
+    /// takes it only where the rules still call for it — the regression: a pass judged a
+    /// noncurrent version, a DELETE of the newer version made it current again, and the
+    /// pass removed the key's current version.
+    #[test]
+    fn judged_removals_hold_only_while_the_rules_still_call_for_them() {
+        let r = Rule {
+            noncurrent_days: Some(1),
+            expired_object_delete_marker: true,
+            ..rule()
+        };
+        let rules = std::slice::from_ref(&r);
+        // Written at 0, replaced at 500: due at 1500.
+        let judged_on = [named(500, false), named(0, false)];
+        let judged = ids(
+            &judged_on,
+            &judge(rules, "tmp/a", &judged_on, 1600, DAY).remove_noncurrent,
+        );
+        assert_eq!(judged, vec![Some("v0".to_string())]);
+        assert_eq!(
+            still_removed(rules, "tmp/a", &judged_on, &judged, 1600, DAY),
+            vec![1]
+        );
+        // The newer version was removed by id meanwhile: the judged one is current.
+        let undone = [named(0, false)];
+        assert!(still_removed(rules, "tmp/a", &undone, &judged, 1600, DAY).is_empty());
+        // Nothing that was not judged goes, though the rules would remove it now.
+        let newer = [named(3000, false), named(2000, false), named(0, false)];
+        assert_eq!(
+            still_removed(rules, "tmp/a", &newer, &judged, 9000, DAY),
+            vec![2]
+        );
+
+        // Keeping the newest noncurrent version: a DELETE of the newest noncurrent one makes
+        // a judged one the newest again.
+        let keep = Rule {
+            newer_noncurrent_versions: Some(1),
+            ..r.clone()
+        };
+        let keep = std::slice::from_ref(&keep);
+        let vs = [
+            named(3000, false),
+            named(2000, false),
+            named(1000, false),
+            named(0, false),
+        ];
+        let judged = ids(&vs, &judge(keep, "tmp/a", &vs, 9000, DAY).remove_noncurrent);
+        assert_eq!(judged, ids(&vs, &[2, 3]));
+        let fewer = [named(3000, false), named(1000, false), named(0, false)];
+        assert_eq!(
+            still_removed(keep, "tmp/a", &fewer, &judged, 9000, DAY),
+            vec![2]
+        );
+
+        // A lone delete marker judged, then a PUT over it: the marker stays.
+        let lone = [named(100, true)];
+        let judged = ids(&lone, &[0]);
+        assert!(judge(rules, "tmp/a", &lone, 200, DAY).remove_lone_marker);
+        assert_eq!(
+            still_removed(rules, "tmp/a", &lone, &judged, 200, DAY),
+            vec![0]
+        );
+        let put_over = [named(150, false), named(100, true)];
+        assert!(still_removed(rules, "tmp/a", &put_over, &judged, 200, DAY).is_empty());
     }
 
     /// Goal: uploads are aborted a number of days after they started, under the prefix.

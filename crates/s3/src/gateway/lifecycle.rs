@@ -7,9 +7,10 @@ use super::dto::{ms_of, timestamp_ms};
 use super::versioned::DeleteConditions;
 use super::Gateway;
 use crate::buckets::{self, BucketError, BucketRecord};
-use crate::index::{self, now_ms, Listed};
-use crate::lifecycle::{judge, Rule, MAX_RULES};
+use crate::index::{self, now_ms, Listed, ObjectEntry, Segment, Table};
+use crate::lifecycle::{judge, still_removed, Rule, MAX_RULES};
 use crate::versions;
+use basalt_proto::kv::KvCond;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use std::time::Duration;
@@ -267,6 +268,18 @@ pub(super) async fn delete_bucket_lifecycle(
     Ok(S3Response::new(DeleteBucketLifecycleOutput {}))
 }
 
+/// Rounds of read–modify–write one lifecycle change of a key may take against its racing
+/// writers (as the gateway's other changes of a record).
+const MAX_CHANGE_ATTEMPTS: usize = 16;
+
+/// Versions removed from a key's record by one write: their ids, the data no version
+/// references any more, and how many noncurrent versions and lone delete markers they were.
+struct Removal {
+    ids: Vec<Option<String>>,
+    unreferenced: Vec<Segment>,
+    counts: (u64, u64),
+}
+
 /// What one pass of the lifecycle worker did to a bucket.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -316,21 +329,23 @@ impl Gateway {
                         Err(e) => self.lifecycle_skip(bucket, key, e),
                     }
                 }
-                let mut by_id: Vec<(&str, Option<String>)> = Vec::new();
+                let mut judged: Vec<Option<String>> = verdict
+                    .remove_noncurrent
+                    .iter()
+                    .map(|&i| all[i].version_id.clone())
+                    .collect();
                 if verdict.remove_lone_marker {
-                    by_id.push(("marker", all[0].version_id.clone()));
+                    judged.push(all[0].version_id.clone());
                 }
-                for &i in &verdict.remove_noncurrent {
-                    by_id.push(("noncurrent", all[i].version_id.clone()));
-                }
-                for (what, id) in by_id {
-                    let shown = versions::shown(&id);
+                if !judged.is_empty() {
                     match self
-                        .remove_object(bucket, key, Some(&shown), DeleteConditions::default())
+                        .remove_judged(bucket, key, &judged, (now, day_ms))
                         .await
                     {
-                        Ok(_) if what == "marker" => applied.markers_removed += 1,
-                        Ok(_) => applied.noncurrent_removed += 1,
+                        Ok((noncurrent, markers)) => {
+                            applied.noncurrent_removed += noncurrent;
+                            applied.markers_removed += markers;
+                        }
                         Err(e) => self.lifecycle_skip(bucket, key, e),
                     }
                 }
@@ -352,6 +367,86 @@ impl Gateway {
             }
         }
         Ok(applied)
+    }
+
+    /// Remove the versions of `key` judged removable (`judged`: their ids; noncurrent
+    /// versions, a lone delete marker) that the bucket's rules still remove, at `now` with
+    /// days of `day_ms`, on the record the index holds when it takes the change: one
+    /// read–modify–write conditional on the bytes read, as every change of a key. A version
+    /// that a racing DELETE made current again (or one of the newest kept), or a marker a
+    /// PUT went over, stays; locked versions wait. Returns the noncurrent versions and lone
+    /// markers removed.
+    async fn remove_judged(
+        &self,
+        bucket: &BucketRecord,
+        key: &str,
+        judged: &[Option<String>],
+        (now, day_ms): (i64, i64),
+    ) -> S3Result<(u64, u64)> {
+        // What the last write removed, when its reply said the record had changed.
+        let mut pending: Option<Removal> = None;
+        // Bound: racing writers of the key, as for every change of a record.
+        for _ in 0..MAX_CHANGE_ATTEMPTS {
+            let raw = index::get_raw(&self.cluster, bucket, Table::Index, key.as_bytes()).await?;
+            let record: Option<ObjectEntry> = raw
+                .as_ref()
+                .map(|r| index::decode_raw(key.as_bytes(), r))
+                .transpose()?;
+            let all = record.clone().map(versions::all).unwrap_or_default();
+            if let Some(p) = pending.take() {
+                // Applied although its reply said Conflict (a retried write).
+                if p.ids
+                    .iter()
+                    .all(|id| all.iter().all(|v| &v.version_id != id))
+                {
+                    self.reclaim(bucket, p.unreferenced);
+                    return Ok(p.counts);
+                }
+            }
+            let locked_now = now_ms();
+            let gone: Vec<usize> = still_removed(&bucket.lifecycle, key, &all, judged, now, day_ms)
+                .into_iter()
+                .filter(|&i| {
+                    crate::lock::removable(all[i].retention, all[i].legal_hold, locked_now, false)
+                })
+                .collect();
+            let (Some(raw), false) = (raw, gone.is_empty()) else {
+                return Ok((0, 0));
+            };
+            let ids: Vec<Option<String>> =
+                gone.iter().map(|&i| all[i].version_id.clone()).collect();
+            let (mut rest, mut unreferenced) = (record, Vec::new());
+            for id in &ids {
+                let Some(r) = rest else { break };
+                let (changed, _) = versions::remove(r, id);
+                unreferenced.extend(changed.unreferenced);
+                rest = changed.record;
+            }
+            let markers = u64::from(gone.first() == Some(&0));
+            let counts = (gone.len() as u64 - markers, markers);
+            let written = index::put_if(
+                &self.cluster,
+                bucket,
+                Table::Index,
+                key.as_bytes(),
+                rest.as_ref(),
+                KvCond::Equals(raw),
+            )
+            .await?;
+            if written.is_some() {
+                self.reclaim(bucket, unreferenced);
+                return Ok(counts);
+            }
+            pending = Some(Removal {
+                ids,
+                unreferenced,
+                counts,
+            });
+        }
+        Err(s3_error!(
+            SlowDown,
+            "the key changed under every attempt to apply its lifecycle"
+        ))
     }
 
     /// A lifecycle change that did not apply: the object changed since it was judged (a
@@ -377,6 +472,8 @@ pub async fn run(gw: Gateway, every: Duration, day: Duration, mut stop: watch::R
             _ = stop.changed() => return,
             _ = tokio::time::sleep(every) => {}
         }
+        // The start and end of each pass (debug: tests kill a gateway in the middle of one).
+        tracing::debug!("lifecycle pass started");
         let all = match buckets::list_buckets(&gw.cluster).await {
             Ok(b) => b,
             Err(e) => {
@@ -398,5 +495,6 @@ pub async fn run(gw: Gateway, every: Duration, day: Duration, mut stop: watch::R
                 Err(e) => tracing::warn!(bucket = %bucket.name, "lifecycle: {e}"),
             }
         }
+        tracing::debug!("lifecycle pass done");
     }
 }
