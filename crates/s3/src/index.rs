@@ -178,6 +178,10 @@ pub struct Upload {
     /// every part's is computed and kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_algorithm: Option<String>,
+    /// When a CompleteMultipartUpload claimed it (ms since the epoch): an abort then waits
+    /// (it would delete the parts the new object is made of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completing_ms: Option<i64>,
 }
 
 /// An uploaded part.
@@ -599,25 +603,74 @@ pub async fn put_upload<T: Serialize + for<'de> Deserialize<'de>>(
         .and_then(|v| decode(key.as_bytes(), &v).ok()))
 }
 
-/// Delete records of upload `id` in one atomic edit.
+/// Delete records of upload `id` in one atomic edit; with `expected`, only if the first
+/// key (the upload's own record) still holds those bytes (false: it changed).
 pub async fn delete_upload_records(
     cluster: &Cluster,
     bucket: &BucketRecord,
     id: &str,
     keys: Vec<String>,
-) -> Result<(), IndexError> {
+    expected: Option<Bytes>,
+) -> Result<bool, IndexError> {
+    let mut expected = expected;
     let edits = keys
         .into_iter()
         .map(|k| KvEdit {
             key: Bytes::from(k.into_bytes()),
             value: None,
-            cond: KvCond::Any,
+            cond: expected.take().map_or(KvCond::Any, KvCond::Equals),
         })
         .collect();
-    cluster
+    match cluster
         .kv_update(upload_object(bucket, id), edits, true)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(ClientError::KvConflict { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The bytes of upload `id`'s record under `key` (for a change conditional on them).
+pub async fn get_upload_raw(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    id: &str,
+    key: &str,
+) -> Result<Option<Bytes>, IndexError> {
+    let values = cluster
+        .kv_get(
+            upload_object(bucket, id),
+            vec![Bytes::copy_from_slice(key.as_bytes())],
+        )
         .await?;
-    Ok(())
+    Ok(values.into_iter().next().flatten())
+}
+
+/// Write upload `id`'s record under `key` if it still holds `expected` (false: it
+/// changed); returns the bytes written.
+pub async fn put_upload_if<T: Serialize>(
+    cluster: &Cluster,
+    bucket: &BucketRecord,
+    id: &str,
+    key: &str,
+    value: &T,
+    expected: Bytes,
+) -> Result<Option<Bytes>, IndexError> {
+    let bytes = encode(value);
+    let edit = KvEdit {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: Some(bytes.clone()),
+        cond: KvCond::Equals(expected),
+    };
+    match cluster
+        .kv_update(upload_object(bucket, id), vec![edit], true)
+        .await
+    {
+        Ok(_) => Ok(Some(bytes)),
+        Err(ClientError::KvConflict { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Every part recorded for upload `id`, by number.

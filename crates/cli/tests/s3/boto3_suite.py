@@ -284,6 +284,8 @@ def multipart():
         UploadId=small["UploadId"],
         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1["ETag"]}, {"PartNumber": 2, "ETag": e2["ETag"]}]},
     ) == "EntityTooSmall"
+    # A failed complete releases its claim on the upload: it can be aborted at once (an
+    # upload being completed cannot: the abort would delete the new object's parts).
     s3.abort_multipart_upload(Bucket="life", Key="small", UploadId=small["UploadId"])
     assert error_code(
         s3.list_parts, Bucket="life", Key="small", UploadId=small["UploadId"]
@@ -296,6 +298,7 @@ def multipart():
     )
     digest = hashlib.md5(b"".join(hashlib.md5(d).digest() for d in parts_data)).hexdigest()
     assert done["ETag"] == f'"{digest}-4"', done["ETag"]
+    assert error_code(s3.abort_multipart_upload, Bucket="life", Key="big", UploadId=uid) == "NoSuchUpload"
     whole = b"".join(parts_data)
     got = s3.get_object(Bucket="life", Key="big")
     assert got["ContentType"] == "video/x-test"

@@ -7,12 +7,12 @@ use super::dto::{ms_of, timestamp_ms};
 use super::versioned::DeleteConditions;
 use super::Gateway;
 use crate::buckets::{self, BucketError, BucketRecord};
-use crate::index::{self, now_ms, Listed, ObjectEntry, Segment, Table};
+use crate::index::{self, now_ms, Listed};
 use crate::lifecycle::{judge, still_removed, Rule, MAX_RULES};
 use crate::versions;
-use basalt_proto::kv::KvCond;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -268,15 +268,11 @@ pub(super) async fn delete_bucket_lifecycle(
     Ok(S3Response::new(DeleteBucketLifecycleOutput {}))
 }
 
-/// Rounds of read–modify–write one lifecycle change of a key may take against its racing
-/// writers (as the gateway's other changes of a record).
-const MAX_CHANGE_ATTEMPTS: usize = 16;
-
-/// Versions removed from a key's record by one write: their ids, the data no version
-/// references any more, and how many noncurrent versions and lone delete markers they were.
-struct Removal {
+/// What the latest attempt of a removal takes out of a key's record: the versions' ids, and
+/// how many noncurrent versions and lone delete markers they are.
+#[derive(Default)]
+struct Removing {
     ids: Vec<Option<String>>,
-    unreferenced: Vec<Segment>,
     counts: (u64, u64),
 }
 
@@ -361,8 +357,10 @@ impl Gateway {
                     .iter()
                     .any(|r| r.aborts(&upload.key, upload.initiated_ms, now, day_ms))
                 {
-                    self.abort_upload(bucket, &id).await?;
-                    applied.uploads_aborted += 1;
+                    match self.abort_upload(bucket, &id).await {
+                        Ok(()) => applied.uploads_aborted += 1,
+                        Err(e) => self.lifecycle_skip(bucket, &upload.key, e),
+                    }
                 }
             }
         }
@@ -383,70 +381,65 @@ impl Gateway {
         judged: &[Option<String>],
         (now, day_ms): (i64, i64),
     ) -> S3Result<(u64, u64)> {
-        // What the last write removed, when its reply said the record had changed.
-        let mut pending: Option<Removal> = None;
-        // Bound: racing writers of the key, as for every change of a record.
-        for _ in 0..MAX_CHANGE_ATTEMPTS {
-            let raw = index::get_raw(&self.cluster, bucket, Table::Index, key.as_bytes()).await?;
-            let record: Option<ObjectEntry> = raw
-                .as_ref()
-                .map(|r| index::decode_raw(key.as_bytes(), r))
-                .transpose()?;
-            let all = record.clone().map(versions::all).unwrap_or_default();
-            if let Some(p) = pending.take() {
-                // Applied although its reply said Conflict (a retried write).
-                if p.ids
-                    .iter()
-                    .all(|id| all.iter().all(|v| &v.version_id != id))
-                {
-                    self.reclaim(bucket, p.unreferenced);
-                    return Ok(p.counts);
-                }
-            }
-            let locked_now = now_ms();
-            let gone: Vec<usize> = still_removed(&bucket.lifecycle, key, &all, judged, now, day_ms)
-                .into_iter()
-                .filter(|&i| {
-                    crate::lock::removable(all[i].retention, all[i].legal_hold, locked_now, false)
-                })
-                .collect();
-            let (Some(raw), false) = (raw, gone.is_empty()) else {
-                return Ok((0, 0));
-            };
-            let ids: Vec<Option<String>> =
-                gone.iter().map(|&i| all[i].version_id.clone()).collect();
-            let (mut rest, mut unreferenced) = (record, Vec::new());
-            for id in &ids {
-                let Some(r) = rest else { break };
-                let (changed, _) = versions::remove(r, id);
-                unreferenced.extend(changed.unreferenced);
-                rest = changed.record;
-            }
-            let markers = u64::from(gone.first() == Some(&0));
-            let counts = (gone.len() as u64 - markers, markers);
-            let written = index::put_if(
-                &self.cluster,
+        // What the latest attempt removes (its ids, and the noncurrent and marker counts).
+        let removing: Mutex<Removing> = Mutex::default();
+        let changed = self
+            .change_record(
                 bucket,
-                Table::Index,
-                key.as_bytes(),
-                rest.as_ref(),
-                KvCond::Equals(raw),
+                key,
+                |record| {
+                    let all = record.clone().map(versions::all).unwrap_or_default();
+                    let locked_now = now_ms();
+                    let gone: Vec<usize> =
+                        still_removed(&bucket.lifecycle, key, &all, judged, now, day_ms)
+                            .into_iter()
+                            .filter(|&i| {
+                                crate::lock::removable(
+                                    all[i].retention,
+                                    all[i].legal_hold,
+                                    locked_now,
+                                    false,
+                                )
+                            })
+                            .collect();
+                    if gone.is_empty() {
+                        return Ok(None);
+                    }
+                    let ids: Vec<Option<String>> =
+                        gone.iter().map(|&i| all[i].version_id.clone()).collect();
+                    let (mut rest, mut unreferenced) = (record, Vec::new());
+                    for id in &ids {
+                        let Some(r) = rest else { break };
+                        let (changed, _) = versions::remove(r, id);
+                        unreferenced.extend(changed.unreferenced);
+                        rest = changed.record;
+                    }
+                    let markers = u64::from(gone.first() == Some(&0));
+                    *removing.lock().expect("removal") = Removing {
+                        ids,
+                        counts: (gone.len() as u64 - markers, markers),
+                    };
+                    Ok(Some(crate::versions::Changed {
+                        record: rest,
+                        unreferenced,
+                    }))
+                },
+                // A retried write was applied when none of the versions it removes is left.
+                |record| {
+                    let all = record.clone().map(versions::all).unwrap_or_default();
+                    let ids = &removing.lock().expect("removal").ids;
+                    !ids.is_empty() && ids.iter().all(|id| all.iter().all(|v| &v.version_id != id))
+                },
             )
             .await?;
-            if written.is_some() {
-                self.reclaim(bucket, unreferenced);
-                return Ok(counts);
+        match changed {
+            Some(c) => {
+                self.reclaim(bucket, c.unreferenced);
+                let counts = removing.lock().expect("removal").counts;
+                Ok(counts)
             }
-            pending = Some(Removal {
-                ids,
-                unreferenced,
-                counts,
-            });
+            None => Ok((0, 0)),
         }
-        Err(s3_error!(
-            SlowDown,
-            "the key changed under every attempt to apply its lifecycle"
-        ))
     }
 
     /// A lifecycle change that did not apply: the object changed since it was judged (a
@@ -458,6 +451,8 @@ impl Gateway {
                 | s3s::S3ErrorCode::NoSuchKey
                 // A version under object lock waits for its retention to end.
                 | s3s::S3ErrorCode::AccessDenied
+                // An upload being completed is not aborted under it.
+                | s3s::S3ErrorCode::OperationAborted
         ) {
             tracing::warn!(bucket = %bucket.name, key, "lifecycle: {e}");
         }

@@ -13,6 +13,7 @@ use super::tagging::stored_checksums;
 use super::Gateway;
 use crate::buckets::BucketRecord;
 use crate::index::{self, now_ms, ObjectEntry, Part, Segment, Upload};
+use bytes::Bytes;
 use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -99,22 +100,121 @@ impl Gateway {
         Ok(())
     }
 
-    /// Abort upload `id`: drop its records, reclaim its parts.
+    /// Abort upload `id`: drop its records, reclaim its parts — unless a
+    /// CompleteMultipartUpload claimed it (its object is made of those parts):
+    /// OperationAborted. Gone already is fine.
     pub(super) async fn abort_upload(&self, bucket: &BucketRecord, id: &str) -> S3Result<()> {
-        let parts = self.parts(bucket, id).await?;
-        self.drop_upload(bucket, id, &parts).await?;
-        self.reclaim(bucket, parts.into_iter().map(|p| p.segment).collect());
-        Ok(())
+        // Bound: only a racing complete or abort changes the upload's record.
+        for _ in 0..MAX_UPLOAD_ATTEMPTS {
+            let key = upload_key(id);
+            let Some(raw) = index::get_upload_raw(&self.cluster, bucket, id, &key).await? else {
+                return Ok(());
+            };
+            let upload: Upload = index::decode_raw(key.as_bytes(), &raw)?;
+            if upload
+                .completing_ms
+                .is_some_and(|t| now_ms() - t < COMPLETE_CLAIM_MS)
+            {
+                return Err(s3_error!(
+                    OperationAborted,
+                    "the upload is being completed; it cannot be aborted"
+                ));
+            }
+            let parts = self.parts(bucket, id).await?;
+            // A complete that claimed it long ago may have made the object before its
+            // gateway died: parts a version of the key references stay.
+            let referenced: Vec<Segment> = match upload.completing_ms {
+                None => Vec::new(),
+                Some(_) => self.entry_segments(bucket, &upload.key).await?,
+            };
+            if self.drop_upload(bucket, id, &parts, Some(raw)).await? {
+                let unused = parts
+                    .into_iter()
+                    .map(|p| p.segment)
+                    .filter(|s| !referenced.contains(s))
+                    .collect();
+                self.reclaim(bucket, unused);
+                return Ok(());
+            }
+        }
+        Err(s3_error!(
+            OperationAborted,
+            "the upload kept changing; try again"
+        ))
     }
 
-    /// Remove an upload's record and its parts' records in one atomic edit.
-    async fn drop_upload(&self, bucket: &BucketRecord, id: &str, parts: &[Part]) -> S3Result<()> {
+    /// Claim upload `id` of `key` for a CompleteMultipartUpload: mark it completing, so no
+    /// abort deletes its parts while they become the object. Returns it and the bytes of
+    /// the claimed record.
+    async fn claim_upload(
+        &self,
+        bucket: &BucketRecord,
+        id: &str,
+        key: &str,
+    ) -> S3Result<(Upload, Bytes)> {
+        // Bound: only a racing complete or abort changes the upload's record.
+        for _ in 0..MAX_UPLOAD_ATTEMPTS {
+            let record_key = upload_key(id);
+            let Some(raw) = index::get_upload_raw(&self.cluster, bucket, id, &record_key).await?
+            else {
+                return Err(s3_error!(NoSuchUpload));
+            };
+            let mut upload: Upload = index::decode_raw(record_key.as_bytes(), &raw)?;
+            if upload.key != key {
+                return Err(s3_error!(NoSuchUpload));
+            }
+            upload.completing_ms = Some(now_ms());
+            if let Some(claimed) =
+                index::put_upload_if(&self.cluster, bucket, id, &record_key, &upload, raw).await?
+            {
+                return Ok((upload, claimed));
+            }
+        }
+        Err(s3_error!(
+            OperationAborted,
+            "the upload kept changing; try again"
+        ))
+    }
+
+    /// Undo a claim when the complete failed before the object existed (the upload can be
+    /// completed again or aborted), if the record is still the claimed one.
+    async fn release_upload(
+        &self,
+        bucket: &BucketRecord,
+        id: &str,
+        mut upload: Upload,
+        claimed: Bytes,
+    ) {
+        upload.completing_ms = None;
+        let released =
+            index::put_upload_if(&self.cluster, bucket, id, &upload_key(id), &upload, claimed)
+                .await;
+        if let Err(e) = released {
+            tracing::warn!(upload = id, "releasing a failed complete's claim: {e}");
+        }
+    }
+
+    /// Remove an upload's record and its parts' records in one atomic edit; with
+    /// `expected`, only if the upload's record still holds those bytes (false: changed).
+    async fn drop_upload(
+        &self,
+        bucket: &BucketRecord,
+        id: &str,
+        parts: &[Part],
+        expected: Option<Bytes>,
+    ) -> S3Result<bool> {
         let mut keys = vec![upload_key(id)];
         keys.extend(parts.iter().map(|p| part_key(id, p.number as i32)));
-        index::delete_upload_records(&self.cluster, bucket, id, keys).await?;
-        Ok(())
+        Ok(index::delete_upload_records(&self.cluster, bucket, id, keys, expected).await?)
     }
 }
+
+/// How long a CompleteMultipartUpload's claim holds off aborts of its upload. A gateway that
+/// died mid-complete leaves its claim; after this an abort goes ahead (keeping the parts an
+/// object references).
+const COMPLETE_CLAIM_MS: i64 = 10 * 60 * 1000;
+/// Rounds of claim or abort against racing changes of an upload's record.
+const MAX_UPLOAD_ATTEMPTS: usize = 8;
 
 /// CreateMultipartUpload: record a new upload, with the headers its object will have.
 pub(super) async fn create_multipart_upload(
@@ -141,6 +241,7 @@ pub(super) async fn create_multipart_upload(
     let checksum_algorithm = upload_checksum(&input)?;
     let id = format!("{:016x}", gw.ids.next(&gw.cluster).await?);
     let upload = Upload {
+        completing_ms: None,
         checksum_algorithm: checksum_algorithm.map(String::from),
         retention,
         legal_hold,
@@ -278,8 +379,27 @@ pub(super) async fn complete_multipart_upload(
     let need = Need::object("s3:PutObject", &req.input.key);
     let Access { bucket, .. } = gw.authorise(&req, &req.input.bucket, need).await?;
     let input = req.input;
-    let upload = gw.upload(&bucket, &input.upload_id, &input.key).await?;
-    let stored = gw.parts(&bucket, &input.upload_id).await?;
+    let (upload, claimed) = gw
+        .claim_upload(&bucket, &input.upload_id, &input.key)
+        .await?;
+    match complete_claimed(gw, &bucket, &input, upload.clone()).await {
+        Ok(output) => Ok(S3Response::new(output)),
+        Err(e) => {
+            gw.release_upload(&bucket, &input.upload_id, upload, claimed)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+/// The rest of a CompleteMultipartUpload, once the upload is claimed.
+async fn complete_claimed(
+    gw: &Gateway,
+    bucket: &BucketRecord,
+    input: &CompleteMultipartUploadInput,
+    upload: Upload,
+) -> S3Result<CompleteMultipartUploadOutput> {
+    let stored = gw.parts(bucket, &input.upload_id).await?;
     let wanted = input
         .multipart_upload
         .as_ref()
@@ -326,7 +446,7 @@ pub(super) async fn complete_multipart_upload(
     for p in &chosen {
         md5s.update(hex::decode(&p.etag).map_err(internal)?);
     }
-    let checksum = object_checksum(&upload, &chosen, &input)?;
+    let checksum = object_checksum(&upload, &chosen, input)?;
     let entry = ObjectEntry {
         size: chosen.iter().map(|p| p.segment.size).sum(),
         etag: format!("{}-{}", hex::encode(md5s.finalize()), chosen.len()),
@@ -345,7 +465,7 @@ pub(super) async fn complete_multipart_upload(
     };
     let entry = gw
         .commit(
-            &bucket,
+            bucket,
             &input.key,
             entry,
             (input.if_match.as_ref(), input.if_none_match.as_ref()),
@@ -358,14 +478,21 @@ pub(super) async fn complete_multipart_upload(
         .filter(|p| !entry.segments.contains(&p.segment))
         .map(|p| p.segment.clone())
         .collect();
-    gw.drop_upload(&bucket, &input.upload_id, &stored).await?;
-    gw.reclaim(&bucket, unused);
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
+    // The object exists now: a failure to drop the records leaves them claimed, and an
+    // abort of them later reclaims only parts no version of the key references.
+    match gw
+        .drop_upload(bucket, &input.upload_id, &stored, None)
+        .await
+    {
+        Ok(_) => gw.reclaim(bucket, unused),
+        Err(e) => tracing::warn!(upload = %input.upload_id, "dropping a completed upload: {e}"),
+    }
+    Ok(CompleteMultipartUploadOutput {
         bucket: Some(bucket.name.clone()),
         key: Some(input.key.clone()),
         e_tag: Some(etag(&entry.etag)),
         location: Some(format!("/{}/{}", bucket.name, input.key)),
-        version_id: Gateway::shown_version(&bucket, &entry.version_id),
+        version_id: Gateway::shown_version(bucket, &entry.version_id),
         server_side_encryption: matches!(entry.sse, Some(crate::sse::Sse::S3 { .. }))
             .then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256)),
         checksum_crc32: checksum.checksum_crc32,
@@ -378,7 +505,7 @@ pub(super) async fn complete_multipart_upload(
             .as_ref()
             .map(|_| ChecksumType::from_static(ChecksumType::COMPOSITE)),
         ..Default::default()
-    }))
+    })
 }
 
 /// The checksum algorithm a CreateMultipartUpload asks for (COMPOSITE checksums only).

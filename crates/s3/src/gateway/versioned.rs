@@ -127,6 +127,24 @@ impl Gateway {
         Ok(index::get(&self.cluster, bucket, Table::Index, key.as_bytes()).await?)
     }
 
+    /// The data every version of `key` references (none when it has no record).
+    pub(super) async fn entry_segments(
+        &self,
+        bucket: &BucketRecord,
+        key: &str,
+    ) -> S3Result<Vec<crate::index::Segment>> {
+        Ok(self
+            .record(bucket, key)
+            .await?
+            .map(|r| {
+                versions::all(r)
+                    .into_iter()
+                    .flat_map(|v| v.segments)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Version `version` of `key` (a request's `versionId`), or its current version:
     /// NoSuchKey when there is none or it is a delete marker.
     pub(super) async fn entry_version(
@@ -168,7 +186,7 @@ impl Gateway {
     /// (None: nothing to do), write that if the record is still the one read; after a
     /// racing write, start again. A write that was applied although its reply said
     /// Conflict (a retry of a lost reply) is recognised by `applied` on the record re-read.
-    async fn change_record(
+    pub(super) async fn change_record(
         &self,
         bucket: &BucketRecord,
         key: &str,
