@@ -47,19 +47,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if added == n {
                 break 'all;
             }
-            let key = format!("train/class-{class:04}/img-{:07}.jpg", class * per_class + i);
+            let key = format!(
+                "train/class-{class:04}/img-{:07}.jpg",
+                class * per_class + i
+            );
             let size = 100_000 + (added * 7919) % 100_000;
             if let Added::File { start_block } = writer.add(key.as_bytes(), size, 1_600_000_000)? {
-                map.push(start_block, size, key.as_bytes(), "\"0123456789abcdef0123456789abcdef\"")?;
+                map.push(
+                    start_block,
+                    size,
+                    key.as_bytes(),
+                    "\"0123456789abcdef0123456789abcdef\"",
+                )?;
             }
             added += 1;
         }
     }
     let (meta, summary) = writer.finish()?;
     let (mut records, mut heap, header) = map.finish()?;
-    let extents = header.len() as u64
-        + records.seek(SeekFrom::End(0))?
-        + heap.seek(SeekFrom::End(0))?;
+    let extents =
+        header.len() as u64 + records.seek(SeekFrom::End(0))? + heap.seek(SeekFrom::End(0))?;
     drop((meta, records, heap));
     let secs = started.elapsed().as_secs_f64();
     println!(
