@@ -386,11 +386,7 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
         ImageCommand::Info { name, json } => {
             let resp = target.call(Request::ImageInfo { name }).await?;
             let image = resp.image.context("image_info returns the image")?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&image)?);
-            } else {
-                print_image(&image);
-            }
+            crate::volume_cmd::print_json_or(json, &image, print_image)?;
         }
         ImageCommand::Rm { name } => {
             target.call(Request::ImageRm { name: name.clone() }).await?;

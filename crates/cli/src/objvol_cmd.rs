@@ -2,7 +2,7 @@
 //! filesystem over NBD, its data fetched from the bucket as it is read.
 
 use crate::control::Request;
-use crate::volume_cmd::{progress_bar, Target};
+use crate::volume_cmd::{print_json_or, progress_bar, Target};
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_objvol::{ObjvolInfo, ObjvolState};
@@ -271,11 +271,7 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
         ObjvolCommand::Info { name, json } => {
             let resp = target.call(Request::ObjvolInfo { name }).await?;
             let o = resp.objvol.context("objvol_info returns the objvol")?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&o)?);
-            } else {
-                print_info(&o);
-            }
+            print_json_or(json, &o, print_info)?;
         }
         ObjvolCommand::Rm { name } => {
             target

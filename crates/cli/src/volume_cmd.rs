@@ -197,6 +197,20 @@ pub enum SnapshotCommand {
     },
 }
 
+/// Print `value` as JSON with `--json`, else as `human` shows it.
+pub(crate) fn print_json_or<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&T),
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        human(value);
+    }
+    Ok(())
+}
+
 /// A progress bar on stderr for a long operation over objects (hidden when stderr is not
 /// a terminal), drawn from the first report on.
 fn object_progress(what: &str) -> impl Fn(u64, u64) + Send + Sync {

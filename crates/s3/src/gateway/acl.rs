@@ -34,27 +34,14 @@ macro_rules! grant_headers {
             ),
         ]
     };
-    ($input:expr, write) => {
-        [
-            (
-                $input.grant_full_control.as_deref(),
-                $crate::acl::Permission::FullControl,
-            ),
-            ($input.grant_read.as_deref(), $crate::acl::Permission::Read),
-            (
-                $input.grant_read_acp.as_deref(),
-                $crate::acl::Permission::ReadAcp,
-            ),
-            (
-                $input.grant_write_acp.as_deref(),
-                $crate::acl::Permission::WriteAcp,
-            ),
-            (
-                $input.grant_write.as_deref(),
-                $crate::acl::Permission::Write,
-            ),
-        ]
-    };
+    ($input:expr, write) => {{
+        let mut all = $crate::gateway::acl::grant_headers!($input).to_vec();
+        all.push((
+            $input.grant_write.as_deref(),
+            $crate::acl::Permission::Write,
+        ));
+        all
+    }};
 }
 pub(super) use grant_headers;
 
