@@ -409,11 +409,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         tcp_addr,
         control_addr,
         &socket_path,
-        s3.as_ref().map(|(addr, _)| *addr),
+        (
+            s3.as_ref().map(|(addr, _)| *addr),
+            metrics.as_ref().map(|(addr, _)| *addr),
+        ),
     );
-    if let Some((addr, _)) = &metrics {
-        println!("  Metrics:     http://{addr}/metrics");
-    }
 
     wait_for_signal().await?;
     eprintln!("basalt: shutting down (finishing in-flight requests)...");
@@ -532,7 +532,7 @@ fn print_banner(
     nbd: SocketAddr,
     control: SocketAddr,
     socket: &Path,
-    s3: Option<SocketAddr>,
+    (s3, metrics): (Option<SocketAddr>, Option<SocketAddr>),
 ) {
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
@@ -562,6 +562,9 @@ fn print_banner(
             "  S3:          http://{s3} (access key in {}, profile \"basalt\")",
             creds.display()
         );
+    }
+    if let Some(addr) = metrics {
+        println!("  Metrics:     http://{addr}/metrics");
     }
     println!("Try:");
     println!("  qemu-img info nbd://{nbd}/{vol}");

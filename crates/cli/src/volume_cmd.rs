@@ -354,6 +354,20 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                             .unwrap_or_else(|| "-".into())
                     );
                 }
+                // Object-backed volumes, read-only, under their export names.
+                let objvols = target.call(Request::ObjvolLs).await?.objvols;
+                for o in objvols.unwrap_or_default() {
+                    println!(
+                        "{:<32} {:>10} {:>10} {:>6} {:>5}  s3://{}/{} (objvol, read-only)",
+                        format!("objvol:{}", o.name),
+                        human_bytes(o.size()),
+                        human_bytes(o.index_bytes + o.extents_bytes),
+                        o.pool,
+                        0,
+                        o.source.bucket,
+                        o.source.prefix
+                    );
+                }
             }
         }
         VolumeCommand::Info { name, json } => {

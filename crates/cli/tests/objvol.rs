@@ -11,7 +11,7 @@ mod s3;
 use common::{run, text, Cluster};
 use s3::{credentials, endpoint};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -109,6 +109,7 @@ struct Mounted {
     nbdfuse: Child,
     loop_dev: String,
     mnt: PathBuf,
+    undone: bool,
 }
 
 impl Mounted {
@@ -118,6 +119,7 @@ impl Mounted {
         std::fs::create_dir_all(&fuse_dir).unwrap();
         std::fs::create_dir_all(&mnt).unwrap();
         let nbdfuse = Command::new("nbdfuse")
+            .stderr(Stdio::null())
             .arg("-r")
             .arg(&fuse_dir)
             .arg(cluster.uri(export))
@@ -146,6 +148,7 @@ impl Mounted {
             nbdfuse,
             loop_dev,
             mnt,
+            undone: false,
         };
         let out = run(
             Command::new("mount")
@@ -161,14 +164,15 @@ impl Mounted {
     }
 
     fn undo(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        let _ = Command::new("losetup")
-            .args(["-d", &self.loop_dev])
-            .status();
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.fuse_dir)
-            .status();
+        if std::mem::replace(&mut self.undone, true) {
+            return;
+        }
+        let quiet = |c: &mut Command| {
+            let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        };
+        quiet(Command::new("umount").arg(&self.mnt));
+        quiet(Command::new("losetup").args(["-d", &self.loop_dev]));
+        quiet(Command::new("fusermount3").arg("-u").arg(&self.fuse_dir));
         let _ = common::wait_timeout(&mut self.nbdfuse, Duration::from_secs(10));
         let _ = self.nbdfuse.kill();
     }
@@ -267,6 +271,8 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
     assert!(per_file <= 150, "{per_file} bytes of index per file");
     let ls = basalt_ok(&cluster, &["objvol", "ls"]);
     assert!(ls.contains("photos") && ls.contains("ready"), "{ls}");
+    let volumes = basalt_ok(&cluster, &["volume", "ls"]);
+    assert!(volumes.contains("objvol:photos"), "{volumes}");
     let exports = common::nbd_list(&cluster.server_uri());
     assert!(
         exports.contains(&"objvol:photos".to_string()),
