@@ -524,19 +524,35 @@ async fn read_chunked(
 /// Delete `keys` of `bucket`, DELETE_BATCH a DeleteObjects request in quiet mode (the answer
 /// lists only failures). The keys are put in the XML as they are: they must need no escaping.
 pub async fn delete_objects(conn: &mut Connection, bucket: &str, keys: &[String]) -> Result<()> {
+    let objects: Vec<(&str, Option<&str>)> = keys.iter().map(|k| (k.as_str(), None)).collect();
+    delete_versions(conn, bucket, &objects).await
+}
+
+/// Delete `objects` (key, and the version to remove — without one, a versioned bucket adds
+/// a delete marker) of `bucket`, DELETE_BATCH a DeleteObjects request in quiet mode. Keys
+/// and version ids go in the XML as they are: they must need no escaping.
+pub async fn delete_versions(
+    conn: &mut Connection,
+    bucket: &str,
+    objects: &[(&str, Option<&str>)],
+) -> Result<()> {
     let path = format!("/{bucket}");
-    for batch in keys.chunks(DELETE_BATCH) {
+    for batch in objects.chunks(DELETE_BATCH) {
         let mut xml = String::from(
             "<Delete xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Quiet>true</Quiet>",
         );
-        for key in batch {
-            let _ = write!(xml, "<Object><Key>{key}</Key></Object>");
+        for (key, version) in batch {
+            let _ = write!(xml, "<Object><Key>{key}</Key>");
+            if let Some(v) = version {
+                let _ = write!(xml, "<VersionId>{v}</VersionId>");
+            }
+            xml.push_str("</Object>");
         }
         xml.push_str("</Delete>");
         // S3 requires Content-MD5 (or another checksum) on DeleteObjects.
         let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&xml));
         let sha256 = hex::encode(Sha256::digest(&xml));
-        let first = batch.first().map(String::as_str).unwrap_or_default();
+        let first = batch.first().map(|o| o.0).unwrap_or_default();
         let status = conn
             .send(
                 "POST",
@@ -555,6 +571,38 @@ pub async fn delete_objects(conn: &mut Connection, bucket: &str, keys: &[String]
                 conn.body_excerpt()
             );
         }
+    }
+    Ok(())
+}
+
+/// An error for an answer with an unexpected `status` to `what`.
+pub fn bail_status(status: u16, what: &str) -> Result<()> {
+    Err(Error(format!("{what} answered {status}")))
+}
+
+/// Turn versioning on for `bucket` (PutBucketVersioning, Status Enabled).
+pub async fn enable_versioning(conn: &mut Connection, bucket: &str) -> Result<()> {
+    let xml = "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+               <Status>Enabled</Status></VersioningConfiguration>";
+    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(xml));
+    let sha256 = hex::encode(Sha256::digest(xml));
+    let path = format!("/{bucket}");
+    let status = conn
+        .send(
+            "PUT",
+            &path,
+            "versioning",
+            &[("content-md5", &md5)],
+            xml.as_bytes(),
+            &sha256,
+        )
+        .await
+        .with_context(|| format!("PutBucketVersioning of {bucket}"))?;
+    if status != 200 {
+        bail!(
+            "PutBucketVersioning of {bucket} answered {status}: {}",
+            conn.body_excerpt()
+        );
     }
     Ok(())
 }

@@ -348,7 +348,7 @@ mod tests {
             assert!(units.contains(&"%") && units.contains(&"keys/s"));
             // The Rust client's rows sit in the same table: their keys must not collide.
             let rust = s3_load::rows(&s3_load::Outcome::default(), "load");
-            assert_eq!(rust.len(), 4);
+            assert_eq!(rust.len(), 7);
             for row in &rust {
                 assert!(!keys.contains(&row.key.as_str()), "{}", row.key);
                 assert!(row.label.ends_with("(Rust)") && row.baseline.is_none());

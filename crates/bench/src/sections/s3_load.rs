@@ -10,7 +10,9 @@ use crate::procstat;
 use crate::results::{Figure, Row};
 use crate::under_test::S3Endpoint;
 use anyhow::{bail, Context};
-use basalt_s3client::{delete_objects, Connection, Signer, EMPTY_SHA256};
+use basalt_s3client::{
+    delete_objects, delete_versions, enable_versioning, Connection, Signer, EMPTY_SHA256,
+};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -27,6 +29,11 @@ pub const CLIENT_COUNTS: [usize; 2] = [1, 16];
 const MAX_KEYS_PER_PHASE: usize = 30_000;
 /// The region requests are signed for.
 const REGION: &str = "us-east-1";
+/// The versioning comparison: 16-client PUT rounds into an unversioned (false) and a
+/// versioned (true) bucket, in this order, so both have the same mean place in the run.
+pub const VERSIONING_ROUNDS: [bool; 8] = [false, true, true, false, false, true, true, false];
+/// Clients of the versioning rounds.
+const VERSIONING_CLIENTS: usize = 16;
 /// Where the phases' figures go, relative to the output directory.
 pub const RAW: &str = "raw/s3-rust.json";
 
@@ -53,6 +60,8 @@ struct Client {
     sent: usize,
     /// GETs answered and checked.
     got: usize,
+    /// The version ids the PUTs were answered with, in order (a versioned bucket's).
+    versions: Vec<String>,
 }
 
 impl Client {
@@ -82,6 +91,9 @@ impl Client {
                 .with_context(|| format!("PUT {path}"))?;
             if status != 200 {
                 bail!("PUT {path} answered {status}: {}", self.conn.body_excerpt());
+            }
+            if let Some(v) = self.conn.header("x-amz-version-id") {
+                self.versions.push(v.to_string());
             }
             self.put += 1;
         }
@@ -149,6 +161,9 @@ pub struct Phase {
 pub struct Outcome {
     /// The phases measured, in run order.
     pub phases: Vec<Phase>,
+    /// The versioning comparison's rounds, in run order (op `PUT unversioned` or
+    /// `PUT versioned`).
+    pub versioning: Vec<Phase>,
     /// The failure that ended the run early.
     pub error: Option<String>,
     /// What clean-up could not delete.
@@ -228,6 +243,11 @@ async fn measure_on(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) 
             break;
         }
     }
+    if outcome.error.is_none() && outcome.cleanup_error.is_none() {
+        if let Err(e) = versioning_rounds(&run, &mut admin, &mut outcome).await {
+            outcome.error = Some(format!("{e:#}"));
+        }
+    }
     match admin
         .send("DELETE", &bucket_path, "", &[], &[], EMPTY_SHA256)
         .await
@@ -254,7 +274,86 @@ async fn measure_on(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) 
     outcome
 }
 
+/// The versioning comparison: [`VERSIONING_ROUNDS`] of 16-client PUTs into `run`'s bucket
+/// and into a versioned one made for it; every version written is deleted by id, then the
+/// versioned bucket (clean-up failures go to `outcome.cleanup_error`).
+async fn versioning_rounds(
+    run: &Run<'_>,
+    admin: &mut Connection,
+    outcome: &mut Outcome,
+) -> anyhow::Result<()> {
+    let vbucket = format!("{}-v", run.bucket);
+    let vpath = format!("/{vbucket}");
+    let status = admin
+        .send("PUT", &vpath, "", &[], &[], EMPTY_SHA256)
+        .await
+        .with_context(|| format!("CreateBucket {vbucket}"))?;
+    if status != 200 {
+        bail!(
+            "CreateBucket {vbucket} answered {status}: {}",
+            admin.body_excerpt()
+        );
+    }
+    let versioned = Run {
+        bucket: &vbucket,
+        ..*run
+    };
+    let mut plain_keys = Vec::new();
+    let mut versions = Vec::new();
+    let mut result = enable_versioning(admin, &vbucket)
+        .await
+        .map_err(anyhow::Error::from);
+    for (r, &is_versioned) in VERSIONING_ROUNDS.iter().enumerate() {
+        if result.is_err() {
+            break;
+        }
+        let tag = format!("round{r}");
+        let round = if is_versioned {
+            versioned
+                .put_round(VERSIONING_CLIENTS, &tag, &mut versions)
+                .await
+        } else {
+            run.put_round(VERSIONING_CLIENTS, &tag, &mut plain_keys)
+                .await
+        };
+        match round {
+            Ok(mut p) => {
+                p.op = if is_versioned {
+                    "PUT versioned"
+                } else {
+                    "PUT unversioned"
+                };
+                outcome.versioning.push(p);
+            }
+            Err(e) => result = Err(e),
+        }
+    }
+    // Clean-up: the plain keys, every version by id, the versioned bucket.
+    let plain: Vec<String> = plain_keys.into_iter().map(|(k, _)| k).collect();
+    let objects: Vec<(&str, Option<&str>)> = versions
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_deref()))
+        .collect();
+    let cleaned = async {
+        delete_objects(admin, run.bucket, &plain).await?;
+        delete_versions(admin, &vbucket, &objects).await?;
+        let status = admin
+            .send("DELETE", &vpath, "", &[], &[], EMPTY_SHA256)
+            .await?;
+        if !matches!(status, 200 | 204) {
+            basalt_s3client::bail_status(status, &format!("DeleteBucket {vbucket}"))?;
+        }
+        Ok::<(), basalt_s3client::Error>(())
+    }
+    .await;
+    if let Err(e) = cleaned {
+        outcome.cleanup_error = Some(format!("{e}"));
+    }
+    result
+}
+
 /// What every phase of a run shares.
+#[derive(Clone, Copy)]
 struct Run<'a> {
     addr: &'a str,
     signer: &'a Signer,
@@ -277,33 +376,7 @@ impl Run<'_> {
             bail!(crate::interrupt::MESSAGE);
         }
         let per_client = MAX_KEYS_PER_PHASE / clients;
-        let mut urandom = std::fs::File::open("/dev/urandom").context("open /dev/urandom")?;
-        let mut list = Vec::with_capacity(clients);
-        for index in 0..clients {
-            let mut bodies = vec![0; per_client * BODY_BYTES];
-            urandom
-                .read_exact(&mut bodies)
-                .context("read /dev/urandom")?;
-            let mut conn = Connection::new(self.addr, self.signer);
-            // Connect and sign one request before the clock starts.
-            let bucket_path = format!("/{}", self.bucket);
-            let status = conn
-                .send("HEAD", &bucket_path, "", &[], &[], EMPTY_SHA256)
-                .await
-                .with_context(|| format!("HEAD {bucket_path}"))?;
-            if status != 200 {
-                bail!("HEAD {bucket_path} answered {status}");
-            }
-            list.push(Client {
-                index,
-                conn,
-                base: format!("/{}/rs{clients}c/{index}/", self.bucket),
-                bodies,
-                put: 0,
-                sent: 0,
-                got: 0,
-            });
-        }
+        let list = self.clients(clients, &format!("rs{clients}c")).await?;
         let (list, put) = self.phase(list, clients, Op::Put).await;
         let strip = format!("/{}/", self.bucket);
         let mut returned = vec![false; clients];
@@ -320,6 +393,63 @@ impl Run<'_> {
         let (_, get) = self.phase(list, clients, Op::Get).await;
         phases.push(get?);
         Ok(())
+    }
+
+    /// `count` clients, each connected (one signed request sent before any clock starts)
+    /// and holding random bodies for its keys `/BUCKET/TAG/INDEX/N`.
+    async fn clients(&self, count: usize, tag: &str) -> anyhow::Result<Vec<Client>> {
+        let per_client = MAX_KEYS_PER_PHASE / count;
+        let mut urandom = std::fs::File::open("/dev/urandom").context("open /dev/urandom")?;
+        let mut list = Vec::with_capacity(count);
+        for index in 0..count {
+            let mut bodies = vec![0; per_client * BODY_BYTES];
+            urandom
+                .read_exact(&mut bodies)
+                .context("read /dev/urandom")?;
+            let mut conn = Connection::new(self.addr, self.signer);
+            let bucket_path = format!("/{}", self.bucket);
+            let status = conn
+                .send("HEAD", &bucket_path, "", &[], &[], EMPTY_SHA256)
+                .await
+                .with_context(|| format!("HEAD {bucket_path}"))?;
+            if status != 200 {
+                bail!("HEAD {bucket_path} answered {status}");
+            }
+            list.push(Client {
+                index,
+                conn,
+                base: format!("/{}/{tag}/{index}/", self.bucket),
+                bodies,
+                put: 0,
+                sent: 0,
+                got: 0,
+                versions: Vec::new(),
+            });
+        }
+        Ok(list)
+    }
+
+    /// One PUT round of `count` clients under `tag`; every key (with its version id, when
+    /// the bucket answered one) a PUT was sent for goes to `written`, also after a failure.
+    async fn put_round(
+        &self,
+        count: usize,
+        tag: &str,
+        written: &mut Vec<(String, Option<String>)>,
+    ) -> anyhow::Result<Phase> {
+        if crate::interrupt::requested() {
+            bail!(crate::interrupt::MESSAGE);
+        }
+        let list = self.clients(count, tag).await?;
+        let (list, phase) = self.phase(list, count, Op::Put).await;
+        let strip = format!("/{}/", self.bucket);
+        for c in &list {
+            let prefix = c.base.strip_prefix(&strip).unwrap_or(&c.base);
+            for n in 0..c.sent {
+                written.push((format!("{prefix}{n}"), c.versions.get(n).cloned()));
+            }
+        }
+        phase
     }
 
     /// Run `op` on every client from one common start for the run's time; returns the
@@ -437,13 +567,78 @@ pub fn rows(outcome: &Outcome, command: &str) -> Vec<Row> {
             });
         }
     }
+    rows.extend(versioning_rows(outcome, command));
     rows
+}
+
+/// A bucket's PUT rate over its versioning rounds: its PUTs over its rounds' time.
+fn versioning_rate(outcome: &Outcome, op: &str) -> Option<f64> {
+    let rounds: Vec<&Phase> = outcome.versioning.iter().filter(|p| p.op == op).collect();
+    let seconds: f64 = rounds.iter().map(|p| p.seconds).sum();
+    (!rounds.is_empty() && seconds > 0.0)
+        .then(|| rounds.iter().map(|p| p.ops).sum::<u64>() as f64 / seconds)
+}
+
+/// The versioning comparison's rows: each bucket's PUT rate, and versioned as % of
+/// unversioned.
+fn versioning_rows(outcome: &Outcome, command: &str) -> Vec<Row> {
+    let unversioned = versioning_rate(outcome, "PUT unversioned");
+    let versioned = versioning_rate(outcome, "PUT versioned");
+    let ratio = unversioned
+        .zip(versioned)
+        .map(|(u, v)| 100.0 * v / u.max(1e-9));
+    let figure = |value: Option<f64>| match value {
+        Some(v) => Figure {
+            value: Some(v),
+            command: Some(command.into()),
+            raw: Some(RAW.into()),
+            ..Figure::default()
+        },
+        None => Figure::failed(
+            outcome.error.as_deref().unwrap_or("not measured"),
+            Some(command.into()),
+            Some(RAW.into()),
+        ),
+    };
+    let row = |key: &str, label: &str, unit: &str, value| Row {
+        key: key.into(),
+        label: label.into(),
+        unit: unit.into(),
+        higher_is_better: true,
+        baseline: None,
+        basalt: Some(figure(value)),
+    };
+    vec![
+        row(
+            "put_4k_16c_unversioned_rust_ops",
+            "4 KiB PUT, 16 clients, unversioned bucket rounds (Rust)",
+            "ops/s",
+            unversioned,
+        ),
+        row(
+            "put_4k_16c_versioned_rust_ops",
+            "4 KiB PUT, 16 clients, versioned bucket rounds (Rust)",
+            "ops/s",
+            versioned,
+        ),
+        row(
+            "versioned_put_ratio_rust_pct",
+            "versioned / unversioned PUT rate (Rust)",
+            "%",
+            ratio,
+        ),
+    ]
 }
 
 /// One note per phase with what the client and the cluster spent per request, then the
 /// failure and the clean-up failure, if any.
 pub fn notes(outcome: &Outcome) -> Vec<String> {
-    let mut notes: Vec<String> = outcome.phases.iter().map(phase_note).collect();
+    let mut notes: Vec<String> = outcome
+        .phases
+        .iter()
+        .chain(&outcome.versioning)
+        .map(phase_note)
+        .collect();
     if let Some(e) = &outcome.error {
         notes.push(format!("The Rust load generator failed: {e}"));
     }
@@ -495,6 +690,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn versioning_rounds_give_each_bucket_its_rate_and_the_ratio() {
+        // Goal: a bucket's rate is its PUTs over its rounds' time (not a mean of rates),
+        // and the ratio is versioned over unversioned in percent.
+        let round = |op, ops, seconds| Phase {
+            op,
+            clients: 16,
+            ops,
+            seconds,
+            ops_s: ops as f64 / seconds,
+            capped: false,
+            reconnects: 0,
+            client_cpu_s: None,
+            basalt_cpu_s: None,
+            machine_busy_s: None,
+            start_unix_s: 0.0,
+            end_unix_s: seconds,
+        };
+        let outcome = Outcome {
+            versioning: vec![
+                round("PUT unversioned", 3000, 3.0),
+                round("PUT versioned", 2700, 3.0),
+                round("PUT versioned", 2900, 4.0),
+                round("PUT unversioned", 2000, 2.0),
+            ],
+            ..Outcome::default()
+        };
+        let rows = versioning_rows(&outcome, "load");
+        let value = |i: usize| rows[i].basalt.clone().unwrap().value.unwrap();
+        assert_eq!(value(0), 1000.0);
+        assert!((value(1) - 800.0).abs() < 1e-9);
+        assert!((value(2) - 80.0).abs() < 1e-9);
+        assert_eq!(notes(&outcome).len(), 4, "a note per round");
+    }
+
+    #[test]
     fn rows_are_the_four_rates_or_the_failure() {
         // Goal: the section gets PUT and GET rows for 1 and 16 clients with distinct keys,
         // measured phases carry their rate and the others the failure; notes give each
@@ -515,11 +745,12 @@ mod tests {
         };
         let outcome = Outcome {
             phases: vec![phase("PUT", 1), phase("GET", 1), phase("PUT", 16)],
+            versioning: Vec::new(),
             error: Some("16-client 4 KiB GET phase: client 3: GET /b/k answered 500".into()),
             cleanup_error: Some("DeleteBucket answered 409".into()),
         };
         let rows = rows(&outcome, "load");
-        let labels: Vec<_> = rows.iter().map(|r| r.label.as_str()).collect();
+        let labels: Vec<_> = rows.iter().take(4).map(|r| r.label.as_str()).collect();
         assert_eq!(
             labels,
             [
@@ -532,7 +763,15 @@ mod tests {
         assert_eq!(rows[2].key, "put_4k_16c_rust_ops");
         assert!(rows
             .iter()
+            .take(6)
             .all(|r| r.unit == "ops/s" && r.baseline.is_none()));
+        assert_eq!(rows.len(), 7);
+        assert_eq!(rows[6].unit, "%");
+        assert_eq!(
+            rows[6].basalt.clone().unwrap().value,
+            None,
+            "no rounds measured"
+        );
         let get16 = rows[3].basalt.clone().unwrap();
         assert_eq!(get16.value, None);
         assert!(get16.error.unwrap().contains("answered 500"));
