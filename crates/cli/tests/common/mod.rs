@@ -153,11 +153,14 @@ impl Cluster {
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--control-listen", "127.0.0.1:0"])
             .args(["--s3-listen", "127.0.0.1:0"])
-            .args(["--osd-size", OSD_SIZE])
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // The default store size, unless the test chose its own.
+        if !self.extra_args.iter().any(|a| a == "--osd-size") {
+            cmd.args(["--osd-size", OSD_SIZE]);
+        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {bin} up: {e}"));
