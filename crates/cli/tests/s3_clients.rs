@@ -195,19 +195,17 @@ fn lifecycle_rules_expire_objects_versions_and_uploads() {
     python_suite(&cluster, "lifecycle", "lifecycle");
 }
 
-/// A bucket of a million keys (4 KiB tables: tens of thousands of splits), put by 16
-/// clients while others list, then listed in order; most of an hour here, so only with
-/// BASALT_LARGE_BUCKET=1 (and TMPDIR on a tmpfs of 10 GiB or more).
+/// A bucket of a million keys (`basalt up` defaults: 128 KiB tables), put by 16 clients
+/// while another lists, then listed in order; an hour here, so only with
+/// BASALT_LARGE_BUCKET=1. Most objects are empty (see large_bucket.py): every non-empty
+/// object takes a store slot per copy, and a million of 128 KiB does not fit here.
 #[test]
 fn a_million_keys_in_one_bucket() {
     if std::env::var_os("BASALT_LARGE_BUCKET").is_none() {
         eprintln!("skipped: set BASALT_LARGE_BUCKET=1 to put and list 1,000,000 keys");
         return;
     }
-    // Every object costs a store slot (4 KiB here) per copy: about 8 GiB for a million
-    // small objects in two copies, plus the index; point TMPDIR at a tmpfs that holds it.
-    let cluster =
-        Cluster::start_with(&["--object-size", "4K", "--replicas", "2", "--osd-size", "8G"]);
+    let cluster = Cluster::start();
     python_suite_with(
         &cluster,
         "large_bucket",
