@@ -327,16 +327,17 @@ async fn versioning_rounds(
             }
             Err(e) => result = Err(e),
         }
+        // Untimed: each round's objects go before the next (every small object takes a
+        // store slot per copy; eight rounds of them would fill the bench's cluster).
+        let deleted = delete_round(admin, run.bucket, &vbucket, &mut plain_keys, &mut versions);
+        if let Err(e) = deleted.await {
+            outcome.cleanup_error = Some(format!("{e}"));
+            break;
+        }
     }
-    // Clean-up: the plain keys, every version by id, the versioned bucket.
-    let plain: Vec<String> = plain_keys.into_iter().map(|(k, _)| k).collect();
-    let objects: Vec<(&str, Option<&str>)> = versions
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_deref()))
-        .collect();
+    // Clean-up: what a failed round left, every version by id, the versioned bucket.
     let cleaned = async {
-        delete_objects(admin, run.bucket, &plain).await?;
-        delete_versions(admin, &vbucket, &objects).await?;
+        delete_round(admin, run.bucket, &vbucket, &mut plain_keys, &mut versions).await?;
         let status = admin
             .send("DELETE", &vpath, "", &[], &[], EMPTY_SHA256)
             .await?;
@@ -350,6 +351,26 @@ async fn versioning_rounds(
         outcome.cleanup_error = Some(format!("{e}"));
     }
     result
+}
+
+/// Delete a round's objects: the unversioned bucket's keys, the versioned bucket's
+/// versions by id (a plain delete would only add delete markers).
+async fn delete_round(
+    admin: &mut Connection,
+    bucket: &str,
+    vbucket: &str,
+    plain: &mut Vec<(String, Option<String>)>,
+    versions: &mut Vec<(String, Option<String>)>,
+) -> Result<(), basalt_s3client::Error> {
+    let keys: Vec<String> = plain.drain(..).map(|(k, _)| k).collect();
+    delete_objects(admin, bucket, &keys).await?;
+    let objects: Vec<(&str, Option<&str>)> = versions
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_deref()))
+        .collect();
+    delete_versions(admin, vbucket, &objects).await?;
+    versions.clear();
+    Ok(())
 }
 
 /// What every phase of a run shares.
