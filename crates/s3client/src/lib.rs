@@ -549,19 +549,8 @@ pub async fn delete_versions(
             xml.push_str("</Object>");
         }
         xml.push_str("</Delete>");
-        // S3 requires Content-MD5 (or another checksum) on DeleteObjects.
-        let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&xml));
-        let sha256 = hex::encode(Sha256::digest(&xml));
         let first = batch.first().map(|o| o.0).unwrap_or_default();
-        let status = conn
-            .send(
-                "POST",
-                &path,
-                "delete",
-                &[("content-md5", &md5)],
-                xml.as_bytes(),
-                &sha256,
-            )
+        let status = send_xml(conn, "POST", &path, "delete", &xml)
             .await
             .with_context(|| format!("DeleteObjects of {} keys from {first}", batch.len()))?;
         if status != 200 || conn.body.windows(7).any(|w| w == b"<Error>") {
@@ -575,6 +564,28 @@ pub async fn delete_versions(
     Ok(())
 }
 
+/// Send an XML body with the Content-MD5 S3 requires of these requests (DeleteObjects,
+/// bucket configuration); returns the status.
+async fn send_xml(
+    conn: &mut Connection,
+    method: &str,
+    path: &str,
+    query: &str,
+    xml: &str,
+) -> Result<u16> {
+    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(xml));
+    let sha256 = hex::encode(Sha256::digest(xml));
+    conn.send(
+        method,
+        path,
+        query,
+        &[("content-md5", &md5)],
+        xml.as_bytes(),
+        &sha256,
+    )
+    .await
+}
+
 /// An error for an answer with an unexpected `status` to `what`.
 pub fn bail_status(status: u16, what: &str) -> Result<()> {
     Err(Error(format!("{what} answered {status}")))
@@ -584,18 +595,7 @@ pub fn bail_status(status: u16, what: &str) -> Result<()> {
 pub async fn enable_versioning(conn: &mut Connection, bucket: &str) -> Result<()> {
     let xml = "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
                <Status>Enabled</Status></VersioningConfiguration>";
-    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(xml));
-    let sha256 = hex::encode(Sha256::digest(xml));
-    let path = format!("/{bucket}");
-    let status = conn
-        .send(
-            "PUT",
-            &path,
-            "versioning",
-            &[("content-md5", &md5)],
-            xml.as_bytes(),
-            &sha256,
-        )
+    let status = send_xml(conn, "PUT", &format!("/{bucket}"), "versioning", xml)
         .await
         .with_context(|| format!("PutBucketVersioning of {bucket}"))?;
     if status != 200 {

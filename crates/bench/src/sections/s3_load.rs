@@ -562,19 +562,7 @@ pub fn rows(outcome: &Outcome, command: &str) -> Vec<Row> {
                 .phases
                 .iter()
                 .find(|p| p.clients == clients && p.op == op);
-            let basalt = match phase {
-                Some(p) => Figure {
-                    value: Some(p.ops_s),
-                    command: Some(command.into()),
-                    raw: Some(RAW.into()),
-                    ..Figure::default()
-                },
-                None => Figure::failed(
-                    outcome.error.as_deref().unwrap_or("not measured"),
-                    Some(command.into()),
-                    Some(RAW.into()),
-                ),
-            };
+            let basalt = figure(outcome, command, phase.map(|p| p.ops_s));
             rows.push(Row {
                 key: format!("{}_4k_{clients}c_rust_ops", op.to_lowercase()),
                 label: format!(
@@ -590,6 +578,23 @@ pub fn rows(outcome: &Outcome, command: &str) -> Vec<Row> {
     }
     rows.extend(versioning_rows(outcome, command));
     rows
+}
+
+/// A row's figure: `value`, or the run's failure when it was not measured.
+fn figure(outcome: &Outcome, command: &str, value: Option<f64>) -> Figure {
+    match value {
+        Some(v) => Figure {
+            value: Some(v),
+            command: Some(command.into()),
+            raw: Some(RAW.into()),
+            ..Figure::default()
+        },
+        None => Figure::failed(
+            outcome.error.as_deref().unwrap_or("not measured"),
+            Some(command.into()),
+            Some(RAW.into()),
+        ),
+    }
 }
 
 /// A bucket's PUT rate over its versioning rounds: its PUTs over its rounds' time.
@@ -608,26 +613,13 @@ fn versioning_rows(outcome: &Outcome, command: &str) -> Vec<Row> {
     let ratio = unversioned
         .zip(versioned)
         .map(|(u, v)| 100.0 * v / u.max(1e-9));
-    let figure = |value: Option<f64>| match value {
-        Some(v) => Figure {
-            value: Some(v),
-            command: Some(command.into()),
-            raw: Some(RAW.into()),
-            ..Figure::default()
-        },
-        None => Figure::failed(
-            outcome.error.as_deref().unwrap_or("not measured"),
-            Some(command.into()),
-            Some(RAW.into()),
-        ),
-    };
     let row = |key: &str, label: &str, unit: &str, value| Row {
         key: key.into(),
         label: label.into(),
         unit: unit.into(),
         higher_is_better: true,
         baseline: None,
-        basalt: Some(figure(value)),
+        basalt: Some(figure(outcome, command, value)),
     };
     vec![
         row(
