@@ -16,6 +16,13 @@ case "${1:-}" in
 esac
 
 ./scripts/install-test-deps.sh
+# The build and the tests' clusters need disk; say how much there is, so that a run that
+# fails with ENOSPC is recognised for what it is (the debug build takes about 3 GB).
+avail_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+echo "== free disk here: $((avail_kb / 1024 / 1024)) GiB"
+if [ "$avail_kb" -lt $((6 * 1024 * 1024)) ]; then
+    echo "test.sh: warning: under 6 GiB free; the build and tests may fail with ENOSPC" >&2
+fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
