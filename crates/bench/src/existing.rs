@@ -204,12 +204,30 @@ impl Existing {
     }
 }
 
-/// A client of the cluster whose metadata is at `meta_url` (etcd://...).
+/// A client of the cluster whose metadata is at `meta_url` (etcd://...), proving the key of
+/// the keyring named by `BASALT_KEYRING` (the cluster's OSDs refuse connections without).
 pub async fn open_cluster(meta_url: &str) -> anyhow::Result<Arc<Cluster>> {
+    let Some(path) = std::env::var_os("BASALT_KEYRING") else {
+        anyhow::bail!(
+            "set BASALT_KEYRING to a keyring of the cluster at {meta_url} (its OSDs refuse \
+             unauthenticated connections)"
+        );
+    };
+    open_cluster_with(meta_url, std::path::Path::new(&path)).await
+}
+
+/// [`open_cluster`] with the keyring at `keyring`.
+pub async fn open_cluster_with(
+    meta_url: &str,
+    keyring: &std::path::Path,
+) -> anyhow::Result<Arc<Cluster>> {
+    let credentials = basalt_auth::Keyring::load(keyring)?.client_credentials();
     let meta = basalt_meta::connect_meta(meta_url)
         .await
         .with_context(|| format!("connect to the cluster metadata at {meta_url}"))?;
-    Cluster::connect(meta).await.context("read the cluster map")
+    Cluster::connect_as(meta, Some(credentials))
+        .await
+        .context("read the cluster map")
 }
 
 /// `osd.addr`'s IP in place of an unspecified metrics IP (`--metrics-listen 0.0.0.0:P`).

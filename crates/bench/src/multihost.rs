@@ -54,7 +54,8 @@ pub fn failover_pauses(cluster: &BasaltCluster, trials: usize) -> Result<Vec<Fai
         .enable_all()
         .build()?;
     let volume = rt.block_on(async {
-        let client = crate::existing::open_cluster(&cluster.meta_url).await?;
+        let client =
+            crate::existing::open_cluster_with(&cluster.meta_url, &cluster.keyring).await?;
         anyhow::Ok(std::sync::Arc::new(client.open_volume("failover").await?))
     })?;
     let mut out = Vec::new();

@@ -146,7 +146,8 @@ pub enum OsdAdminCommand {
 
 /// A client handle on the cluster for tools (follows the map).
 pub async fn open_cluster(meta_args: &MetaArgs) -> anyhow::Result<Arc<Cluster>> {
-    Cluster::connect(meta_args.connect().await?)
+    let credentials = meta_args.credentials()?;
+    Cluster::connect_as(meta_args.connect().await?, Some(credentials))
         .await
         .context("read the cluster map")
 }

@@ -2,6 +2,7 @@
 //! cluster's etcd with `--meta etcd://HOST:2379`.
 
 use anyhow::{bail, Context};
+use basalt_auth::{ClusterSecret, Credentials, Keyring};
 use basalt_client::Cluster;
 use basalt_meta::{connect_meta, MetaStore};
 use basalt_mon::MonitorConfig;
@@ -15,12 +16,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// Where the cluster's metadata lives.
+/// Where the cluster's metadata lives, and the keyring that proves who we are to its OSDs.
 #[derive(Args, Debug, Clone)]
 pub struct MetaArgs {
     /// Cluster metadata: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]
     #[arg(long, env = "BASALT_META")]
     pub meta: Option<String>,
+    /// Keyring file (mode 0600): the cluster secret (`basalt cluster init`) for daemons and
+    /// administrators, or one client's key (`basalt auth add`).
+    #[arg(long, env = "BASALT_KEYRING")]
+    pub keyring: Option<PathBuf>,
 }
 
 impl MetaArgs {
@@ -28,6 +33,40 @@ impl MetaArgs {
         self.meta.as_deref().ok_or_else(|| {
             anyhow::anyhow!("--meta etcd://HOST:2379 is required (or set BASALT_META)")
         })
+    }
+
+    /// The keyring: required wherever a multi-host cluster's OSDs are reached.
+    pub fn keyring(&self) -> anyhow::Result<Keyring> {
+        let Some(path) = &self.keyring else {
+            bail!(
+                "--keyring FILE is required for a multi-host cluster (or set BASALT_KEYRING): \
+                 `basalt cluster init --meta URL --keyring FILE` makes the cluster's, \
+                 `basalt auth add client.NAME` one per client"
+            );
+        };
+        Ok(Keyring::load(path)?)
+    }
+
+    /// What this tool proves to the OSDs.
+    pub fn credentials(&self) -> anyhow::Result<Credentials> {
+        Ok(self.keyring()?.client_credentials())
+    }
+
+    /// The cluster secret, checked against the cluster's verifier (daemons, `auth add`).
+    pub async fn checked_secret(&self, meta: &dyn MetaStore) -> anyhow::Result<ClusterSecret> {
+        let keyring = self.keyring()?;
+        let secret = keyring.secret()?.clone();
+        basalt_auth::registry::check_cluster(meta, &secret)
+            .await
+            .with_context(|| format!("check the keyring {}", self.keyring_shown()))?;
+        Ok(secret)
+    }
+
+    fn keyring_shown(&self) -> String {
+        self.keyring
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     }
 
     pub async fn connect(&self) -> anyhow::Result<Arc<dyn MetaStore>> {
@@ -132,6 +171,8 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     }
     let meta = args.meta.connect().await?;
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let secret = args.meta.checked_secret(meta.as_ref()).await?;
+    let authority = Arc::new(basalt_auth::Authority::new(secret, meta.clone()));
     let (id, is_new) = basalt_osd::identity(&dir, args.id, meta.as_ref()).await?;
     let host = args.host.clone().unwrap_or_else(hostname);
     let map = basalt_client::follow_map(meta.clone())
@@ -155,6 +196,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         },
         stray_scan: (args.stray_scan_secs > 0)
             .then(|| std::time::Duration::from_secs(args.stray_scan_secs)),
+        auth: Some(authority),
     };
     let handle = Osd::start(config, map, meta.clone())
         .await
@@ -260,6 +302,9 @@ pub struct MonCmdArgs {
 
 pub async fn run_mon(args: MonCmdArgs) -> anyhow::Result<()> {
     let meta = args.meta.connect().await?;
+    // The monitor reads and writes metadata only, but a cluster's daemons all start with
+    // its keyring: a mistyped etcd address or a foreign cluster is caught here.
+    args.meta.checked_secret(meta.as_ref()).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let task = spawn_monitor(meta, format!("mon on {}", hostname()), &args.mon, stop_rx);
     println!("monitor candidate running (it takes the role when no one holds it)");
@@ -288,11 +333,12 @@ pub struct NbdArgs {
 }
 
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
+    let credentials = args.meta.credentials()?;
     let meta = args.meta.connect().await?;
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
-    let cluster = Cluster::new(meta, map);
+    let cluster = Cluster::new_as(meta, map, Some(credentials));
     let exports = Arc::new(VolumeExports::new(cluster.clone(), None));
     let nbd = basalt_nbd::Server::new(exports);
     let tcp = tokio::net::TcpListener::bind(args.listen)

@@ -1,6 +1,7 @@
 //! `basalt`: run a Basalt cluster, manage its volumes, and measure it.
 
 mod admin;
+mod auth_cmd;
 mod bench;
 mod control;
 mod daemons;
@@ -167,6 +168,21 @@ enum Command {
         #[command(subcommand)]
         command: admin::PoolCommand,
     },
+    /// Set up a multi-host cluster's secret (`cluster init`), before any daemon starts.
+    Cluster {
+        #[command(subcommand)]
+        command: auth_cmd::ClusterCommand,
+    },
+    /// Client keys of a multi-host cluster: add (one per hypervisor or gateway), ls, rm.
+    ///
+    /// Every connection to an OSD proves a key; a removed key stops working at once.
+    /// Needs the admin keyring made by `basalt cluster init`.
+    Auth {
+        #[command(flatten)]
+        meta: daemons::MetaArgs,
+        #[command(subcommand)]
+        command: auth_cmd::AuthCommand,
+    },
     /// Inspect placement groups of a multi-host cluster.
     Pg {
         #[command(flatten)]
@@ -293,6 +309,14 @@ fn main() -> std::process::ExitCode {
         Command::Pool { meta, command } => {
             init_logging("warn");
             runtime().and_then(|rt| rt.block_on(admin::run_pool(&meta, command)))
+        }
+        Command::Cluster { command } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(auth_cmd::run_cluster(command)))
+        }
+        Command::Auth { meta, command } => {
+            init_logging("warn");
+            runtime().and_then(|rt| rt.block_on(auth_cmd::run_auth(&meta, command)))
         }
         Command::Pg { meta, command } => {
             init_logging("warn");

@@ -105,12 +105,13 @@ pub enum KeyCommand {
     },
 }
 
-async fn connect_cluster(meta: &MetaArgs) -> anyhow::Result<Arc<Cluster>> {
-    let meta = meta.connect().await?;
+async fn connect_cluster(args: &MetaArgs) -> anyhow::Result<Arc<Cluster>> {
+    let credentials = args.credentials()?;
+    let meta = args.connect().await?;
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
-    Ok(Cluster::new(meta, map))
+    Ok(Cluster::new_as(meta, map, Some(credentials)))
 }
 
 /// The pool id of `name`, or a precise error.

@@ -206,6 +206,34 @@ async fn wait_ready(cluster: &Cluster, osds: &[OsdHandle]) -> anyhow::Result<()>
     }
 }
 
+/// The cluster secret of this data directory: `DATA_DIR/keyring`, made (mode 0600) on the
+/// first start. Every TCP connection to the OSDs must prove a key derived from it.
+async fn local_secret(
+    data_dir: &std::path::Path,
+    meta: &dyn MetaStore,
+) -> anyhow::Result<basalt_auth::ClusterSecret> {
+    use basalt_auth::{registry, AuthError, ClusterSecret, Keyring};
+    let path = data_dir.join("keyring");
+    if path.exists() {
+        let secret = Keyring::load(&path)?.secret()?.clone();
+        registry::ensure_cluster(meta, &secret)
+            .await
+            .with_context(|| format!("check {}", path.display()))?;
+        return Ok(secret);
+    }
+    match registry::check_cluster(meta, &ClusterSecret::generate()?).await {
+        Err(AuthError::NotInitialised) => {}
+        _ => bail!(
+            "{} is missing, and this cluster's secret was in it: restore the file",
+            path.display()
+        ),
+    }
+    let secret = ClusterSecret::generate()?;
+    Keyring::Cluster(secret.clone()).write_new(&path)?;
+    registry::init_cluster(meta, &secret).await?;
+    Ok(secret)
+}
+
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
@@ -246,6 +274,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         known
     };
     let capacity = parse_size(&args.osd_size)?;
+    let secret = local_secret(&args.data_dir, meta.as_ref()).await?;
+    let authority = Arc::new(basalt_auth::Authority::new(secret.clone(), meta.clone()));
 
     // Start the OSDs; each registers, and the monitor puts them in the map.
     let map_rx = basalt_client::follow_map(meta.clone()).await?;
@@ -269,6 +299,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             incarnation: None,
             recovery: RecoveryConfig::default(),
             stray_scan: Some(std::time::Duration::from_secs(30)),
+            auth: Some(authority.clone()),
         };
         let handle = Osd::start(config, map_rx.clone(), meta.clone())
             .await
@@ -298,7 +329,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let monitor =
         crate::daemons::spawn_monitor(meta.clone(), "basalt up".into(), &mon_args, stop_rx);
 
-    let cluster = Cluster::new(meta.clone(), map_rx.clone());
+    // Over TCP (--no-local-path) this process's own client proves client.admin's key.
+    let admin = basalt_auth::Keyring::Cluster(secret).client_credentials();
+    let cluster = Cluster::new_as(meta.clone(), map_rx.clone(), Some(admin));
     if !args.no_local_path {
         for h in &osds {
             let handler = Arc::new(basalt_osd::LocalOsd(h.osd.clone()));

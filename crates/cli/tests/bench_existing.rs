@@ -42,6 +42,7 @@ fn interrupted_run(mh: &MultiHost, data: &Path, out: &Path) -> String {
     let log = out.with_extension("stderr");
     let mut child = Command::new(basalt_bin())
         .args(["bench", "storage", "--cluster", &mh.meta_url, "--quick"])
+        .env("BASALT_KEYRING", &mh.keyring)
         .args(["--sections", "disk", "--data-dir"])
         .arg(data)
         .arg("--out")
@@ -122,6 +123,7 @@ fn bench_storage_measures_an_existing_cluster() {
     let result = run(
         Command::new(basalt_bin())
             .args(["bench", "storage", "--cluster", &mh.meta_url, "--quick"])
+            .env("BASALT_KEYRING", &mh.keyring)
             .args(["--sections", "network,disk,scaling"])
             .arg("--data-dir")
             .arg(&data)

@@ -213,6 +213,7 @@ fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
         let spec = ProcessSpec::new(basalt_bin())
             .name(format!("s3-{port}"))
             .args(["s3", "--meta", &mh.meta_url, "--listen", &listen])
+            .env("BASALT_KEYRING", &mh.keyring)
             .args(["--master-key", master])
             // Lifecycle days of 2 s and a pass every second (only the last part has rules),
             // each pass's start and end in the log.

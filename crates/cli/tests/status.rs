@@ -60,3 +60,35 @@ fn status_reports_osds_pgs_and_usage() {
         "{text}"
     );
 }
+
+/// Goal: `basalt up` keeps its cluster secret in DATA_DIR/keyring (mode 0600), and its OSDs'
+/// data-plane ports close a connection that sends a frame without the handshake.
+#[test]
+fn basalt_up_osd_ports_require_the_handshake() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = Cluster::start();
+    let keyring = cluster.data_dir().join("keyring");
+    let mode = std::fs::metadata(&keyring).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", keyring.display());
+    assert!(std::fs::read_to_string(&keyring)
+        .unwrap()
+        .contains("[cluster]"));
+    let st = status_json(&cluster);
+    for o in st["osds"].as_array().unwrap() {
+        let addr = o["addr"].as_str().unwrap();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // A PING frame header as an unauthenticated client would send it.
+        let mut frame = b"BSLT\x02\x01".to_vec();
+        frame.resize(96, 0);
+        s.write_all(&frame).unwrap();
+        let mut buf = [0u8; 96];
+        // Closed (EOF or reset) at once; a timeout would mean the OSD kept it open.
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("osd {addr} kept a connection that skipped the handshake: {other:?}"),
+        }
+    }
+}

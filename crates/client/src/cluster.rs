@@ -87,10 +87,27 @@ impl Cluster {
         Self::with_conns(meta, map, ConnPool::new())
     }
 
+    /// [`Cluster::new`], proving `credentials` to every OSD (None: no handshake).
+    pub fn new_as(
+        meta: Arc<dyn MetaStore>,
+        map: watch::Receiver<Arc<ClusterMap>>,
+        credentials: Option<basalt_auth::Credentials>,
+    ) -> Arc<Self> {
+        Self::with_conns(meta, map, ConnPool::authenticated(credentials))
+    }
+
     /// A client of the cluster whose metadata is `meta`: reads the map, then follows it.
     pub async fn connect(meta: Arc<dyn MetaStore>) -> Result<Arc<Self>, basalt_meta::MetaError> {
+        Self::connect_as(meta, None).await
+    }
+
+    /// [`Cluster::connect`], proving `credentials` to every OSD (None: no handshake).
+    pub async fn connect_as(
+        meta: Arc<dyn MetaStore>,
+        credentials: Option<basalt_auth::Credentials>,
+    ) -> Result<Arc<Self>, basalt_meta::MetaError> {
         let map = crate::follow_map(meta.clone()).await?;
-        Ok(Self::new(meta, map))
+        Ok(Self::new_as(meta, map, credentials))
     }
 
     /// A client whose connections to OSDs come from `conns` (the simulator's links).

@@ -2,6 +2,7 @@
 
 use crate::error::ClientError;
 use crate::frame_io::{read_frame, write_frames, OutFrame};
+use basalt_auth::{AuthError, Credentials};
 use basalt_proto::Header;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -113,15 +114,19 @@ pub trait Dialer: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<Connection, ClientError>> + Send + 'a>>;
 }
 
-/// Dials OSDs over TCP.
-pub struct TcpDialer;
+/// Dials OSDs over TCP, proving `credentials` in the handshake when there are some (an OSD
+/// of a cluster with authentication refuses connections without).
+#[derive(Default)]
+pub struct TcpDialer {
+    pub credentials: Option<Credentials>,
+}
 
 impl Dialer for TcpDialer {
     fn dial<'a>(
         &'a self,
         addr: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Connection, ClientError>> + Send + 'a>> {
-        Box::pin(Connection::connect(addr))
+        Box::pin(Connection::connect_as(addr, self.credentials.as_ref()))
     }
 }
 
@@ -132,8 +137,17 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connect to `addr` over TCP and start the reader and writer tasks.
+    /// Connect to `addr` over TCP (no handshake) and start the reader and writer tasks.
     pub async fn connect(addr: &str) -> Result<Connection, ClientError> {
+        Connection::connect_as(addr, None).await
+    }
+
+    /// Connect to `addr` over TCP, prove `credentials` (when given) in the handshake, then
+    /// start the reader and writer tasks.
+    pub async fn connect_as(
+        addr: &str,
+        credentials: Option<&Credentials>,
+    ) -> Result<Connection, ClientError> {
         let connect = TcpStream::connect(addr);
         let stream = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
             .await
@@ -146,7 +160,21 @@ impl Connection {
                 reason: e.to_string(),
             })?;
         stream.set_nodelay(true).ok();
-        let (rd, wr) = stream.into_split();
+        let (mut rd, mut wr) = stream.into_split();
+        if let Some(creds) = credentials {
+            basalt_auth::connect(&mut rd, &mut wr, creds, addr)
+                .await
+                .map_err(|e| {
+                    let (addr, reason) = (addr.to_string(), e.to_string());
+                    match e {
+                        AuthError::Denied { .. } | AuthError::ServerProof { .. } => {
+                            ClientError::Auth { addr, reason }
+                        }
+                        // The OSD's metadata may come back, the network may heal.
+                        _ => ClientError::Connect { addr, reason },
+                    }
+                })?;
+        }
         Ok(Connection::over(rd, wr, addr))
     }
 

@@ -8,6 +8,10 @@ use thiserror::Error;
 pub enum ClientError {
     #[error("connection to {addr} failed: {reason}")]
     Connect { addr: String, reason: String },
+    /// The OSD refused our key (unknown, revoked, wrong) or could not prove its own: retrying
+    /// will not help.
+    #[error("authentication with {addr} failed: {reason}")]
+    Auth { addr: String, reason: String },
     #[error("connection to {addr} closed: {reason}")]
     Closed { addr: String, reason: String },
     #[error("request to {addr} timed out after {timeout_ms} ms")]

@@ -2,6 +2,7 @@
 
 use crate::conn::{Connection, Dialer, TcpDialer};
 use crate::error::ClientError;
+use basalt_auth::Credentials;
 use basalt_proto::OsdId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ pub struct ConnPool {
 
 impl Default for ConnPool {
     fn default() -> Self {
-        Self::with_dialer(Arc::new(TcpDialer))
+        Self::with_dialer(Arc::new(TcpDialer::default()))
     }
 }
 
@@ -24,6 +25,12 @@ impl ConnPool {
     /// A pool that connects over TCP.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A pool that connects over TCP and proves `credentials` to every OSD (None: no
+    /// handshake, for clusters without authentication).
+    pub fn authenticated(credentials: Option<Credentials>) -> Self {
+        Self::with_dialer(Arc::new(TcpDialer { credentials }))
     }
 
     /// A pool that opens its connections with `dialer`.

@@ -19,6 +19,8 @@
 //! | `/basalt/layers/INODE` | [`LayerRecord`] (INODE in 16 hex digits) | volume tools, when a layer is made |
 //! | `/basalt/frozen/INODE` | [`FrozenRecord`]: the layer is frozen (and the snapshot intent) | `basalt volume snapshot` |
 //! | `/basalt/families/FAMILY/next_layer` | decimal counter of a family's layers (FAMILY = inode >> 16, hex) | volume tools |
+//! | `/basalt/auth/verifier` | hex MAC recognising the cluster secret (never the secret) | `basalt cluster init`, first `basalt up` |
+//! | `/basalt/auth/entities/NAME` | an entity's capabilities and key generation (never a key) | `basalt auth add` |
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +39,8 @@ pub const PGS_PREFIX: &str = "/basalt/pgs/";
 pub const LAYERS_PREFIX: &str = "/basalt/layers/";
 pub const FROZEN_PREFIX: &str = "/basalt/frozen/";
 pub const FAMILIES_PREFIX: &str = "/basalt/families/";
+pub const AUTH_VERIFIER_KEY: &str = "/basalt/auth/verifier";
+pub const AUTH_ENTITIES_PREFIX: &str = "/basalt/auth/entities/";
 
 /// Key of a layer's record.
 pub fn layer_key(inode: u64) -> String {

@@ -1,6 +1,5 @@
 //! Starting, serving and stopping an OSD.
 
-use crate::handler::serve_connection;
 use crate::pg::PgTable;
 use crate::recovery::RecoveryConfig;
 use basalt_client::{ConnPool, Dialer};
@@ -87,6 +86,9 @@ pub struct OsdConfig {
     pub recovery: RecoveryConfig,
     /// How often to look for stray copies (of PGs this OSD left) to remove; None: never.
     pub stray_scan: Option<std::time::Duration>,
+    /// Authenticate every TCP connection against this authority (and prove this OSD's own
+    /// key to its peers); None: no handshake (tests, the simulator's in-process links).
+    pub auth: Option<Arc<basalt_auth::Authority>>,
 }
 
 /// Run `f` on the blocking pool, or inline when `inline`. A panic in `f` is a bug: it is
@@ -176,6 +178,10 @@ pub struct Osd {
     inline_store_calls: bool,
     /// Becomes true (or its sender goes away) when the OSD stops: retry loops end then.
     stop: watch::Receiver<bool>,
+    /// Authentication of TCP connections (None: none).
+    pub(crate) auth: Option<Arc<crate::auth::OsdAuth>>,
+    /// Handshake and capability counters.
+    pub auth_counters: crate::auth::AuthCounters,
 }
 
 impl Osd {
@@ -289,7 +295,15 @@ impl Osd {
                     addr: config.listen,
                     source,
                 })?;
-                (Incoming::Tcp(listener), ConnPool::new(), addr)
+                let creds = config
+                    .auth
+                    .as_ref()
+                    .map(|a| a.daemon_credentials(config.id));
+                (
+                    Incoming::Tcp(listener),
+                    ConnPool::authenticated(creds),
+                    addr,
+                )
             }
             Network::InProcess { listener, dialer } => (
                 Incoming::InProcess(listener.clone()),
@@ -316,7 +330,15 @@ impl Osd {
             fence_after_ms: AtomicU64::new(0),
             inline_store_calls: inline,
             stop: stop_rx.clone(),
+            auth: config
+                .auth
+                .clone()
+                .map(|a| Arc::new(crate::auth::OsdAuth::new(a))),
+            auth_counters: Default::default(),
         });
+        if let Some(auth) = osd.auth.clone() {
+            tokio::spawn(crate::auth::watch_revocations(auth, stop_rx.clone()));
+        }
         // Before serving: a snapshot frozen while this process was not running is refused
         // from the first request on.
         osd.layers
@@ -407,7 +429,7 @@ async fn accept_loop(osd: Arc<Osd>, incoming: Incoming, mut stop: watch::Receive
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = accept(&incoming) => match accepted {
                 Ok(Some((rd, wr, peer))) => {
-                    conns.spawn(serve_connection(osd.clone(), rd, wr, peer));
+                    conns.spawn(crate::auth::serve_tcp(osd.clone(), rd, wr, peer));
                 }
                 Ok(None) => break,
                 Err(e) => {

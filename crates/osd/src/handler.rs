@@ -34,8 +34,16 @@ pub(crate) const REPLICA_TIMEOUT: std::time::Duration = std::time::Duration::fro
 
 /// Serve requests on a connection (its two halves) until it closes or sends a malformed
 /// frame.
-pub async fn serve_connection<R, W>(osd: Arc<Osd>, rd: R, wr: W, peer: String)
-where
+///
+/// `caps` are the connection's capabilities when the OSD authenticates (None: it does
+/// not); a request outside them is answered Denied and not run.
+pub async fn serve_connection<R, W>(
+    osd: Arc<Osd>,
+    rd: R,
+    wr: W,
+    peer: String,
+    caps: Option<basalt_auth::Caps>,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -55,6 +63,14 @@ where
         if header.flags.has(Flags::REPLY) {
             tracing::warn!(osd = osd.id, %peer, "closing connection: reply frame sent to a server");
             break;
+        }
+        if !crate::auth::permitted(caps, &header) {
+            osd.auth_counters
+                .denied_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(osd = osd.id, %peer, opcode = ?header.opcode, "denied: outside the connection's capabilities");
+            ReplySink::Stream(tx.clone()).send(header.reply(Status::Denied), Bytes::new());
+            continue;
         }
         let permit = match in_flight.clone().acquire_owned().await {
             Ok(p) => p,

@@ -4,6 +4,7 @@
 //! replicates them to the rest of the acting set before acknowledging; as a replica it
 //! applies what its primaries send, in the order they send it.
 
+pub mod auth;
 pub mod daemon;
 pub mod decide;
 pub(crate) mod ec;

@@ -171,6 +171,37 @@ pub fn render(osd: &Osd) -> String {
         "Epoch of the newest map seen.",
         osd.map().epoch as u64,
     );
+    let a = &osd.auth_counters;
+    metric(
+        "auth_accepted_total",
+        "counter",
+        "Data-plane handshakes accepted.",
+        g(&a.accepted),
+    );
+    metric(
+        "auth_denied_requests_total",
+        "counter",
+        "Requests refused as outside the connection's capabilities.",
+        g(&a.denied_requests),
+    );
+    metric(
+        "auth_revoked_sessions_total",
+        "counter",
+        "Open connections closed because their key was revoked.",
+        g(&a.revoked_sessions),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP basalt_osd_auth_refused_total Data-plane connections refused, by reason."
+    );
+    let _ = writeln!(out, "# TYPE basalt_osd_auth_refused_total counter");
+    for (i, reason) in crate::auth::REFUSAL_LABELS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "basalt_osd_auth_refused_total{{osd=\"{id}\",reason=\"{reason}\"}} {}",
+            g(&a.refused[i])
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP basalt_osd_pgs PGs of this OSD by role and phase."

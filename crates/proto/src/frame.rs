@@ -179,6 +179,9 @@ pub enum Status {
     /// The object's layer is frozen (a snapshot took it): the sender's view of the volume
     /// is stale. Re-read the volume record and retry on its current head.
     Frozen = 10,
+    /// The connection's entity lacks the capability for this request (see "Data-plane
+    /// authentication"); nothing was done.
+    Denied = 11,
 }
 
 impl Status {
@@ -206,6 +209,7 @@ impl Status {
             8 => Self::Stale,
             9 => Self::Conflict,
             10 => Self::Frozen,
+            11 => Self::Denied,
             // Unknown codes from a newer peer: treat as an I/O failure, never as success.
             _ => Self::Io,
         }
@@ -419,7 +423,8 @@ mod tests {
             .has_payload());
         assert_eq!(Status::from_u32(9), Status::Conflict);
         assert_eq!(Status::from_u32(10), Status::Frozen);
-        assert_eq!(Status::from_u32(11), Status::Io);
+        assert_eq!(Status::from_u32(11), Status::Denied);
+        assert_eq!(Status::from_u32(12), Status::Io);
         assert!(!Status::Conflict.is_retryable());
         assert!(
             !Status::Frozen.is_retryable(),

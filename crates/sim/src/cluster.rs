@@ -219,6 +219,7 @@ impl SimCluster {
             incarnation: Some(incarnation),
             recovery: RecoveryConfig::default(),
             stray_scan: Some(Duration::from_secs(10)),
+            auth: None,
         };
         let registration = Registration {
             host: format!("host{id}"),

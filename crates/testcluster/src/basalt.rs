@@ -68,6 +68,9 @@ pub struct BasaltCluster {
     pub etcd: Etcd,
     /// `etcd://IP:2379/NAMESPACE`.
     pub meta_url: String,
+    /// The admin keyring (`basalt cluster init`): every daemon and CLI call gets it through
+    /// `BASALT_KEYRING`.
+    pub keyring: PathBuf,
     pub hosts: Vec<Host>,
     pub osds: Vec<OsdProc>,
     pub client_host: Host,
@@ -83,6 +86,7 @@ impl BasaltCluster {
         let etcd = net.start_etcd(&etcd_host).context("start etcd")?;
         let meta_url = format!("etcd://{}:2379/basalt-test", etcd_host.ip);
         let client_host = net.add_host("client")?;
+        let keyring = net.dir().join("keyring");
         let mut c = BasaltCluster {
             layout: layout.clone(),
             basalt: basalt.into(),
@@ -90,11 +94,14 @@ impl BasaltCluster {
             etcd_host,
             etcd,
             meta_url,
+            keyring,
             hosts: Vec::new(),
             osds: Vec::new(),
             client_host,
             gateway: None,
         };
+        let keyring = c.keyring.display().to_string();
+        c.cli_ok(&["cluster", "init", "--keyring", &keyring])?;
         for _ in 0..layout.hosts {
             c.add_host_with_osds()?;
         }
@@ -155,6 +162,7 @@ impl BasaltCluster {
         let spec = ProcessSpec::new(&self.basalt)
             .name(format!("osd{id}"))
             .env("RUST_LOG", "info,basalt_osd=debug")
+            .env("BASALT_KEYRING", &self.keyring)
             .args([
                 "osd",
                 "--meta",
@@ -190,13 +198,16 @@ impl BasaltCluster {
     }
 
     fn start_gateway(&mut self) -> Result<()> {
-        let spec = ProcessSpec::new(&self.basalt).name("nbd").args([
-            "nbd",
-            "--meta",
-            &self.meta_url,
-            "--listen",
-            &format!("{}:{NBD_PORT}", self.client_host.ip),
-        ]);
+        let spec = ProcessSpec::new(&self.basalt)
+            .name("nbd")
+            .env("BASALT_KEYRING", &self.keyring)
+            .args([
+                "nbd",
+                "--meta",
+                &self.meta_url,
+                "--listen",
+                &format!("{}:{NBD_PORT}", self.client_host.ip),
+            ]);
         let proc = self.net.spawn(&self.client_host, spec)?;
         proc.wait_for_line("NBD gateway serving", DAEMON_START)
             .with_context(|| format!("the NBD gateway did not start:\n{}", proc.log()))?;
@@ -214,6 +225,7 @@ impl BasaltCluster {
         let mut cmd = Command::new(&self.basalt);
         cmd.args(args)
             .env("BASALT_META", &self.meta_url)
+            .env("BASALT_KEYRING", &self.keyring)
             .env("RUST_LOG", "warn");
         cmd::output(cmd, None, CLI_TIMEOUT)
     }

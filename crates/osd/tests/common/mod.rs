@@ -66,6 +66,7 @@ pub fn osd_config(dir: &Path, id: u32, capacity_bytes: u64) -> OsdConfig {
         incarnation: None,
         recovery: basalt_osd::RecoveryConfig::default(),
         stray_scan: None,
+        auth: None,
     }
 }
 
@@ -76,10 +77,21 @@ pub async fn start_osds(
     map: &mut ClusterMap,
     meta: &Arc<EmbeddedMeta>,
 ) -> (Vec<OsdHandle>, watch::Sender<Arc<ClusterMap>>) {
+    start_osds_with(dir, map, meta, None).await
+}
+
+/// [`start_osds`] with every TCP connection authenticated against `auth`.
+pub async fn start_osds_with(
+    dir: &Path,
+    map: &mut ClusterMap,
+    meta: &Arc<EmbeddedMeta>,
+    auth: Option<Arc<basalt_auth::Authority>>,
+) -> (Vec<OsdHandle>, watch::Sender<Arc<ClusterMap>>) {
     let (tx, rx) = watch::channel(Arc::new(map.clone()));
     let mut handles = Vec::new();
     for id in 0..3u32 {
-        let config = osd_config(dir, id, 256 << 20);
+        let mut config = osd_config(dir, id, 256 << 20);
+        config.auth = auth.clone();
         let h = Osd::start(config, rx.clone(), meta.clone())
             .await
             .expect("start an OSD");

@@ -1,0 +1,157 @@
+//! `basalt cluster init` and `basalt auth`: the cluster secret and client keys of a
+//! multi-host cluster (docs/design.md, "Data-plane authentication").
+
+use crate::daemons::MetaArgs;
+use anyhow::{bail, Context};
+use basalt_auth::{registry, Caps, ClusterSecret, EntityName, Keyring};
+use basalt_bench::environment::utc_from_unix;
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// `basalt cluster ...`
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Make the cluster's secret, once, before any daemon starts.
+    ///
+    /// Writes the admin keyring to --keyring (mode 0600; an existing file is never
+    /// overwritten) and records a verifier of the secret (never the secret) in the
+    /// metadata, so daemons started with another cluster's keyring refuse to start. Copy the
+    /// file to every OSD, monitor and admin host; hypervisors get keys of their own
+    /// (`basalt auth add`).
+    ///
+    /// Example: basalt cluster init --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring
+    Init {
+        #[command(flatten)]
+        meta: MetaArgs,
+    },
+}
+
+/// `basalt auth ...`
+#[derive(Subcommand, Debug)]
+pub enum AuthCommand {
+    /// Make a client key: `client.NAME` with `data` (volume and bucket I/O) or `admin`
+    /// capabilities. Needs the admin keyring.
+    ///
+    /// Example: basalt auth add client.hv1 --out hv1.keyring
+    ///          (then on hv1: basalt nbd --meta ... --keyring hv1.keyring)
+    Add {
+        /// Entity name: client.NAME (letters, digits, '-', '_', '.').
+        entity: String,
+        /// Capabilities: data or admin.
+        #[arg(long, default_value = "data")]
+        caps: String,
+        /// Write the client's keyring here (mode 0600) instead of to stdout.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// List client entities and their capabilities (never keys).
+    Ls {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a client key: OSDs refuse it at once and close its open connections.
+    Rm {
+        /// Entity name: client.NAME.
+        entity: String,
+    },
+}
+
+pub async fn run_cluster(command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Init { meta } => {
+            let Some(path) = meta.keyring.clone() else {
+                bail!("--keyring FILE is required: where to write the new admin keyring");
+            };
+            if path.exists() {
+                bail!(
+                    "{} exists; cluster init never overwrites a keyring",
+                    path.display()
+                );
+            }
+            let store = meta.connect().await?;
+            let secret = ClusterSecret::generate()?;
+            Keyring::Cluster(secret.clone()).write_new(&path)?;
+            if let Err(e) = registry::init_cluster(store.as_ref(), &secret).await {
+                // Nobody can use this secret: do not leave a keyring that looks valid.
+                let _ = std::fs::remove_file(&path);
+                return Err(e.into());
+            }
+            println!(
+                "cluster secret made; admin keyring written to {} (mode 0600)",
+                path.display()
+            );
+            println!("copy it to every OSD and admin host; give hypervisors their own keys with `basalt auth add`");
+            Ok(())
+        }
+    }
+}
+
+pub async fn run_auth(meta: &MetaArgs, command: AuthCommand) -> anyhow::Result<()> {
+    let store = meta.connect().await?;
+    match command {
+        AuthCommand::Add { entity, caps, out } => {
+            let name = EntityName::parse(&entity)?;
+            let caps = Caps::parse(&caps)?;
+            let secret = meta.checked_secret(store.as_ref()).await?;
+            if let Some(path) = &out {
+                if path.exists() {
+                    bail!(
+                        "{} exists; auth add never overwrites a keyring",
+                        path.display()
+                    );
+                }
+            }
+            let key = registry::add_entity(store.as_ref(), &secret, &name, caps).await?;
+            let ring = Keyring::Entity {
+                entity: name.clone(),
+                key,
+            };
+            match out {
+                Some(path) => {
+                    ring.write_new(&path)
+                        .with_context(|| format!("{name} was added; its keyring could not be written (`basalt auth rm {name}` and retry)"))?;
+                    println!(
+                        "added {name} ({caps}); keyring written to {} (mode 0600)",
+                        path.display()
+                    );
+                }
+                None => {
+                    eprintln!("added {name} ({caps}); its keyring follows (store it mode 0600)");
+                    print!("{}", ring.render());
+                }
+            }
+        }
+        AuthCommand::Ls { json } => {
+            let records = registry::list_entities(store.as_ref()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&records)?);
+                return Ok(());
+            }
+            println!("{:<32} {:<6} CREATED", "ENTITY", "CAPS");
+            println!(
+                "{:<32} {:<6} (built in: the cluster secret's holders)",
+                "client.admin", "admin"
+            );
+            for r in records {
+                println!(
+                    "{:<32} {:<6} {}",
+                    r.entity,
+                    r.caps,
+                    utc_from_unix(r.created_unix)
+                );
+            }
+        }
+        AuthCommand::Rm { entity } => {
+            let name = EntityName::parse(&entity)?;
+            if name.is_builtin() {
+                bail!("{name} is built in: its key derives from the cluster secret and cannot be revoked alone");
+            }
+            registry::remove_entity(store.as_ref(), &name).await?;
+            println!(
+                "revoked {name}: OSDs refuse its key and close its connections within a second"
+            );
+        }
+    }
+    Ok(())
+}
