@@ -47,7 +47,7 @@ pub struct Cluster {
     pub banner: Option<String>,
     /// The S3 gateway and its first-start key.
     s3: Option<crate::under_test::S3Endpoint>,
-    /// The control API address (`IP:PORT`).
+    /// The control socket (its path, from the banner).
     control: Option<String>,
 }
 
@@ -73,7 +73,6 @@ impl Cluster {
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--nbd-listen", "127.0.0.1:0"])
-            .args(["--control-listen", "127.0.0.1:0"])
             .args(["--s3-listen", if config.s3 { "127.0.0.1:0" } else { "off" }])
             .args(["--default-volume", "bench"])
             .args(["--default-volume-size", &config.volume_size])

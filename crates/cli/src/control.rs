@@ -1,4 +1,5 @@
-//! The control API of `basalt up`: one JSON request per line over TCP, one JSON reply per line.
+//! The control API of `basalt up`: one JSON request per line over a unix socket (mode 0600:
+//! only its owner may manage the cluster), one JSON reply per line.
 //!
 //! It is deliberately small: volume management for the CLI. Requests are
 //! `{"op":"create","name":N,"size":BYTES}`, `{"op":"ls"}`, `{"op":"info","name":N}`,
@@ -14,10 +15,10 @@ use anyhow::Context;
 use basalt_client::{Cluster, VolumeInfo};
 use basalt_proto::PoolId;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{UnixListener, UnixStream};
 
 /// Shortest time between two progress lines of one request.
 const PROGRESS_EVERY_MS: u64 = 200;
@@ -44,6 +45,9 @@ pub enum Request {
     Resize {
         name: String,
         size: u64,
+        /// A smaller size is refused unless this is set (the data past it is discarded).
+        #[serde(default)]
+        allow_shrink: bool,
     },
     Rm {
         name: String,
@@ -241,7 +245,7 @@ pub struct ServeContext {
     pub s3_credentials: Option<std::path::PathBuf>,
 }
 
-pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, ctx: ServeContext) {
+pub async fn serve(listener: UnixListener, cluster: Arc<Cluster>, ctx: ServeContext) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -262,7 +266,7 @@ pub async fn serve(listener: TcpListener, cluster: Arc<Cluster>, ctx: ServeConte
 }
 
 async fn serve_one(
-    stream: TcpStream,
+    stream: UnixStream,
     cluster: Arc<Cluster>,
     ctx: &ServeContext,
 ) -> anyhow::Result<()> {
@@ -300,7 +304,7 @@ async fn handle_streaming(
     cluster: &Arc<Cluster>,
     ctx: &ServeContext,
     req: Request,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
 ) -> anyhow::Result<Response> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ProgressLine>();
     let throttle = Throttle::new(move |done, total| {
@@ -445,8 +449,12 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
                 }),
             Err(e) => Err(e),
         },
-        Request::Resize { name, size } => cluster
-            .resize_volume(&name, size)
+        Request::Resize {
+            name,
+            size,
+            allow_shrink,
+        } => cluster
+            .resize_volume(&name, size, allow_shrink)
             .await
             .map(Response::volume),
         Request::Rm { name } => cluster.remove_volume(&name).await.map(|_| Response {
@@ -651,19 +659,23 @@ pub(crate) async fn s3_key_request(
     result.unwrap_or_else(|e| Response::error(e.to_string()))
 }
 
-/// Send one request to the control API at `addr` and return its successful response.
-pub async fn call(addr: SocketAddr, req: &Request) -> anyhow::Result<Response> {
+/// Send one request to the control socket at `addr` and return its successful response.
+pub async fn call(addr: &Path, req: &Request) -> anyhow::Result<Response> {
     call_with_progress(addr, req, |_, _| {}).await
 }
 
 /// Like [`call`], passing the operation's progress lines to `progress(done, total)`.
 pub async fn call_with_progress(
-    addr: SocketAddr,
+    addr: &Path,
     req: &Request,
     progress: impl Fn(u64, u64),
 ) -> anyhow::Result<Response> {
-    let stream = TcpStream::connect(addr).await.with_context(|| {
-        format!("connect to the control API at {addr} (is `basalt up` running?)")
+    let stream = UnixStream::connect(addr).await.with_context(|| {
+        format!(
+            "connect to the control socket {} (is `basalt up` running? its banner names the \
+             socket; --control or BASALT_CONTROL choose another)",
+            addr.display()
+        )
     })?;
     let (rd, mut wr) = stream.into_split();
     let mut out = serde_json::to_vec(req)?;

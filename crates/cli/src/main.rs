@@ -15,11 +15,11 @@ mod up;
 mod volume_cmd;
 
 use clap::{Parser, Subcommand};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// Default address of the control API of `basalt up`.
-pub const DEFAULT_CONTROL: &str = "127.0.0.1:10810";
+/// Where `basalt up` puts its control socket by default (DATA_DIR/control.sock).
+pub const DEFAULT_CONTROL: &str = "basalt-data/control.sock";
 
 #[derive(Parser)]
 #[command(
@@ -52,9 +52,9 @@ enum Command {
     /// Talks to `basalt up` through its control API, or to a multi-host cluster through
     /// its metadata with --meta.
     Volume {
-        /// Control API address of the cluster (`basalt up --control-listen`).
+        /// Control socket of `basalt up` (DATA_DIR/control.sock).
         #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: SocketAddr,
+        control: PathBuf,
         #[command(flatten)]
         meta: daemons::MetaArgs,
         /// Pool of new volumes (with --meta).
@@ -66,9 +66,9 @@ enum Command {
     /// Import VM images (raw, qcow2) and manage them; volumes are made from them in O(1)
     /// with `basalt volume create NAME --from-image IMAGE`.
     Image {
-        /// Control API address of the cluster (`basalt up --control-listen`).
+        /// Control socket of `basalt up` (DATA_DIR/control.sock).
         #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: SocketAddr,
+        control: PathBuf,
         #[command(flatten)]
         meta: daemons::MetaArgs,
         /// Pool of new images (with --meta).
@@ -80,9 +80,9 @@ enum Command {
     /// Object-backed read-only volumes: an S3 bucket served over NBD as an EROFS
     /// filesystem whose file data is fetched from the bucket as it is read.
     Objvol {
-        /// Control API address of the cluster (`basalt up --control-listen`).
+        /// Control socket of `basalt up` (DATA_DIR/control.sock).
         #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: SocketAddr,
+        control: PathBuf,
         #[command(flatten)]
         meta: daemons::MetaArgs,
         /// Pool of objvol indexes (with --meta).
@@ -93,9 +93,9 @@ enum Command {
     },
     /// Show the cluster's health, OSDs, PG states and capacity (like `ceph -s`).
     Status {
-        /// Control API address of the cluster (`basalt up --control-listen`).
+        /// Control socket of `basalt up` (DATA_DIR/control.sock).
         #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: SocketAddr,
+        control: PathBuf,
         #[command(flatten)]
         meta: daemons::MetaArgs,
         /// Print JSON instead of text.
@@ -117,9 +117,9 @@ enum Command {
     /// Example: basalt scrub              (the `basalt up` cluster)
     ///          basalt scrub --meta etcd://10.0.0.1:2379 --pool cold
     Scrub {
-        /// Control API address of the cluster (`basalt up --control-listen`).
+        /// Control socket of `basalt up` (DATA_DIR/control.sock).
         #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: SocketAddr,
+        control: PathBuf,
         #[command(flatten)]
         meta: daemons::MetaArgs,
         /// Only this pool (default: every pool).
@@ -337,7 +337,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn show_status(
-    control: SocketAddr,
+    control: PathBuf,
     meta: daemons::MetaArgs,
     json: bool,
     interval_ms: u64,
@@ -346,7 +346,7 @@ async fn show_status(
         let cluster = admin::open_cluster(&meta).await?;
         status::gather_with_rates(&cluster, interval_ms).await?
     } else {
-        let resp = control::call(control, &control::Request::Status { interval_ms }).await?;
+        let resp = control::call(&control, &control::Request::Status { interval_ms }).await?;
         resp.status
             .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?
     };

@@ -49,6 +49,13 @@ pub struct S3Args {
     /// keep the default of 86400 in use.
     #[arg(long, default_value_t = 86_400)]
     pub lifecycle_day: u64,
+    /// Seconds a request body may send nothing before the request is cut off (nothing of
+    /// it is stored).
+    #[arg(long, default_value_t = 30)]
+    pub body_idle_timeout: u64,
+    /// Connections served at once; beyond, new ones are answered 503 SlowDown.
+    #[arg(long, default_value_t = basalt_s3::server::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 }
 
 /// `basalt s3 ...` subcommands.
@@ -73,10 +80,10 @@ pub struct KeyTarget {
     /// --master-key, which every gateway of the cluster shares.
     #[command(flatten)]
     pub meta: MetaArgs,
-    /// Without --meta: the control API of the running `basalt up` (it seals the key with
+    /// Without --meta: the control socket of the running `basalt up` (it seals the key with
     /// its own master key).
-    #[arg(long, default_value = "127.0.0.1:10810")]
-    pub control: SocketAddr,
+    #[arg(long, env = "BASALT_CONTROL", default_value = crate::DEFAULT_CONTROL)]
+    pub control: PathBuf,
 }
 
 /// `basalt s3 key ...`.
@@ -154,6 +161,8 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         lifecycle_every: std::time::Duration::from_secs(args.lifecycle_every.max(1)),
         lifecycle_day: std::time::Duration::from_secs(args.lifecycle_day.max(1)),
         stats: Default::default(),
+        body_idle_timeout: std::time::Duration::from_secs(args.body_idle_timeout.max(1)),
+        max_connections: args.max_connections.max(1),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,
@@ -195,7 +204,7 @@ pub async fn run_command(args: &S3Args, command: S3Command) -> anyhow::Result<()
         ),
     };
     let reply = match &target.meta.meta {
-        None => crate::control::call(target.control, &req).await?,
+        None => crate::control::call(&target.control, &req).await?,
         Some(_) => {
             let meta = target.meta.connect().await?;
             let master = match req {

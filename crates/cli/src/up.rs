@@ -34,9 +34,10 @@ pub struct UpArgs {
     /// NBD unix socket path [default: DATA_DIR/nbd.sock].
     #[arg(long)]
     nbd_socket: Option<PathBuf>,
-    /// Control API listen address (used by `basalt volume`).
-    #[arg(long, default_value = crate::DEFAULT_CONTROL)]
-    control_listen: SocketAddr,
+    /// Control socket (used by `basalt volume`, `image`, ...), mode 0600: only its owner
+    /// manages the cluster [default: DATA_DIR/control.sock].
+    #[arg(long)]
+    control_socket: Option<PathBuf>,
     /// Number of OSDs (first start only).
     #[arg(long, default_value_t = 3)]
     osds: u32,
@@ -82,6 +83,12 @@ pub struct UpArgs {
     /// keep the default of 86400 in use.
     #[arg(long, default_value_t = 86_400)]
     s3_lifecycle_day: u64,
+    /// Seconds an S3 request body may send nothing before the request is cut off.
+    #[arg(long, default_value_t = 30)]
+    s3_body_idle_timeout: u64,
+    /// S3 connections served at once; beyond, new ones are answered 503 SlowDown.
+    #[arg(long, default_value_t = basalt_s3::server::DEFAULT_MAX_CONNECTIONS)]
+    s3_max_connections: usize,
     /// Serve Prometheus metrics of the S3 gateway (requests by operation, bytes read) at
     /// http://ADDR/metrics ("off" for none).
     #[arg(long, default_value = "off")]
@@ -204,6 +211,19 @@ async fn wait_ready(cluster: &Cluster, osds: &[OsdHandle]) -> anyhow::Result<()>
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// Listen on a unix socket at `path` that only this user can connect to: bound under a
+/// temporary name, made mode 0600, then renamed into place, so no one can connect while it
+/// is still open to all.
+fn bind_private_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = tokio::net::UnixListener::bind(&tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&tmp, path)?;
+    Ok(listener)
 }
 
 /// The cluster secret of this data directory: `DATA_DIR/keyring`, made (mode 0600) on the
@@ -366,11 +386,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&socket_path);
     let unix = tokio::net::UnixListener::bind(&socket_path)
         .with_context(|| format!("listen for NBD on {}", socket_path.display()))?;
-    let control = tokio::net::TcpListener::bind(args.control_listen)
-        .await
-        .with_context(|| format!("listen for the control API on {}", args.control_listen))?;
+    let control_path = args
+        .control_socket
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("control.sock"));
+    let control = bind_private_socket(&control_path)
+        .with_context(|| format!("listen for the control API on {}", control_path.display()))?;
     let tcp_addr = tcp.local_addr()?;
-    let control_addr = control.local_addr()?;
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
     let s3_master = match args.s3_listen.as_str() {
@@ -440,7 +462,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         &pool,
         osds.len(),
         tcp_addr,
-        control_addr,
+        &control_path,
         &socket_path,
         (
             s3.as_ref().map(|(addr, _)| *addr),
@@ -462,6 +484,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // Release every handle on the cluster (the exports hold one) so the stores can close.
     drop(nbd);
     let _ = std::fs::remove_file(&socket_path);
+    let _ = std::fs::remove_file(&control_path);
     // Everything acknowledged becomes durable before the stores close.
     if let Err(e) = cluster.flush().await {
         tracing::error!("final flush failed: {e}");
@@ -547,6 +570,8 @@ async fn start_s3(
         lifecycle_every: std::time::Duration::from_secs(args.s3_lifecycle_every.max(1)),
         lifecycle_day: std::time::Duration::from_secs(args.s3_lifecycle_day.max(1)),
         stats: stats.clone(),
+        body_idle_timeout: std::time::Duration::from_secs(args.s3_body_idle_timeout.max(1)),
+        max_connections: args.s3_max_connections.max(1),
     };
     let task = tokio::spawn(basalt_s3::serve(
         listener,
@@ -563,7 +588,7 @@ fn print_banner(
     pool: &PoolRecord,
     osd_count: usize,
     nbd: SocketAddr,
-    control: SocketAddr,
+    control: &Path,
     socket: &Path,
     (s3, metrics): (Option<SocketAddr>, Option<SocketAddr>),
 ) {
@@ -588,7 +613,11 @@ fn print_banner(
         "  NBD (unix):  nbd+unix:///{vol}?socket={}",
         socket.display()
     );
-    println!("  Control API: {control} (basalt volume --control {control} ls)");
+    println!(
+        "  Control API: {} (basalt volume --control {} ls)",
+        control.display(),
+        control.display()
+    );
     let creds = s3_credentials_path(&args.data_dir);
     if let Some(s3) = s3 {
         println!(

@@ -6,17 +6,17 @@ use basalt_bench::environment::utc_from_unix;
 use basalt_client::{parse_snapshot_spec, VolumeInfo};
 use basalt_proto::size::{human_bytes, parse_size};
 use clap::{Args, Subcommand};
-use std::net::SocketAddr;
+use std::path::PathBuf;
 
 /// Where volume requests go: the control API of `basalt up`, or a cluster's metadata.
 pub struct Target {
-    control: SocketAddr,
+    control: PathBuf,
     pub(crate) meta: MetaArgs,
     pool: String,
 }
 
 impl Target {
-    pub fn new(control: SocketAddr, meta: MetaArgs, pool: String) -> Self {
+    pub fn new(control: PathBuf, meta: MetaArgs, pool: String) -> Self {
         Self {
             control,
             meta,
@@ -35,7 +35,7 @@ impl Target {
         progress: impl Fn(u64, u64) + Send + Sync,
     ) -> anyhow::Result<Response> {
         if self.meta.meta.is_none() {
-            return crate::control::call_with_progress(self.control, &req, progress).await;
+            return crate::control::call_with_progress(&self.control, &req, progress).await;
         }
         let cluster = crate::admin::open_cluster(&self.meta).await?;
         let map = cluster.map();
@@ -121,6 +121,9 @@ pub enum VolumeCommand {
         name: String,
         /// New size, e.g. 20G.
         size: String,
+        /// Allow a smaller size: the data past the new end is discarded for good.
+        #[arg(long)]
+        allow_shrink: bool,
     },
     /// Remove a volume and its data, snapshots included.
     ///
@@ -381,9 +384,19 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 print_info(&v, resp.usage.as_ref());
             }
         }
-        VolumeCommand::Resize { name, size } => {
+        VolumeCommand::Resize {
+            name,
+            size,
+            allow_shrink,
+        } => {
             let size = parse_size(&size)?;
-            let resp = target.call(Request::Resize { name, size }).await?;
+            let resp = target
+                .call(Request::Resize {
+                    name,
+                    size,
+                    allow_shrink,
+                })
+                .await?;
             let v = resp.volume.expect("resize returns the volume");
             println!("resized volume \"{}\" to {}", v.name, human_bytes(v.size));
         }

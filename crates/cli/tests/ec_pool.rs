@@ -113,7 +113,7 @@ fn ec_pool_verified_io_through_kill9_loops() {
     let out = run(
         Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args(["scrub", "--control"])
-            .arg(cluster.control.to_string()),
+            .arg(&cluster.control),
         Duration::from_secs(300),
     );
     assert_ok(&out, "basalt scrub");
@@ -148,7 +148,6 @@ fn ec_settings_are_checked_up_front() {
                 .arg("--data-dir")
                 .arg(dir.path().join("d"))
                 .args(["--s3-listen", "off", "--nbd-listen", "127.0.0.1:0"])
-                .args(["--control-listen", "127.0.0.1:0"])
                 .args(&args),
             Duration::from_secs(30),
         );

@@ -395,8 +395,12 @@ fn second_instance_on_same_data_dir_is_refused() {
             .args([
                 "--nbd-listen",
                 "127.0.0.1:0",
-                "--control-listen",
-                "127.0.0.1:0",
+                "--control-socket",
+                cluster
+                    .scratch()
+                    .join("second-control.sock")
+                    .to_str()
+                    .unwrap(),
                 "--s3-listen",
                 "127.0.0.1:0",
             ])

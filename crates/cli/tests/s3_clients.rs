@@ -41,7 +41,7 @@ fn python_suite_with(cluster: &Cluster, name: &str, passed: &str, env: &[(&str, 
             .env("AWS_SECRET_ACCESS_KEY", secret)
             // For suites that count the objects the OSDs store (`basalt status`).
             .env("BASALT_BIN", env!("CARGO_BIN_EXE_basalt"))
-            .env("BASALT_CONTROL", cluster.control.to_string())
+            .env("BASALT_CONTROL", &cluster.control)
             // For suites that look at what the OSDs store on disk.
             .env("BASALT_DATA_DIR", cluster.data_dir())
             .env_remove("AWS_PROFILE")

@@ -11,7 +11,7 @@ use std::time::Duration;
 fn status_json(cluster: &Cluster) -> serde_json::Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
     cmd.args(["status", "--json", "--control"])
-        .arg(cluster.control.to_string());
+        .arg(&cluster.control);
     let out = run(&mut cmd, Duration::from_secs(30));
     assert_ok(&out, "basalt status --json");
     parse_json(&out.stdout, "basalt status --json")
@@ -47,8 +47,7 @@ fn status_reports_osds_pgs_and_usage() {
     assert_eq!(written, 8 << 20, "client write bytes over all primaries");
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
-    cmd.args(["status", "--control"])
-        .arg(cluster.control.to_string());
+    cmd.args(["status", "--control"]).arg(&cluster.control);
     let out = run(&mut cmd, Duration::from_secs(30));
     assert_ok(&out, "basalt status");
     let text = text(&out);

@@ -19,7 +19,7 @@ fn image(cluster: &Cluster, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
     cmd.arg("image")
         .arg("--control")
-        .arg(cluster.control.to_string())
+        .arg(&cluster.control)
         .args(args);
     run(&mut cmd, Duration::from_secs(300))
 }

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -156,7 +157,7 @@ fn shrink_of_large_empty_volume_is_prompt() {
         &cluster.uri("huge"),
         &["write -P 0x5e 512G 64k", "write -P 0x5f 0 64k"],
     );
-    assert_prompt(&cluster, &["resize", "huge", "1G"]);
+    assert_prompt(&cluster, &["resize", "huge", "1G", "--allow-shrink"]);
     assert_eq!(nbd_size(&cluster.uri("huge")), GIB);
     qemu_io_ok(&cluster.uri("huge"), &["read -P 0x5f 0 64k"]);
 }
@@ -166,7 +167,7 @@ fn shrink_of_large_empty_volume_is_prompt() {
 fn errors_are_reported_with_nonzero_exit() {
     let cluster = Cluster::start();
     cluster.volume_ok(&["create", "x", "--size", "1M"]);
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["create", "x", "--size", "1M"], "volume \"x\" exists"),
         (
             &["create", "vol0", "--size", "1M"],
@@ -182,6 +183,11 @@ fn errors_are_reported_with_nonzero_exit() {
         (&["create", "y", "--size", "abc"], "invalid size \"abc\": "),
         (&["resize", "x", "abc"], "invalid size \"abc\": "),
         (
+            &["resize", "x", "512K"],
+            "volume \"x\" is 1.0 MiB: resizing it to 512.0 KiB would discard its last 512.0 KiB; \
+             pass --allow-shrink",
+        ),
+        (
             &["resize", "x", "5000"],
             "size must be a multiple of 4096 (got 5000)",
         ),
@@ -195,15 +201,27 @@ fn errors_are_reported_with_nonzero_exit() {
         ls(&cluster),
         vec![("vol0".to_string(), VOL0_BYTES), ("x".to_string(), MIB)]
     );
-    // A control address nobody listens on is an error too, not a hang or a success.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = dead.local_addr().expect("addr").to_string();
-    drop(dead);
+    // A control socket nobody listens on is an error too, not a hang or a success.
+    let addr = cluster.scratch().join("nobody.sock");
     let out = run(
-        Command::new(env!("CARGO_BIN_EXE_basalt")).args(["volume", "--control", &addr, "ls"]),
+        Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["volume", "--control"])
+            .arg(&addr)
+            .arg("ls"),
         CLIENT_TIMEOUT,
     );
-    assert_error(&out, "", "basalt volume ls against a closed port");
+    assert_error(
+        &out,
+        "is `basalt up` running?",
+        "basalt volume ls against no socket",
+    );
+    // The control socket is its owner's alone: another user cannot connect.
+    let mode = std::fs::metadata(&cluster.control)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "control socket {}", cluster.control);
 }
 
 /// A created volume is exported at once (listed, writable, readable); rm unexports it.
@@ -274,7 +292,7 @@ fn resize_grow_shrink_grow() {
         ],
     );
 
-    cluster.volume_ok(&["resize", "r", "8M"]);
+    cluster.volume_ok(&["resize", "r", "8M", "--allow-shrink"]);
     assert_eq!(nbd_size(&uri), 8 * MIB, "size after shrinking to 8M");
     let out = qemu_io(&uri, &["read 12M 4k"]);
     assert!(
@@ -305,7 +323,7 @@ fn shrink_under_connected_client_then_grow_reads_zeros() {
         r.starts_with("wrote 4096/4096"),
         "write before the shrink: {r}"
     );
-    cluster.volume_ok(&["resize", "s", "8M"]);
+    cluster.volume_ok(&["resize", "s", "8M", "--allow-shrink"]);
     // The old connection still believes the volume is 16 MiB. Whether the server refuses
     // this write or not, it must not land in the volume.
     let late = old.cmd("write -P 0x22 12M 4k");

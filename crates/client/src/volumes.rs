@@ -292,12 +292,13 @@ impl Cluster {
         Volume::new(self.clone(), info)
     }
 
-    /// Change a volume's size. Shrinking discards the data past the new end first; I/O on
-    /// the volume through this process pauses meanwhile.
+    /// Change a volume's size. Shrinking (only with `allow_shrink`) discards the data past
+    /// the new end first; I/O on the volume through this process pauses meanwhile.
     pub async fn resize_volume(
         self: &Arc<Self>,
         name: &str,
         size: u64,
+        allow_shrink: bool,
     ) -> Result<VolumeInfo, ClientError> {
         check_size(size)?;
         let (bytes, rev) = self
@@ -317,6 +318,18 @@ impl Cluster {
                     } else {
                         "snapshots"
                     }
+                ),
+            });
+        }
+        if size < info.size && !allow_shrink {
+            // A shrink throws data away for good: never by a typo in the size.
+            return Err(ClientError::Invalid {
+                reason: format!(
+                    "volume \"{name}\" is {}: resizing it to {} would discard its last {}; \
+                     pass --allow-shrink to do that",
+                    basalt_proto::size::human_bytes(info.size),
+                    basalt_proto::size::human_bytes(size),
+                    basalt_proto::size::human_bytes(info.size - size)
                 ),
             });
         }

@@ -329,7 +329,7 @@ async fn rollback_snapshot_rm_and_flatten() {
     let s2 = c.snapshot_volume("v", "s2").await.unwrap();
     v.write(2 * OS, filled(0xc2, 4096), false).await.unwrap();
     let old_head = c.volume_info("v").await.unwrap().id;
-    c.resize_volume("v", 8 * OS).await.unwrap();
+    c.resize_volume("v", 8 * OS, false).await.unwrap();
 
     let after = c.rollback_volume("v", "s1").await.unwrap();
     assert_eq!(after.size, 4 * OS, "the snapshot's size comes back");

@@ -19,6 +19,7 @@ pub mod checksum;
 pub mod cors;
 pub mod data;
 pub mod gateway;
+pub mod idle_body;
 pub mod index;
 pub mod keys;
 pub mod lifecycle;

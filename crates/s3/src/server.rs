@@ -38,7 +38,17 @@ pub struct GatewayConfig {
     pub lifecycle_day: std::time::Duration,
     /// Where the gateway counts what it answered.
     pub stats: Arc<crate::stats::GatewayStats>,
+    /// A request body that sends nothing for this long is cut off (nothing of it becomes
+    /// visible).
+    pub body_idle_timeout: std::time::Duration,
+    /// Connections served at once; beyond, a new connection is answered 503 SlowDown and
+    /// closed.
+    pub max_connections: usize,
 }
+
+/// Defaults of [`GatewayConfig::body_idle_timeout`] and [`GatewayConfig::max_connections`].
+pub const DEFAULT_BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// Path-style always; virtual-host-style for `BUCKET.DOMAIN[:port]`.
 struct Hosts {
@@ -99,6 +109,7 @@ pub async fn serve(
     });
     let service = Front {
         s3: builder.build(),
+        body_idle: config.body_idle_timeout,
         peer: None,
         cors: Arc::new(CorsContext {
             cluster: cluster.clone(),
@@ -122,18 +133,27 @@ pub async fn serve(
         stop.clone(),
     ));
     let mut conns = tokio::task::JoinSet::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     stream.set_nodelay(true).ok();
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        config.stats.count_slow_down();
+                        tracing::warn!(%peer, max = config.max_connections,
+                            "connection refused with 503 SlowDown: at the connection cap");
+                        conns.spawn(slow_down(stream));
+                        continue;
+                    };
                     let service = Front {
                         peer: Some(peer),
                         ..service.clone()
                     };
                     let mut stop = stop.clone();
                     conns.spawn(async move {
+                        let _slot = slot;
                         let conn = hyper::server::conn::http1::Builder::new()
                             .max_buf_size(MAX_HEAD_BYTES.max(8192))
                             // max_buf_size alone lets a head that arrives in one large read
@@ -170,6 +190,29 @@ pub async fn serve(
     let _ = lifecycle.await;
 }
 
+/// Answer a connection beyond the cap with 503 SlowDown and close it (its request unread:
+/// clients retry SlowDown with backoff, as S3 asks them to).
+async fn slow_down(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
+         <Message>Please reduce your request rate: the gateway is at its connection cap.\
+         </Message><RequestId>{}</RequestId></Error>",
+        request_id()
+    );
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n\
+         Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(reply.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    // Bound: a client that does not read its refusal is dropped after 5 s.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), write).await;
+}
+
 /// The protocol layer's service with what wraps every request: a request id, the peer's
 /// address, CORS (preflights answered here, `Access-Control-*` headers added to answers of
 /// requests with an `Origin`, both by the bucket's rules), and a connection closed after a
@@ -190,6 +233,8 @@ pub async fn serve(
 #[derive(Clone)]
 struct Front {
     s3: S3Service,
+    /// Longest pause allowed between two frames of a request body.
+    body_idle: std::time::Duration,
     /// The connection's peer (for policies' `aws:SourceIp`).
     peer: Option<std::net::SocketAddr>,
     /// What CORS answers need: the buckets' rules.
@@ -252,9 +297,11 @@ impl Service<hyper::Request<Incoming>> for Front {
         let close_on_error = !bodiless;
         let id = request_id();
         tracing::debug!(request = %id, method = %req.method(), uri = %req.uri(), "s3 request");
-        let response = Service::call(&self.s3, req);
+        let idle = self.body_idle;
+        let req = req.map(|b| s3s::Body::http_body(crate::idle_body::IdleBody::new(b, idle)));
+        let s3 = self.s3.clone();
         Box::pin(async move {
-            let mut response = response.await?;
+            let mut response = s3.call(req).await?;
             tag_with_request_id(&mut response, &id);
             if let (Some(origin), Some(bucket)) = (origin, bucket) {
                 cors_headers(&cors, &bucket, &origin, &method, &mut response).await;

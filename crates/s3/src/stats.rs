@@ -13,6 +13,7 @@ pub struct GatewayStats {
     head_object: AtomicU64,
     list: AtomicU64,
     put_object: AtomicU64,
+    slow_down: AtomicU64,
 }
 
 /// What a counter counts.
@@ -41,6 +42,11 @@ impl GatewayStats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Count a connection refused with 503 SlowDown (at the connection cap).
+    pub fn count_slow_down(&self) {
+        self.slow_down.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -64,6 +70,13 @@ impl GatewayStats {
              # TYPE basalt_s3_get_object_bytes_total counter\n\
              basalt_s3_get_object_bytes_total {}",
             load(&self.get_object_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP basalt_s3_connections_refused_total Connections answered 503 SlowDown at the connection cap.\n\
+             # TYPE basalt_s3_connections_refused_total counter\n\
+             basalt_s3_connections_refused_total {}",
+            load(&self.slow_down)
         );
         out
     }

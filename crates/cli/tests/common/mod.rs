@@ -47,8 +47,8 @@ pub struct Cluster {
     pub nbd_addr: SocketAddr,
     /// NBD unix socket path.
     pub nbd_socket: PathBuf,
-    /// Control API address.
-    pub control: SocketAddr,
+    /// Path of the control socket (a string: it goes on command lines as is).
+    pub control: String,
     /// S3 API address.
     pub s3_addr: Option<SocketAddr>,
 }
@@ -74,7 +74,7 @@ impl Cluster {
             readers: Vec::new(),
             nbd_addr: "0.0.0.0:0".parse().expect("valid address"),
             nbd_socket: PathBuf::new(),
-            control: "0.0.0.0:0".parse().expect("valid address"),
+            control: String::new(),
             s3_addr: None,
         };
         cluster.spawn();
@@ -151,7 +151,6 @@ impl Cluster {
             .arg("--data-dir")
             .arg(self.dir.path())
             .args(["--nbd-listen", "127.0.0.1:0"])
-            .args(["--control-listen", "127.0.0.1:0"])
             .args(["--s3-listen", "127.0.0.1:0"])
             .args(&self.extra_args)
             .stdin(Stdio::null())
@@ -234,10 +233,11 @@ impl Cluster {
                 };
                 nbd_socket = Some(PathBuf::from(path.trim()));
             } else if let Some(rest) = t.strip_prefix("Control API:") {
-                let addr = rest.split_whitespace().next().unwrap_or("");
-                control = Some(addr.parse::<SocketAddr>().unwrap_or_else(|e| {
-                    self.fail_startup(&format!("bad Control API banner line {line:?}: {e}"))
-                }));
+                let path = rest.split_whitespace().next().unwrap_or("");
+                if path.is_empty() {
+                    self.fail_startup(&format!("bad Control API banner line {line:?}"));
+                }
+                control = Some(path.to_string());
             } else if let Some(rest) = t.strip_prefix("S3:") {
                 let url = rest.split_whitespace().next().unwrap_or("");
                 let addr = url.strip_prefix("http://").unwrap_or(url);
@@ -353,7 +353,7 @@ impl Cluster {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
         cmd.arg("volume")
             .arg("--control")
-            .arg(self.control.to_string())
+            .arg(&self.control)
             .args(args);
         run(&mut cmd, CLIENT_TIMEOUT)
     }
@@ -362,7 +362,7 @@ impl Cluster {
     pub fn used_bytes(&self) -> u64 {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
         cmd.args(["status", "--json", "--interval", "0", "--control"])
-            .arg(self.control.to_string());
+            .arg(&self.control);
         let out = run(&mut cmd, CLIENT_TIMEOUT);
         assert_ok(&out, "basalt status --json");
         let status = parse_json(&out.stdout, "basalt status --json");
@@ -378,7 +378,7 @@ impl Cluster {
     pub fn status_text(&self) -> String {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
         cmd.args(["status", "--interval", "0", "--control"])
-            .arg(self.control.to_string());
+            .arg(&self.control);
         let out = run(&mut cmd, CLIENT_TIMEOUT);
         assert_ok(&out, "basalt status");
         String::from_utf8_lossy(&out.stdout).into_owned()
