@@ -127,8 +127,9 @@ pub struct OsdArgs {
     /// Do not run a monitor candidate in this process.
     #[arg(long)]
     pub no_monitor: bool,
-    /// Serve Prometheus metrics at http://ADDR/metrics [default: the --listen IP, its port
-    /// + 1000; "off" to disable].
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: 127.0.0.1 and the --listen
+    /// port + 1000; give an IP:PORT to let a Prometheus server elsewhere scrape it; "off"
+    /// to disable].
     #[arg(long)]
     pub metrics_listen: Option<String>,
     #[command(flatten)]
@@ -272,7 +273,8 @@ fn metrics_suffix(metrics: &Option<MetricsTask>) -> String {
         .unwrap_or_default()
 }
 
-/// The metrics address: given, "off", or by default the data-plane IP with port + 1000.
+/// The metrics address: given, "off", or by default loopback with the data-plane port + 1000
+/// (metrics reveal volume names and load: exposing them to the network is a choice).
 fn metrics_addr(arg: Option<&str>, listen: SocketAddr) -> anyhow::Result<Option<SocketAddr>> {
     match arg {
         Some("off") => Ok(None),
@@ -280,7 +282,7 @@ fn metrics_addr(arg: Option<&str>, listen: SocketAddr) -> anyhow::Result<Option<
             format!("--metrics-listen {a}: expected IP:PORT or \"off\"")
         })?)),
         None => Ok(Some(SocketAddr::new(
-            listen.ip(),
+            std::net::Ipv4Addr::LOCALHOST.into(),
             listen.port().checked_add(1000).unwrap_or(0),
         ))),
     }
@@ -326,8 +328,9 @@ pub struct NbdArgs {
     /// Also serve NBD on this unix socket.
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Serve Prometheus metrics at http://ADDR/metrics [default: the --listen IP, its port
-    /// + 1000; "off" to disable].
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: 127.0.0.1 and the --listen
+    /// port + 1000; give an IP:PORT to let a Prometheus server elsewhere scrape it; "off"
+    /// to disable].
     #[arg(long)]
     pub metrics_listen: Option<String>,
 }

@@ -173,6 +173,9 @@ impl BasaltCluster {
                 &data.display().to_string(),
                 "--listen",
                 &format!("{}:{port}", h.ip),
+                // Reachable from the root namespace (the default is loopback).
+                "--metrics-listen",
+                &format!("{}:{}", h.ip, port + 1000),
                 "--host",
                 &h.name,
                 "--capacity",
@@ -207,6 +210,8 @@ impl BasaltCluster {
                 &self.meta_url,
                 "--listen",
                 &format!("{}:{NBD_PORT}", self.client_host.ip),
+                "--metrics-listen",
+                &format!("{}:{}", self.client_host.ip, NBD_PORT + 1000),
             ]);
         let proc = self.net.spawn(&self.client_host, spec)?;
         proc.wait_for_line("NBD gateway serving", DAEMON_START)
