@@ -29,6 +29,8 @@ have protoc || need+=(protobuf-compiler)
 # basalt-meta's etcd tests start a real etcd from /usr/bin/etcd (etcdctl comes with etcd-client).
 [ -x /usr/bin/etcd ] || need+=(etcd-server)
 have etcdctl || need+=(etcd-client)
+# Certificates for the TLS tests (etcd over TLS, NBD over TLS) are made with openssl.
+have openssl || need+=(openssl)
 # S3 clients the gateway is tested with (boto3 and the aws CLI come from PyPI below).
 have s3cmd || need+=(s3cmd)
 have rclone || need+=(rclone)

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use basalt_auth::{ClusterSecret, Credentials, Keyring};
 use basalt_client::Cluster;
-use basalt_meta::{connect_meta, MetaStore};
+use basalt_meta::MetaStore;
 use basalt_mon::MonitorConfig;
 use basalt_nbd::VolumeExports;
 use basalt_osd::{Osd, OsdConfig, RecoveryConfig, Registration};
@@ -19,9 +19,24 @@ use tokio::sync::watch;
 /// Where the cluster's metadata lives, and the keyring that proves who we are to its OSDs.
 #[derive(Args, Debug, Clone)]
 pub struct MetaArgs {
-    /// Cluster metadata: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]
+    /// Cluster metadata: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] (etcds:// for TLS)
     #[arg(long, env = "BASALT_META")]
     pub meta: Option<String>,
+    /// CA certificate (PEM) that signed etcd's certificate (etcds:// URLs).
+    #[arg(long, env = "BASALT_META_CA")]
+    pub meta_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for an etcd that checks clients (with --meta-key).
+    #[arg(long, env = "BASALT_META_CERT")]
+    pub meta_cert: Option<PathBuf>,
+    /// Key (PEM) of --meta-cert.
+    #[arg(long, env = "BASALT_META_KEY")]
+    pub meta_key: Option<PathBuf>,
+    /// etcd user, when etcd's authentication is enabled (with --meta-password-file).
+    #[arg(long, env = "BASALT_META_USER")]
+    pub meta_user: Option<String>,
+    /// File whose first line is the etcd user's password.
+    #[arg(long, env = "BASALT_META_PASSWORD_FILE")]
+    pub meta_password_file: Option<PathBuf>,
     /// Keyring file (mode 0600): the cluster secret (`basalt cluster init`) for daemons and
     /// administrators, or one client's key (`basalt auth add`).
     #[arg(long, env = "BASALT_KEYRING")]
@@ -71,7 +86,14 @@ impl MetaArgs {
 
     pub async fn connect(&self) -> anyhow::Result<Arc<dyn MetaStore>> {
         let url = self.url()?;
-        connect_meta(url)
+        let access = basalt_meta::MetaAccess {
+            ca: self.meta_ca.clone(),
+            cert: self.meta_cert.clone(),
+            key: self.meta_key.clone(),
+            user: self.meta_user.clone(),
+            password_file: self.meta_password_file.clone(),
+        };
+        basalt_meta::connect_meta_with(url, &access)
             .await
             .with_context(|| format!("connect to the cluster metadata at {url}"))
     }

@@ -30,6 +30,19 @@ pub struct EtcdConfig {
     pub connect_timeout_ms: u64,
     /// Bound on each request, including waiting for a connection.
     pub request_timeout_ms: u64,
+    /// etcd's own user/password authentication, when it is enabled.
+    pub user: Option<(String, String)>,
+    /// TLS to etcd (`https://` endpoints).
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS settings of the etcd connection (PEM bytes, read by the caller).
+#[derive(Clone, Debug, Default)]
+pub struct EtcdTls {
+    /// The CA that signed etcd's certificate.
+    pub ca_pem: Vec<u8>,
+    /// A client certificate and its key, when etcd checks clients (`--client-cert-auth`).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl EtcdConfig {
@@ -40,6 +53,8 @@ impl EtcdConfig {
             namespace: String::new(),
             connect_timeout_ms: 2_000,
             request_timeout_ms: 5_000,
+            user: None,
+            tls: None,
         }
     }
 
@@ -75,6 +90,21 @@ impl EtcdMeta {
                 Duration::from_millis(config.connect_timeout_ms),
             )
             .with_keep_alive_while_idle(true);
+        let options = match &config.user {
+            Some((user, password)) => options.with_user(user, password),
+            None => options,
+        };
+        let options = match &config.tls {
+            Some(tls) => {
+                let mut t = etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem));
+                if let Some((cert, key)) = &tls.client {
+                    t = t.identity(etcd_client::Identity::from_pem(cert, key));
+                }
+                options.with_tls(t)
+            }
+            None => options,
+        };
         let connect = Client::connect(&config.endpoints, Some(options));
         let client = match tokio::time::timeout(request_timeout, connect).await {
             Ok(Ok(client)) => client,
@@ -102,6 +132,10 @@ impl EtcdMeta {
         // there.
         let mut maintenance = meta.client.maintenance_client();
         meta.call("status", "", maintenance.status()).await?;
+        // Status needs no permission; a read does: an etcd with authentication enabled
+        // refuses a client without a user (or with a wrong one) here, not at first use.
+        use crate::store::MetaStore as _;
+        meta.get(crate::schema::MAP_KEY).await?;
         Ok(meta)
     }
 

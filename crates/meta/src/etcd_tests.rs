@@ -332,3 +332,172 @@ async fn frozen_etcd_times_out() {
     };
     assert_eq!(got_rev, rev);
 }
+
+/// Run `program args` in `dir`, failing the test with its output if it fails.
+fn run_in(dir: &std::path::Path, program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Goal: an etcd with TLS and its own user authentication is reached through `etcds://`
+/// with `--meta-ca` and a user whose password is in a file; a missing CA, a missing or
+/// wrong password, or a plain `etcd://` URL are refused with errors that say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secured_etcd_needs_the_ca_and_the_password() {
+    use crate::url::{connect_meta_with, MetaAccess};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    // A CA and a server certificate for 127.0.0.1, made with the openssl tool.
+    run_in(
+        d,
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=basalt-test-ca",
+        ],
+    );
+    run_in(
+        d,
+        "openssl",
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").expect("write ext");
+    run_in(
+        d,
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let (port, peer_port) = (free_port(), free_port());
+    let endpoint = format!("https://127.0.0.1:{port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let log = std::fs::File::create(d.join("etcd.log")).expect("log");
+    let mut child = Command::new(ETCD_BIN)
+        .arg("--name=secured")
+        .arg(format!("--data-dir={}", d.join("data").display()))
+        .arg(format!("--listen-client-urls={endpoint}"))
+        .arg(format!("--advertise-client-urls={endpoint}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster=secured={peer}"))
+        .arg(format!("--cert-file={}", d.join("server.pem").display()))
+        .arg(format!("--key-file={}", d.join("server.key").display()))
+        .arg("--log-level=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn etcd");
+    let url = format!("etcds://127.0.0.1:{port}/secured");
+    let tls_only = MetaAccess {
+        ca: Some(d.join("ca.pem")),
+        ..MetaAccess::default()
+    };
+    // Bound: READY_WAIT_MS of attempts until it answers over TLS.
+    let start = Instant::now();
+    while connect_meta_with(&url, &tls_only).await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_millis(READY_WAIT_MS),
+            "etcd over TLS did not answer: {}",
+            std::fs::read_to_string(d.join("etcd.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ca = d.join("ca.pem").display().to_string();
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["--endpoints", endpoint.as_str(), "--cacert", ca.as_str()];
+        all.extend_from_slice(args);
+        run_in(d, "etcdctl", &all);
+    };
+    ctl(&["user", "add", "root", "--new-user-password=s3cret"]);
+    ctl(&["auth", "enable"]);
+    std::fs::write(d.join("pw"), "s3cret\n").expect("write password");
+    std::fs::write(d.join("bad-pw"), "guess\n").expect("write password");
+
+    let good = MetaAccess {
+        user: Some("root".into()),
+        password_file: Some(d.join("pw")),
+        ..tls_only.clone()
+    };
+    let meta = connect_meta_with(&url, &good)
+        .await
+        .expect("connect with CA and user");
+    meta.put("/k", b"v".to_vec()).await.expect("put");
+    assert_eq!(meta.get("/k").await.expect("get").expect("present").0, b"v");
+
+    let err = |r: Result<Arc<dyn MetaStore>, MetaError>| match r {
+        Ok(_) => panic!("connected"),
+        Err(e) => e.to_string(),
+    };
+    let e = err(connect_meta_with(&url, &tls_only).await);
+    assert!(e.contains("etcd at"), "no user: {e}");
+    let wrong = MetaAccess {
+        password_file: Some(d.join("bad-pw")),
+        ..good.clone()
+    };
+    let e = err(connect_meta_with(&url, &wrong).await);
+    assert!(e.to_lowercase().contains("auth"), "wrong password: {e}");
+    let no_ca = MetaAccess {
+        ca: None,
+        ..good.clone()
+    };
+    let e = err(connect_meta_with(&url, &no_ca).await);
+    assert!(e.contains("needs --meta-ca"), "{e}");
+    let plain = format!("etcd://127.0.0.1:{port}/secured");
+    let e = err(connect_meta_with(&plain, &good).await);
+    assert!(e.contains("use etcds://"), "{e}");
+    let no_pw = MetaAccess {
+        password_file: None,
+        ..good.clone()
+    };
+    let e = err(connect_meta_with(&url, &no_pw).await);
+    assert!(e.contains("--meta-password-file"), "{e}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -18,6 +18,6 @@ mod etcd_tests;
 
 pub use counter::next_counter;
 pub use embedded::EmbeddedMeta;
-pub use etcd::{EtcdConfig, EtcdMeta};
+pub use etcd::{EtcdConfig, EtcdMeta, EtcdTls};
 pub use store::{LeaseId, MetaError, MetaStore, Revision, WatchEvent, WatchReceiver};
-pub use url::{connect_meta, parse_meta_url};
+pub use url::{connect_meta, connect_meta_with, parse_meta_url, MetaAccess};
