@@ -51,6 +51,9 @@ pub enum Request {
     },
     Rm {
         name: String,
+        /// Remove it even while gateways have it open (their I/O then fails).
+        #[serde(default)]
+        force: bool,
     },
     /// Take snapshot `snapshot` of volume `name`; replies with the volume.
     Snapshot {
@@ -457,10 +460,15 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
             .resize_volume(&name, size, allow_shrink)
             .await
             .map(Response::volume),
-        Request::Rm { name } => cluster.remove_volume(&name).await.map(|_| Response {
-            ok: true,
-            ..Response::default()
-        }),
+        Request::Rm { name, force } => {
+            cluster
+                .remove_volume_unless_open(&name, force)
+                .await
+                .map(|_| Response {
+                    ok: true,
+                    ..Response::default()
+                })
+        }
         Request::Snapshot { name, snapshot } => {
             match cluster.snapshot_volume(&name, &snapshot).await {
                 Ok(_) => cluster.volume_info(&name).await.map(Response::volume),

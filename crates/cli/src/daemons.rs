@@ -363,8 +363,15 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
-    let cluster = Cluster::new_as(meta, map, Some(credentials));
-    let exports = Arc::new(VolumeExports::new(cluster.clone(), None));
+    let cluster = Cluster::new_as(meta.clone(), map, Some(credentials));
+    let gateway = format!(
+        "basalt nbd on {} (pid {}, {})",
+        hostname(),
+        std::process::id(),
+        args.listen
+    );
+    let watchers = basalt_client::watchers::Watchers::new(meta, gateway);
+    let exports = Arc::new(VolumeExports::new(cluster.clone(), None).with_watchers(watchers));
     let nbd = basalt_nbd::Server::new(exports);
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await

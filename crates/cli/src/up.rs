@@ -374,7 +374,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     // Frontends.
     let default = (!args.default_volume.is_empty()).then(|| args.default_volume.clone());
-    let exports = Arc::new(VolumeExports::new(cluster.clone(), default));
+    let gateway = format!("the NBD server of basalt up (pid {})", std::process::id());
+    let watchers = basalt_client::watchers::Watchers::new(meta.clone(), gateway);
+    let exports = Arc::new(VolumeExports::new(cluster.clone(), default).with_watchers(watchers));
     let nbd = basalt_nbd::Server::new(exports.clone());
     let tcp = tokio::net::TcpListener::bind(args.nbd_listen)
         .await

@@ -127,8 +127,14 @@ pub enum VolumeCommand {
     },
     /// Remove a volume and its data, snapshots included.
     ///
-    /// Refused while another volume is a clone of one of its snapshots.
-    Rm { name: String },
+    /// Refused while another volume is a clone of one of its snapshots, and while a
+    /// gateway (`basalt nbd`, `basalt up`) has it open, unless --force.
+    Rm {
+        name: String,
+        /// Remove it even while gateways have it open (their clients' I/O then fails).
+        #[arg(long)]
+        force: bool,
+    },
     /// Take (`snapshot VOL@SNAP`), list (`snapshot ls VOL`) or remove (`snapshot rm VOL@SNAP`)
     /// snapshots.
     ///
@@ -532,9 +538,24 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 started.elapsed().as_secs_f64() * 1000.0
             );
         }
-        VolumeCommand::Rm { name } => {
-            target.call(Request::Rm { name: name.clone() }).await?;
-            println!("removed volume \"{name}\"");
+        VolumeCommand::Rm { name, force } => {
+            // Say what went: the size and the snapshots that went with it.
+            let before = target.call(Request::Info { name: name.clone() }).await?;
+            target
+                .call(Request::Rm {
+                    name: name.clone(),
+                    force,
+                })
+                .await?;
+            match before.volume {
+                Some(v) => println!(
+                    "removed volume \"{name}\" ({}, {} snapshot{})",
+                    human_bytes(v.size),
+                    v.snapshots.len(),
+                    if v.snapshots.len() == 1 { "" } else { "s" }
+                ),
+                None => println!("removed volume \"{name}\""),
+            }
         }
     }
     Ok(())

@@ -395,11 +395,66 @@ fn rm_under_connected_client_refuses_later_writes() {
     let mut old = QemuIoSession::open(&cluster.uri("gone"));
     let r = old.cmd("write -P 0x11 0 4k");
     assert!(r.starts_with("wrote 4096/4096"), "write before rm: {r}");
-    cluster.volume_ok(&["rm", "gone"]);
+    cluster.volume_ok(&["rm", "gone", "--force"]);
     let late = old.cmd("write -P 0x22 4M 4k");
     assert!(
         !late.starts_with("wrote "),
         "a write to the removed volume \"gone\" through a connection opened before `rm` was \
          acknowledged: {late:?}"
     );
+}
+
+/// Goal: `volume rm` of a volume an NBD client has open is refused and names the gateway;
+/// once the client goes it succeeds, and `--force` removes it while in use.
+#[test]
+fn rm_refuses_a_volume_in_use_unless_forced() {
+    use std::io::{BufRead, Write};
+    let cluster = Cluster::start();
+    cluster.volume_ok(&["create", "busy", "--size", "8M"]);
+    cluster.volume_ok(&["create", "held", "--size", "8M"]);
+    // An NBD client that connects, reads once (so it surely is connected), and holds the
+    // connection: qemu-io waiting for its next command on stdin.
+    let hold = |name: &str| {
+        let mut child = Command::new(require_tool("qemu-io", "qemu-utils"))
+            .args(["-f", "raw", &cluster.uri(name)])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        writeln!(child.stdin.as_mut().unwrap(), "read 0 4k").unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        // Bound: qemu-io prints a few lines; the read's result ends them.
+        for _ in 0..20 {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            if line.contains("read 4096/4096") {
+                return child;
+            }
+        }
+        panic!("qemu-io did not read: {line}");
+    };
+    let mut client = hold("busy");
+    let refused = cluster.volume(&["rm", "busy"]);
+    assert_error(
+        &refused,
+        "volume \"busy\" is open in the NBD server of basalt up",
+        "rm in use",
+    );
+    assert!(text(&refused).contains("--force"), "{}", text(&refused));
+    let _ = client.kill();
+    let _ = client.wait();
+    // Removable once the client is gone (no sleep: rm waits briefly for its record to go).
+    let out = cluster.volume_ok(&["rm", "busy"]);
+    assert!(
+        out.contains("removed volume \"busy\" (8.0 MiB, 0 snapshots)"),
+        "{out}"
+    );
+
+    let mut client = hold("held");
+    let out = cluster.volume_ok(&["rm", "held", "--force"]);
+    assert!(out.contains("removed volume \"held\""), "{out}");
+    let _ = client.kill();
+    let _ = client.wait();
 }

@@ -28,6 +28,9 @@ pub enum ClientError {
     NoSuchVolume { name: String },
     #[error("volume \"{name}\" exists")]
     VolumeExists { name: String },
+    /// A removal refused because gateways have the volume open.
+    #[error("volume \"{name}\" is open in {gateways}; stop using it there, or pass --force to remove it anyway (their I/O then fails)")]
+    InUse { name: String, gateways: String },
     #[error("pool \"{name}\" exists")]
     PoolExists { name: String },
     #[error("volume \"{volume}\" has no snapshot \"{snapshot}\"")]

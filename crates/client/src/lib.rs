@@ -21,6 +21,7 @@ pub mod status;
 pub mod usage;
 pub mod volume;
 pub mod volumes;
+pub mod watchers;
 
 /// The KV table object class's types (see [`Cluster::kv_update`] and friends).
 pub use basalt_proto::kv::{KvCond, KvEdit, KvList, KvPage, KV_MAX_KEY, KV_MAX_VALUE};

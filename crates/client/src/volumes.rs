@@ -226,6 +226,10 @@ pub async fn next_family_layer(
     Ok((inode & !0xffff) | layer as InodeId)
 }
 
+/// How long `volume rm` waits for the watcher records of clients that just disconnected
+/// to go before it refuses the removal.
+const RM_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Cluster {
     /// Create a volume record in pool `pool`.
     pub async fn create_volume(
@@ -351,6 +355,35 @@ impl Cluster {
 
     /// Remove a volume and its data. Open handles in this process fail from then on. Data
     /// goes first: a crash part-way leaves the record, so `rm` can be repeated.
+    /// [`Cluster::remove_volume`], refused while a gateway has the volume open (see
+    /// [`crate::watchers`]) unless `force`.
+    pub async fn remove_volume_unless_open(
+        self: &Arc<Self>,
+        name: &str,
+        force: bool,
+    ) -> Result<(), ClientError> {
+        if !force {
+            // A client that just disconnected leaves its record for a few milliseconds
+            // (the gateway drops it once it sees the close): give records a moment to go.
+            let deadline = std::time::Instant::now() + RM_GRACE;
+            let open = loop {
+                let open = crate::watchers::list(self.meta().as_ref(), name).await?;
+                if open.is_empty() || std::time::Instant::now() >= deadline {
+                    break open;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            };
+            if !open.is_empty() {
+                let gateways: Vec<String> = open.into_iter().map(|w| w.gateway).collect();
+                return Err(ClientError::InUse {
+                    name: name.into(),
+                    gateways: gateways.join(", "),
+                });
+            }
+        }
+        self.remove_volume(name).await
+    }
+
     pub async fn remove_volume(self: &Arc<Self>, name: &str) -> Result<(), ClientError> {
         // A snapshot or rollback left half done moves the head first.
         self.settle_head(name).await?;

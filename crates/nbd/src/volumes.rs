@@ -24,6 +24,8 @@ pub struct VolumeExports {
     /// Objvols opened, by name, with the layer of the index they read (an objvol's extent
     /// map is read once, not per connection; a refresh makes a new layer).
     objvols: Mutex<HashMap<String, (u64, Arc<Reader>)>>,
+    /// Where this gateway records the volumes it has open (None: it does not).
+    watchers: Option<Arc<basalt_client::watchers::Watchers>>,
 }
 
 impl VolumeExports {
@@ -35,7 +37,15 @@ impl VolumeExports {
             only: None,
             objvol_credentials: Mutex::new(None),
             objvols: Mutex::new(HashMap::new()),
+            watchers: None,
         }
+    }
+
+    /// Record every writable volume this gateway has open in `watchers`, so that `volume
+    /// rm` refuses (and names this gateway) while a client uses it.
+    pub fn with_watchers(mut self, watchers: Arc<basalt_client::watchers::Watchers>) -> Self {
+        self.watchers = Some(watchers);
+        self
     }
 
     /// Objvols that name no credentials read their bucket with the key in `path` (set once
@@ -101,6 +111,7 @@ impl VolumeExports {
             only: Some(name.to_string()),
             objvol_credentials: Mutex::new(None),
             objvols: Mutex::new(HashMap::new()),
+            watchers: None,
         }
     }
 
@@ -197,7 +208,7 @@ impl Exports for VolumeExports {
                 Err(_) => return Ok(None),
             };
             return match opened {
-                Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
+                Ok(v) => Ok(Some(Arc::new(VolumeDevice(v, None)))),
                 Err(ClientError::ReadOnly { .. } | ClientError::Invalid { .. }) => Ok(None),
                 Err(e) => Err(device_error(e)),
             };
@@ -216,7 +227,7 @@ impl Exports for VolumeExports {
                 return Ok(None);
             }
             return match self.cluster.open_snapshot(volume, snapshot).await {
-                Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
+                Ok(v) => Ok(Some(Arc::new(VolumeDevice(v, None)))),
                 Err(ClientError::NoSuchVolume { .. } | ClientError::NoSuchSnapshot { .. }) => {
                     Ok(None)
                 }
@@ -227,7 +238,21 @@ impl Exports for VolumeExports {
             return Ok(None);
         }
         match self.cluster.open_volume(name).await {
-            Ok(v) => Ok(Some(Arc::new(VolumeDevice(v)))),
+            Ok(v) => {
+                let guard = match &self.watchers {
+                    Some(w) => match w.open(name).await {
+                        Ok(g) => Some(g),
+                        // Serving matters more than the record: `volume rm` then does
+                        // not see this client.
+                        Err(e) => {
+                            tracing::warn!(volume = name, "could not record the open volume: {e}");
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                Ok(Some(Arc::new(VolumeDevice(v, guard))))
+            }
             Err(ClientError::NoSuchVolume { .. }) => Ok(None),
             Err(e) => Err(device_error(e)),
         }
@@ -301,8 +326,13 @@ impl BlockDevice for ObjvolDevice {
     }
 }
 
-/// One volume as an NBD block device.
-pub struct VolumeDevice(Volume);
+/// A volume as an NBD block device, with its watcher record while open (see
+/// [`VolumeExports::with_watchers`]).
+pub struct VolumeDevice(
+    Volume,
+    // Held for its Drop: the watcher record goes when the device does.
+    #[allow(dead_code)] Option<basalt_client::watchers::WatchGuard>,
+);
 
 #[async_trait]
 impl BlockDevice for VolumeDevice {
