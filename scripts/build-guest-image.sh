@@ -7,6 +7,9 @@
 #   OUT/disk.raw     the VM image: 256 MiB, an ext4 root (busybox, fio and its libraries)
 #                    in the first 192 MiB; the last 64 MiB are a raw area guests write to
 #   OUT/disk.qcow2   the same image as qcow2
+#   OUT/nvmf-initrd.cpio  busybox, virtio-net, NVMe/TCP and ext4 modules; its /init
+#                    (scripts/guest-nvmf-init.sh) attaches a volume over NVMe/TCP from the
+#                    host and tests it (crates/cli/tests/nvmf.rs)
 # Usage: scripts/build-guest-image.sh [OUT]   (default target/guest; kept when up to date)
 # Needs: apt-get (to download the kernel), busybox-static, fio, e2fsprogs, qemu-utils, python3.
 set -euo pipefail
@@ -14,8 +17,8 @@ cd "$(dirname "$0")/.."
 out=${1:-target/guest}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-stamp="$out/.built-by-$(sha256sum scripts/build-guest-image.sh | cut -c1-16)"
-if [ -e "$stamp" ] && [ -e "$out/disk.qcow2" ]; then
+stamp="$out/.built-by-$(cat scripts/build-guest-image.sh scripts/guest-nvmf-init.sh | sha256sum | cut -c1-16)"
+if [ -e "$stamp" ] && [ -e "$out/disk.qcow2" ] && [ -e "$out/nvmf-initrd.cpio" ]; then
   echo "guest image up to date in $out"
   exit 0
 fi
@@ -101,6 +104,23 @@ chmod +x "$init/init"
 mknod -m 600 "$init/dev/console" c 5 1 2>/dev/null || true
 mknod -m 666 "$init/dev/null" c 1 3 2>/dev/null || true
 (cd "$init" && find . | busybox cpio -o -H newc -R 0:0 > "$out/initrd.cpio" 2>/dev/null)
+
+# The NVMe/TCP guest's initramfs: the same busybox, the initiator's modules in load order.
+nvinit="$work/nvmf-initrd"
+mkdir -p "$nvinit"/{bin,dev,proc,sys,mnt,tmp,lib/modules}
+cp "$(command -v busybox)" "$nvinit/bin/busybox"
+nvmods="$mods failover net_failover virtio_net crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft t10-pi nvme-core nvme-fabrics nvme-tcp nbd"
+for m in $nvmods; do
+  f=$(find "$work/k/lib/modules/$kver" -name "$m.ko" | head -1)
+  [ -n "$f" ] || { echo "build-guest-image: module $m not in $kpkg" >&2; exit 1; }
+  cp "$f" "$nvinit/lib/modules/"
+done
+echo "$nvmods" > "$nvinit/lib/modules/order"
+cp scripts/guest-nvmf-init.sh "$nvinit/init"
+chmod +x "$nvinit/init"
+mknod -m 600 "$nvinit/dev/console" c 5 1 2>/dev/null || true
+mknod -m 666 "$nvinit/dev/null" c 1 3 2>/dev/null || true
+(cd "$nvinit" && find . | busybox cpio -o -H newc -R 0:0 > "$out/nvmf-initrd.cpio" 2>/dev/null)
 
 # The VM image's root file system: busybox, fio with every library it loads.
 root="$work/root"

@@ -287,6 +287,43 @@ pub struct NbdArgs {
     pub metrics_listen: Option<String>,
 }
 
+#[derive(Args, Debug)]
+pub struct NvmfArgs {
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    /// NVMe/TCP listen address (4420 is the port hosts try by default).
+    #[arg(long, default_value = "127.0.0.1:4420")]
+    pub listen: SocketAddr,
+}
+
+pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
+    let meta = args.meta.connect().await?;
+    let map = basalt_client::follow_map(meta.clone())
+        .await
+        .context("read the cluster map")?;
+    let cluster = Cluster::new(meta, map);
+    let exports = Arc::new(VolumeExports::new(cluster.clone(), None));
+    let target = basalt_nvmf::Target::new(exports);
+    let tcp = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listen for NVMe/TCP on {}", args.listen))?;
+    let addr = tcp.local_addr()?;
+    let task = tokio::spawn(target.clone().serve_tcp(tcp));
+    println!(
+        "NVMe/TCP gateway serving on {addr}: subsystem {} per volume, discovery {}",
+        basalt_nvmf::volume_nqn("VOLUME"),
+        basalt_nvmf::DISCOVERY_NQN
+    );
+    flush_stdout();
+    crate::up::wait_for_signal().await?;
+    target.shutdown();
+    let _ = task.await;
+    if let Err(e) = cluster.flush().await {
+        tracing::error!("final flush failed: {e}");
+    }
+    Ok(())
+}
+
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let meta = args.meta.connect().await?;
     let map = basalt_client::follow_map(meta.clone())

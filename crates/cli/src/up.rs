@@ -34,6 +34,10 @@ pub struct UpArgs {
     /// NBD unix socket path [default: DATA_DIR/nbd.sock].
     #[arg(long)]
     nbd_socket: Option<PathBuf>,
+    /// Serve every volume over NVMe/TCP at this address too, e.g. 127.0.0.1:4420 (off by
+    /// default): subsystem nqn.2026-01.io.basalt:VOLUME, one namespace each.
+    #[arg(long)]
+    nvmf_listen: Option<SocketAddr>,
     /// Control API listen address (used by `basalt volume`).
     #[arg(long, default_value = crate::DEFAULT_CONTROL)]
     control_listen: SocketAddr,
@@ -340,6 +344,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let control_addr = control.local_addr()?;
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
+    let nvmf = match args.nvmf_listen {
+        Some(listen) => {
+            let tcp = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("listen for NVMe/TCP on {listen}"))?;
+            let addr = tcp.local_addr()?;
+            let target = basalt_nvmf::Target::new(exports.clone());
+            let task = tokio::spawn(target.clone().serve_tcp(tcp));
+            Some((addr, target, task))
+        }
+        None => None,
+    };
     let s3_master = match args.s3_listen.as_str() {
         "off" => None,
         _ => Some(basalt_s3::MasterKey::load(
@@ -412,6 +428,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         (
             s3.as_ref().map(|(addr, _)| *addr),
             metrics.as_ref().map(|(addr, _)| *addr),
+            nvmf.as_ref().map(|(addr, _, _)| *addr),
         ),
     );
 
@@ -424,6 +441,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     control_task.abort();
     let _ = control_task.await;
     nbd.shutdown();
+    if let Some((_, target, task)) = nvmf {
+        target.shutdown();
+        let _ = task.await;
+    }
     let _ = nbd_tcp.await;
     let _ = nbd_unix.await;
     // Release every handle on the cluster (the exports hold one) so the stores can close.
@@ -532,7 +553,7 @@ fn print_banner(
     nbd: SocketAddr,
     control: SocketAddr,
     socket: &Path,
-    (s3, metrics): (Option<SocketAddr>, Option<SocketAddr>),
+    (s3, metrics, nvmf): (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>),
 ) {
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
@@ -555,6 +576,12 @@ fn print_banner(
         "  NBD (unix):  nbd+unix:///{vol}?socket={}",
         socket.display()
     );
+    if let Some(addr) = nvmf {
+        println!(
+            "  NVMe/TCP:    {addr} subsystem {}",
+            basalt_nvmf::volume_nqn(&vol)
+        );
+    }
     println!("  Control API: {control} (basalt volume --control {control} ls)");
     let creds = s3_credentials_path(&args.data_dir);
     if let Some(s3) = s3 {
@@ -569,6 +596,14 @@ fn print_banner(
     println!("Try:");
     println!("  qemu-img info nbd://{nbd}/{vol}");
     println!("  nbdinfo nbd://{nbd}/{vol}");
+    if let Some(addr) = nvmf {
+        println!(
+            "  nvme connect -t tcp -a {} -s {} -n {}",
+            addr.ip(),
+            addr.port(),
+            basalt_nvmf::volume_nqn(&vol)
+        );
+    }
     println!(
         "  fio --name=try --ioengine=nbd --uri=nbd://{nbd}/{vol} --rw=randrw --bs=4k \
          --iodepth=32 --size=256M --runtime=10 --time_based"
