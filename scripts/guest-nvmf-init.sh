@@ -6,6 +6,8 @@
 #   basalt.vol=NAME    the volume (subsystem nqn.2026-01.io.basalt:NAME)
 #   basalt.fio=SECONDS fio run length (needs the guest image as /dev/vda; 0: none)
 #   basalt.grow=BYTES  wait for the namespace to grow to this size (the host resizes)
+#   basalt.nbd=PORT    with fio: IOPS over NVMe/TCP and over the kernel NBD client (the
+#                      host's NBD PORT), same volume, alternating (the comparison)
 # Every step prints a "basalt-guest:" line the host test looks for.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -15,7 +17,7 @@ done
 echo "basalt-guest: init"
 fail() { echo "basalt-guest: FAILED: $*"; poweroff -f; sleep 10; }
 arg() { sed -n "s/.*basalt\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-port=$(arg port); vol=$(arg vol); fio_s=$(arg fio); grow=$(arg grow)
+port=$(arg port); vol=$(arg vol); fio_s=$(arg fio); grow=$(arg grow); nbd=$(arg nbd)
 ip link set lo up; ip link set eth0 up
 ip addr add 10.0.2.15/24 dev eth0; ip route add default via 10.0.2.2
 [ -c /dev/nvme-fabrics ] || fail "no /dev/nvme-fabrics (nvme-fabrics not loaded)"
@@ -66,18 +68,11 @@ if [ "${fio_s:-0}" -gt 0 ]; then
   mount -t ext4 /dev/vda /mnt || fail "mount the guest image (fio)"
   mount -t proc proc /mnt/proc; mount -o bind /dev /mnt/dev
   # Verified random writes (crc32c per block, read back and checked by fio) away from the
-  # pattern, then 4k QD16 IOPS; terse v3 field 8 is read IOPS, field 49 write IOPS.
+  # pattern.
   chroot /mnt /usr/bin/fio --name=verify --filename=/dev/$dev --offset=64m --size=32m \
     --bs=4k --iodepth=16 --ioengine=libaio --direct=1 --rw=randwrite --verify=crc32c \
     --do_verify=1 --verify_fatal=1 > /tmp/fio.out 2>&1 || { cat /tmp/fio.out; fail "fio verify"; }
   echo "basalt-guest: fio verify ok"
-  for rw in randwrite randread; do
-    chroot /mnt /usr/bin/fio --name=iops --filename=/dev/$dev --offset=128m --size=64m \
-      --bs=4k --iodepth=16 --ioengine=libaio --direct=1 --rw=$rw --runtime=$fio_s --time_based \
-      --output-format=terse --terse-version=3 > /tmp/fio.out 2>&1 || { cat /tmp/fio.out; fail "fio $rw"; }
-    if [ $rw = randwrite ]; then field=49; else field=8; fi
-    echo "basalt-guest: fio nvmf $rw iops=$(cut -d';' -f$field /tmp/fio.out)"
-  done
   umount /mnt/dev; umount /mnt/proc; umount /mnt
 fi
 
@@ -94,5 +89,36 @@ fi
 
 echo 1 > "$ctrl/delete_controller" || fail "disconnect"
 echo "basalt-guest: disconnected"
+
+# IOPS, NVMe/TCP (reconnected without digests, as a host would run) against the kernel NBD
+# client, same volume, same VM, alternating: 4k random writes then reads, QD16.
+if [ "${fio_s:-0}" -gt 0 ] && [ -n "$nbd" ]; then
+  mount -t ext4 /dev/vda /mnt || fail "mount the guest image (fio)"
+  mount -t proc proc /mnt/proc; mount -o bind /dev /mnt/dev
+  # Terse v3: field 8 is read IOPS, field 49 write IOPS.
+  iops() { # iops LABEL DEVICE: 64 MiB at 128 MiB
+    for rw in randwrite randread; do
+      chroot /mnt /usr/bin/fio --name=iops --filename=$2 --offset=128m --size=64m \
+        --bs=4k --iodepth=16 --ioengine=libaio --direct=1 --rw=$rw --runtime=$fio_s --time_based \
+        --output-format=terse --terse-version=3 > /tmp/fio.out 2>&1 || { cat /tmp/fio.out; fail "fio $1 $rw"; }
+      if [ $rw = randwrite ]; then field=49; else field=8; fi
+      echo "basalt-guest: fio $1 $rw iops=$(cut -d';' -f$field /tmp/fio.out)"
+    done
+  }
+  echo "transport=tcp,traddr=10.0.2.2,trsvcid=$port,nqn=$nqn" > /dev/nvme-fabrics || fail "reconnect $nqn"
+  i=0; dev=""; while [ -z "$dev" ] && [ $i -lt 100 ]; do
+    dev=$(ls /sys/block | grep -E '^nvme[0-9]+n[0-9]+$' | head -1); [ -n "$dev" ] || sleep 0.1; i=$((i+1))
+  done
+  [ -n "$dev" ] || fail "no nvme block device after reconnecting"
+  chroot /mnt /usr/sbin/nbd-client 10.0.2.2 "$nbd" /dev/nbd0 -N "$vol" > /tmp/nbd.out 2>&1 \
+    || { cat /tmp/nbd.out; fail "nbd-client"; }
+  for round in 1 2; do
+    iops nvmf /dev/$dev
+    iops nbd /dev/nbd0
+  done
+  chroot /mnt /usr/sbin/nbd-client -d /dev/nbd0 > /dev/null 2>&1
+  for c in /sys/class/nvme/nvme*; do echo 1 > "$c/delete_controller"; done
+  umount /mnt/dev; umount /mnt/proc; umount /mnt
+fi
 echo "basalt-guest: done"
 poweroff -f

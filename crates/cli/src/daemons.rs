@@ -296,13 +296,19 @@ pub struct NvmfArgs {
     pub listen: SocketAddr,
 }
 
-pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
-    let meta = args.meta.connect().await?;
+/// A gateway's view of the cluster: the client library and every volume as an export.
+async fn gateway(meta: &MetaArgs) -> anyhow::Result<(Arc<Cluster>, Arc<VolumeExports>)> {
+    let meta = meta.connect().await?;
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
     let cluster = Cluster::new(meta, map);
     let exports = Arc::new(VolumeExports::new(cluster.clone(), None));
+    Ok((cluster, exports))
+}
+
+pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
+    let (cluster, exports) = gateway(&args.meta).await?;
     let target = basalt_nvmf::Target::new(exports);
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -325,12 +331,7 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
 }
 
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
-    let meta = args.meta.connect().await?;
-    let map = basalt_client::follow_map(meta.clone())
-        .await
-        .context("read the cluster map")?;
-    let cluster = Cluster::new(meta, map);
-    let exports = Arc::new(VolumeExports::new(cluster.clone(), None));
+    let (cluster, exports) = gateway(&args.meta).await?;
     let nbd = basalt_nbd::Server::new(exports);
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -79,6 +79,12 @@ pub trait BlockDevice: Send + Sync + 'static {
         None
     }
 
+    /// Whether a trimmed range reads back as zeroes (NVMe's DLFEAT tells hosts so); the
+    /// trait's contract alone promises nothing for trimmed ranges.
+    fn trim_zeroes(&self) -> bool {
+        false
+    }
+
     /// Whether `write_zeroes` is cheaper than writing zero bytes, so a client's
     /// `FAST_ZERO` request may proceed; when false such requests fail at once with `ENOTSUP`.
     fn fast_zero(&self) -> bool {

@@ -201,6 +201,7 @@ impl Controller {
             block_shift,
             uuid: identify::uuid_of(id),
             read_only: device.read_only(),
+            trim_zeroes: device.trim_zeroes(),
         })
     }
 

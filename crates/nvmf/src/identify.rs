@@ -130,6 +130,8 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     /// Writes are refused.
     pub read_only: bool,
+    /// Deallocated (trimmed) blocks read as zeroes.
+    pub trim_zeroes: bool,
 }
 
 impl Namespace {
@@ -162,8 +164,8 @@ pub fn namespace(ns: &Namespace) -> Vec<u8> {
     b[25] = 0; // NLBAF: one format
     b[26] = 0; // FLBAS: format 0
     b[30] = 1; // NMIC: may be shared by several controllers
-               // DLFEAT: deallocated blocks read as zeroes; Write Zeroes may deallocate.
-    b[33] = 0b1001;
+               // DLFEAT: Write Zeroes may deallocate; deallocated blocks read as zeroes (or: unknown).
+    b[33] = 0b1000 | u8::from(ns.trim_zeroes);
     put(&mut b, 104, &ns.uuid); // NGUID
                                 // LBA format 0: no metadata, 2^block_shift bytes, best performance.
     put(
@@ -310,6 +312,7 @@ mod tests {
             block_shift: 12,
             uuid: uuid_of(0x0102_0304_0506_0708),
             read_only: false,
+            trim_zeroes: true,
         };
         let n = namespace(&ns);
         assert_eq!(u64::from_le_bytes(n[0..8].try_into().unwrap()), 1 << 18);
