@@ -6,6 +6,11 @@
 #   basalt.vol=NAME    the volume (subsystem nqn.2026-01.io.basalt:NAME)
 #   basalt.fio=SECONDS fio run length (needs the guest image as /dev/vda; 0: none)
 #   basalt.grow=BYTES  wait for the namespace to grow to this size (the host resizes)
+#   basalt.paths=2     during fio verify, a second controller (path) to the subsystem;
+#                      both must report ANA optimized, and it is removed mid-fio
+#   basalt.addr=IP     the target's address (default 10.0.2.2, the host)
+#   basalt.addr2=IP    with paths=2: the second path goes to another gateway at this
+#                      address, and the host kills the first one mid-fio instead
 #   basalt.nbd=PORT    with fio: IOPS over NVMe/TCP and over the kernel NBD client (the
 #                      host's NBD PORT), same volume, alternating (the issue's comparison)
 # Every step prints a "basalt-guest:" line the host test looks for.
@@ -17,13 +22,14 @@ done
 echo "basalt-guest: init"
 fail() { echo "basalt-guest: FAILED: $*"; poweroff -f; sleep 10; }
 arg() { sed -n "s/.*basalt\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-port=$(arg port); vol=$(arg vol); fio_s=$(arg fio); grow=$(arg grow); nbd=$(arg nbd)
+port=$(arg port); vol=$(arg vol); fio_s=$(arg fio); grow=$(arg grow); nbd=$(arg nbd); paths=$(arg paths); addr=$(arg addr); addr2=$(arg addr2)
+[ -n "$addr" ] || addr=10.0.2.2
 ip link set lo up; ip link set eth0 up
 ip addr add 10.0.2.15/24 dev eth0; ip route add default via 10.0.2.2
 [ -c /dev/nvme-fabrics ] || fail "no /dev/nvme-fabrics (nvme-fabrics not loaded)"
 
 # Discovery: the kernel connects a discovery controller and identifies it.
-echo "transport=tcp,traddr=10.0.2.2,trsvcid=$port,nqn=nqn.2014-08.org.nvmexpress.discovery" \
+echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=nqn.2014-08.org.nvmexpress.discovery" \
   > /dev/nvme-fabrics || fail "connect the discovery controller"
 disc=$(for c in /sys/class/nvme/nvme*; do
   grep -q discovery "$c/subsysnqn" 2>/dev/null && echo "$c"; done | head -1)
@@ -33,7 +39,7 @@ echo 1 > "$disc/delete_controller"
 
 # The volume, with header and data digests.
 nqn="nqn.2026-01.io.basalt:$vol"
-echo "transport=tcp,traddr=10.0.2.2,trsvcid=$port,nqn=$nqn,hdr_digest,data_digest" \
+echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$nqn,hdr_digest,data_digest" \
   > /dev/nvme-fabrics || fail "connect $nqn"
 dev=""
 i=0; while [ -z "$dev" ] && [ $i -lt 100 ]; do
@@ -69,10 +75,38 @@ if [ "${fio_s:-0}" -gt 0 ]; then
   mount -t proc proc /mnt/proc; mount -o bind /dev /mnt/dev
   # Verified random writes (crc32c per block, read back and checked by fio) away from the
   # pattern.
+  if [ "$paths" = 2 ]; then
+    # A second path: another controller of the same subsystem. The kernel's native
+    # multipath puts both under /dev/$dev and reads each one's ANA state.
+    if [ -n "$addr2" ]; then second="traddr=$addr2,trsvcid=$port"
+    else second="traddr=$addr,trsvcid=$port,duplicate_connect"; fi
+    echo "transport=tcp,$second,nqn=$nqn" > /dev/nvme-fabrics || fail "connect a second path"
+    i=0; while [ "$(ls /sys/block/$dev/slaves 2>/dev/null | wc -l)" -lt 2 ] \
+      && [ "$(ls -d /sys/block/nvme*c*n1 2>/dev/null | wc -l)" -lt 2 ] && [ $i -lt 100 ]; do
+      sleep 0.1; i=$((i+1)); done
+    states=$(cat /sys/block/nvme*c*n1/ana_state 2>/dev/null | tr '\n' ' ')
+    echo "basalt-guest: paths $(ls -d /sys/block/nvme*c*n1 | wc -l) ana $states"
+    ctrl2=$(for c in /sys/class/nvme/nvme*; do
+      [ "$(cat "$c/subsysnqn")" = "$nqn" ] && [ "$c" != "$ctrl" ] && echo "$c"; done | head -1)
+    [ -n "$ctrl2" ] || fail "no second controller"
+  fi
   chroot /mnt /usr/bin/fio --name=verify --filename=/dev/$dev --offset=64m --size=32m \
     --bs=4k --iodepth=16 --ioengine=libaio --direct=1 --rw=randwrite --verify=crc32c \
-    --do_verify=1 --verify_fatal=1 > /tmp/fio.out 2>&1 || { cat /tmp/fio.out; fail "fio verify"; }
+    --do_verify=1 --verify_fatal=1 > /tmp/fio.out 2>&1 &
+  fio_pid=$!
+  if [ "$paths" = 2 ] && [ -n "$addr2" ]; then
+    echo "basalt-guest: fio running on two gateways"
+  elif [ "$paths" = 2 ]; then
+    sleep 2
+    echo 1 > "$ctrl2/delete_controller" || fail "remove the second path"
+    echo "basalt-guest: removed a path mid-fio"
+  fi
+  wait $fio_pid || { cat /tmp/fio.out; fail "fio verify"; }
   echo "basalt-guest: fio verify ok"
+  if [ "$paths" = 2 ] && [ -n "$addr2" ]; then
+    # The killed gateway's controller is reconnecting, the other one live.
+    echo "basalt-guest: controller states $(cat /sys/class/nvme/nvme*/state | tr '\n' ' ')"
+  fi
   umount /mnt/dev; umount /mnt/proc; umount /mnt
 fi
 
@@ -105,7 +139,7 @@ if [ "${fio_s:-0}" -gt 0 ] && [ -n "$nbd" ]; then
       echo "basalt-guest: fio $1 $rw iops=$(cut -d';' -f$field /tmp/fio.out)"
     done
   }
-  echo "transport=tcp,traddr=10.0.2.2,trsvcid=$port,nqn=$nqn" > /dev/nvme-fabrics || fail "reconnect $nqn"
+  echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$nqn" > /dev/nvme-fabrics || fail "reconnect $nqn"
   i=0; dev=""; while [ -z "$dev" ] && [ $i -lt 100 ]; do
     dev=$(ls /sys/block | grep -E '^nvme[0-9]+n[0-9]+$' | head -1); [ -n "$dev" ] || sleep 0.1; i=$((i+1))
   done

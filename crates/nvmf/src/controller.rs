@@ -41,6 +41,7 @@ const LOG_ERROR: u8 = 0x01;
 const LOG_SMART: u8 = 0x02;
 const LOG_FIRMWARE: u8 = 0x03;
 const LOG_CHANGED_NS: u8 = 0x04;
+const LOG_ANA: u8 = 0x0c;
 const LOG_DISCOVERY: u8 = 0x70;
 
 /// AER completion of a namespace attribute notice: type 2 (notice), info 0, log 04h.
@@ -386,6 +387,7 @@ impl Controller {
             (Kind::Volume { .. }, LOG_ERROR) => vec![0u8; identify::ERROR_ENTRY_LEN],
             (Kind::Volume { .. }, LOG_SMART) => identify::smart_log(),
             (Kind::Volume { .. }, LOG_FIRMWARE) => identify::firmware_log(),
+            (Kind::Volume { .. }, LOG_ANA) => identify::ana_log((cdw10 >> 8) & 1 != 0),
             (Kind::Volume { .. }, LOG_CHANGED_NS) => {
                 let mut s = self.state();
                 let page = identify::changed_namespaces(s.ns_changed);

@@ -27,6 +27,10 @@ pub const IN_CAPSULE_IO_BYTES: u32 = 8192;
 pub const OAES_NS_ATTR: u32 = 1 << 8;
 /// The one namespace id of a volume subsystem.
 pub const NSID: u32 = 1;
+/// The one ANA group (every gateway reports it optimized).
+pub const ANA_GROUP: u32 = 1;
+/// ANA state: optimized.
+pub const ANA_OPTIMIZED: u8 = 0x01;
 
 /// The subsystem NQN of volume `name`.
 pub fn volume_nqn(name: &str) -> String {
@@ -80,8 +84,8 @@ pub fn controller(c: &ControllerInfo) -> Vec<u8> {
     );
     put_ascii(&mut b, 64, 8, env!("CARGO_PKG_VERSION"));
     b[72] = 6; // RAB: recommended arbitration burst
-               // CMIC: may have several ports and controllers (multipath across gateways).
-    b[76] = if c.discovery { 0 } else { 0b11 };
+               // CMIC: several ports and controllers (multipath across gateways), ANA reporting.
+    b[76] = if c.discovery { 0 } else { 0b1011 };
     b[77] = MDTS;
     put(&mut b, 78, &c.cntlid.to_le_bytes());
     put(&mut b, 80, &VERSION.to_le_bytes());
@@ -96,6 +100,14 @@ pub fn controller(c: &ControllerInfo) -> Vec<u8> {
     put(&mut b, 266, &343u16.to_le_bytes()); // WCTEMP (K)
     put(&mut b, 268, &373u16.to_le_bytes()); // CCTEMP (K)
     put(&mut b, 320, &1u16.to_le_bytes()); // KAS: 100 ms granularity
+    if !c.discovery {
+        b[342] = 10; // ANATT: seconds a transition may take
+                     // ANACAP: reports the optimized state; group ids do not change while attached.
+        b[343] = 0b0100_0001;
+        put(&mut b, 344, &ANA_GROUP.to_le_bytes()); // ANAGRPMAX
+        put(&mut b, 348, &ANA_GROUP.to_le_bytes()); // NANAGRPID
+        put(&mut b, 540, &1u32.to_le_bytes()); // MNAN
+    }
     b[512] = 0x66; // SQES: 64 bytes
     b[513] = 0x44; // CQES: 16 bytes
     put(&mut b, 514, &MAX_QUEUE_ENTRIES.to_le_bytes()); // MAXCMD
@@ -166,6 +178,7 @@ pub fn namespace(ns: &Namespace) -> Vec<u8> {
     b[30] = 1; // NMIC: may be shared by several controllers
                // DLFEAT: Write Zeroes may deallocate; deallocated blocks read as zeroes (or: unknown).
     b[33] = 0b1000 | u8::from(ns.trim_zeroes);
+    put(&mut b, 92, &ANA_GROUP.to_le_bytes()); // ANAGRPID
     put(&mut b, 104, &ns.uuid); // NGUID
                                 // LBA format 0: no metadata, 2^block_shift bytes, best performance.
     put(
@@ -184,6 +197,7 @@ pub fn namespace_independent(ns: &Namespace) -> Vec<u8> {
     let mut b = vec![0u8; IDENTIFY_LEN];
     b[0] = 0b1; // NSFEAT
     b[1] = 1; // NMIC
+    put(&mut b, 4, &ANA_GROUP.to_le_bytes()); // ANAGRPID
     b[8] = u8::from(ns.read_only); // NSATTR
     b[14] = 1; // NSTAT: ready
     b
@@ -240,6 +254,21 @@ pub fn changed_namespaces(changed: bool) -> Vec<u8> {
     let mut b = vec![0u8; CHANGED_NS_LEN];
     if changed {
         put(&mut b, 0, &NSID.to_le_bytes());
+    }
+    b
+}
+
+/// Asymmetric Namespace Access log (0Ch): one group, optimized, holding namespace 1 (with
+/// `groups_only`, the RGO bit, no namespace list).
+pub fn ana_log(groups_only: bool) -> Vec<u8> {
+    let nsids: u32 = if groups_only { 0 } else { 1 };
+    let mut b = vec![0u8; 16 + 32 + 4 * nsids as usize];
+    put(&mut b, 8, &1u16.to_le_bytes()); // NGRPS
+    put(&mut b, 16, &ANA_GROUP.to_le_bytes());
+    put(&mut b, 20, &nsids.to_le_bytes());
+    b[32] = ANA_OPTIMIZED;
+    if nsids > 0 {
+        put(&mut b, 48, &NSID.to_le_bytes());
     }
     b
 }
@@ -307,6 +336,17 @@ mod tests {
             516
         );
         assert_eq!(u16::from_le_bytes([c[1800], c[1801]]), 0, "ICDOFF");
+        assert_eq!(c[76] & 0b1000, 0b1000, "CMIC: ANA reporting");
+        assert_eq!(
+            u32::from_le_bytes([c[540], c[541], c[542], c[543]]),
+            1,
+            "MNAN"
+        );
+        let ana = ana_log(false);
+        assert_eq!(
+            (ana.len(), ana[8], ana[16], ana[20], ana[32], ana[48]),
+            (52, 1, 1, 1, 1, 1)
+        );
         let ns = Namespace {
             size_bytes: 1 << 30,
             block_shift: 12,
