@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::command::*;
 use crate::controller::Controller;
@@ -95,7 +95,8 @@ struct Pending {
     sqe: Sqe,
     buf: BytesMut,
     len: usize,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    /// The command's slot in the queue (none for a Connect, which precedes the queue).
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 /// What a queue is bound to once Connect succeeded.
@@ -472,13 +473,6 @@ impl Queue<'_> {
                         self.respond(cid, Status::SGL_LENGTH_INVALID, 0).await;
                         return Ok(());
                     }
-                    let Some(permit) = permit.or_else(|| {
-                        // Connect's data by R2T: it runs inline, no slot needed; take a
-                        // throwaway permit to keep one shape.
-                        Arc::new(Semaphore::new(1)).try_acquire_owned().ok()
-                    }) else {
-                        return Ok(());
-                    };
                     self.ask_for_data(sqe, len, permit).await;
                     Ok(())
                 }
@@ -501,12 +495,7 @@ impl Queue<'_> {
 
     /// Send an R2T for all of a command's data (the host splits it into H2CData PDUs of at
     /// most [`MAX_H2C_DATA_BYTES`]).
-    async fn ask_for_data(
-        &mut self,
-        sqe: Sqe,
-        len: u32,
-        permit: tokio::sync::OwnedSemaphorePermit,
-    ) {
+    async fn ask_for_data(&mut self, sqe: Sqe, len: u32, permit: Option<OwnedSemaphorePermit>) {
         // Loop bound: at most MAX_QUEUE_ENTRIES tags are in use.
         while self.pending.contains_key(&self.next_ttag) {
             self.next_ttag = self.next_ttag.wrapping_add(1);
@@ -582,12 +571,7 @@ impl Queue<'_> {
         let Some(p) = self.pending.remove(&d.ttag) else {
             return Ok(());
         };
-        let permit = if self.bound.is_some() {
-            Some(p.permit)
-        } else {
-            None
-        };
-        self.dispatch(p.sqe, data, permit).await
+        self.dispatch(p.sqe, data, p.permit).await
     }
 
     /// Run a command whose data is all here: Connect inline (it binds the queue), every
@@ -596,7 +580,7 @@ impl Queue<'_> {
         &mut self,
         sqe: Sqe,
         data: Bytes,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        permit: Option<OwnedSemaphorePermit>,
     ) -> Result<(), NvmfError> {
         let cid = sqe.cid();
         let Some(b) = &self.bound else {

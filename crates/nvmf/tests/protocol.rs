@@ -636,3 +636,26 @@ async fn bad_pdus_get_a_term_req_or_an_error() {
     let (cqe, _) = a2.admin_cmd(ADMIN_KEEP_ALIVE, 0, &[], 0).await;
     assert!(cqe.status.is_success());
 }
+
+/// Goal: Connect's data may also come by R2T (a host whose in-capsule size is smaller than
+/// the 1 KiB of Connect data sends it so), and the queue then works.
+#[tokio::test]
+async fn connect_data_by_r2t() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB));
+    let (_t, addr) = start(&[("v", dev)], TargetConfig::default()).await;
+    let nqn = volume_nqn("v");
+    let mut a = Initiator::connect(addr, Digests::default()).await;
+    let cid = a.cid();
+    let mut sqe = Sqe::new(FABRICS, cid);
+    sqe.set_byte(4, FCTYPE_CONNECT);
+    sqe.set_cdw(11, 31);
+    let mut data = vec![0u8; 1024];
+    data[16..18].copy_from_slice(&0xffffu16.to_le_bytes());
+    data[256..256 + nqn.len()].copy_from_slice(nqn.as_bytes());
+    data[512..512 + initiator::HOSTNQN.len()].copy_from_slice(initiator::HOSTNQN.as_bytes());
+    let (cqe, _) = a.run(sqe, Some(Bytes::from(data)), false, 0).await;
+    assert!(cqe.status.is_success(), "{:?}", cqe.status);
+    let (cqe, id) = a.admin_cmd(ADMIN_IDENTIFY, 0, &[(10, 1)], 4096).await;
+    assert!(cqe.status.is_success());
+    assert_eq!(&id[768..768 + nqn.len()], nqn.as_bytes());
+}
