@@ -23,7 +23,7 @@ use multihost::{basalt_bin, Layout, MultiHost, DAEMON_START};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest a guest may run (TCG: ~80 s alone: a verify run, 8 fio runs of 3 s).
@@ -46,17 +46,7 @@ fn nvmf_addr(cluster: &Cluster) -> SocketAddr {
 /// snapshot: fio runs from it).
 fn boot_nvmf_guest(guest: &Path, params: &str, console: &Path) -> Child {
     require_tool("qemu-system-x86_64", "qemu-system-x86");
-    Command::new("qemu-system-x86_64")
-        .args([
-            "-accel",
-            "tcg",
-            "-m",
-            "512",
-            "-smp",
-            "1",
-            "-nographic",
-            "-no-reboot",
-        ])
+    basalt_bench::guest::tcg_command()
         .arg("-kernel")
         .arg(guest.join("vmlinux"))
         .arg("-initrd")

@@ -175,19 +175,22 @@ async fn volume_controller_serves_admin_and_io_commands() {
             Status::INVALID_FIELD,
             "an unknown feature is refused"
         );
-        let (cqe, smart) = a
-            .admin_cmd(
-                ADMIN_GET_LOG_PAGE,
-                0xffff_ffff,
-                &[(10, 0x02 | (127 << 16))],
-                512,
-            )
-            .await;
+        let (cqe, smart) = a.get_log(0x02, 0xffff_ffff, 512).await;
         assert!(cqe.status.is_success());
         assert_eq!(smart[3], 100, "available spare");
-        let (cqe, _) = a
-            .admin_cmd(ADMIN_GET_LOG_PAGE, 0, &[(10, 0x42 | (127 << 16))], 512)
-            .await;
+        let (cqe, ana) = a.get_log(0x0c, 0xffff_ffff, 52).await;
+        assert!(cqe.status.is_success());
+        assert_eq!(
+            (ana[16], ana[32], ana[48]),
+            (1, 1, 1),
+            "group 1 optimized, namespace 1"
+        );
+        assert_eq!(
+            u32::from_le_bytes(ns[92..96].try_into().unwrap()),
+            1,
+            "ANAGRPID"
+        );
+        let (cqe, _) = a.get_log(0x42, 0, 512).await;
         assert_eq!(cqe.status, Status::INVALID_LOG_PAGE);
         let (cqe, _) = a.admin_cmd(ADMIN_KEEP_ALIVE, 0, &[], 0).await;
         assert!(cqe.status.is_success());
@@ -362,15 +365,7 @@ async fn discovery_lists_every_volume() {
     let mut d = Initiator::admin(addr, DISCOVERY_NQN, Digests::default(), 0).await;
     let (_, id) = d.admin_cmd(ADMIN_IDENTIFY, 0, &[(10, 1)], 4096).await;
     assert_eq!(id[111], 2, "CNTRLTYPE discovery");
-    let numd = (3 * 1024 / 4 - 1) as u32;
-    let (cqe, log) = d
-        .admin_cmd(
-            ADMIN_GET_LOG_PAGE,
-            0,
-            &[(10, 0x70 | (numd << 16))],
-            3 * 1024,
-        )
-        .await;
+    let (cqe, log) = d.get_log(0x70, 0, 3 * 1024).await;
     assert!(cqe.status.is_success(), "{:?}", cqe.status);
     assert_eq!(
         u64::from_le_bytes(log[8..16].try_into().unwrap()),
@@ -431,23 +426,9 @@ async fn resize_raises_a_namespace_changed_event() {
         cqe.result, 0x0004_0002,
         "notice, namespace attribute changed, log 04h"
     );
-    let (_, log) = a
-        .admin_cmd(
-            ADMIN_GET_LOG_PAGE,
-            0xffff_ffff,
-            &[(10, 0x04 | (1023 << 16))],
-            4096,
-        )
-        .await;
+    let (_, log) = a.get_log(0x04, 0xffff_ffff, 4096).await;
     assert_eq!(&log[0..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
-    let (_, log) = a
-        .admin_cmd(
-            ADMIN_GET_LOG_PAGE,
-            0xffff_ffff,
-            &[(10, 0x04 | (1023 << 16))],
-            4096,
-        )
-        .await;
+    let (_, log) = a.get_log(0x04, 0xffff_ffff, 4096).await;
     assert!(log.iter().all(|b| *b == 0), "reading the log cleared it");
     let (_, ns) = a.admin_cmd(ADMIN_IDENTIFY, 1, &[(10, 0)], 4096).await;
     assert_eq!(

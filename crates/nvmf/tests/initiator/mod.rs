@@ -310,6 +310,13 @@ impl Initiator {
         self.run(sqe, None, false, len).await
     }
 
+    /// Get Log Page `lid` of `nsid`, `len` bytes (a multiple of 4).
+    pub async fn get_log(&mut self, lid: u8, nsid: u32, len: u32) -> (Cqe, Vec<u8>) {
+        let numd = len / 4 - 1;
+        let cdws = [(10, u32::from(lid) | (numd << 16)), (11, numd >> 16)];
+        self.admin_cmd(ADMIN_GET_LOG_PAGE, nsid, &cdws, len).await
+    }
+
     /// An NVM read/write-style command's SQE.
     pub fn nvm(&mut self, opcode: u8, slba: u64, blocks: u32, cdw12_flags: u32) -> Sqe {
         let cid = self.cid();
