@@ -11,7 +11,7 @@
 #                    (scripts/guest-nvmf-init.sh) attaches a volume over NVMe/TCP from the
 #                    host and tests it (crates/cli/tests/nvmf.rs)
 # Usage: scripts/build-guest-image.sh [OUT]   (default target/guest; kept when up to date)
-# Needs: apt-get (to download the kernel and nbd-client), busybox-static, fio, e2fsprogs, qemu-utils, python3.
+# Needs: apt-get (to download the kernel, nbd-client and nvme-cli), busybox-static, fio, e2fsprogs, qemu-utils, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/guest}
@@ -121,27 +121,36 @@ chmod +x "$nvinit/init"
 
 # The VM image's root file system: busybox, fio with every library it loads.
 root="$work/root"
-mkdir -p "$root"/{bin,etc,proc,dev,tmp,usr/bin}
+mkdir -p "$root"/{bin,etc,proc,sys,dev,tmp,usr/bin}
 cp "$(command -v busybox)" "$root/bin/busybox"
 cp "$(command -v fio)" "$root/usr/bin/fio"
 for lib in $(ldd "$(command -v fio)" | grep -o '/[^ ]*'); do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done
-# The kernel NBD client's tool (the NVMe/TCP test compares the two initiators in one VM),
-# with the netlink libraries the host may lack, from their packages.
-(cd "$work" && apt-get download nbd-client libnl-3-200 libnl-genl-3-200 >/dev/null 2>&1) \
-  || { echo "build-guest-image: apt-get download nbd-client failed" >&2; exit 1; }
-for deb in "$work"/nbd-client_*.deb "$work"/libnl-*.deb; do dpkg-deb -x "$deb" "$work/nbdc"; done
-nbdc=$(find "$work/nbdc" -path '*bin/nbd-client' -type f | head -1)
-mkdir -p "$root/usr/sbin"
-cp "$nbdc" "$root/usr/sbin/nbd-client"
-libpath=$(find "$work/nbdc" -name 'libnl*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
-for lib in $(LD_LIBRARY_PATH="$libpath" ldd "$nbdc" | grep -o '/[^ ]*'); do
-  case "$lib" in "$work"/*) dest="/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ;; *) dest="$lib" ;; esac
-  mkdir -p "$root$(dirname "$dest")"
-  cp -L "$lib" "$root$dest"
-done
+# A tool from Debian packages into the root image as /usr/sbin/NAME, with every library it
+# loads (those the host lacks come from the same packages).
+add_tool() { # NAME PACKAGE...
+  local name=$1 dir="$work/pkg-$1" bin libpath lib dest
+  shift
+  (cd "$work" && apt-get download "$@" >/dev/null 2>&1) \
+    || { echo "build-guest-image: apt-get download $* failed" >&2; exit 1; }
+  for p in "$@"; do dpkg-deb -x "$work/$p"_*.deb "$dir"; done
+  bin=$(find "$dir" -path "*bin/$name" -type f | head -1)
+  [ -n "$bin" ] || { echo "build-guest-image: no $name in $*" >&2; exit 1; }
+  mkdir -p "$root/usr/sbin"
+  cp "$bin" "$root/usr/sbin/$name"
+  libpath=$(find "$dir" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
+  for lib in $(LD_LIBRARY_PATH="$libpath" ldd "$bin" | grep -o '/[^ ]*'); do
+    case "$lib" in "$dir"/*) dest="/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ;; *) dest="$lib" ;; esac
+    mkdir -p "$root$(dirname "$dest")"
+    cp -L "$lib" "$root$dest"
+  done
+}
+# The kernel NBD client's tool (the NVMe/TCP test compares the two initiators in one VM)
+# and nvme-cli (the test's `nvme discover`).
+add_tool nbd-client nbd-client libnl-3-200 libnl-genl-3-200
+add_tool nvme nvme-cli libnvme1
 echo "basalt-test-image-v1" > "$root/etc/basalt-guest"
 rm -f "$out/disk.raw"
 truncate -s 256M "$out/disk.raw"

@@ -72,7 +72,12 @@ echo "basalt-guest: trim ok"
 if [ "${fio_s:-0}" -gt 0 ]; then
   i=0; while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   mount -t ext4 /dev/vda /mnt || fail "mount the guest image (fio)"
-  mount -t proc proc /mnt/proc; mount -o bind /dev /mnt/dev
+  mount -t proc proc /mnt/proc; mount -o bind /dev /mnt/dev; mount -t sysfs sys /mnt/sys
+  # nvme-cli reads the discovery log through a discovery controller of its own.
+  chroot /mnt /usr/sbin/nvme discover -t tcp -a "$addr" -s "$port" \
+    -q nqn.2014-08.org.nvmexpress:uuid:basalt-guest > /tmp/disc.out 2>&1 \
+    || { cat /tmp/disc.out; fail "nvme discover"; }
+  echo "basalt-guest: nvme discover lists $(sed -n 's/^subnqn: *//p' /tmp/disc.out | tr '\n' ' ')"
   # Verified random writes (crc32c per block, read back and checked by fio) away from the
   # pattern.
   if [ "$paths" = 2 ]; then
@@ -107,7 +112,7 @@ if [ "${fio_s:-0}" -gt 0 ]; then
     # The killed gateway's controller is reconnecting, the other one live.
     echo "basalt-guest: controller states $(cat /sys/class/nvme/nvme*/state | tr '\n' ' ')"
   fi
-  umount /mnt/dev; umount /mnt/proc; umount /mnt
+  umount /mnt/sys; umount /mnt/dev; umount /mnt/proc; umount /mnt
 fi
 
 if [ -n "$grow" ]; then

@@ -1,6 +1,7 @@
 //! NVMe/TCP end to end: the Linux kernel's own initiator, in a QEMU guest, attaches a
 //! volume of `basalt up --nvmf-listen` on the host (10.0.2.2 through QEMU user networking):
-//! it connects the discovery controller, then the volume with header and data digests,
+//! it connects the discovery controller (and nvme-cli reads the discovery log), then the
+//! volume with header and data digests,
 //! writes a pattern and reads it back, trims, runs fio with verify over two paths (kernel
 //! native multipath, both ANA optimized) of which one is removed mid-run, sees the
 //! namespace grow when the host resizes the volume, and disconnects. The data is then checked from
@@ -141,6 +142,7 @@ fn linux_initiator_attaches_a_volume_over_nvme_tcp() {
         "size 1073741824 lbs 4096",
         "basalt-guest: pattern ok",
         "basalt-guest: trim ok",
+        "basalt-guest: nvme discover lists nqn.2026-01.io.basalt:vol0",
         "basalt-guest: paths 2 ana optimized optimized",
         "basalt-guest: removed a path mid-fio",
         "basalt-guest: fio verify ok",
@@ -248,6 +250,7 @@ fn multipath_survives_a_gateway_killed_mid_fio() {
     for line in [
         "basalt-guest: connected nvme0n1 tcp Basalt volume",
         "basalt-guest: pattern ok",
+        "basalt-guest: nvme discover lists nqn.2026-01.io.basalt:mp",
         "basalt-guest: paths 2 ana optimized optimized",
         "basalt-guest: fio verify ok",
         "basalt-guest: done",
