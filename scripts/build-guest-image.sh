@@ -7,15 +7,18 @@
 #   OUT/disk.raw     the VM image: 256 MiB, an ext4 root (busybox, fio and its libraries)
 #                    in the first 192 MiB; the last 64 MiB are a raw area guests write to
 #   OUT/disk.qcow2   the same image as qcow2
+#   OUT/nvmf-initrd.cpio  busybox, virtio-net, NVMe/TCP and ext4 modules; its /init
+#                    (scripts/guest-nvmf-init.sh) attaches a volume over NVMe/TCP from the
+#                    host and tests it (crates/cli/tests/nvmf.rs)
 # Usage: scripts/build-guest-image.sh [OUT]   (default target/guest; kept when up to date)
-# Needs: apt-get (to download the kernel), busybox-static, fio, e2fsprogs, qemu-utils, python3.
+# Needs: apt-get (to download the kernel, nbd-client and nvme-cli), busybox-static, fio, e2fsprogs, qemu-utils, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/guest}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-stamp="$out/.built-by-$(sha256sum scripts/build-guest-image.sh | cut -c1-16)"
-if [ -e "$stamp" ] && [ -e "$out/disk.qcow2" ]; then
+stamp="$out/.built-by-$(cat scripts/build-guest-image.sh scripts/guest-nvmf-init.sh | sha256sum | cut -c1-16)"
+if [ -e "$stamp" ] && [ -e "$out/disk.qcow2" ] && [ -e "$out/nvmf-initrd.cpio" ]; then
   echo "guest image up to date in $out"
   exit 0
 fi
@@ -48,16 +51,23 @@ if elf[:4] != b'\x7fELF':
 open(sys.argv[2], 'wb').write(elf)
 EOF
 
+# An initramfs tree in DIR: busybox, devices, and the kernel modules MODS (in load order).
+initramfs_tree() { # DIR MODS
+  mkdir -p "$1"/{bin,dev,proc,sys,mnt,tmp,lib/modules}
+  cp "$(command -v busybox)" "$1/bin/busybox"
+  mknod -m 600 "$1/dev/console" c 5 1 2>/dev/null || true
+  mknod -m 666 "$1/dev/null" c 1 3 2>/dev/null || true
+  for m in $2; do
+    f=$(find "$work/k/lib/modules/$kver" -name "$m.ko" | head -1)
+    [ -n "$f" ] || { echo "build-guest-image: module $m not in $kpkg" >&2; exit 1; }
+    cp "$f" "$1/lib/modules/"
+  done
+}
+
 # Initramfs: busybox, the modules, /init.
 init="$work/initrd"
-mkdir -p "$init"/{bin,dev,proc,sys,mnt,tmp,lib/modules}
-cp "$(command -v busybox)" "$init/bin/busybox"
 mods="virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk crc16 crc32c_generic mbcache jbd2 ext4"
-for m in $mods; do
-  f=$(find "$work/k/lib/modules/$kver" -name "$m.ko" | head -1)
-  [ -n "$f" ] || { echo "build-guest-image: module $m not in $kpkg" >&2; exit 1; }
-  cp "$f" "$init/lib/modules/"
-done
+initramfs_tree "$init" "$mods"
 cat > "$init/init" <<EOF
 #!/bin/busybox sh
 # Basalt test guest. Kernel command line: basalt.name=NAME (what this VM writes as its own
@@ -98,19 +108,49 @@ echo "basalt-guest: done"
 poweroff -f
 EOF
 chmod +x "$init/init"
-mknod -m 600 "$init/dev/console" c 5 1 2>/dev/null || true
-mknod -m 666 "$init/dev/null" c 1 3 2>/dev/null || true
 (cd "$init" && find . | busybox cpio -o -H newc -R 0:0 > "$out/initrd.cpio" 2>/dev/null)
+
+# The NVMe/TCP guest's initramfs: the same busybox, the initiator's modules in load order.
+nvinit="$work/nvmf-initrd"
+nvmods="$mods failover net_failover virtio_net crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft t10-pi nvme-core nvme-fabrics nvme-tcp nbd"
+initramfs_tree "$nvinit" "$nvmods"
+echo "$nvmods" > "$nvinit/lib/modules/order"
+cp scripts/guest-nvmf-init.sh "$nvinit/init"
+chmod +x "$nvinit/init"
+(cd "$nvinit" && find . | busybox cpio -o -H newc -R 0:0 > "$out/nvmf-initrd.cpio" 2>/dev/null)
 
 # The VM image's root file system: busybox, fio with every library it loads.
 root="$work/root"
-mkdir -p "$root"/{bin,etc,proc,dev,tmp,usr/bin}
+mkdir -p "$root"/{bin,etc,proc,sys,dev,tmp,usr/bin}
 cp "$(command -v busybox)" "$root/bin/busybox"
 cp "$(command -v fio)" "$root/usr/bin/fio"
 for lib in $(ldd "$(command -v fio)" | grep -o '/[^ ]*'); do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done
+# A tool from Debian packages into the root image as /usr/sbin/NAME, with every library it
+# loads (those the host lacks come from the same packages).
+add_tool() { # NAME PACKAGE...
+  local name=$1 dir="$work/pkg-$1" bin libpath lib dest
+  shift
+  (cd "$work" && apt-get download "$@" >/dev/null 2>&1) \
+    || { echo "build-guest-image: apt-get download $* failed" >&2; exit 1; }
+  for p in "$@"; do dpkg-deb -x "$work/$p"_*.deb "$dir"; done
+  bin=$(find "$dir" -path "*bin/$name" -type f | head -1)
+  [ -n "$bin" ] || { echo "build-guest-image: no $name in $*" >&2; exit 1; }
+  mkdir -p "$root/usr/sbin"
+  cp "$bin" "$root/usr/sbin/$name"
+  libpath=$(find "$dir" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
+  for lib in $(LD_LIBRARY_PATH="$libpath" ldd "$bin" | grep -o '/[^ ]*'); do
+    case "$lib" in "$dir"/*) dest="/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ;; *) dest="$lib" ;; esac
+    mkdir -p "$root$(dirname "$dest")"
+    cp -L "$lib" "$root$dest"
+  done
+}
+# The kernel NBD client's tool (the NVMe/TCP test compares the two initiators in one VM)
+# and nvme-cli (the test's `nvme discover`).
+add_tool nbd-client nbd-client libnl-3-200 libnl-genl-3-200
+add_tool nvme nvme-cli libnvme1
 echo "basalt-test-image-v1" > "$root/etc/basalt-guest"
 rm -f "$out/disk.raw"
 truncate -s 256M "$out/disk.raw"

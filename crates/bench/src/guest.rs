@@ -4,32 +4,31 @@
 use std::path::Path;
 use std::process::Command;
 
+/// QEMU with what every test guest runs with: TCG (see below), 512 MiB, one vCPU, the
+/// console on stdout, no reboot. The caller adds the kernel, disks and network.
+pub fn tcg_command() -> Command {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-accel", "tcg", "-m", "512", "-smp", "1"])
+        .args(["-nographic", "-no-reboot"]);
+    cmd
+}
+
 /// QEMU (TCG: the KVM of these machines cannot run a stock kernel) booting the guest in
 /// `guest_dir` from the NBD export `uri` as its virtio disk. The guest writes `name` as its
 /// own data and runs fio for `fio_s` seconds per direction (0: none), then powers off; its
 /// console is QEMU's stdout. The caller sets stdio and bounds the run.
 pub fn qemu_command(guest_dir: &Path, uri: &str, name: &str, fio_s: u32) -> Command {
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-accel",
-        "tcg",
-        "-m",
-        "512",
-        "-smp",
-        "1",
-        "-nographic",
-        "-no-reboot",
-    ])
-    .args(["-nic", "none"])
-    .arg("-kernel")
-    .arg(guest_dir.join("vmlinux"))
-    .arg("-initrd")
-    .arg(guest_dir.join("initrd.cpio"))
-    .arg("-append")
-    .arg(format!(
-        "console=ttyS0 quiet panic=-1 basalt.name={name} basalt.fio={fio_s}"
-    ))
-    .arg("-drive")
-    .arg(format!("file={uri},format=raw,if=virtio,cache=none"));
+    let mut cmd = tcg_command();
+    cmd.args(["-nic", "none"])
+        .arg("-kernel")
+        .arg(guest_dir.join("vmlinux"))
+        .arg("-initrd")
+        .arg(guest_dir.join("initrd.cpio"))
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 quiet panic=-1 basalt.name={name} basalt.fio={fio_s}"
+        ))
+        .arg("-drive")
+        .arg(format!("file={uri},format=raw,if=virtio,cache=none"));
     cmd
 }

@@ -357,21 +357,63 @@ pub struct NbdArgs {
     pub metrics_listen: Option<String>,
 }
 
-pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
-    let credentials = args.meta.credentials()?;
-    let meta = args.meta.connect().await?;
+#[derive(Args, Debug)]
+pub struct NvmfArgs {
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    /// NVMe/TCP listen address (4420 is the port hosts try by default).
+    #[arg(long, default_value = "127.0.0.1:4420")]
+    pub listen: SocketAddr,
+}
+
+/// A gateway's view of the cluster: the client library (proving the keyring's key to the
+/// OSDs) and every volume as an export, each open one recorded as `what` (for `volume rm`).
+async fn gateway(
+    meta: &MetaArgs,
+    what: &str,
+    listen: SocketAddr,
+) -> anyhow::Result<(Arc<Cluster>, Arc<VolumeExports>)> {
+    let credentials = meta.credentials()?;
+    let meta = meta.connect().await?;
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
     let cluster = Cluster::new_as(meta.clone(), map, Some(credentials));
     let gateway = format!(
-        "basalt nbd on {} (pid {}, {})",
+        "{what} on {} (pid {}, {listen})",
         hostname(),
-        std::process::id(),
-        args.listen
+        std::process::id()
     );
     let watchers = basalt_client::watchers::Watchers::new(meta, gateway);
     let exports = Arc::new(VolumeExports::new(cluster.clone(), None).with_watchers(watchers));
+    Ok((cluster, exports))
+}
+
+pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
+    let (cluster, exports) = gateway(&args.meta, "basalt nvmf", args.listen).await?;
+    let target = basalt_nvmf::Target::new(exports);
+    let tcp = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listen for NVMe/TCP on {}", args.listen))?;
+    let addr = tcp.local_addr()?;
+    let task = tokio::spawn(target.clone().serve_tcp(tcp));
+    println!(
+        "NVMe/TCP gateway serving on {addr}: subsystem {} per volume, discovery {}",
+        basalt_nvmf::volume_nqn("VOLUME"),
+        basalt_nvmf::DISCOVERY_NQN
+    );
+    flush_stdout();
+    crate::up::wait_for_signal().await?;
+    target.shutdown();
+    let _ = task.await;
+    if let Err(e) = cluster.flush().await {
+        tracing::error!("final flush failed: {e}");
+    }
+    Ok(())
+}
+
+pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
+    let (cluster, exports) = gateway(&args.meta, "basalt nbd", args.listen).await?;
     let nbd = basalt_nbd::Server::new(exports);
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -161,6 +161,9 @@ enum Command {
     Mon(daemons::MonCmdArgs),
     /// Run an NBD gateway of a multi-host cluster: every volume, under its name.
     Nbd(daemons::NbdArgs),
+    /// Run an NVMe/TCP gateway of a multi-host cluster: every volume as subsystem
+    /// nqn.2026-01.io.basalt:VOLUME (one namespace), plus a discovery controller.
+    Nvmf(daemons::NvmfArgs),
     /// Create and list pools (redundancy schemes) of a multi-host cluster.
     Pool {
         #[command(flatten)]
@@ -305,6 +308,10 @@ fn main() -> std::process::ExitCode {
         Command::Nbd(args) => {
             init_logging("info");
             runtime().and_then(|rt| rt.block_on(daemons::run_nbd(args)))
+        }
+        Command::Nvmf(args) => {
+            init_logging("info");
+            runtime().and_then(|rt| rt.block_on(daemons::run_nvmf(args)))
         }
         Command::Pool { meta, command } => {
             init_logging("warn");

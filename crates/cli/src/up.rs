@@ -34,6 +34,10 @@ pub struct UpArgs {
     /// NBD unix socket path [default: DATA_DIR/nbd.sock].
     #[arg(long)]
     nbd_socket: Option<PathBuf>,
+    /// Serve every volume over NVMe/TCP at this address too, e.g. 127.0.0.1:4420 (off by
+    /// default): subsystem nqn.2026-01.io.basalt:VOLUME, one namespace each.
+    #[arg(long)]
+    nvmf_listen: Option<SocketAddr>,
     /// Control socket (used by `basalt volume`, `image`, ...), mode 0600: only its owner
     /// manages the cluster [default: DATA_DIR/control.sock].
     #[arg(long)]
@@ -397,6 +401,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let tcp_addr = tcp.local_addr()?;
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let nbd_unix = tokio::spawn(nbd.clone().serve_unix(unix));
+    let nvmf = match args.nvmf_listen {
+        Some(listen) => {
+            let tcp = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("listen for NVMe/TCP on {listen}"))?;
+            let addr = tcp.local_addr()?;
+            let target = basalt_nvmf::Target::new(exports.clone());
+            let task = tokio::spawn(target.clone().serve_tcp(tcp));
+            Some((addr, target, task))
+        }
+        None => None,
+    };
     let s3_master = match args.s3_listen.as_str() {
         "off" => None,
         _ => Some(basalt_s3::MasterKey::load(
@@ -469,6 +485,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         (
             s3.as_ref().map(|(addr, _)| *addr),
             metrics.as_ref().map(|(addr, _)| *addr),
+            nvmf.as_ref().map(|(addr, _, _)| *addr),
         ),
     );
 
@@ -481,6 +498,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     control_task.abort();
     let _ = control_task.await;
     nbd.shutdown();
+    if let Some((_, target, task)) = nvmf {
+        target.shutdown();
+        let _ = task.await;
+    }
     let _ = nbd_tcp.await;
     let _ = nbd_unix.await;
     // Release every handle on the cluster (the exports hold one) so the stores can close.
@@ -592,7 +613,7 @@ fn print_banner(
     nbd: SocketAddr,
     control: &Path,
     socket: &Path,
-    (s3, metrics): (Option<SocketAddr>, Option<SocketAddr>),
+    (s3, metrics, nvmf): (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>),
 ) {
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
@@ -615,6 +636,12 @@ fn print_banner(
         "  NBD (unix):  nbd+unix:///{vol}?socket={}",
         socket.display()
     );
+    if let Some(addr) = nvmf {
+        println!(
+            "  NVMe/TCP:    {addr} subsystem {}",
+            basalt_nvmf::volume_nqn(&vol)
+        );
+    }
     println!(
         "  Control API: {} (basalt volume --control {} ls)",
         control.display(),
@@ -633,6 +660,14 @@ fn print_banner(
     println!("Try:");
     println!("  qemu-img info nbd://{nbd}/{vol}");
     println!("  nbdinfo nbd://{nbd}/{vol}");
+    if let Some(addr) = nvmf {
+        println!(
+            "  nvme connect -t tcp -a {} -s {} -n {}",
+            addr.ip(),
+            addr.port(),
+            basalt_nvmf::volume_nqn(&vol)
+        );
+    }
     println!(
         "  fio --name=try --ioengine=nbd --uri=nbd://{nbd}/{vol} --rw=randrw --bs=4k \
          --iodepth=32 --size=256M --runtime=10 --time_based"

@@ -433,6 +433,8 @@ fn rm_refuses_a_volume_in_use_unless_forced() {
                 return child;
             }
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("qemu-io did not read: {line}");
     };
     let mut client = hold("busy");

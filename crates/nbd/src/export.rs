@@ -73,6 +73,18 @@ pub trait BlockDevice: Send + Sync + 'static {
         false
     }
 
+    /// A stable id of the storage behind the device (a volume's first layer), the same on
+    /// every gateway; the NVMe/TCP target derives its namespace UUID and serial from it.
+    fn identity(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether a trimmed range reads back as zeroes (NVMe's DLFEAT tells hosts so); the
+    /// trait's contract alone promises nothing for trimmed ranges.
+    fn trim_zeroes(&self) -> bool {
+        false
+    }
+
     /// Whether `write_zeroes` is cheaper than writing zero bytes, so a client's
     /// `FAST_ZERO` request may proceed; when false such requests fail at once with `ENOTSUP`.
     fn fast_zero(&self) -> bool {

@@ -180,6 +180,10 @@ impl BlockDevice for MemDevice {
         true
     }
 
+    fn trim_zeroes(&self) -> bool {
+        true
+    }
+
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes, DeviceError> {
         self.check(offset, len as u64)?;
         let mut buf = BytesMut::with_capacity(len as usize);

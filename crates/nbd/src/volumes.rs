@@ -344,6 +344,17 @@ impl BlockDevice for VolumeDevice {
         self.0.read_only()
     }
 
+    fn identity(&self) -> Option<u64> {
+        // A snapshot view is another device: it goes by its export name instead.
+        (!self.0.read_only()).then(|| self.0.info().origin())
+    }
+
+    fn trim_zeroes(&self) -> bool {
+        // A trim deallocates, and on a clone writes zeros over the parent's data (design.md,
+        // "Layers"): either way it reads back as zeroes.
+        true
+    }
+
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes, DeviceError> {
         self.0.read(offset, len).await.map_err(device_error)
     }
