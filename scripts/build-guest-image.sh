@@ -17,6 +17,10 @@ cd "$(dirname "$0")/.."
 out=${1:-target/guest}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# Tests that run at once (the NVMe/TCP tests, vm_boot) all ask for the image: one builds
+# it, the others wait here and then find it up to date.
+exec 9>"$out/.lock"
+flock 9
 stamp="$out/.built-by-$(cat scripts/build-guest-image.sh scripts/guest-nvmf-init.sh | sha256sum | cut -c1-16)"
 if [ -e "$stamp" ] && [ -e "$out/disk.qcow2" ] && [ -e "$out/nvmf-initrd.cpio" ]; then
   echo "guest image up to date in $out"
