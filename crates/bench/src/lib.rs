@@ -23,6 +23,7 @@ pub mod guest;
 pub mod interrupt;
 pub mod multihost;
 pub mod nbd;
+pub mod nbdclient;
 pub mod procstat;
 pub mod progress;
 pub mod report;

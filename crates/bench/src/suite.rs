@@ -23,13 +23,14 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 7] = [
+pub const SECTION_IDS: [&str; 8] = [
     "network",
     "disk",
     "torus",
     "vitastor",
     scaling::ID,
     "s3",
+    crate::sections::strmvol::ID,
     crate::sections::plasmavmc::ID,
 ];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
@@ -164,13 +165,22 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
 
     let cores = environment::cores();
     let settings = opts.settings(cores);
+    let strmvol = crate::sections::strmvol::StrmvolSection { quick: opts.quick };
+    // The strmvol section stores a small object per slot: its buckets need room.
+    let osd_bytes = MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2).max(
+        if opts.runs(crate::sections::strmvol::ID) {
+            strmvol.store_bytes()
+        } else {
+            0
+        },
+    );
     let config = ClusterConfig {
         osds: 3,
         replicas: 3,
         ec: None,
         pgs: 32,
         object_size: "128K".into(),
-        osd_size: format_size(MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2)),
+        osd_size: format_size(osd_bytes),
         volume_size: format_size(settings.size_bytes),
         s3: true,
     };
@@ -195,6 +205,7 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         Box::new(ProfilesSection::vitastor(&settings)),
         Box::new(scaling),
         Box::new(crate::sections::s3::S3Section { quick: opts.quick }),
+        Box::new(strmvol),
         Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
             image_data_bytes: if opts.smoke {
                 16 << 20
@@ -464,7 +475,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
-             scaling, s3, plasmavmc"
+             scaling, s3, strmvol, plasmavmc"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

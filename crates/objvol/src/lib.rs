@@ -6,12 +6,15 @@
 //! [`build`] the listing fed to the writers · [`erofs`] the streaming image writer (superblock, inodes, directories; file
 //! data is a virtual region described by the extents the writer hands out) · [`extents`]
 //! the map from data blocks to objects · [`reader`] the device's bytes (index, objects,
-//! zeros) · [`s3`] an S3 endpoint as lister and object source.
+//! zeros), with [`readahead`] (sequential streams) and [`cache`] (what was fetched ahead)
+//! · [`s3`] an S3 endpoint as lister and object source.
 
 pub mod build;
+pub mod cache;
 pub mod catalog;
 pub mod erofs;
 pub mod extents;
+pub mod readahead;
 pub mod reader;
 pub mod s3;
 

@@ -1,17 +1,25 @@
 //! Reading an objvol's device: the superblock block and the metadata region come from the
 //! stored index, data blocks from the bucket through the extent map (ranged GETs pinned to
-//! the ETag the index was built with), padding and gaps are zeros. A frontend (NBD) wraps
-//! a [`Reader`] as a read-only block device.
+//! the ETag the index was built with), padding and gaps are zeros. Reads that proceed in
+//! order through an object fetch ahead of themselves ([`crate::readahead`]) into a bounded
+//! cache ([`crate::cache`]) that the next reads take their bytes from. A frontend (NBD)
+//! wraps a [`Reader`] as a read-only block device.
 
+use crate::cache::{Cache, Seg};
 use crate::erofs::BLOCK_BYTES;
 use crate::extents::ExtentMap;
+use crate::readahead::Streams;
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 
-/// Ranged GETs one reader keeps in flight at most.
+/// Ranged GETs one reader keeps in flight at most for the reads it serves.
 pub const MAX_GETS_IN_FLIGHT: usize = 64;
+/// Ranged GETs one reader keeps in flight at most to fetch ahead (beside the others).
+pub const MAX_AHEAD_GETS_IN_FLIGHT: usize = 16;
+/// Bytes of fetched-ahead object data one reader keeps at most (in flight or cached).
+pub const CACHE_BYTES: u64 = 64 << 20;
 
 /// Why a source could not give bytes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -55,10 +63,13 @@ enum Piece {
         offset: u64,
         len: u64,
     },
-    /// Bytes `[start, end)` of an object, then `zeros` of padding.
+    /// Bytes `[start, end)` of an object, then `zeros` of padding; the object's first
+    /// byte is at device byte `at`, it has `size` bytes.
     Object {
         key: Vec<u8>,
         etag: String,
+        at: u64,
+        size: u64,
         start: u64,
         end: u64,
         zeros: u64,
@@ -74,6 +85,14 @@ pub struct Reader {
     index: Arc<dyn IndexSource>,
     objects: Arc<dyn ObjectSource>,
     gets: Semaphore,
+    ahead_gets: Arc<Semaphore>,
+    state: Arc<Mutex<State>>,
+}
+
+/// What the reads of a reader share: the cache and the streams fetched ahead.
+struct State {
+    cache: Cache,
+    streams: Streams,
 }
 
 impl Reader {
@@ -93,7 +112,24 @@ impl Reader {
             index,
             objects,
             gets: Semaphore::new(MAX_GETS_IN_FLIGHT),
+            ahead_gets: Arc::new(Semaphore::new(MAX_AHEAD_GETS_IN_FLIGHT)),
+            state: Arc::new(Mutex::new(State {
+                cache: Cache::new(CACHE_BYTES),
+                streams: Streams::default(),
+            })),
         }
+    }
+
+    /// The same reader with a cache of `bytes` (instead of [`CACHE_BYTES`]).
+    pub fn with_cache_bytes(self, bytes: u64) -> Self {
+        self.state.lock().expect("reader state").cache = Cache::new(bytes);
+        self
+    }
+
+    /// Bytes the cache holds (in flight or ready), and its bound.
+    pub fn cache_bytes(&self) -> (u64, u64) {
+        let st = self.state.lock().expect("reader state");
+        (st.cache.charged_bytes(), st.cache.bound_bytes())
     }
 
     /// The device's size in bytes.
@@ -142,6 +178,8 @@ impl Reader {
                 out.push(Piece::Object {
                     key: found.key.to_vec(),
                     etag: found.etag.to_string(),
+                    at: block * BLOCK_BYTES - found.offset,
+                    size: found.size,
                     start: obj_start,
                     end: data_end,
                     zeros,
@@ -176,31 +214,140 @@ impl Reader {
             Piece::Object {
                 key,
                 etag,
+                at,
+                size,
                 start,
                 end,
                 zeros: pad,
             } => {
-                let _permit = self
-                    .gets
-                    .acquire()
-                    .await
-                    .map_err(|_| SourceError::Failed("reader closed".into()))?;
-                let data = self.objects.get_range(key, etag, *start, *end).await?;
-                if data.len() as u64 != end - start {
-                    return Err(SourceError::Failed(format!(
-                        "object {:?}: {} bytes answered for {} asked",
-                        String::from_utf8_lossy(key),
-                        data.len(),
-                        end - start
-                    )));
-                }
-                let mut out = vec![data];
+                let object = Object {
+                    key,
+                    etag,
+                    at: *at,
+                    size: *size,
+                };
+                let segs = self.plan(&object, *start, *end);
+                let parts = segs.into_iter().map(|seg| self.resolve(&object, seg));
+                let mut out = futures::future::try_join_all(parts).await?;
                 if *pad > 0 {
                     out.push(zeros(*pad));
                 }
                 Ok(out)
             }
         }
+    }
+
+    /// What the cache holds of `[start, end)` of `object`, and the GETs ahead this read
+    /// starts (if it continues a stream).
+    fn plan(&self, object: &Object<'_>, start: u64, end: u64) -> Vec<Seg> {
+        let at = object.at;
+        let mut st = self.state.lock().expect("reader state");
+        let segs = st.cache.plan(at + start, at + end);
+        let ahead = st.streams.on_read(at, object.size, start, end);
+        'ranges: for (a, b) in ahead {
+            for (x, y) in st.cache.gaps(at + a, at + b) {
+                let Ok(permit) = self.ahead_gets.clone().try_acquire_owned() else {
+                    st.streams.not_fetched(at, x - at);
+                    break 'ranges;
+                };
+                let Some(tx) = st.cache.reserve(x, y) else {
+                    st.streams.not_fetched(at, x - at);
+                    break 'ranges;
+                };
+                let (objects, state) = (self.objects.clone(), self.state.clone());
+                let (key, etag, size) = (object.key.to_vec(), object.etag.to_string(), object.size);
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let got = objects.get_range(&key, &etag, x - at, y - at).await;
+                    let got = got.and_then(|d| exact(d, &key, y - x));
+                    {
+                        let mut st = state.lock().expect("reader state");
+                        st.cache.fill(x, &got);
+                        if matches!(got, Err(SourceError::Changed { .. })) {
+                            st.cache.drop_range(at, at + size);
+                        }
+                    }
+                    // After the fill: a waiter woken by this finds the run ready to take.
+                    let _ = tx.send(Some(got));
+                });
+            }
+        }
+        segs
+    }
+
+    /// The bytes of one segment of a read: cached, fetched ahead by another GET, or
+    /// fetched now.
+    async fn resolve(&self, object: &Object<'_>, seg: Seg) -> Result<Bytes, SourceError> {
+        let at = object.at;
+        match seg {
+            Seg::Hit(bytes) => Ok(bytes),
+            Seg::Miss { a, b } => self.get(object, a - at, b - at).await,
+            Seg::Wait {
+                mut rx,
+                run_start,
+                a,
+                b,
+            } => {
+                let outcome = rx
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|o| o.clone());
+                match outcome {
+                    Some(Ok(data)) => {
+                        self.state.lock().expect("reader state").cache.take(a, b);
+                        Ok(data.slice((a - run_start) as usize..(b - run_start) as usize))
+                    }
+                    Some(Err(e @ SourceError::Changed { .. })) => Err(e),
+                    // The GET ahead failed otherwise (or went): fetch the bytes now.
+                    Some(Err(SourceError::Failed(_))) | None => {
+                        self.get(object, a - at, b - at).await
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bytes `[start, end)` of `object` from the bucket, now.
+    async fn get(&self, object: &Object<'_>, start: u64, end: u64) -> Result<Bytes, SourceError> {
+        let _permit = self
+            .gets
+            .acquire()
+            .await
+            .map_err(|_| SourceError::Failed("reader closed".into()))?;
+        let got = self
+            .objects
+            .get_range(object.key, object.etag, start, end)
+            .await
+            .and_then(|d| exact(d, object.key, end - start));
+        if matches!(got, Err(SourceError::Changed { .. })) {
+            // Nothing cached of it may be served any more.
+            let mut st = self.state.lock().expect("reader state");
+            st.cache.drop_range(object.at, object.at + object.size);
+        }
+        got
+    }
+}
+
+/// The object a piece of a read comes from.
+struct Object<'a> {
+    key: &'a [u8],
+    etag: &'a str,
+    /// Its first byte on the device, and its size.
+    at: u64,
+    size: u64,
+}
+
+/// `data`, if it is the `len` bytes asked of `key`.
+fn exact(data: Bytes, key: &[u8], len: u64) -> Result<Bytes, SourceError> {
+    if data.len() as u64 == len {
+        Ok(data)
+    } else {
+        Err(SourceError::Failed(format!(
+            "object {:?}: {} bytes answered for {len} asked",
+            String::from_utf8_lossy(key),
+            data.len(),
+        )))
     }
 }
 
@@ -232,8 +379,23 @@ mod tests {
     /// as S3 does after an overwrite (412 on If-Match).
     struct Bucket {
         objects: BTreeMap<Vec<u8>, Vec<u8>>,
-        changed: Vec<Vec<u8>>,
+        changed: Mutex<Vec<Vec<u8>>>,
         fetched: Mutex<u64>,
+        gets: Mutex<u64>,
+    }
+
+    impl Bucket {
+        fn change(&self, key: &[u8]) {
+            self.changed.lock().unwrap().push(key.to_vec());
+        }
+
+        fn gets(&self) -> u64 {
+            *self.gets.lock().unwrap()
+        }
+
+        fn fetched(&self) -> u64 {
+            *self.fetched.lock().unwrap()
+        }
     }
 
     #[async_trait]
@@ -246,13 +408,18 @@ mod tests {
             end: u64,
         ) -> Result<Bytes, SourceError> {
             assert_eq!(etag, format!("etag-{}", String::from_utf8_lossy(key)));
-            if self.changed.iter().any(|k| k == key) {
+            assert!(
+                end <= self.objects[key].len() as u64,
+                "a GET past the object's end"
+            );
+            if self.changed.lock().unwrap().iter().any(|k| k == key) {
                 return Err(SourceError::Changed {
                     key: String::from_utf8_lossy(key).into_owned(),
                     detail: "412 Precondition Failed".into(),
                 });
             }
             *self.fetched.lock().unwrap() += end - start;
+            *self.gets.lock().unwrap() += 1;
             Ok(Bytes::copy_from_slice(
                 &self.objects[key][start as usize..end as usize],
             ))
@@ -301,8 +468,9 @@ mod tests {
         let index = [summary.superblock.clone(), meta.into_inner()].concat();
         let bucket = Arc::new(Bucket {
             objects,
-            changed,
+            changed: Mutex::new(changed),
             fetched: Mutex::new(0),
+            gets: Mutex::new(0),
         });
         let reader = Reader::new(
             summary.meta_block,
@@ -395,5 +563,155 @@ mod tests {
         }
         let e = reader.read(start * BLOCK_BYTES, 10).await.unwrap_err();
         assert!(matches!(e, SourceError::Changed { .. }), "{e}");
+    }
+
+    /// The device byte where object `key` starts, and its size.
+    fn place(reader: &Reader, key: &[u8]) -> (u64, u64) {
+        (crate::erofs::DATA_START_BLOCK..reader.meta_block)
+            .find_map(|b| {
+                let f = reader.map.find(b)?;
+                (f.key == key).then_some((b * BLOCK_BYTES, f.size))
+            })
+            .expect("the object is mapped")
+    }
+
+    /// Wait (bounded) until no GET ahead is in flight.
+    async fn settle(reader: &Reader) {
+        for _ in 0..100_000 {
+            if reader.ahead_gets.available_permits() == MAX_AHEAD_GETS_IN_FLIGHT {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("GETs ahead still in flight");
+    }
+
+    fn big(n: usize, seed: usize) -> Vec<u8> {
+        (0..n).map(|j| (j / 4096 + j * 31 + seed) as u8).collect()
+    }
+
+    /// Goal: reading a large object in order in 128 KiB requests, four at a time as a
+    /// kernel does, turns into few large GETs (not one per request) that fetch its bytes
+    /// exactly once and never past its end, and the bytes are the image's.
+    #[tokio::test]
+    async fn sequential_reads_become_few_large_gets() {
+        let mut objects = objects();
+        let size = (16 << 20) + 1000;
+        objects.insert(b"big/model.bin".to_vec(), big(size, 1));
+        let (reader, image, bucket) = setup(objects, vec![]);
+        let (at, _) = place(&reader, b"big/model.bin");
+        let end = at + (size as u64).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let step = 128 << 10;
+        let mut requests = 0;
+        let mut off = at;
+        while off < end {
+            let batch: Vec<(u64, u64)> = (0..4)
+                .map(|i| off + i * step)
+                .filter(|o| *o < end)
+                .map(|o| (o, step.min(end - o)))
+                .collect();
+            let got =
+                futures::future::join_all(batch.iter().map(|(o, l)| reader.read(*o, *l))).await;
+            for ((o, l), g) in batch.iter().zip(got) {
+                assert_eq!(
+                    g.unwrap().concat(),
+                    image[*o as usize..(*o + *l) as usize],
+                    "read at {o}"
+                );
+                requests += 1;
+            }
+            off += 4 * step;
+        }
+        settle(&reader).await;
+        assert_eq!(
+            bucket.fetched(),
+            size as u64,
+            "every byte once, none past the end"
+        );
+        assert!(
+            bucket.gets() * 5 <= requests,
+            "{} GETs for {requests} reads",
+            bucket.gets()
+        );
+        assert_eq!(
+            reader.state.lock().unwrap().cache.ready_bytes(),
+            0,
+            "all taken"
+        );
+    }
+
+    /// Goal: with many objects read in order at once, the cache never holds more than its
+    /// bound (GETs ahead are skipped when it is full) and every read is still right.
+    #[tokio::test]
+    async fn the_cache_stays_within_its_bound() {
+        let mut objects = BTreeMap::new();
+        let size = 3 << 20;
+        for i in 0..8 {
+            objects.insert(format!("s/{i}").into_bytes(), big(size, i));
+        }
+        let (reader, image, bucket) = setup(objects.clone(), vec![]);
+        let bound = 1 << 20;
+        let reader = reader.with_cache_bytes(bound);
+        let places: Vec<u64> = objects.keys().map(|k| place(&reader, k).0).collect();
+        let step = 64 << 10;
+        for o in (0..size as u64).step_by(step as usize) {
+            for at in &places {
+                let got = reader.read(at + o, step).await.unwrap().concat();
+                assert_eq!(got, image[(at + o) as usize..(at + o + step) as usize]);
+                let (held, b) = reader.cache_bytes();
+                assert!(held <= b && b == bound, "{held} bytes held, bound {b}");
+            }
+        }
+        settle(&reader).await;
+        assert!(bucket.fetched() >= 8 * size as u64);
+    }
+
+    /// Goal: an object that changed is an error for its blocks — for blocks a GET ahead
+    /// fetches after the change, and for blocks fetched ahead before it once any GET has
+    /// seen the change — never other bytes; other objects still read.
+    #[tokio::test]
+    async fn a_changed_object_fails_also_where_fetched_ahead() {
+        let size = 8 << 20;
+        let mut objects = objects();
+        objects.insert(b"big/a".to_vec(), big(size, 2));
+        objects.insert(b"big/b".to_vec(), big(size, 3));
+        let (reader, image, bucket) = setup(objects, vec![]);
+        let step = 128 << 10;
+
+        // a: two reads in order start GETs ahead; the object changes before they run.
+        let (a, _) = place(&reader, b"big/a");
+        reader.read(a, step).await.unwrap();
+        reader.read(a + step, step).await.unwrap();
+        bucket.change(b"big/a");
+        let e = reader.read(a + 2 * step, step).await.unwrap_err();
+        assert!(matches!(e, SourceError::Changed { .. }), "{e}");
+        settle(&reader).await;
+        for o in [3 * step, 4 * step, size as u64 - step] {
+            let e = reader.read(a + o, step).await.unwrap_err();
+            assert!(matches!(e, SourceError::Changed { .. }), "at {o}: {e}");
+        }
+
+        // b: fetched ahead (and cached) before the change; a GET that sees the change
+        // drops what was cached, so those blocks fail too.
+        let (b, _) = place(&reader, b"big/b");
+        reader.read(b, step).await.unwrap();
+        reader.read(b + step, step).await.unwrap();
+        settle(&reader).await;
+        assert!(reader.state.lock().unwrap().cache.ready_bytes() > 2 * step);
+        bucket.change(b"big/b");
+        let e = reader.read(b + size as u64 - step, step).await.unwrap_err();
+        assert!(matches!(e, SourceError::Changed { .. }), "{e}");
+        let e = reader.read(b + 2 * step, step).await.unwrap_err();
+        assert!(
+            matches!(e, SourceError::Changed { .. }),
+            "cached ahead: {e}"
+        );
+
+        // The others are untouched.
+        let (f6, _) = place(&reader, b"dir/f6");
+        assert_eq!(
+            read_all(&reader, f6, 8192).await,
+            image[f6 as usize..f6 as usize + 8192]
+        );
     }
 }

@@ -4,7 +4,7 @@
 use crate::build::{Listed, Lister, Page};
 use crate::reader::{ObjectSource, SourceError};
 use async_trait::async_trait;
-use basalt_s3client::list::list_objects_v2;
+use basalt_s3client::list::{list_objects_v2, From};
 use basalt_s3client::{Connection, Signer, EMPTY_SHA256};
 use bytes::Bytes;
 use std::sync::Mutex;
@@ -152,14 +152,13 @@ fn unix_seconds(iso: &str) -> Option<u64> {
 
 #[async_trait]
 impl Lister for S3Source {
-    async fn page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<&str>,
-    ) -> Result<Page, SourceError> {
+    async fn page(&self, prefix: &str, start_after: Option<&str>) -> Result<Page, SourceError> {
         let mut conn = self.take();
-        let page = list_objects_v2(&mut conn, &self.bucket, prefix, delimiter, token)
+        let from = From {
+            start_after,
+            ..From::default()
+        };
+        let page = list_objects_v2(&mut conn, &self.bucket, prefix, from)
             .await
             .map_err(|e| SourceError::Failed(e.to_string()))?;
         self.give_back(conn);
@@ -175,8 +174,7 @@ impl Lister for S3Source {
             .collect();
         Ok(Page {
             objects,
-            prefixes: page.prefixes,
-            next: page.next,
+            more: page.next.is_some(),
         })
     }
 }

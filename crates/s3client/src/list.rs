@@ -23,14 +23,29 @@ pub struct ListPage {
     pub next: Option<String>,
 }
 
-/// List one page of `bucket` under `prefix`, grouped by `delimiter`, from `token`.
+/// Where a listing starts and how it is grouped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct From<'a> {
+    /// Group keys by this (common prefixes).
+    pub delimiter: Option<&'a str>,
+    /// The continuation token of the page before.
+    pub token: Option<&'a str>,
+    /// Only keys after this one (ignored by S3 with a token).
+    pub start_after: Option<&'a str>,
+}
+
+/// List one page of `bucket` under `prefix`, from where `from` says.
 pub async fn list_objects_v2(
     conn: &mut Connection,
     bucket: &str,
     prefix: &str,
-    delimiter: Option<&str>,
-    token: Option<&str>,
+    from: From<'_>,
 ) -> Result<ListPage> {
+    let From {
+        delimiter,
+        token,
+        start_after,
+    } = from;
     // Parameters in the canonical (sorted) order, so the query sent is the one signed.
     let mut query = String::new();
     if let Some(t) = token {
@@ -45,6 +60,10 @@ pub async fn list_objects_v2(
     }
     query.push_str("encoding-type=url&list-type=2&max-keys=1000&prefix=");
     encode_query_value(prefix, &mut query);
+    if let Some(a) = start_after {
+        query.push_str("&start-after=");
+        encode_query_value(a, &mut query);
+    }
     let path = format!("/{bucket}");
     let status = conn
         .send("GET", &path, &query, &[], &[], EMPTY_SHA256)

@@ -8,6 +8,7 @@ pub mod profiles;
 pub mod s3;
 pub mod s3_load;
 pub mod scaling;
+pub mod strmvol;
 
 use crate::cpu::{self, CpuSource};
 use crate::fio::{self, Job, Span, Target};
