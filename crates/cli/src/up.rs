@@ -91,6 +91,8 @@ pub struct UpArgs {
     /// (to measure or test the data-plane protocol in one process).
     #[arg(long)]
     no_local_path: bool,
+    #[command(flatten)]
+    nbd_tls: crate::daemons::NbdTlsArgs,
 }
 
 /// Settings of the pool `basalt up` creates on first start, checked.
@@ -207,6 +209,8 @@ async fn wait_ready(cluster: &Cluster, osds: &[OsdHandle]) -> anyhow::Result<()>
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    // Bad credentials stop the start before anything else happens.
+    let nbd_tls = args.nbd_tls.load()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
     let meta: Arc<dyn MetaStore> = Arc::new(
@@ -322,7 +326,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // Frontends.
     let default = (!args.default_volume.is_empty()).then(|| args.default_volume.clone());
     let exports = Arc::new(VolumeExports::new(cluster.clone(), default));
-    let nbd = basalt_nbd::Server::new(exports.clone());
+    let nbd = crate::daemons::nbd_server(exports.clone(), nbd_tls.clone());
     let tcp = tokio::net::TcpListener::bind(args.nbd_listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.nbd_listen))?;
@@ -412,6 +416,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         (
             s3.as_ref().map(|(addr, _)| *addr),
             metrics.as_ref().map(|(addr, _)| *addr),
+            nbd_tls.as_deref(),
         ),
     );
 
@@ -532,7 +537,11 @@ fn print_banner(
     nbd: SocketAddr,
     control: SocketAddr,
     socket: &Path,
-    (s3, metrics): (Option<SocketAddr>, Option<SocketAddr>),
+    (s3, metrics, tls): (
+        Option<SocketAddr>,
+        Option<SocketAddr>,
+        Option<&basalt_nbd::TlsConfig>,
+    ),
 ) {
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
@@ -555,6 +564,9 @@ fn print_banner(
         "  NBD (unix):  nbd+unix:///{vol}?socket={}",
         socket.display()
     );
+    if let Some(tls) = tls {
+        println!("  NBD TLS:     {}", tls.describe());
+    }
     println!("  Control API: {control} (basalt volume --control {control} ls)");
     let creds = s3_credentials_path(&args.data_dir);
     if let Some(s3) = s3 {
@@ -567,6 +579,22 @@ fn print_banner(
         println!("  Metrics:     http://{addr}/metrics");
     }
     println!("Try:");
+    if let (Some(tls), Some(dir)) = (tls, &args.nbd_tls.nbd_tls_cert) {
+        // libnbd checks the server against DIR/ca-cert.pem (and sends DIR/client-cert.pem).
+        println!(
+            "  nbdinfo 'nbds://{nbd}/{vol}?tls-certificates={}'",
+            dir.display()
+        );
+        if tls.mode() == basalt_nbd::option::TlsMode::Required {
+            println!("  (plaintext nbd:// clients are refused on TCP)");
+        }
+    }
+    if let (Some(_), Some(file)) = (tls, &args.nbd_tls.nbd_tls_psk) {
+        println!(
+            "  nbdinfo 'nbds://USER@{nbd}/{vol}?tls-psk-file={}'",
+            file.display()
+        );
+    }
     println!("  qemu-img info nbd://{nbd}/{vol}");
     println!("  nbdinfo nbd://{nbd}/{vol}");
     println!(
