@@ -260,6 +260,12 @@ impl TlsConfig {
                     .accept(stream)
                     .await
                     .map_err(|e| failed(e.to_string()))?;
+                let session = s.get_ref().1;
+                tracing::debug!(
+                    version = ?session.protocol_version(),
+                    suite = ?session.negotiated_cipher_suite().map(|c| c.suite()),
+                    "nbd TLS session (x509)"
+                );
                 Ok(Box::new(s))
             }
             Creds::Psk { context, .. } => {
@@ -270,6 +276,11 @@ impl TlsConfig {
                     .accept()
                     .await
                     .map_err(|e| failed(e.to_string()))?;
+                tracing::debug!(
+                    version = s.ssl().version_str(),
+                    suite = s.ssl().current_cipher().map_or("none", |c| c.name()),
+                    "nbd TLS session (PSK)"
+                );
                 Ok(Box::new(s))
             }
         }
