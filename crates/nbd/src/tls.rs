@@ -30,6 +30,10 @@ pub const SERVER_CERT_FILE: &str = "server-cert.pem";
 pub const SERVER_KEY_FILE: &str = "server-key.pem";
 /// Longest pre-shared key accepted, in bytes (OpenSSL's own limit is 512).
 pub const MAX_PSK_BYTES: usize = 256;
+/// Ciphertext read buffer under a TLS session. rustls reads the socket 4 KiB at a time
+/// and OpenSSL a record header, then its body: without a buffer below them a 4 KiB write
+/// costs several syscalls. One read here takes many pipelined records at once.
+const CIPHERTEXT_BUFFER_BYTES: usize = 128 << 10;
 /// Longest PSK identity (user name) accepted, in bytes (TLS allows 2^16 - 1).
 pub const MAX_PSK_IDENTITY_BYTES: usize = 1024;
 
@@ -254,6 +258,8 @@ impl TlsConfig {
         S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static,
     {
         let failed = |reason: String| NbdError::TlsHandshake { reason };
+        // Writes pass straight through the BufReader to the socket.
+        let stream = tokio::io::BufReader::with_capacity(CIPHERTEXT_BUFFER_BYTES, stream);
         match &self.creds {
             Creds::X509 { acceptor, .. } => {
                 let s = acceptor
