@@ -26,6 +26,11 @@ have losetup || need+=(mount)
 have nft || need+=(nftables)
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || have ip || need+=(iproute2)
 have protoc || need+=(protobuf-compiler)
+# NBD over TLS with PSK links the system's OpenSSL (headers found through pkg-config); the
+# TLS tests make their certificates with the openssl command.
+have pkg-config || need+=(pkg-config)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+have openssl || need+=(openssl)
 # basalt-meta's etcd tests start a real etcd from /usr/bin/etcd (etcdctl comes with etcd-client).
 [ -x /usr/bin/etcd ] || need+=(etcd-server)
 have etcdctl || need+=(etcd-client)

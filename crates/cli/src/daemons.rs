@@ -339,6 +339,59 @@ pub async fn run_mon(args: MonCmdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// TLS of an NBD server (`basalt up`, `basalt nbd`): the flags only; loading and checking
+/// the credentials is `basalt_nbd::TlsConfig`'s.
+#[derive(Args, Debug, Clone)]
+pub struct NbdTlsArgs {
+    /// Offer TLS (NBD_OPT_STARTTLS) with the x509 certificates in DIR, laid out as qemu's
+    /// tls-creds-x509: server-cert.pem, server-key.pem (and ca-cert.pem for
+    /// --nbd-tls-verify-peer).
+    #[arg(long, value_name = "DIR", conflicts_with = "nbd_tls_psk")]
+    pub nbd_tls_cert: Option<PathBuf>,
+    /// Offer TLS with pre-shared keys: FILE holds USER:HEXKEY lines (the keys.psk of qemu's
+    /// tls-creds-psk and of nbdkit).
+    #[arg(long, value_name = "FILE")]
+    pub nbd_tls_psk: Option<PathBuf>,
+    /// Require client certificates signed by DIR/ca-cert.pem (qemu's verify-peer).
+    #[arg(long, requires = "nbd_tls_cert")]
+    pub nbd_tls_verify_peer: bool,
+    /// Refuse NBD clients on TCP that do not start TLS (NBD's FORCEDTLS mode). The unix
+    /// socket, guarded by its file permissions, offers TLS but does not require it.
+    #[arg(long)]
+    pub nbd_tls_required: bool,
+}
+
+impl NbdTlsArgs {
+    /// Load and check the credentials; `None` when TLS is off.
+    pub fn load(&self) -> anyhow::Result<Option<Arc<basalt_nbd::TlsConfig>>> {
+        use basalt_nbd::TlsConfig;
+        let config = match (&self.nbd_tls_cert, &self.nbd_tls_psk) {
+            (Some(dir), None) => TlsConfig::x509_dir(dir, self.nbd_tls_verify_peer)
+                .with_context(|| format!("--nbd-tls-cert {}", dir.display()))?,
+            (None, Some(file)) => TlsConfig::psk_file(file)
+                .with_context(|| format!("--nbd-tls-psk {}", file.display()))?,
+            (None, None) if self.nbd_tls_required => bail!(
+                "--nbd-tls-required needs credentials: --nbd-tls-cert DIR or --nbd-tls-psk FILE"
+            ),
+            (None, None) => return Ok(None),
+            (Some(_), Some(_)) => bail!("give --nbd-tls-cert or --nbd-tls-psk, not both"),
+        };
+        Ok(Some(Arc::new(config.required(self.nbd_tls_required))))
+    }
+}
+
+/// The NBD server of `exports` with `tls`.
+pub fn nbd_server(
+    exports: Arc<dyn basalt_nbd::Exports>,
+    tls: Option<Arc<basalt_nbd::TlsConfig>>,
+) -> Arc<basalt_nbd::Server> {
+    let config = basalt_nbd::ServerConfig {
+        tls,
+        ..basalt_nbd::ServerConfig::default()
+    };
+    basalt_nbd::Server::with_config(exports, config)
+}
+
 /// `basalt nbd`: an NBD gateway serving every volume under its name.
 #[derive(Args, Debug)]
 pub struct NbdArgs {
@@ -355,6 +408,8 @@ pub struct NbdArgs {
     /// to disable].
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    #[command(flatten)]
+    pub tls: NbdTlsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -413,8 +468,10 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
 }
 
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
+    let tls = args.tls.load()?;
     let (cluster, exports) = gateway(&args.meta, "basalt nbd", args.listen).await?;
-    let nbd = basalt_nbd::Server::new(exports);
+    let tls_line = tls.as_ref().map(|t| format!("; TLS: {}", t.describe()));
+    let nbd = nbd_server(exports, tls);
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.listen))?;
@@ -433,8 +490,9 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
         None => None,
     };
     println!(
-        "NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name){}",
-        metrics_suffix(&metrics)
+        "NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name){}{}",
+        metrics_suffix(&metrics),
+        tls_line.unwrap_or_default()
     );
     flush_stdout();
     crate::up::wait_for_signal().await?;

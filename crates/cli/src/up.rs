@@ -102,6 +102,8 @@ pub struct UpArgs {
     /// (to measure or test the data-plane protocol in one process).
     #[arg(long)]
     no_local_path: bool,
+    #[command(flatten)]
+    nbd_tls: crate::daemons::NbdTlsArgs,
 }
 
 /// Settings of the pool `basalt up` creates on first start, checked.
@@ -259,6 +261,8 @@ async fn local_secret(
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    // Bad credentials stop the start before anything else happens.
+    let nbd_tls = args.nbd_tls.load()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
     let meta: Arc<dyn MetaStore> = Arc::new(
@@ -381,7 +385,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let gateway = format!("the NBD server of basalt up (pid {})", std::process::id());
     let watchers = basalt_client::watchers::Watchers::new(meta.clone(), gateway);
     let exports = Arc::new(VolumeExports::new(cluster.clone(), default).with_watchers(watchers));
-    let nbd = basalt_nbd::Server::new(exports.clone());
+    let nbd = crate::daemons::nbd_server(exports.clone(), nbd_tls.clone());
     let tcp = tokio::net::TcpListener::bind(args.nbd_listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.nbd_listen))?;
@@ -486,6 +490,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             s3.as_ref().map(|(addr, _)| *addr),
             metrics.as_ref().map(|(addr, _)| *addr),
             nvmf.as_ref().map(|(addr, _, _)| *addr),
+            nbd_tls.as_deref(),
         ),
     );
 
@@ -613,7 +618,12 @@ fn print_banner(
     nbd: SocketAddr,
     control: &Path,
     socket: &Path,
-    (s3, metrics, nvmf): (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>),
+    (s3, metrics, nvmf, tls): (
+        Option<SocketAddr>,
+        Option<SocketAddr>,
+        Option<SocketAddr>,
+        Option<&basalt_nbd::TlsConfig>,
+    ),
 ) {
     let vol = if args.default_volume.is_empty() {
         "VOLUME".to_string()
@@ -636,6 +646,9 @@ fn print_banner(
         "  NBD (unix):  nbd+unix:///{vol}?socket={}",
         socket.display()
     );
+    if let Some(tls) = tls {
+        println!("  NBD TLS:     {}", tls.describe());
+    }
     if let Some(addr) = nvmf {
         println!(
             "  NVMe/TCP:    {addr} subsystem {}",
@@ -658,6 +671,22 @@ fn print_banner(
         println!("  Metrics:     http://{addr}/metrics");
     }
     println!("Try:");
+    if let (Some(tls), Some(dir)) = (tls, &args.nbd_tls.nbd_tls_cert) {
+        // libnbd checks the server against DIR/ca-cert.pem (and sends DIR/client-cert.pem).
+        println!(
+            "  nbdinfo 'nbds://{nbd}/{vol}?tls-certificates={}'",
+            dir.display()
+        );
+        if tls.mode() == basalt_nbd::option::TlsMode::Required {
+            println!("  (plaintext nbd:// clients are refused on TCP)");
+        }
+    }
+    if let (Some(_), Some(file)) = (tls, &args.nbd_tls.nbd_tls_psk) {
+        println!(
+            "  nbdinfo 'nbds://USER@{nbd}/{vol}?tls-psk-file={}'",
+            file.display()
+        );
+    }
     println!("  qemu-img info nbd://{nbd}/{vol}");
     println!("  nbdinfo nbd://{nbd}/{vol}");
     if let Some(addr) = nvmf {

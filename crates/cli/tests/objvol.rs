@@ -172,7 +172,25 @@ impl Mounted {
         };
         quiet(Command::new("umount").arg(&self.mnt));
         quiet(Command::new("losetup").args(["-d", &self.loop_dev]));
-        quiet(Command::new("fusermount3").arg("-u").arg(&self.fuse_dir));
+        // The loop device lets go of the file a moment after `losetup -d`; until then the
+        // FUSE mount is busy. Bound: 50 tries of 100 ms, then a lazy unmount, so that a
+        // killed nbdfuse never leaves a dead mount behind (a later mount here would fail).
+        let unmounted = (0..50).any(|_| {
+            let ok = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.fuse_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            ok
+        });
+        if !unmounted {
+            quiet(Command::new("fusermount3").arg("-uz").arg(&self.fuse_dir));
+        }
         let _ = common::wait_timeout(&mut self.nbdfuse, Duration::from_secs(10));
         let _ = self.nbdfuse.kill();
     }

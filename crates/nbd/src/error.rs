@@ -59,6 +59,20 @@ pub enum NbdError {
         /// The catalogue's error.
         source: DeviceError,
     },
+    /// The TLS handshake after `OPT_STARTTLS` failed (bad certificate, unknown PSK user,
+    /// wrong key...). The session ends: it is too late to continue without TLS.
+    #[error("TLS handshake failed: {reason}")]
+    TlsHandshake {
+        /// The TLS library's reason.
+        reason: String,
+    },
+    /// A plaintext client asked to enter transmission with `OPT_EXPORT_NAME` on a server
+    /// that requires TLS (that option has no error reply).
+    #[error("export {name:?} requested without TLS on a server that requires it")]
+    TlsRequired {
+        /// Requested name (possibly cut).
+        name: String,
+    },
     /// A request header did not start with `NBD_REQUEST_MAGIC`.
     #[error("bad request magic {magic:#x}")]
     RequestMagic {

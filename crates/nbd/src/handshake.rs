@@ -1,5 +1,7 @@
 //! The fixed newstyle handshake: greeting, client flags, then option haggling until the
 //! client enters transmission (`OPT_GO`, `OPT_EXPORT_NAME`) or leaves (`OPT_ABORT`, EOF).
+//! `OPT_STARTTLS` ends the plaintext haggling; the server then upgrades the stream and
+//! haggling starts over inside TLS ([`option::tls_gate`] decides what TLS allows).
 //!
 //! Reads here are unbuffered on purpose: nothing the client pipelines after its final
 //! option may be swallowed by a buffer that the transmission phase would not see.
@@ -12,7 +14,9 @@ use tokio::sync::watch;
 
 use crate::error::NbdError;
 use crate::export::{BlockDevice, DeviceError, Exports};
-use crate::option::{self, ClientOption, MetaMatch, OptionError, OptionHeader, OPTION_HEADER_LEN};
+use crate::option::{
+    self, ClientOption, MetaMatch, OptionError, OptionHeader, TlsGate, TlsMode, OPTION_HEADER_LEN,
+};
 use crate::request::Session;
 use crate::server::wait_for_shutdown;
 use crate::wire::{self, *};
@@ -27,12 +31,25 @@ pub(crate) struct Negotiated {
     pub name: String,
 }
 
-/// How the handshake ended without error.
+/// How option haggling ended without error.
 pub(crate) enum Outcome {
     /// Enter transmission.
     Transmission(Negotiated),
+    /// `OPT_STARTTLS` was acknowledged: run the TLS handshake, then haggle again inside it.
+    StartTls,
     /// The client aborted, went away, or the server is shutting down.
     Closed,
+}
+
+/// Where a connection's negotiation stands; carried across the TLS upgrade.
+pub(crate) struct Progress {
+    /// The client asked to omit the 124 zero bytes after `OPT_EXPORT_NAME`.
+    no_zeroes: bool,
+    /// Options read so far (bounded by [`MAX_OPTIONS_PER_CONNECTION`] over the whole
+    /// connection, TLS upgrade included).
+    options: u32,
+    /// Haggling runs inside TLS.
+    pub tls_active: bool,
 }
 
 /// Transmission flags for a device: everything is advertised except what a read-only device
@@ -72,12 +89,11 @@ struct Haggle<'a, S> {
     meta: Option<(String, bool)>,
 }
 
-/// Run the handshake on `stream`.
-pub(crate) async fn negotiate<S>(
+/// Send the greeting and read the client's flags; `None` if the server shut down first.
+pub(crate) async fn greet<S>(
     stream: &mut S,
-    exports: &dyn Exports,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<Outcome, NbdError>
+) -> Result<Option<Progress>, NbdError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -90,11 +106,30 @@ where
 
     let client_flags = tokio::select! {
         biased;
-        _ = wait_for_shutdown(shutdown) => return Ok(Outcome::Closed),
+        _ = wait_for_shutdown(shutdown) => return Ok(None),
         f = stream.read_u32() => f?,
     };
-    let no_zeroes = check_client_flags(client_flags)?;
+    Ok(Some(Progress {
+        no_zeroes: check_client_flags(client_flags)?,
+        options: 0,
+        tls_active: false,
+    }))
+}
 
+/// Haggle options on `stream` until the client enters transmission, asks for TLS, or
+/// leaves. After a TLS upgrade it runs again on the TLS stream with a fresh state (nothing
+/// negotiated in plaintext carries over, so nothing a man in the middle injected does).
+pub(crate) async fn haggle<S>(
+    stream: &mut S,
+    exports: &dyn Exports,
+    shutdown: &mut watch::Receiver<bool>,
+    tls: TlsMode,
+    progress: &mut Progress,
+) -> Result<Outcome, NbdError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let no_zeroes = progress.no_zeroes;
     let mut h = Haggle {
         stream,
         exports,
@@ -103,7 +138,8 @@ where
         meta: None,
     };
     let mut data = Vec::new();
-    for _ in 0..MAX_OPTIONS_PER_CONNECTION {
+    while progress.options < MAX_OPTIONS_PER_CONNECTION {
+        progress.options += 1;
         let mut hdr = [0u8; OPTION_HEADER_LEN];
         tokio::select! {
             biased;
@@ -120,8 +156,13 @@ where
             _ => NbdError::OptionMagic { magic: 0 },
         })?;
         let code = header.code;
+        let gate = option::tls_gate(tls, progress.tls_active, code, header.length);
         if header.length > MAX_OPTION_BYTES {
-            h.skip_oversized(header).await?;
+            let (reply, message) = match gate {
+                TlsGate::Refuse { reply, message } => (reply, message),
+                _ => (REP_ERR_TOO_BIG, "option too large"),
+            };
+            h.skip_oversized(header, reply, message).await?;
             continue;
         }
         data.clear();
@@ -139,6 +180,23 @@ where
                 }
             }
             return Ok(Outcome::Closed);
+        }
+
+        match gate {
+            TlsGate::Proceed => {}
+            TlsGate::StartTls => {
+                h.reply(OPT_STARTTLS, REP_ACK, &[]).await?;
+                return Ok(Outcome::StartTls);
+            }
+            TlsGate::Refuse { reply, message } => {
+                h.error(code, reply, message).await?;
+                continue;
+            }
+            TlsGate::Drop => {
+                return Err(NbdError::TlsRequired {
+                    name: String::from_utf8_lossy(&data[..data.len().min(256)]).into_owned(),
+                })
+            }
         }
 
         let parsed = match option::parse_option(code, &data) {
@@ -185,17 +243,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
         self.send().await
     }
 
-    /// Skip a moderately oversized option and refuse it; drop the connection for an absurd one
-    /// rather than reading gigabytes (the protocol allows a hard disconnect for abuse).
-    async fn skip_oversized(&mut self, header: OptionHeader) -> Result<(), NbdError> {
+    /// Skip a moderately oversized option and refuse it with `reply`; drop the connection
+    /// for an absurd one rather than reading gigabytes (the protocol allows a hard
+    /// disconnect for abuse).
+    async fn skip_oversized(
+        &mut self,
+        header: OptionHeader,
+        reply: u32,
+        message: &str,
+    ) -> Result<(), NbdError> {
         let err = NbdError::OptionTooLarge {
             code: header.code,
             length: header.length,
         };
         if header.code == OPT_EXPORT_NAME || header.length > MAX_OPTION_SKIP_BYTES {
             if header.code != OPT_EXPORT_NAME {
-                self.error(header.code, REP_ERR_TOO_BIG, "option too large")
-                    .await?;
+                self.error(header.code, reply, message).await?;
             }
             return Err(err);
         }
@@ -204,8 +267,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
         if skipped != header.length as u64 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
-        self.error(header.code, REP_ERR_TOO_BIG, "option too large")
-            .await
+        self.error(header.code, reply, message).await
     }
 
     async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
@@ -267,8 +329,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
                 Ok(None)
             }
             ClientOption::StartTls => {
-                self.error(OPT_STARTTLS, REP_ERR_UNSUP, "TLS is not supported")
-                    .await?;
+                // tls_gate answers every STARTTLS before it is decoded; never reached.
+                let msg = "STARTTLS is not valid here";
+                self.error(OPT_STARTTLS, REP_ERR_INVALID, msg).await?;
                 Ok(None)
             }
             ClientOption::Info(req) | ClientOption::Go(req) => {
@@ -426,6 +489,140 @@ mod tests {
             0
         );
         assert_ne!(ro & FLAG_SEND_DF, 0);
+    }
+
+    /// One option as a client sends it.
+    fn opt(code: u32, data: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        b.extend_from_slice(&code.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+        b
+    }
+
+    /// Read one option reply: (option, reply type, data).
+    async fn read_reply(c: &mut tokio::io::DuplexStream) -> (u32, u32, Vec<u8>) {
+        let mut h = [0u8; 20];
+        c.read_exact(&mut h).await.unwrap();
+        assert_eq!(
+            u64::from_be_bytes(h[0..8].try_into().unwrap()),
+            OPTION_REPLY_MAGIC
+        );
+        let code = u32::from_be_bytes(h[8..12].try_into().unwrap());
+        let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
+        c.read_exact(&mut data).await.unwrap();
+        (code, kind, data)
+    }
+
+    /// Run `haggle` under `mode` on one end of a pipe, after the client flags; `client`
+    /// drives the other end. Returns haggle's result.
+    async fn haggle_with<F, Fut>(
+        mode: TlsMode,
+        tls_active: bool,
+        client: F,
+    ) -> Result<Outcome, NbdError>
+    where
+        F: FnOnce(tokio::io::DuplexStream) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let exports = crate::ExportMap::new();
+        exports.insert("e", "", Arc::new(crate::MemDevice::new(1 << 20)));
+        let (mut server, c) = tokio::io::duplex(1 << 16);
+        let (_tx, mut rx) = watch::channel(false);
+        let talk = tokio::spawn(client(c));
+        let mut progress = Progress {
+            no_zeroes: true,
+            options: 0,
+            tls_active,
+        };
+        let r = haggle(&mut server, &exports, &mut rx, mode, &mut progress).await;
+        drop(server);
+        talk.await.unwrap();
+        r
+    }
+
+    #[tokio::test]
+    async fn forced_tls_refuses_options_until_starttls() {
+        // Goal: in FORCEDTLS mode a plaintext client gets ERR_TLS_REQD for LIST, GO and an
+        // unknown option, ERR_INVALID for STARTTLS with data, and STARTTLS is acknowledged
+        // and ends the plaintext haggling (nothing read after it).
+        let r = haggle_with(TlsMode::Required, false, |mut c| async move {
+            let go = [&1u32.to_be_bytes()[..], b"e", &0u16.to_be_bytes()].concat();
+            for (code, data) in [(OPT_LIST, &[][..]), (OPT_GO, &go[..]), (99, &[][..])] {
+                c.write_all(&opt(code, data)).await.unwrap();
+                assert_eq!(
+                    read_reply(&mut c).await,
+                    (
+                        code,
+                        REP_ERR_TLS_REQD,
+                        b"this server requires TLS: send NBD_OPT_STARTTLS first".to_vec()
+                    )
+                );
+            }
+            c.write_all(&opt(OPT_STARTTLS, b"x")).await.unwrap();
+            assert_eq!(read_reply(&mut c).await.1, REP_ERR_INVALID);
+            c.write_all(&opt(OPT_STARTTLS, &[])).await.unwrap();
+            assert_eq!(read_reply(&mut c).await, (OPT_STARTTLS, REP_ACK, vec![]));
+        })
+        .await;
+        assert!(matches!(r, Ok(Outcome::StartTls)));
+    }
+
+    #[tokio::test]
+    async fn forced_tls_drops_export_name_without_tls() {
+        // Goal: OPT_EXPORT_NAME cannot be refused, so in FORCEDTLS mode it ends the session
+        // before any export is opened.
+        let r = haggle_with(TlsMode::Required, false, |mut c| async move {
+            c.write_all(&opt(OPT_EXPORT_NAME, b"e")).await.unwrap();
+            let mut rest = Vec::new();
+            c.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty(), "the server answered {rest:?}");
+        })
+        .await;
+        assert!(
+            matches!(r, Err(NbdError::TlsRequired { ref name }) if name == "e"),
+            "{:?}",
+            r.err()
+        );
+    }
+
+    #[tokio::test]
+    async fn inside_tls_options_work_and_starttls_twice_is_invalid() {
+        // Goal: once TLS runs, a second STARTTLS is ERR_INVALID and the client reaches an
+        // export with GO, in forced mode as in optional mode; without credentials STARTTLS
+        // is ERR_UNSUP and plaintext clients are served.
+        for (mode, tls) in [
+            (TlsMode::Required, true),
+            (TlsMode::Offered, true),
+            (TlsMode::Offered, false),
+            (TlsMode::Off, false),
+        ] {
+            let r = haggle_with(mode, tls, move |mut c| async move {
+                c.write_all(&opt(OPT_STARTTLS, &[])).await.unwrap();
+                let want = if mode == TlsMode::Off {
+                    REP_ERR_UNSUP
+                } else {
+                    REP_ERR_INVALID
+                };
+                if tls || mode == TlsMode::Off {
+                    assert_eq!(read_reply(&mut c).await.1, want);
+                    let go = [&1u32.to_be_bytes()[..], b"e", &0u16.to_be_bytes()].concat();
+                    c.write_all(&opt(OPT_GO, &go)).await.unwrap();
+                    let (code, kind, _) = read_reply(&mut c).await;
+                    assert_eq!((code, kind), (OPT_GO, REP_INFO));
+                } else {
+                    assert_eq!(read_reply(&mut c).await.1, REP_ACK);
+                }
+            })
+            .await;
+            match r {
+                Ok(Outcome::Transmission(n)) => assert_eq!(n.name, "e"),
+                Ok(Outcome::StartTls) => assert!(!tls && mode == TlsMode::Offered),
+                _ => panic!("{mode:?} tls={tls}: unexpected end {:?}", r.err()),
+            }
+        }
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! Protocol coverage: fixed newstyle handshake with `OPT_GO`/`INFO`/`LIST`/`EXPORT_NAME`/
 //! `ABORT`, structured replies, `base:allocation` metadata, READ/WRITE/FLUSH/TRIM/
 //! WRITE_ZEROES/CACHE/BLOCK_STATUS/DISC with FUA, and `CAN_MULTI_CONN`. Requests on one
-//! connection run concurrently and reply out of order. No TLS (the server runs in NOTLS mode).
+//! connection run concurrently and reply out of order. TLS through `OPT_STARTTLS` with x509
+//! certificates or pre-shared keys, optional or required ([`tls`]).
 //!
 //! Layout: [`wire`] constants and limits · [`option`] and [`request`] pure decoders ·
 //! [`reply`] frame encoding · `handshake` and `transmission`, the two protocol phases ·
-//! [`server`] sockets and shutdown · [`export`] the storage interface and
+//! [`server`] sockets and shutdown · [`tls`] credentials and the upgrade · [`export`] the storage interface and
 //! [`conformance`] its test suite · [`mem`] an in-memory device · [`volumes`] the volumes,
 //! snapshots and images of a Basalt cluster, through the client library.
 
@@ -23,6 +24,7 @@ pub mod option;
 pub mod reply;
 pub mod request;
 pub mod server;
+pub mod tls;
 mod transmission;
 pub mod volumes;
 pub mod wire;
@@ -32,5 +34,6 @@ pub use export::{BlockDevice, DeviceError, ExportInfo, ExportMap, Exports, Exten
 pub use handshake::{check_client_flags, transmission_flags};
 pub use mem::MemDevice;
 pub use server::{Server, ServerConfig};
+pub use tls::{TlsConfig, TlsError};
 pub use transmission::{MAX_IN_FLIGHT_BYTES, MAX_IN_FLIGHT_REQUESTS};
 pub use volumes::{VolumeDevice, VolumeExports};

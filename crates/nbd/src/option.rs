@@ -84,7 +84,7 @@ pub enum ClientOption<'a> {
     Abort,
     /// `OPT_LIST`: list exports.
     List,
-    /// `OPT_STARTTLS`: not supported (NOTLS mode).
+    /// `OPT_STARTTLS` (decided by [`tls_gate`] before the option is decoded).
     StartTls,
     /// `OPT_INFO`: describe an export.
     Info(ExportRequest<'a>),
@@ -210,6 +210,68 @@ fn string(b: &[u8]) -> Result<&str, OptionError> {
 
 fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// How a server treats TLS, for the whole life of a connection (the protocol's modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    /// NOTLS: no credentials; `OPT_STARTTLS` is answered `ERR_UNSUP`.
+    Off,
+    /// TLS at the client's choice: `OPT_STARTTLS` upgrades, plaintext clients are served.
+    Offered,
+    /// FORCEDTLS: before TLS, every option but `OPT_STARTTLS` and `OPT_ABORT` is answered
+    /// `ERR_TLS_REQD`, and `OPT_EXPORT_NAME` (which cannot be refused) ends the session.
+    Required,
+}
+
+/// What the server does with one option, as far as TLS is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsGate {
+    /// Handle the option as usual.
+    Proceed,
+    /// Answer `REP_ACK`, then run the TLS handshake and restart option haggling inside it.
+    StartTls,
+    /// Skip the option's data and answer this error.
+    Refuse {
+        /// The `REP_ERR_*` reply type.
+        reply: u32,
+        /// Message for the user.
+        message: &'static str,
+    },
+    /// End the session (an option that cannot be answered with an error).
+    Drop,
+}
+
+/// Decide option `code` (with `length` bytes of data) under `mode`, `tls_active` saying
+/// whether the connection already runs inside TLS. Pure: the handshake's TLS state machine.
+pub fn tls_gate(mode: TlsMode, tls_active: bool, code: u32, length: u32) -> TlsGate {
+    if code == wire::OPT_STARTTLS {
+        return match mode {
+            TlsMode::Off => TlsGate::Refuse {
+                reply: wire::REP_ERR_UNSUP,
+                message: "TLS is not configured on this server",
+            },
+            _ if tls_active => TlsGate::Refuse {
+                reply: wire::REP_ERR_INVALID,
+                message: "TLS is already active on this connection",
+            },
+            _ if length != 0 => TlsGate::Refuse {
+                reply: wire::REP_ERR_INVALID,
+                message: "STARTTLS takes no data",
+            },
+            _ => TlsGate::StartTls,
+        };
+    }
+    if mode != TlsMode::Required || tls_active || code == wire::OPT_ABORT {
+        return TlsGate::Proceed;
+    }
+    if code == wire::OPT_EXPORT_NAME {
+        return TlsGate::Drop;
+    }
+    TlsGate::Refuse {
+        reply: wire::REP_ERR_TLS_REQD,
+        message: "this server requires TLS: send NBD_OPT_STARTTLS first",
+    }
 }
 
 /// What a metadata query selects among this server's contexts (only `base:allocation`).
@@ -413,6 +475,67 @@ mod tests {
             OptionHeader::decode(&h),
             Err(OptionError::BadMagic(_))
         ));
+    }
+
+    #[test]
+    fn tls_gate_follows_the_protocol_modes() {
+        // Goal: STARTTLS once and without data upgrades; twice or with data is ERR_INVALID;
+        // forced mode refuses every option but STARTTLS/ABORT before TLS, drops EXPORT_NAME,
+        // and refuses nothing once TLS runs; without credentials STARTTLS is ERR_UNSUP.
+        use wire::*;
+        use TlsMode::*;
+        let refused = |g: TlsGate| match g {
+            TlsGate::Refuse { reply, .. } => reply,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            refused(tls_gate(Off, false, OPT_STARTTLS, 0)),
+            REP_ERR_UNSUP
+        );
+        assert_eq!(tls_gate(Off, false, OPT_GO, 10), TlsGate::Proceed);
+        assert_eq!(tls_gate(Off, false, OPT_EXPORT_NAME, 3), TlsGate::Proceed);
+        for mode in [Offered, Required] {
+            assert_eq!(tls_gate(mode, false, OPT_STARTTLS, 0), TlsGate::StartTls);
+            assert_eq!(
+                refused(tls_gate(mode, true, OPT_STARTTLS, 0)),
+                REP_ERR_INVALID
+            );
+            assert_eq!(
+                refused(tls_gate(mode, false, OPT_STARTTLS, 4)),
+                REP_ERR_INVALID
+            );
+            assert_eq!(tls_gate(mode, false, OPT_ABORT, 0), TlsGate::Proceed);
+            for code in [
+                OPT_GO,
+                OPT_INFO,
+                OPT_LIST,
+                OPT_STRUCTURED_REPLY,
+                OPT_EXPORT_NAME,
+                99,
+            ] {
+                assert_eq!(tls_gate(mode, true, code, 0), TlsGate::Proceed);
+            }
+        }
+        assert_eq!(tls_gate(Offered, false, OPT_GO, 10), TlsGate::Proceed);
+        assert_eq!(
+            tls_gate(Offered, false, OPT_EXPORT_NAME, 3),
+            TlsGate::Proceed
+        );
+        let before_tls = [
+            OPT_GO,
+            OPT_INFO,
+            OPT_LIST,
+            OPT_STRUCTURED_REPLY,
+            OPT_SET_META_CONTEXT,
+            99,
+        ];
+        for code in before_tls {
+            assert_eq!(
+                refused(tls_gate(Required, false, code, 0)),
+                REP_ERR_TLS_REQD
+            );
+        }
+        assert_eq!(tls_gate(Required, false, OPT_EXPORT_NAME, 4), TlsGate::Drop);
     }
 
     #[test]

@@ -4,14 +4,37 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 
 use crate::error::NbdError;
 use crate::export::Exports;
-use crate::handshake::{self, Outcome};
+use crate::handshake::{self, Negotiated, Outcome};
+use crate::option::TlsMode;
+use crate::tls::{TlsConfig, TlsStream};
 use crate::transmission;
+
+/// Who can reach a listener. A unix socket is guarded by its file permissions: TLS is
+/// offered there but never required, so local tools (`basalt image import`) keep working
+/// on a server that requires TLS on TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// TCP, or a stream handed to [`Server::serve_connection`].
+    Network,
+    /// A unix socket of this host.
+    Local,
+}
+
+/// How the handshake left a connection.
+enum Ready<S> {
+    /// Transmission in plaintext, on the original stream.
+    Plain(S, Negotiated),
+    /// Transmission inside TLS.
+    Tls(TlsStream, Negotiated),
+    /// No transmission: the client left or the server is shutting down.
+    Closed,
+}
 
 /// Tunables of a [`Server`].
 #[derive(Debug, Clone)]
@@ -20,8 +43,12 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight requests get to finish once shutdown starts.
     pub shutdown_grace: Duration,
-    /// Longest a client may take from connecting to entering transmission.
+    /// Longest a client may take from connecting to entering transmission (the TLS
+    /// handshake included).
     pub handshake_timeout: Duration,
+    /// TLS credentials and mode; `None` serves plaintext only (NOTLS). Unix sockets offer
+    /// TLS but never require it (their file permissions guard them).
+    pub tls: Option<Arc<TlsConfig>>,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +57,7 @@ impl Default for ServerConfig {
             max_connections: 1024,
             shutdown_grace: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -42,6 +70,9 @@ pub struct Server {
     shutdown_tx: watch::Sender<bool>,
     connections: Arc<Semaphore>,
 }
+
+/// Longest wait for a TLS client to take the server's `close_notify` after `OPT_ABORT`.
+const TLS_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Back-off after a failed `accept` (e.g. out of file descriptors), so the loop cannot spin.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
@@ -102,7 +133,7 @@ impl Server {
             let _ = stream.set_nodelay(true);
             let server = self.clone();
             self.spawn_connection(peer.to_string(), async move {
-                server.run(stream, |s| s.into_split()).await
+                server.run(stream, Reach::Network, |s| s.into_split()).await
             });
         }
         drop(listener);
@@ -129,7 +160,7 @@ impl Server {
             };
             let server = self.clone();
             self.spawn_connection("unix".into(), async move {
-                server.run(stream, |s| s.into_split()).await
+                server.run(stream, Reach::Local, |s| s.into_split()).await
             });
         }
         drop(listener);
@@ -141,9 +172,9 @@ impl Server {
     /// Not counted against [`ServerConfig::max_connections`].
     pub async fn serve_connection<S>(&self, stream: S) -> Result<(), NbdError>
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static,
     {
-        self.run(stream, tokio::io::split).await
+        self.run(stream, Reach::Network, tokio::io::split).await
     }
 
     /// Run `serve` as its own task if the connection bound allows; close it otherwise.
@@ -165,14 +196,17 @@ impl Server {
         });
     }
 
-    /// Handshake on the whole stream, then split it for the transmission phase.
+    /// Handshake on the whole stream, then split it for the transmission phase: a plain
+    /// stream with `split` (a TCP socket's own halves, no lock), a TLS session with
+    /// `tokio::io::split`.
     async fn run<S, R, W>(
         &self,
-        mut stream: S,
+        stream: S,
+        reach: Reach,
         split: impl FnOnce(S) -> (R, W),
     ) -> Result<(), NbdError>
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static,
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin + Send + 'static,
     {
@@ -181,19 +215,75 @@ impl Server {
         let limit = self.config.handshake_timeout;
         let mut stop = self.shutdown_tx.subscribe();
         // Negotiation is bounded in time, and by the grace period once shutdown starts, so a
-        // client stalled mid-option cannot pin a connection slot.
-        let outcome = tokio::select! {
-            r = tokio::time::timeout(limit, handshake::negotiate(&mut stream, &*self.exports, &mut shutdown)) => {
+        // client stalled mid-option (or mid-TLS-handshake) cannot pin a connection slot.
+        let ready = tokio::select! {
+            r = tokio::time::timeout(limit, self.handshake(stream, reach, &mut shutdown)) => {
                 r.map_err(|_| NbdError::HandshakeTimeout { limit })??
             }
-            _ = async { wait_for_shutdown(&mut stop).await; tokio::time::sleep(grace).await } => Outcome::Closed,
+            _ = async { wait_for_shutdown(&mut stop).await; tokio::time::sleep(grace).await } => Ready::Closed,
         };
-        let Outcome::Transmission(negotiated) = outcome else {
-            return Ok(());
+        match ready {
+            Ready::Plain(stream, negotiated) => {
+                tracing::debug!(export = %negotiated.name, "nbd transmission starts");
+                let (reader, writer) = split(stream);
+                transmission::serve(reader, writer, negotiated, shutdown, grace).await
+            }
+            Ready::Tls(stream, negotiated) => {
+                tracing::debug!(export = %negotiated.name, "nbd transmission starts (TLS)");
+                let (reader, writer) = tokio::io::split(stream);
+                transmission::serve(reader, writer, negotiated, shutdown, grace).await
+            }
+            Ready::Closed => Ok(()),
+        }
+    }
+
+    /// Greeting and option haggling, with the TLS upgrade when the client asks for it.
+    async fn handshake<S>(
+        &self,
+        mut stream: S,
+        reach: Reach,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Ready<S>, NbdError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static,
+    {
+        let exports = &*self.exports;
+        let tls = self.config.tls.as_deref();
+        let mode = match (tls.map_or(TlsMode::Off, TlsConfig::mode), reach) {
+            (TlsMode::Required, Reach::Local) => TlsMode::Offered,
+            (mode, _) => mode,
         };
-        tracing::debug!(export = %negotiated.name, "nbd transmission starts");
-        let (reader, writer) = split(stream);
-        transmission::serve(reader, writer, negotiated, shutdown, grace).await
+        let Some(mut progress) = handshake::greet(&mut stream, shutdown).await? else {
+            return Ok(Ready::Closed);
+        };
+        let outcome = handshake::haggle(&mut stream, exports, shutdown, mode, &mut progress);
+        match (outcome.await?, tls) {
+            (Outcome::Transmission(negotiated), _) => Ok(Ready::Plain(stream, negotiated)),
+            (Outcome::Closed, _) => Ok(Ready::Closed),
+            (Outcome::StartTls, Some(tls)) => {
+                let mut secure = tls.accept(stream).await?;
+                progress.tls_active = true;
+                let outcome =
+                    handshake::haggle(&mut secure, exports, shutdown, mode, &mut progress);
+                match outcome.await? {
+                    Outcome::Transmission(negotiated) => Ok(Ready::Tls(secure, negotiated)),
+                    Outcome::Closed => {
+                        // Close the TLS session properly (close_notify); best effort.
+                        let bye = tokio::time::timeout(TLS_CLOSE_TIMEOUT, secure.shutdown());
+                        let _ = bye.await;
+                        Ok(Ready::Closed)
+                    }
+                    // tls_gate never allows a second upgrade.
+                    Outcome::StartTls => Err(NbdError::TlsHandshake {
+                        reason: "STARTTLS inside TLS".into(),
+                    }),
+                }
+            }
+            // tls_gate only upgrades when the server has credentials.
+            (Outcome::StartTls, None) => Err(NbdError::TlsHandshake {
+                reason: "STARTTLS acknowledged without credentials".into(),
+            }),
+        }
     }
 
     /// Wait until every counted connection has closed, bounded by the grace period plus a

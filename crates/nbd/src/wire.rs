@@ -52,7 +52,7 @@ pub const OPT_EXPORT_NAME: u32 = 1;
 pub const OPT_ABORT: u32 = 2;
 /// Option: list exports.
 pub const OPT_LIST: u32 = 3;
-/// Option: start TLS (not supported: this server runs in NOTLS mode).
+/// Option: start TLS (answered per the server's [`crate::option::TlsMode`]).
 pub const OPT_STARTTLS: u32 = 5;
 /// Option: describe an export.
 pub const OPT_INFO: u32 = 6;
@@ -79,6 +79,8 @@ pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 /// Option error: syntactically or semantically invalid.
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// Option error: the server refuses this option until TLS is initiated (FORCEDTLS mode).
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 /// Option error: no such export.
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 /// Option error: the server is shutting down.
