@@ -30,6 +30,19 @@ struct Stream {
     tick: u64,
 }
 
+impl Stream {
+    /// A stream whose first read was `[start, end)`, at `tick`.
+    fn starting(start: u64, end: u64, tick: u64) -> Stream {
+        Stream {
+            last_start: start,
+            next: end,
+            ahead: end,
+            window: WINDOW_START_BYTES,
+            tick,
+        }
+    }
+}
+
 /// The streams of one reader, by object (its first byte on the device).
 #[derive(Default)]
 pub struct Streams {
@@ -55,29 +68,15 @@ impl Streams {
                         self.streams.remove(&k);
                     }
                 }
-                self.streams.insert(
-                    object,
-                    Stream {
-                        last_start: start,
-                        next: end,
-                        ahead: end,
-                        window: WINDOW_START_BYTES,
-                        tick,
-                    },
-                );
+                self.streams
+                    .insert(object, Stream::starting(start, end, tick));
             }
             return Vec::new();
         };
         s.tick = tick;
         let sequential = start + SLACK_BYTES >= s.last_start && start <= s.next + SLACK_BYTES;
         if !sequential {
-            *s = Stream {
-                last_start: start,
-                next: end,
-                ahead: end,
-                window: WINDOW_START_BYTES,
-                tick,
-            };
+            *s = Stream::starting(start, end, tick);
             return Vec::new();
         }
         s.last_start = s.last_start.max(start);
