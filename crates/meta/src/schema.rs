@@ -21,6 +21,7 @@
 //! | `/basalt/families/FAMILY/next_layer` | decimal counter of a family's layers (FAMILY = inode >> 16, hex) | volume tools |
 //! | `/basalt/auth/verifier` | hex MAC recognising the cluster secret (never the secret) | `basalt cluster init`, first `basalt up` |
 //! | `/basalt/auth/entities/NAME` | an entity's capabilities and key generation (never a key) | `basalt auth add` |
+//! | `/basalt/watchers/VOLUME/ID` | a gateway that has the volume open, under its lease (`basalt_client::watchers`) | NBD/NVMe gateways |
 
 use serde::{Deserialize, Serialize};
 
