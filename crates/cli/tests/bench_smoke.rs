@@ -147,6 +147,7 @@ fn bench_storage_writes_a_complete_report() {
             "vitastor",
             "scaling",
             "s3",
+            "strmvol",
             "plasmavmc"
         ]
     );
