@@ -152,7 +152,15 @@ fn bench_storage_writes_a_complete_report() {
         ]
     );
     // The PlasmaVMC section measured every figure: import, clones, chain, VMs.
-    let vmc = &json["sections"][6];
+    let section = |id: &str| {
+        json["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("no section {id}"))
+    };
+    let vmc = section("plasmavmc");
     assert_eq!(vmc["rows"].as_array().unwrap().len(), 10, "{vmc}");
     for row in vmc["rows"].as_array().unwrap() {
         let v = row["basalt"]["value"].as_f64();
@@ -165,13 +173,13 @@ fn bench_storage_writes_a_complete_report() {
     // rows), 4 KiB PUT/GET by 1 and 16 clients (4), versioned against unversioned PUT (3) and
     // the LIST walk (1); through the built-in Rust client 4 KiB PUT/GET by 1 and 16 (4) and
     // versioned against unversioned PUT rounds (3).
-    let s3 = &json["sections"][5];
+    let s3 = section("s3");
     assert_eq!(s3["rows"].as_array().unwrap().len(), 25, "{s3}");
     for row in s3["rows"].as_array().unwrap() {
         let v = row["basalt"]["value"].as_f64();
         assert!(v.is_some_and(|v| v > 0.0), "S3 figure missing: {row}");
     }
-    let disk = &json["sections"][1];
+    let disk = section("disk");
     let row = &disk["rows"][0];
     for side in ["baseline", "basalt"] {
         let command = row[side]["command"].as_str().unwrap();
