@@ -77,6 +77,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 
+# A second S3 implementation (scripts/test-s3: gofakes3, the engine of `rclone serve s3`)
+# for objvols built from an endpoint other than Basalt's own gateway; built with Go from
+# the Go module proxy. Without Go that test is skipped and says so.
+GO=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
+TEST_S3_SRC="$(cd "$(dirname "$0")" && pwd)/test-s3"
+TEST_S3=/usr/local/bin/basalt-test-s3
+[ "$(id -u)" -eq 0 ] || TEST_S3="$HOME/.local/bin/basalt-test-s3"
+if [ -n "$GO" ] && { [ ! -x "$TEST_S3" ] || [ "$TEST_S3_SRC/main.go" -nt "$TEST_S3" ]; }; then
+  echo "building the test S3 server (scripts/test-s3) into $TEST_S3"
+  mkdir -p "$(dirname "$TEST_S3")"
+  (cd "$TEST_S3_SRC" && "$GO" build -o "$TEST_S3" .)
+elif [ -z "$GO" ]; then
+  echo "no Go toolchain: the objvol test against a second S3 implementation will be skipped" >&2
+fi
+
 if ! have cargo; then
   echo "cargo not found: install Rust with rustup (https://rustup.rs), then re-run" >&2
   exit 1

@@ -8,11 +8,12 @@ mod common;
 #[allow(dead_code)] // The S3 helpers are shared with the S3 suites; this uses two.
 mod s3;
 
+use basalt_objvol::mount::KernelMount;
 use common::{run, text, Cluster};
 use s3::{credentials, endpoint};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(300);
 /// Keys in the prefix with many (several directory blocks).
@@ -35,12 +36,17 @@ fn basalt_ok(cluster: &Cluster, args: &[&str]) -> String {
 
 fn fixture(cluster: &Cluster, args: &[&str]) {
     let (access, secret) = credentials(cluster.data_dir());
+    fixture_at(&endpoint(cluster), &access, &secret, args);
+}
+
+/// `fixture.py` against any S3 endpoint.
+fn fixture_at(endpoint: &str, access: &str, secret: &str, args: &[&str]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/objvol/fixture.py");
     let out = run(
         Command::new("python3")
             .arg(script)
             .args(args)
-            .env("S3_ENDPOINT", endpoint(cluster))
+            .env("S3_ENDPOINT", endpoint)
             .env("AWS_ACCESS_KEY_ID", access)
             .env("AWS_SECRET_ACCESS_KEY", secret)
             .env("AWS_CONFIG_FILE", "/dev/null")
@@ -91,115 +97,9 @@ fn sha256_hex(data: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(data))
 }
 
-/// Whether this machine can mount: root, /dev/fuse, nbdfuse.
-fn can_mount() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    root && Path::new("/dev/fuse").exists() && common::find_tool("nbdfuse").is_some()
-}
-
-/// An objvol mounted: nbdfuse serving the export as a file, a read-only loop device (direct
-/// I/O: no page-cache readahead in between) and the EROFS mount. Undone on drop.
-struct Mounted {
-    fuse_dir: PathBuf,
-    nbdfuse: Child,
-    loop_dev: String,
-    mnt: PathBuf,
-    undone: bool,
-}
-
-impl Mounted {
-    fn new(cluster: &Cluster, export: &str, dir: &Path) -> Self {
-        let fuse_dir = dir.join("fuse");
-        let mnt = dir.join("mnt");
-        std::fs::create_dir_all(&fuse_dir).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
-        let nbdfuse = Command::new("nbdfuse")
-            .stderr(Stdio::null())
-            .arg("-r")
-            .arg(&fuse_dir)
-            .arg(cluster.uri(export))
-            .spawn()
-            .expect("start nbdfuse");
-        let file = fuse_dir.join("nbd");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !file.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "nbdfuse did not serve {}",
-                file.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let out = run(
-            Command::new("losetup")
-                .args(["-r", "--direct-io=on", "-f", "--show"])
-                .arg(&file),
-            TOOL_TIMEOUT,
-        );
-        assert!(out.status.success(), "losetup: {}", text(&out));
-        let loop_dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let mut m = Mounted {
-            fuse_dir,
-            nbdfuse,
-            loop_dev,
-            mnt,
-            undone: false,
-        };
-        let out = run(
-            Command::new("mount")
-                .args(["-t", "erofs", "-o", "ro", &m.loop_dev])
-                .arg(&m.mnt),
-            TOOL_TIMEOUT,
-        );
-        if !out.status.success() {
-            m.undo();
-            panic!("mount -t erofs: {}", text(&out));
-        }
-        m
-    }
-
-    fn undo(&mut self) {
-        if std::mem::replace(&mut self.undone, true) {
-            return;
-        }
-        let quiet = |c: &mut Command| {
-            let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
-        };
-        quiet(Command::new("umount").arg(&self.mnt));
-        quiet(Command::new("losetup").args(["-d", &self.loop_dev]));
-        // The loop device lets go of the file a moment after `losetup -d`; until then the
-        // FUSE mount is busy. Bound: 50 tries of 100 ms, then a lazy unmount, so that a
-        // killed nbdfuse never leaves a dead mount behind (a later mount here would fail).
-        let unmounted = (0..50).any(|_| {
-            let ok = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.fuse_dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            ok
-        });
-        if !unmounted {
-            quiet(Command::new("fusermount3").arg("-uz").arg(&self.fuse_dir));
-        }
-        let _ = common::wait_timeout(&mut self.nbdfuse, Duration::from_secs(10));
-        let _ = self.nbdfuse.kill();
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        self.undo();
-    }
+/// An objvol's export mounted by this host's kernel (nbdfuse → loop → EROFS).
+fn mount(cluster: &Cluster, export: &str, dir: &Path) -> KernelMount {
+    KernelMount::new(&cluster.uri(export), dir).unwrap_or_else(|e| panic!("mount {export}: {e}"))
 }
 
 /// Every file under `root` with its size, by path relative to it.
@@ -234,8 +134,8 @@ fn listing(root: &Path) -> Vec<(String, u64)> {
 /// `refresh`, and keys that cannot be paths are skipped and reported.
 #[test]
 fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
-    if !can_mount() {
-        eprintln!("skipped: needs root, /dev/fuse and nbdfuse (scripts/install-test-deps.sh)");
+    if let Some(reason) = basalt_objvol::mount::unavailable_reason() {
+        eprintln!("skipped: {reason} (scripts/install-test-deps.sh installs the tools)");
         return;
     }
     let cluster = Cluster::start_with(&["--metrics-listen", "127.0.0.1:0"]);
@@ -298,17 +198,17 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
     );
 
     // Mount, walk, fsck: nothing fetched.
-    let mut m = Mounted::new(&cluster, "objvol:photos", &scratch);
-    let walked = listing(&m.mnt);
+    let m = mount(&cluster, "objvol:photos", &scratch);
+    let walked = listing(m.path());
     let mut want: Vec<(String, u64)> = objects
         .iter()
         .map(|(k, v)| (k.clone(), v["size"].as_u64().unwrap()))
         .collect();
     want.sort();
     assert_eq!(walked, want, "the tree is the bucket's keys and sizes");
-    let out = run(Command::new("ls").arg("-lR").arg(&m.mnt), TOOL_TIMEOUT);
+    let out = run(Command::new("ls").arg("-lR").arg(m.path()), TOOL_TIMEOUT);
     assert!(out.status.success());
-    let out = run(Command::new("fsck.erofs").arg(&m.loop_dev), TOOL_TIMEOUT);
+    let out = run(Command::new("fsck.erofs").arg(m.device()), TOOL_TIMEOUT);
     assert!(out.status.success(), "fsck.erofs: {}", text(&out));
     assert_eq!(
         gets(&metrics),
@@ -318,7 +218,7 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
 
     // One file: exactly its bytes.
     let one = "nested/deeper/f6.bin";
-    let data = std::fs::read(m.mnt.join(one)).unwrap();
+    let data = std::fs::read(m.path().join(one)).unwrap();
     let after = gets(&metrics);
     assert_eq!(
         after.1 - before.1,
@@ -329,7 +229,7 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
 
     // Every file.
     for (key, v) in &objects {
-        let data = std::fs::read(m.mnt.join(key)).unwrap();
+        let data = std::fs::read(m.path().join(key)).unwrap();
         assert_eq!(sha256_hex(&data), v["sha256"].as_str().unwrap(), "{key}");
     }
     let total: u64 = objects.values().map(|v| v["size"].as_u64().unwrap()).sum();
@@ -343,25 +243,24 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
     let changed = "wide/img-000007.jpg";
     fixture(&cluster, &["overwrite", "photos", changed]);
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
-    let e = std::fs::read(m.mnt.join(changed)).unwrap_err();
+    let e = std::fs::read(m.path().join(changed)).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc_eio()), "{e}");
     let other = "wide/img-000008.jpg";
     assert_eq!(
-        sha256_hex(&std::fs::read(m.mnt.join(other)).unwrap()),
+        sha256_hex(&std::fs::read(m.path().join(other)).unwrap()),
         objects[other]["sha256"].as_str().unwrap()
     );
-    m.undo();
-    drop(m);
+    m.unmount();
 
     // Refresh: the new index has the new bytes.
     let out = basalt_ok(&cluster, &["objvol", "refresh", "photos"]);
     assert!(out.contains("refreshed objvol \"photos\""), "{out}");
-    let m = Mounted::new(&cluster, "objvol:photos", &scratch);
+    let m = mount(&cluster, "objvol:photos", &scratch);
     assert_eq!(
-        std::fs::read(m.mnt.join(changed)).unwrap(),
+        std::fs::read(m.path().join(changed)).unwrap(),
         b"overwritten after the build\n"
     );
-    drop(m);
+    m.unmount();
     basalt_ok(&cluster, &["objvol", "rm", "photos"]);
     assert!(!basalt_ok(&cluster, &["objvol", "ls"]).contains("photos"));
     assert!(!common::nbd_list(&cluster.server_uri()).contains(&"objvol:photos".to_string()));
@@ -430,4 +329,140 @@ fn builds_that_cannot_list_fail_cleanly() {
     let out = basalt(&cluster, &["objvol", "info", "nothing"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
+
+/// The second S3 implementation of the tests (scripts/test-s3), serving on loopback until
+/// dropped.
+struct OtherS3 {
+    child: std::process::Child,
+    url: String,
+}
+
+impl OtherS3 {
+    /// Starts it, or says why it cannot.
+    fn start() -> Result<Self, String> {
+        let exe = common::find_tool("basalt-test-s3")
+            .or_else(|| {
+                let home = std::env::var_os("HOME")?;
+                let p = Path::new(&home).join(".local/bin/basalt-test-s3");
+                p.is_file().then_some(p)
+            })
+            .ok_or(
+                "basalt-test-s3 is not built (scripts/install-test-deps.sh builds it with Go)",
+            )?;
+        let mut child = Command::new(exe)
+            .args(["-listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("start basalt-test-s3: {e}"))?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().unwrap();
+        // Bounded: the server prints its address first; a dead one closes the pipe.
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .map(str::to_string);
+        let Some(addr) = addr else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("basalt-test-s3 printed {line:?}"));
+        };
+        Ok(OtherS3 {
+            child,
+            url: format!("http://{addr}"),
+        })
+    }
+}
+
+impl Drop for OtherS3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Goal: an objvol over a bucket of another S3 implementation than Basalt's own (gofakes3,
+/// the engine of `rclone serve s3`; MinIO is AGPL-licensed and not served to these
+/// machines) mounts, and every file reads as its object. That server ignores If-Match on
+/// GET, so an object overwritten after the build must still read as EIO, never as its new
+/// bytes: the reader checks the ETag of every answer.
+#[test]
+fn a_bucket_of_another_s3_implementation_mounts() {
+    if let Some(reason) = basalt_objvol::mount::unavailable_reason() {
+        eprintln!("skipped: {reason} (scripts/install-test-deps.sh installs the tools)");
+        return;
+    }
+    let other = match OtherS3::start() {
+        Ok(o) => o,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let cluster = Cluster::start();
+    let scratch = cluster.scratch();
+    let (access, secret) = ("AKOTHERS3", "other-secret");
+    let sums_path = scratch.join("objects.json");
+    fixture_at(
+        &other.url,
+        access,
+        secret,
+        &["put", "ext", sums_path.to_str().unwrap(), "100"],
+    );
+    let fixture_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&sums_path).unwrap()).unwrap();
+    let objects = fixture_json["objects"].as_object().unwrap().clone();
+    let keyfile = scratch.join("other-key");
+    std::fs::write(&keyfile, format!("{access}:{secret}\n")).unwrap();
+
+    let out = basalt_ok(
+        &cluster,
+        &[
+            "objvol",
+            "create",
+            "ext",
+            "--bucket",
+            "ext",
+            "--endpoint",
+            &other.url,
+            "--credentials",
+            keyfile.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains(&format!("{} files", objects.len())), "{out}");
+
+    let m = mount(&cluster, "objvol:ext", &scratch);
+    let mut want: Vec<(String, u64)> = objects
+        .iter()
+        .map(|(k, v)| (k.clone(), v["size"].as_u64().unwrap()))
+        .collect();
+    want.sort();
+    assert_eq!(
+        listing(m.path()),
+        want,
+        "the tree is the bucket's keys and sizes"
+    );
+    for (key, v) in &objects {
+        let data = std::fs::read(m.path().join(key)).unwrap();
+        assert_eq!(sha256_hex(&data), v["sha256"].as_str().unwrap(), "{key}");
+    }
+
+    // Overwritten after the build by as many other bytes: the server answers them whatever
+    // If-Match says; the reader refuses them.
+    let changed = "wide/img-000007.jpg";
+    let size = objects[changed]["size"].as_u64().unwrap().to_string();
+    fixture_at(
+        &other.url,
+        access,
+        secret,
+        &["overwrite", "ext", changed, &size],
+    );
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let e = std::fs::read(m.path().join(changed)).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc_eio()), "{e}");
+    m.unmount();
+    basalt_ok(&cluster, &["objvol", "rm", "ext"]);
 }

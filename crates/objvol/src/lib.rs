@@ -7,13 +7,15 @@
 //! data is a virtual region described by the extents the writer hands out) · [`extents`]
 //! the map from data blocks to objects · [`reader`] the device's bytes (index, objects,
 //! zeros), with [`readahead`] (sequential streams) and [`cache`] (what was fetched ahead)
-//! · [`s3`] an S3 endpoint as lister and object source.
+//! · [`s3`] an S3 endpoint as lister and object source · [`mount`] the
+//! kernel mount through nbdfuse and a loop device (bench and tests).
 
 pub mod build;
 pub mod cache;
 pub mod catalog;
 pub mod erofs;
 pub mod extents;
+pub mod mount;
 pub mod readahead;
 pub mod reader;
 pub mod s3;

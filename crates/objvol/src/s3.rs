@@ -205,7 +205,24 @@ impl ObjectSource for S3Source {
             .await
             .map_err(|e| SourceError::Failed(format!("GET {path}: {e}")))?;
         let outcome = match status {
-            200 | 206 => Ok(Bytes::from(conn.take_body())),
+            200 | 206 => {
+                let (answer_etag, content_range) = (
+                    conn.header("etag").map(str::to_string),
+                    conn.header("content-range").map(str::to_string),
+                );
+                piece(
+                    key_text,
+                    Answer {
+                        status,
+                        etag: answer_etag.as_deref(),
+                        content_range: content_range.as_deref(),
+                        body: conn.take_body(),
+                    },
+                    etag,
+                    start,
+                    end,
+                )
+            }
             412 | 404 => Err(SourceError::Changed {
                 key: key_text.to_string(),
                 detail: format!("GET with If-Match {etag} answered {status}"),
@@ -220,9 +237,119 @@ impl ObjectSource for S3Source {
     }
 }
 
+/// What a ranged GET was answered, as far as [`piece`] checks it.
+struct Answer<'a> {
+    status: u16,
+    etag: Option<&'a str>,
+    content_range: Option<&'a str>,
+    body: Vec<u8>,
+}
+
+/// The bytes `start..end` of `key` from a GET's answer, checked so that no endpoint's
+/// shortcut becomes wrong data: an answer carrying another ETag (an endpoint that ignored
+/// If-Match) is [`SourceError::Changed`]; a 200 is the whole object (an endpoint that
+/// ignored Range) and is cut to the range; a 206 must cover exactly the range asked.
+fn piece(
+    key: &str,
+    answer: Answer<'_>,
+    etag: &str,
+    start: u64,
+    end: u64,
+) -> Result<Bytes, SourceError> {
+    let bare = |e: &str| {
+        e.trim()
+            .trim_start_matches("W/")
+            .trim_matches('"')
+            .to_ascii_lowercase()
+    };
+    if let Some(got) = answer.etag {
+        if bare(got) != bare(etag) {
+            return Err(SourceError::Changed {
+                key: key.to_string(),
+                detail: format!("GET with If-Match {etag} answered ETag {got}"),
+            });
+        }
+    }
+    let fail = |what: String| Err(SourceError::Failed(format!("GET {key}: {what}")));
+    let mut body = answer.body;
+    let len = body.len() as u64;
+    if answer.status == 200 {
+        if len < end {
+            return fail(format!(
+                "answered the whole object, {len} bytes, short of the range end {end}"
+            ));
+        }
+        body.truncate(end as usize);
+        return Ok(Bytes::from(body).slice(start as usize..));
+    }
+    let asked = (start, end - 1);
+    let covered = answer
+        .content_range
+        .and_then(|r| r.trim().strip_prefix("bytes "))
+        .and_then(|r| r.split_once('/'))
+        .and_then(|(span, _)| span.split_once('-'))
+        .and_then(|(a, b)| Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)));
+    if covered != Some(asked) || len != end - start {
+        return fail(format!(
+            "asked bytes {start}-{}, answered {} with {len} bytes",
+            end - 1,
+            answer.content_range.unwrap_or("no Content-Range")
+        ));
+    }
+    Ok(Bytes::from(body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer<'a>(
+        status: u16,
+        etag: Option<&'a str>,
+        content_range: Option<&'a str>,
+        body: &[u8],
+    ) -> Answer<'a> {
+        Answer {
+            status,
+            etag,
+            content_range,
+            body: body.to_vec(),
+        }
+    }
+
+    /// Goal: whatever an endpoint answers a ranged GET, the reader gets the range's bytes
+    /// of the version it built from, or an error — never other bytes.
+    #[test]
+    fn answers_are_checked_against_the_range_and_version() {
+        let etag = "\"0123abcd\"";
+        let ok = |a| piece("k", a, etag, 2, 5).map(|b| b.to_vec());
+        // A proper 206, with the ETag quoted, bare, weak or in capitals.
+        for e in [Some(etag), Some("0123abcd"), Some("W/\"0123ABCD\""), None] {
+            assert_eq!(
+                ok(answer(206, e, Some("bytes 2-4/10"), b"cde")).unwrap(),
+                b"cde"
+            );
+        }
+        // Range ignored: the whole object, cut.
+        assert_eq!(
+            ok(answer(200, Some(etag), None, b"abcdefghij")).unwrap(),
+            b"cde"
+        );
+        // If-Match ignored: another version is a change, never its bytes.
+        assert!(matches!(
+            ok(answer(206, Some("\"ffff\""), Some("bytes 2-4/10"), b"xyz")),
+            Err(SourceError::Changed { .. })
+        ));
+        // Short or misplaced answers are failures.
+        for bad in [
+            answer(206, Some(etag), Some("bytes 0-2/10"), b"abc"),
+            answer(206, Some(etag), Some("bytes 2-4/10"), b"cd"),
+            answer(206, Some(etag), None, b"cde"),
+            answer(200, Some(etag), None, b"abcd"),
+        ] {
+            assert!(matches!(ok(bad), Err(SourceError::Failed(_))));
+        }
+    }
 
     /// Goal: the two credentials formats read; anything else is refused.
     #[test]

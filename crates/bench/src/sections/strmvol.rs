@@ -2,7 +2,9 @@
 //! of 100,000 objects (1,000,000 with `BASALT_BENCH_STRMVOL_1M=1`), its time and peak RSS
 //! against strmvol's published figures; concurrent random whole-file reads of small objects
 //! through the NBD export; one stream reading a large object through the export against a
-//! direct GET of it.
+//! direct GET of it. Each index's objvol is then mounted by this host's kernel (nbdfuse,
+//! loop, EROFS) and walked: every file stat'ed, a sample read back (root and nbdfuse needed;
+//! otherwise a note says why those rows are missing).
 //!
 //! The buckets are filled by the lean Rust S3 client before any clock. The index build runs
 //! in this process (the library `basalt objvol create` runs), so its peak RSS is this
@@ -314,6 +316,65 @@ fn objvol_create(control: &str, name: &str, bucket: &str) -> anyhow::Result<f64>
         bail!("basalt objvol create {name}: {}", err.trim());
     }
     Ok(seconds)
+}
+
+/// Files of an index bucket read back (and compared) after the walk of its mount.
+const WALK_SAMPLE: u64 = 64;
+
+/// What a walk of a mounted objvol saw.
+struct Walk {
+    /// Mount, walk and sample reads.
+    seconds: f64,
+    /// The walk alone.
+    walk_seconds: f64,
+    files: u64,
+}
+
+/// Mounts the objvol at `uri` with the kernel's EROFS, stats every file (there must be `n`
+/// of `body_bytes` each), reads [`WALK_SAMPLE`] of them back against what was PUT, unmounts.
+fn mount_and_walk(
+    uri: &str,
+    dir: &std::path::Path,
+    n: u64,
+    body_bytes: usize,
+) -> anyhow::Result<Walk> {
+    let started = Instant::now();
+    let mount = basalt_objvol::mount::KernelMount::new(uri, dir)?;
+    let root = mount.path().to_path_buf();
+    let walk_started = Instant::now();
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut todo = vec![root.clone()];
+    // Bound: a finite read-only tree.
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("read {}", d.display()))? {
+            let e = e?;
+            let meta = std::fs::symlink_metadata(e.path())?;
+            if meta.is_dir() {
+                todo.push(e.path());
+            } else {
+                files += 1;
+                bytes += meta.len();
+            }
+        }
+    }
+    let walk_seconds = walk_started.elapsed().as_secs_f64();
+    if files != n || bytes != n * body_bytes as u64 {
+        bail!("the mount holds {files} files of {bytes} B, not {n} of {body_bytes} B");
+    }
+    for k in 0..WALK_SAMPLE.min(n) {
+        let i = k * n / WALK_SAMPLE.min(n);
+        let path = root.join(index_key(i, n));
+        let data = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        if data != pattern(i, body_bytes) {
+            bail!("{} does not hold what was PUT", path.display());
+        }
+    }
+    mount.unmount();
+    Ok(Walk {
+        seconds: started.elapsed().as_secs_f64(),
+        walk_seconds,
+        files,
+    })
 }
 
 /// What the readers of one row did.
@@ -652,6 +713,7 @@ impl Section for StrmvolSection {
                 figure(get(|b| b.files as f64 / b.listing_seconds), &command),
             ));
             let create = objvol_create(&control, &bucket, &bucket);
+            let created = create.is_ok();
             report.rows.push(row(
                 format!("create_{n}_s"),
                 format!("`basalt objvol create` (list, build, store), {label}"),
@@ -662,6 +724,45 @@ impl Section for StrmvolSection {
                     create,
                     &format!("basalt objvol create {bucket} --bucket {bucket}"),
                 ),
+            ));
+            if !created {
+                continue;
+            }
+            if let Some(reason) = basalt_objvol::mount::unavailable_reason() {
+                report.notes.push(format!(
+                    "{n} objects: the mount rows were not measured ({reason})."
+                ));
+                continue;
+            }
+            let uri = format!("nbd://{nbd_addr}/objvol:{bucket}");
+            let walk = mount_and_walk(&uri, &tmp.join(format!("mount-{n}")), n, body_bytes);
+            if let Err(e) = &walk {
+                ctx.progress.note(&format!("failed: {e:#}"));
+            }
+            let command = format!(
+                "mount {uri} (nbdfuse, loop, mount -t erofs), then stat every file and read \
+                 {WALK_SAMPLE} of them"
+            );
+            let seconds = |w: &Walk| w.seconds;
+            let get = |f: fn(&Walk) -> f64| match &walk {
+                Ok(w) => Ok(f(w)),
+                Err(e) => Err(anyhow::anyhow!("{e:#}")),
+            };
+            report.rows.push(row(
+                format!("mount_{n}_walk_s"),
+                format!("mount and walk every file of the objvol, {label}"),
+                "s",
+                false,
+                None,
+                figure(get(seconds), &command),
+            ));
+            report.rows.push(row(
+                format!("mount_{n}_files_s"),
+                format!("files stat'ed per second in that walk, {label}"),
+                "files/s",
+                true,
+                None,
+                figure(get(|w| w.files as f64 / w.walk_seconds), &command),
             ));
         }
 

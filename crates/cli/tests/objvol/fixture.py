@@ -1,7 +1,7 @@
 """Objects for the objvol tests, written with boto3 to a Basalt S3 gateway.
 
 Usage: fixture.py put BUCKET OUT.json WIDE   (the bucket, its objects, their sha256 in OUT)
-       fixture.py overwrite BUCKET KEY        (new bytes under KEY)
+       fixture.py overwrite BUCKET KEY [SIZE] (new bytes under KEY; SIZE of them if given)
 Environment: S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.
 """
 
@@ -56,7 +56,10 @@ if mode == "put":
     print(f"PUT {len(objects) + len(skipped)} objects")
 elif mode == "overwrite":
     key = sys.argv[3]
-    s3.put_object(Bucket=bucket, Key=key, Body=b"overwritten after the build\n")
+    data = b"overwritten after the build\n"
+    if len(sys.argv) > 4:
+        data = body("overwritten", int(sys.argv[4]))
+    s3.put_object(Bucket=bucket, Key=key, Body=data)
     print("OVERWRITTEN")
 else:
     sys.exit(f"unknown mode {mode}")
