@@ -36,6 +36,8 @@ pub struct ClusterConfig {
     pub volume_size: String,
     /// Whether the S3 gateway runs (on an ephemeral port).
     pub s3: bool,
+    /// Whether the NVMe/TCP target runs (on an ephemeral port).
+    pub nvmf: bool,
 }
 
 /// A running `basalt up`; SIGTERM then SIGKILL on drop.
@@ -49,6 +51,8 @@ pub struct Cluster {
     s3: Option<crate::under_test::S3Endpoint>,
     /// The control socket (its path, from the banner).
     control: Option<String>,
+    /// The NVMe/TCP target's address, from the banner.
+    nvmf: Option<std::net::SocketAddr>,
 }
 
 impl Cluster {
@@ -74,6 +78,11 @@ impl Cluster {
             .arg(data_dir)
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--s3-listen", if config.s3 { "127.0.0.1:0" } else { "off" }])
+            .args(if config.nvmf {
+                &["--nvmf-listen", "127.0.0.1:0"][..]
+            } else {
+                &[]
+            })
             .args(["--default-volume", "bench"])
             .args(["--default-volume-size", &config.volume_size])
             .args(["--osds", &config.osds.to_string()])
@@ -97,6 +106,7 @@ impl Cluster {
             banner: None,
             s3: None,
             control: None,
+            nvmf: None,
         };
         let mut s3_url = None;
         let (tx, rx) = mpsc::channel();
@@ -121,6 +131,9 @@ impl Cluster {
                     }
                     if let Some(rest) = t.strip_prefix("Control API:") {
                         cluster.control = rest.split_whitespace().next().map(String::from);
+                    }
+                    if let Some(rest) = t.strip_prefix("NVMe/TCP:") {
+                        cluster.nvmf = rest.split_whitespace().next().and_then(|a| a.parse().ok());
                     }
                     if let Some(rest) = t.strip_prefix("S3:") {
                         s3_url = rest.split_whitespace().next().map(String::from);
@@ -207,5 +220,9 @@ impl crate::under_test::UnderTest for Cluster {
 
     fn control(&self) -> Option<String> {
         self.control.clone()
+    }
+
+    fn nvmf(&self) -> Option<std::net::SocketAddr> {
+        self.nvmf
     }
 }

@@ -13,6 +13,32 @@ pub fn tcg_command() -> Command {
     cmd
 }
 
+/// QEMU booting the NVMe/TCP guest of `guest_dir` (its `nvmf-initrd.cpio`, whose /init is
+/// scripts/guest-nvmf-init.sh) with `params` on the kernel command line, user networking
+/// (the host is 10.0.2.2) and the guest image as a throw-away /dev/vda (fio runs from it).
+/// The caller sets stdio and bounds the run.
+pub fn nvmf_command(guest_dir: &Path, params: &str) -> Command {
+    let mut cmd = tcg_command();
+    cmd.arg("-kernel")
+        .arg(guest_dir.join("vmlinux"))
+        .arg("-initrd")
+        .arg(guest_dir.join("nvmf-initrd.cpio"))
+        .arg("-append")
+        .arg(format!("console=ttyS0 quiet panic=-1 {params}"))
+        .args([
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            "virtio-net-pci,netdev=n0,romfile=",
+        ])
+        .arg("-drive")
+        .arg(format!(
+            "file={},format=qcow2,if=virtio,snapshot=on",
+            guest_dir.join("disk.qcow2").display()
+        ));
+    cmd
+}
+
 /// QEMU (TCG: the KVM of these machines cannot run a stock kernel) booting the guest in
 /// `guest_dir` from the NBD export `uri` as its virtio disk. The guest writes `name` as its
 /// own data and runs fio for `fio_s` seconds per direction (0: none), then powers off; its

@@ -260,6 +260,7 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         osd_size: "4G".into(),
         volume_size: format_size(opts.size_bytes),
         s3: false,
+        nvmf: false,
     };
     let basalt = Cluster::start(
         &scratch.join("basalt"),

@@ -23,7 +23,7 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 8] = [
+pub const SECTION_IDS: [&str; 9] = [
     "network",
     "disk",
     "torus",
@@ -32,6 +32,7 @@ pub const SECTION_IDS: [&str; 8] = [
     "s3",
     crate::sections::strmvol::ID,
     crate::sections::plasmavmc::ID,
+    crate::sections::nvmf::ID,
 ];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
 /// once before they run).
@@ -183,6 +184,7 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         osd_size: format_size(osd_bytes),
         volume_size: format_size(settings.size_bytes),
         s3: true,
+        nvmf: opts.runs(crate::sections::nvmf::ID),
     };
     let disk_direct = environment::supports_direct_io(&work);
     let info = existing.map(|e| e.info());
@@ -213,6 +215,19 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
                 128 << 20
             } else {
                 512 << 20
+            },
+            guest_dir: opts
+                .guest_dir
+                .clone()
+                .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir),
+        }),
+        Box::new(crate::sections::nvmf::NvmfSection {
+            fio_s: if opts.smoke {
+                1
+            } else if opts.quick {
+                3
+            } else {
+                10
             },
             guest_dir: opts
                 .guest_dir
@@ -475,7 +490,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
-             scaling, s3, strmvol, plasmavmc"
+             scaling, s3, strmvol, plasmavmc, nvmf"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

@@ -29,6 +29,11 @@ pub trait UnderTest {
     fn s3(&self) -> Option<S3Endpoint> {
         None
     }
+
+    /// The NVMe/TCP target serving the cluster's volumes, if there is one.
+    fn nvmf(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
 }
 
 /// An S3 endpoint and the key to use it with.

@@ -148,7 +148,8 @@ fn bench_storage_writes_a_complete_report() {
             "scaling",
             "s3",
             "strmvol",
-            "plasmavmc"
+            "plasmavmc",
+            "nvmf"
         ]
     );
     // The PlasmaVMC section measured every figure: import, clones, chain, VMs.
@@ -168,6 +169,15 @@ fn bench_storage_writes_a_complete_report() {
             v.is_some_and(|v| v > 0.0),
             "PlasmaVMC figure missing: {row}"
         );
+    }
+    // The NVMe/TCP section measured both protocols from the guest, writes and reads.
+    let nvmf = section("nvmf");
+    assert_eq!(nvmf["rows"].as_array().unwrap().len(), 2, "{nvmf}");
+    for row in nvmf["rows"].as_array().unwrap() {
+        for side in ["basalt", "baseline"] {
+            let v = row[side]["value"].as_f64();
+            assert!(v.is_some_and(|v| v > 0.0), "NVMe/TCP figure missing: {row}");
+        }
     }
     // The S3 section measured every figure: through boto3 the LightningStor profile (10
     // rows), 4 KiB PUT/GET by 1 and 16 clients (4), versioned against unversioned PUT (3) and

@@ -47,24 +47,7 @@ fn nvmf_addr(cluster: &Cluster) -> SocketAddr {
 /// snapshot: fio runs from it).
 fn boot_nvmf_guest(guest: &Path, params: &str, console: &Path) -> Child {
     require_tool("qemu-system-x86_64", "qemu-system-x86");
-    basalt_bench::guest::tcg_command()
-        .arg("-kernel")
-        .arg(guest.join("vmlinux"))
-        .arg("-initrd")
-        .arg(guest.join("nvmf-initrd.cpio"))
-        .arg("-append")
-        .arg(format!("console=ttyS0 quiet panic=-1 {params}"))
-        .args([
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0,romfile=",
-        ])
-        .arg("-drive")
-        .arg(format!(
-            "file={},format=qcow2,if=virtio,snapshot=on",
-            guest.join("disk.qcow2").display()
-        ))
+    basalt_bench::guest::nvmf_command(guest, params)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(console).expect("console file"))
         .stderr(Stdio::null())

@@ -466,3 +466,93 @@ fn a_bucket_of_another_s3_implementation_mounts() {
     m.unmount();
     basalt_ok(&cluster, &["objvol", "rm", "ext"]);
 }
+
+/// Goal (behind `BASALT_LARGE_OBJVOL=1`: minutes and ~16 GB of disk): a bucket with 100,000
+/// keys in one prefix and an object past 4 GiB (an extended inode, offsets over 32 bits)
+/// mounts; fsck.erofs passes; the walk finds every key; the large file reads back whole as
+/// its object (sha256) and a sample of the small ones too. Run it with
+/// `BASALT_LARGE_OBJVOL=1 cargo test --release -p basalt-cli --test objvol large`.
+#[test]
+fn a_large_bucket_mounts() {
+    if std::env::var("BASALT_LARGE_OBJVOL").as_deref() != Ok("1") {
+        eprintln!("skipped: set BASALT_LARGE_OBJVOL=1 (minutes, ~16 GB of disk)");
+        return;
+    }
+    if let Some(reason) = basalt_objvol::mount::unavailable_reason() {
+        eprintln!("skipped: {reason} (scripts/install-test-deps.sh installs the tools)");
+        return;
+    }
+    let keys: usize = std::env::var("BASALT_LARGE_OBJVOL_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let cluster = Cluster::start_with(&["--replicas", "1", "--osd-size", "24G"]);
+    let scratch = cluster.scratch();
+    let sums_path = scratch.join("large.json");
+    let started = std::time::Instant::now();
+    fixture(
+        &cluster,
+        &[
+            "large",
+            "large",
+            sums_path.to_str().unwrap(),
+            &keys.to_string(),
+            "4.5",
+        ],
+    );
+    eprintln!("filled in {:.0?}", started.elapsed());
+    let sums: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&sums_path).unwrap()).unwrap();
+    let started = std::time::Instant::now();
+    let out = basalt_ok(&cluster, &["objvol", "create", "big", "--bucket", "large"]);
+    eprintln!("built in {:.1?}: {}", started.elapsed(), out.trim());
+    assert!(out.contains(&format!("{} files", keys + 1)), "{out}");
+
+    let m = mount(&cluster, "objvol:big", &scratch);
+    let out = run(Command::new("fsck.erofs").arg(m.device()), TOOL_TIMEOUT);
+    assert!(out.status.success(), "fsck.erofs: {}", text(&out));
+    let started = std::time::Instant::now();
+    let flat: Vec<_> = std::fs::read_dir(m.path().join("flat"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(flat.len(), keys);
+    eprintln!(
+        "listed {} keys of one directory in {:.1?}",
+        flat.len(),
+        started.elapsed()
+    );
+    for (key, sha) in sums["sample"].as_object().unwrap() {
+        let data = std::fs::read(m.path().join(key)).unwrap();
+        assert_eq!(&sha256_hex(&data), sha.as_str().unwrap(), "{key}");
+    }
+    let large = &sums["large"];
+    let path = m.path().join(large["key"].as_str().unwrap());
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        large["size"].as_u64().unwrap()
+    );
+    let started = std::time::Instant::now();
+    let mut file = std::fs::File::open(&path).unwrap();
+    let mut sha = <sha2::Sha256 as sha2::Digest>::new();
+    let mut buf = vec![0u8; 4 << 20];
+    // Bounded: the file's size.
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        sha2::Digest::update(&mut sha, &buf[..n]);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(
+        hex::encode(sha2::Digest::finalize(sha)),
+        large["sha256"].as_str().unwrap()
+    );
+    eprintln!(
+        "read the {} B object through the mount at {:.0} MiB/s",
+        large["size"],
+        large["size"].as_f64().unwrap() / seconds / (1 << 20) as f64
+    );
+    m.unmount();
+}

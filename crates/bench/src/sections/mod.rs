@@ -3,6 +3,7 @@
 //! never an aborted run.
 
 pub mod network;
+pub mod nvmf;
 pub mod plasmavmc;
 pub mod profiles;
 pub mod s3;

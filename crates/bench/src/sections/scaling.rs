@@ -340,6 +340,7 @@ impl ScalingSection {
             replicas,
             ec,
             volume_size: format_size(self.plan.size_bytes),
+            nvmf: false,
             ..self.base.clone()
         };
         let figures = match Cluster::start(&data_dir, &log, &config) {

@@ -2,6 +2,8 @@
 
 Usage: fixture.py put BUCKET OUT.json WIDE   (the bucket, its objects, their sha256 in OUT)
        fixture.py overwrite BUCKET KEY [SIZE] (new bytes under KEY; SIZE of them if given)
+       fixture.py large BUCKET OUT.json N GIB  (N small keys in one prefix and one object of
+                                                GIB GiB; sha256 of a sample and of the large)
 Environment: S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.
 """
 
@@ -61,5 +63,52 @@ elif mode == "overwrite":
         data = body("overwritten", int(sys.argv[4]))
     s3.put_object(Bucket=bucket, Key=key, Body=data)
     print("OVERWRITTEN")
+elif mode == "large":
+    import concurrent.futures
+    import io
+
+    out, n, gib = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    s3.create_bucket(Bucket=bucket)
+
+    def put_flat(i):
+        s3.put_object(Bucket=bucket, Key=f"flat/k-{i:07d}", Body=body(i, 64))
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        for done, _ in enumerate(pool.map(put_flat, range(n))):
+            if done % 20000 == 0:
+                print(f"{done} of {n} small objects", flush=True)
+    sample = {f"flat/k-{i:07d}": hashlib.sha256(body(i, 64)).hexdigest() for i in range(0, n, max(1, n // 100))}
+
+    class Pattern(io.RawIOBase):
+        """`size` bytes of a repeating 1 MiB pattern, hashed as they are read."""
+
+        def __init__(self, size):
+            self.left, self.pos, self.sha = size, 0, hashlib.sha256()
+            self.block = body("large", 1 << 20)
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            k = min(len(b), self.left, len(self.block) - self.pos % len(self.block))
+            chunk = self.block[self.pos % len(self.block):][:k]
+            b[:k] = chunk
+            self.sha.update(chunk)
+            self.left -= k
+            self.pos += k
+            return k
+
+    size = int(gib * (1 << 30))
+    src = Pattern(size)
+    from boto3.s3.transfer import TransferConfig
+
+    s3.upload_fileobj(
+        io.BufferedReader(src, 8 << 20),
+        bucket,
+        "big/blob.bin",
+        Config=TransferConfig(multipart_chunksize=64 << 20, max_concurrency=4),
+    )
+    json.dump({"sample": sample, "large": {"key": "big/blob.bin", "size": size, "sha256": src.sha.hexdigest()}}, open(out, "w"))
+    print(f"PUT {n} small objects and {size} bytes")
 else:
     sys.exit(f"unknown mode {mode}")
