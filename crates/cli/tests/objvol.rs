@@ -266,13 +266,54 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
     assert!(!common::nbd_list(&cluster.server_uri()).contains(&"objvol:photos".to_string()));
 }
 
+/// An endpoint that answers the first listing request with a page of 1,000 keys and more
+/// to come, then goes away (its port closed): an endpoint lost in the middle of a build.
+fn vanishing_endpoint() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else {
+            return;
+        };
+        drop(listener);
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut line = String::new();
+        // Bounded: the request's header lines, then the blank line.
+        while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+            line.clear();
+        }
+        let mut xml = String::from(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult>\
+             <Name>b</Name><IsTruncated>true</IsTruncated>\
+             <NextContinuationToken>more</NextContinuationToken><EncodingType>url</EncodingType>",
+        );
+        for i in 0..1000 {
+            xml.push_str(&format!(
+                "<Contents><Key>k-{i:04}</Key><Size>1</Size><ETag>\"e\"</ETag>\
+                 <LastModified>2026-11-26T00:00:00.000Z</LastModified></Contents>"
+            ));
+        }
+        xml.push_str("</ListBucketResult>");
+        let mut stream = stream;
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{xml}",
+            xml.len()
+        );
+    });
+    format!("http://{addr}")
+}
+
 /// EIO, as the kernel reports it.
 fn libc_eio() -> i32 {
     5
 }
 
 /// Goal: a build that cannot list — no such bucket, a wrong key, an endpoint that does not
-/// answer, a malformed endpoint — fails with a clear error and leaves no objvol behind.
+/// answer or goes away after the first page, a malformed endpoint — fails with a clear
+/// error and leaves no objvol behind.
 #[test]
 fn builds_that_cannot_list_fail_cleanly() {
     let cluster = Cluster::start();
@@ -284,6 +325,7 @@ fn builds_that_cannot_list_fail_cleanly() {
         &cluster,
         &["put", "real", scratch.join("o.json").to_str().unwrap(), "3"],
     );
+    let vanishing = vanishing_endpoint();
     for (args, needle) in [
         (vec!["--bucket", "no-such-bucket"], "NoSuchBucket"),
         (
@@ -315,6 +357,17 @@ fn builds_that_cannot_list_fail_cleanly() {
         (
             vec!["--bucket", "real", "--credentials", "/no/such/file"],
             "/no/such/file",
+        ),
+        (
+            vec![
+                "--bucket",
+                "b",
+                "--endpoint",
+                &vanishing,
+                "--credentials",
+                wrong,
+            ],
+            "connect",
         ),
     ] {
         let mut all = vec!["objvol", "create", "v"];

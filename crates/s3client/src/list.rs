@@ -101,7 +101,7 @@ fn url_decode(s: &str) -> Result<String> {
             }
         }
     }
-    String::from_utf8(out).context("a listed name is not UTF-8")
+    String::from_utf8(out).with_context(|| format!("the listed name {s:?} is not UTF-8"))
 }
 
 /// Parse a ListBucketResult (version 2, URL-encoded names).
@@ -215,5 +215,8 @@ mod tests {
             parse(b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>").is_err()
         );
         assert!(url_decode("bad%2").is_err());
+        // S3 keys are UTF-8; a listing naming another is refused, naming the key.
+        let e = url_decode("photos/%FF.jpg").unwrap_err();
+        assert!(format!("{e:#}").contains("\"photos/%FF.jpg\" is not UTF-8"), "{e:#}");
     }
 }
