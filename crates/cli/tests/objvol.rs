@@ -16,6 +16,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest fill of the large bucket (100,000 PUTs by boto3 and a multi-GB upload).
+const LARGE_FIXTURE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Keys in the prefix with many (several directory blocks).
 const WIDE_KEYS: usize = 1500;
 
@@ -51,7 +53,11 @@ fn fixture_at(endpoint: &str, access: &str, secret: &str, args: &[&str]) {
             .env("AWS_SECRET_ACCESS_KEY", secret)
             .env("AWS_CONFIG_FILE", "/dev/null")
             .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        TOOL_TIMEOUT,
+        if args.first() == Some(&"large") {
+            LARGE_FIXTURE_TIMEOUT
+        } else {
+            TOOL_TIMEOUT
+        },
     );
     assert!(out.status.success(), "fixture.py {args:?}:\n{}", text(&out));
 }
