@@ -400,8 +400,8 @@ fn render_assessment(s: &mut String, r: &Results) {
         let median = sorted[sorted.len() / 2];
         let _ = writeln!(
             s,
-            "Over the {} throughput and IOPS figures, Basalt's median is {median:.0}% of the \
-             local disk's (from {:.0}% to {:.0}%).\n",
+            "Over the {} throughput and IOPS figures, Basalt's median is {median:.0}% of its \
+             row's baseline (from {:.0}% to {:.0}%).\n",
             sorted.len(),
             sorted[0],
             sorted[sorted.len() - 1]
