@@ -46,16 +46,9 @@ pub enum ImageCommand {
         size: Option<String>,
     },
     /// List images.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one image.
-    Info {
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Info { name: String },
     /// Remove an image and its data; refused while volumes are clones of it. Also removes
     /// an import that failed or was interrupted.
     Rm { name: String },
@@ -351,7 +344,8 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
             format,
             size,
         } => import(&target, file, name, format, size).await?,
-        ImageCommand::Ls { json } => {
+        ImageCommand::Ls => {
+            let json = target.json;
             let resp = target.call(Request::ImageLs).await?;
             let images = resp.images.unwrap_or_default();
             let bytes = resp.image_bytes.unwrap_or_default();
@@ -383,7 +377,8 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        ImageCommand::Info { name, json } => {
+        ImageCommand::Info { name } => {
+            let json = target.json;
             let resp = target.call(Request::ImageInfo { name }).await?;
             let image = resp.image.context("image_info returns the image")?;
             crate::volume_cmd::print_json_or(json, &image, print_image)?;

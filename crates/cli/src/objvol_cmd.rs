@@ -51,16 +51,9 @@ pub enum ObjvolCommand {
         credentials: Option<String>,
     },
     /// List objvols.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one objvol, with the keys its build skipped.
-    Info {
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Info { name: String },
     /// Rebuild an objvol's index from its bucket as it is now (new, changed and removed
     /// objects). Clients connected to the old index get I/O errors and reconnect.
     Refresh { name: String },
@@ -244,7 +237,8 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
             );
             print_skipped(&o);
         }
-        ObjvolCommand::Ls { json } => {
+        ObjvolCommand::Ls => {
+            let json = target.json;
             let resp = target.call(Request::ObjvolLs).await?;
             let all = resp.objvols.unwrap_or_default();
             if json {
@@ -268,7 +262,8 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        ObjvolCommand::Info { name, json } => {
+        ObjvolCommand::Info { name } => {
+            let json = target.json;
             let resp = target.call(Request::ObjvolInfo { name }).await?;
             let o = resp.objvol.context("objvol_info returns the objvol")?;
             print_json_or(json, &o, print_info)?;

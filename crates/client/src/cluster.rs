@@ -135,6 +135,11 @@ impl Cluster {
         self.map.borrow().clone()
     }
 
+    /// A receiver of the maps this client routes with (to wait for a change to show).
+    pub fn map_watch(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.map.clone()
+    }
+
     /// The live connection to `osd`, opening one if needed.
     pub async fn connection(&self, osd: OsdId) -> Result<Arc<Connection>, ClientError> {
         // Keep the map alive instead of cloning the address: this runs once per request.

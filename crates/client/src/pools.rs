@@ -4,6 +4,10 @@
 use crate::error::ClientError;
 use basalt_meta::schema::{pool_key, PoolRecord, NEXT_POOL_ID_KEY};
 use basalt_meta::MetaStore;
+use basalt_placement::{ClusterMap, PoolSpec};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// Most replicas a pool may ask for.
 pub const POOL_SIZE_MAX: u32 = 16;
@@ -144,6 +148,27 @@ pub async fn create_pool(
         return Err(exists());
     }
     Ok(record)
+}
+
+/// Wait until pool `name` is in the map on `maps` (the monitor adds a new pool record to the
+/// next map it publishes; until then volumes cannot be made in it), for at most `timeout`.
+pub async fn wait_for_pool(
+    maps: &mut watch::Receiver<Arc<ClusterMap>>,
+    name: &str,
+    timeout: Duration,
+) -> Result<PoolSpec, ClientError> {
+    let what = format!("pool \"{name}\" is in the cluster map");
+    let map = crate::mapwatch::wait_for_map(maps, &what, timeout, |m| {
+        m.pools.values().any(|p| p.name == name)
+    })
+    .await?;
+    let pool = map.pools.values().find(|p| p.name == name);
+    Ok(pool.expect("the awaited pool is in the map").clone())
+}
+
+/// Whether pool `name` has a record in the metadata (it may not be in the map yet).
+pub async fn pool_recorded(meta: &dyn MetaStore, name: &str) -> Result<bool, ClientError> {
+    Ok(meta.get(&pool_key(name)).await?.is_some())
 }
 
 #[cfg(test)]

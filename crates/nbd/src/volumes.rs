@@ -209,7 +209,11 @@ impl Exports for VolumeExports {
             };
             return match opened {
                 Ok(v) => Ok(Some(Arc::new(VolumeDevice(v, None)))),
-                Err(ClientError::ReadOnly { .. } | ClientError::Invalid { .. }) => Ok(None),
+                Err(
+                    ClientError::ReadOnly { .. }
+                    | ClientError::Invalid { .. }
+                    | ClientError::NoSuchImage { .. },
+                ) => Ok(None),
                 Err(e) => Err(device_error(e)),
             };
         }
