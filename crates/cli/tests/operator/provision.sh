@@ -18,7 +18,8 @@ vol=ops-vol$$
 "$basalt" pool create "$pool" --size 2 --pgs 8 --failure-domain "${FAILURE_DOMAIN:-host}"
 "$basalt" volume create "$vol" --size 64M --pool "$pool"
 
-out=$(qemu-io -f raw -c "write -P 0x5a 0 1M" -c "write -P 0xa5 63M 1M" "$NBD_BASE/$vol")
+out=$(qemu-io -f raw -c "write -P 0x5a 0 1M" -c "write -P 0xa5 63M 1M" "$NBD_BASE/$vol" 2>&1) \
+    || { echo "$out" >&2; exit 1; }
 echo "$out"
 case "$out" in *"wrote 1048576/1048576"*) ;; *) echo "qemu-io did not write" >&2; exit 1 ;; esac
 
@@ -26,7 +27,7 @@ case "$out" in *"wrote 1048576/1048576"*) ;; *) echo "qemu-io did not write" >&2
 
 # A new connection sees the new size and the data written before it.
 out=$(qemu-io -f raw -c "read -P 0x5a 0 1M" -c "read -P 0xa5 63M 1M" -c "read -P 0 64M 1M" \
-    -c "length" "$NBD_BASE/$vol")
+    -c "length" "$NBD_BASE/$vol" 2>&1) || { echo "$out" >&2; exit 1; }
 echo "$out"
 case "$out" in *"failed"* | *"rror"*) echo "qemu-io read back wrong data" >&2; exit 1 ;; esac
 case "$out" in *"128 MiB"*) ;; *) echo "qemu-io does not see 128 MiB" >&2; exit 1 ;; esac
