@@ -709,17 +709,20 @@ async fn objvol_request(
                 ..Response::default()
             })
             .map_err(|e| e.to_string()),
-        Request::ObjvolInfo { name } => catalog::info(cluster, &name)
-            .await
-            .map(one)
-            .map_err(|e| e.to_string()),
-        Request::ObjvolRm { name } => catalog::remove(cluster, &name)
-            .await
-            .map(|()| Response {
-                ok: true,
-                ..Response::default()
-            })
-            .map_err(|e| e.to_string()),
+        // Typed errors keep their kind (the CLI's exit code follows it).
+        Request::ObjvolInfo { name } => {
+            return catalog::info(cluster, &name)
+                .await
+                .map_or_else(Response::failed, one)
+        }
+        Request::ObjvolRm { name } => {
+            return catalog::remove(cluster, &name)
+                .await
+                .map_or_else(Response::failed, |()| Response {
+                    ok: true,
+                    ..Response::default()
+                })
+        }
         _ => Err("not an objvol request".into()),
     };
     result.unwrap_or_else(Response::error)

@@ -37,3 +37,39 @@ impl GlobalArgs {
         (!self.no_wait).then(|| Duration::from_secs(self.wait_timeout))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    /// Goal: a global flag means the same in every position and on every level, daemons and
+    /// subcommands of subcommands included.
+    #[test]
+    fn global_flags_parse_in_any_position() {
+        let meta = "etcd://10.0.0.1:2379";
+        for line in [
+            "basalt --json --meta URL volume ls",
+            "basalt volume --json --meta URL ls",
+            "basalt volume ls --json --meta URL",
+            "basalt osd --meta URL ls --json",
+            "basalt s3 key ls --json --meta URL",
+            "basalt s3 --json key --meta URL ls",
+            "basalt pool --meta URL ls --json",
+            "basalt volume snapshot --json ls db1 --meta URL",
+            "basalt status --json --meta URL",
+            "basalt --json osd --meta URL --data /d --listen 10.0.0.2:6800",
+            "basalt auth ls --json --meta URL",
+        ] {
+            let words = line.replace("URL", meta);
+            let cli = crate::Cli::try_parse_from(words.split_whitespace())
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(cli.global.json, "{line}");
+            assert_eq!(cli.global.meta.meta.as_deref(), Some(meta), "{line}");
+        }
+        let cli = crate::Cli::try_parse_from(["basalt", "pool", "ls", "--no-wait"]).unwrap();
+        assert_eq!(cli.global.wait(), None);
+        let cli =
+            crate::Cli::try_parse_from(["basalt", "pool", "ls", "--wait-timeout", "7"]).unwrap();
+        assert_eq!(cli.global.wait(), Some(std::time::Duration::from_secs(7)));
+    }
+}

@@ -1,12 +1,17 @@
 //! `basalt completions` and `basalt man`: generated from the command tree, so they cannot
 //! drift from the flags.
 
+use std::io::Write;
 use std::path::Path;
 
 /// Print the completion script of `shell` for `cmd` on stdout.
 pub fn completions(cmd: &mut clap::Command, shell: clap_complete::Shell) -> anyhow::Result<()> {
-    clap_complete::generate(shell, cmd, "basalt", &mut std::io::stdout());
-    Ok(())
+    // Into a buffer first: clap_complete panics when its writer fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, cmd, "basalt", &mut script);
+    std::io::stdout()
+        .write_all(&script)
+        .map_err(|e| anyhow::anyhow!("write the completion script: {e}"))
 }
 
 /// Write a man page for `cmd` and for each of its subcommands into `out`.

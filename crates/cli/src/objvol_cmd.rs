@@ -207,6 +207,10 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 )
                 .await?;
             let o = resp.objvol.context("objvol_create returns the objvol")?;
+            if target.json {
+                println!("{}", serde_json::to_string_pretty(&o)?);
+                return Ok(());
+            }
             println!(
                 "built objvol \"{}\" from {} in {:.1} s: {}",
                 o.name,
@@ -229,6 +233,10 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 )
                 .await?;
             let o = resp.objvol.context("objvol_refresh returns the objvol")?;
+            if target.json {
+                println!("{}", serde_json::to_string_pretty(&o)?);
+                return Ok(());
+            }
             println!(
                 "refreshed objvol \"{}\" in {:.1} s: {}",
                 o.name,
@@ -272,6 +280,10 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
             target
                 .call(Request::ObjvolRm { name: name.clone() })
                 .await?;
+            if target.json {
+                println!("{}", serde_json::json!({ "removed": name }));
+                return Ok(());
+            }
             println!("removed objvol \"{name}\" (the bucket is untouched)");
         }
     }

@@ -92,8 +92,8 @@ pub enum VolumeCommand {
     /// Create a volume; it is exported over NBD under its name at once.
     ///
     /// With --from-image the volume is a clone of the image, made in O(1) at any size: it
-    /// reads the image until it writes its own data. With --pool, a pool created a moment
-    /// ago is waited for (up to 10 s) until the cluster map has it.
+    /// reads the image until it writes its own data. A pool created a moment ago is waited
+    /// for until the cluster map has it (up to --wait-timeout; 10 s through `basalt up`).
     ///
     /// Examples:
     ///   basalt volume create db1 --size 10G

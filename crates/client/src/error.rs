@@ -61,6 +61,9 @@ pub enum ClientError {
          with --pool)"
     )]
     NoSuchPool { name: String },
+    /// Something else named `what` (an objvol, say) does not exist.
+    #[error("{what} does not exist")]
+    NotFound { what: String },
     /// An image or snapshot of that name exists (`what` names it).
     #[error("{what} exists")]
     Exists { what: String },
@@ -100,7 +103,8 @@ impl ClientError {
             NoSuchVolume { .. }
             | NoSuchSnapshot { .. }
             | NoSuchImage { .. }
-            | NoSuchPool { .. } => ErrorKind::NotFound,
+            | NoSuchPool { .. }
+            | NotFound { .. } => ErrorKind::NotFound,
             Map(basalt_placement::MapError::NoSuchPool { .. }) => ErrorKind::NotFound,
             VolumeExists { .. } | PoolExists { .. } | Exists { .. } => ErrorKind::Exists,
             InUse { .. } | KvConflict { .. } => ErrorKind::Conflict,

@@ -189,6 +189,49 @@ mod tests {
         }
     }
 
+    fn map_with_pool(epoch: u32, name: &str) -> ClusterMap {
+        let mut map = ClusterMap {
+            epoch,
+            ..ClusterMap::default()
+        };
+        let pool = PoolSpec {
+            id: 7,
+            name: name.into(),
+            size: 3,
+            min_size: 2,
+            pg_count: 8,
+            failure_domain: basalt_placement::FailureDomain::Osd,
+            object_size: 128 << 10,
+            ec: None,
+        };
+        map.pools.insert(7, pool);
+        map
+    }
+
+    /// Goal: `wait_for_pool` returns once a map with the pool is published, and past its
+    /// bound fails with a Timeout-kind error that says what it waited for.
+    #[tokio::test]
+    async fn waiting_for_a_pool_is_bounded() {
+        let (tx, mut rx) = watch::channel(Arc::new(ClusterMap::default()));
+        let publisher = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = tx.send(Arc::new(map_with_pool(2, "p")));
+            tx
+        });
+        let pool = wait_for_pool(&mut rx, "p", Duration::from_secs(5))
+            .await
+            .expect("the pool arrives within the bound");
+        assert_eq!(pool.id, 7);
+        let _tx = publisher.await.expect("publisher");
+        let err = wait_for_pool(&mut rx, "q", Duration::from_millis(200))
+            .await
+            .expect_err("pool q never comes");
+        assert_eq!(err.kind(), crate::ErrorKind::Timeout);
+        let text = err.to_string();
+        assert!(text.contains("pool \"q\" is in the cluster map"), "{text}");
+        assert!(text.contains("200 ms"), "{text}");
+    }
+
     /// Goal: erasure-coded pool settings are checked with messages naming the flag: a
     /// supported K+M, min_size within K..=K+M, stripes of K power-of-two chunks.
     #[test]
