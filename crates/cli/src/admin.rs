@@ -1,9 +1,13 @@
 //! Cluster administration through the metadata store: pools, OSDs and PGs.
 
+use crate::control::Request;
 use crate::daemons::MetaArgs;
-use anyhow::{bail, Context};
-use basalt_client::{create_pool, Cluster};
+use crate::exit::failure;
+use crate::global::GlobalArgs;
+use anyhow::Context;
+use basalt_client::{create_pool, Cluster, ErrorKind};
 use basalt_meta::schema::{osd_key, OsdRecord, PoolRecord, POOLS_PREFIX};
+use basalt_meta::MetaStore;
 use basalt_proto::size::parse_size;
 use clap::Subcommand;
 use std::sync::Arc;
@@ -12,15 +16,20 @@ use std::sync::Arc;
 pub enum PoolCommand {
     /// Create a pool: replicated (--size) or erasure coded (--ec K+M).
     ///
-    /// Examples:
-    ///   basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
-    ///   basalt pool create cold --ec 4+2 --pgs 64     (1.5× the data, survives 2 failures)
+    /// It returns once the monitor has put the pool in the cluster map, so volumes can be
+    /// made in it at once (--no-wait: once the record is written).
     ///
     /// An erasure-coded pool cuts every object (a stripe) into K data chunks and M parity
     /// chunks on K+M OSDs of distinct failure domains; each chunk is one object of the OSDs'
     /// stores, so --object-size is K × the OSDs' object size (default K × 128K). Writes
     /// smaller than a stripe read the rest of it first (and every EC write is flushed on
     /// every member); S3 bucket indexes need a replicated pool (their data may be here).
+    ///
+    /// Examples:
+    ///   basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
+    ///   basalt pool create cold --ec 4+2 --pgs 64    # 1.5x the data, survives 2 failures
+    ///   basalt pool create scratch --size 2 --failure-domain osd    # on `basalt up`
+    #[command(verbatim_doc_comment)]
     Create {
         name: String,
         /// Replicas of every object (replicated pools).
@@ -44,12 +53,16 @@ pub enum PoolCommand {
         #[arg(long)]
         object_size: Option<String>,
     },
-    /// List pools.
+    /// List pools: id, name, redundancy, PGs, failure domain, object size.
+    ///
+    /// Examples:
+    ///   basalt pool ls
+    ///   basalt pool ls --json --meta etcd://10.0.0.1:2379
+    #[command(verbatim_doc_comment)]
     Ls,
 }
 
-pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Result<()> {
-    let meta = meta_args.connect().await?;
+pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Result<()> {
     match command {
         PoolCommand::Create {
             name,
@@ -86,7 +99,33 @@ pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Res
                 object_size,
                 ec,
             };
-            let r = create_pool(meta.as_ref(), record).await?;
+            let r = match global.meta.meta {
+                Some(_) => {
+                    let meta = global.meta.connect().await?;
+                    // Follow the map from before the record exists: the map with it is
+                    // then seen however soon the monitor publishes it.
+                    let mut maps = basalt_client::follow_map(meta.clone())
+                        .await
+                        .context("read the cluster map")?;
+                    let r = create_pool(meta.as_ref(), record).await?;
+                    if let Some(wait) = global.wait() {
+                        basalt_client::wait_for_pool(&mut maps, &r.name, wait).await?;
+                    }
+                    r
+                }
+                None => {
+                    let req = Request::PoolCreate {
+                        pool: record,
+                        wait_ms: global.wait().map(|w| w.as_millis() as u64),
+                    };
+                    let resp = crate::control::call(&global.control, &req).await?;
+                    resp.pool.context("the control API sent no pool")?
+                }
+            };
+            if global.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+                return Ok(());
+            }
             let scheme = match r.ec {
                 Some(ec) => format!(
                     "erasure coded {ec} ({:.2}× the data, survives {} failures), stripes of {}",
@@ -97,19 +136,36 @@ pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Res
                 None => format!("{} replicas", r.size),
             };
             println!(
-                "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}",
-                r.name, r.id, r.min_size, r.pg_count, r.failure_domain
+                "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}{}",
+                r.name,
+                r.id,
+                r.min_size,
+                r.pg_count,
+                r.failure_domain,
+                if global.no_wait {
+                    " (--no-wait: it may not be in the cluster map yet)"
+                } else {
+                    ""
+                }
             );
         }
         PoolCommand::Ls => {
+            let pools = match global.meta.meta {
+                Some(_) => list_pools(global.meta.connect().await?.as_ref()).await?,
+                None => {
+                    let resp = crate::control::call(&global.control, &Request::PoolLs).await?;
+                    resp.pools.unwrap_or_default()
+                }
+            };
+            if global.json {
+                println!("{}", serde_json::to_string_pretty(&pools)?);
+                return Ok(());
+            }
             println!(
                 "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
                 "ID", "NAME", "SCHEME", "SIZE", "MIN_SIZE", "PGS", "DOMAIN", "OBJECT"
             );
-            for (_, v, _) in meta.list(POOLS_PREFIX).await? {
-                let Ok(p) = serde_json::from_slice::<PoolRecord>(&v) else {
-                    continue;
-                };
+            for p in pools {
                 let scheme = match p.ec {
                     Some(ec) => format!("ec {ec}"),
                     None => format!("replicas {}", p.size),
@@ -131,16 +187,35 @@ pub async fn run_pool(meta_args: &MetaArgs, command: PoolCommand) -> anyhow::Res
     Ok(())
 }
 
+/// Every pool record, by name (records that do not decode are skipped).
+pub async fn list_pools(meta: &dyn MetaStore) -> anyhow::Result<Vec<PoolRecord>> {
+    Ok(meta
+        .list(POOLS_PREFIX)
+        .await?
+        .into_iter()
+        .filter_map(|(_, v, _)| serde_json::from_slice::<PoolRecord>(&v).ok())
+        .collect())
+}
+
 #[derive(Subcommand, Debug)]
 pub enum OsdAdminCommand {
     /// List OSDs: host, address, up/down, in/out, usage.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Mark an OSD out: its data is re-replicated elsewhere, then it holds none.
+    ///
+    /// Returns once the cluster map shows it out (--no-wait: once it is recorded).
+    ///
+    /// Example:
+    ///   basalt osd out 3
+    #[command(verbatim_doc_comment)]
     Out { id: u32 },
     /// Undo `out`: the OSD takes PGs again while it is up.
+    ///
+    /// Returns once the cluster map shows it in (--no-wait: once it is recorded).
+    ///
+    /// Example:
+    ///   basalt osd in 3
+    #[command(verbatim_doc_comment)]
     In { id: u32 },
 }
 
@@ -152,12 +227,13 @@ pub async fn open_cluster(meta_args: &MetaArgs) -> anyhow::Result<Arc<Cluster>> 
         .context("read the cluster map")
 }
 
-pub async fn run_osd_admin(meta_args: &MetaArgs, command: OsdAdminCommand) -> anyhow::Result<()> {
+pub async fn run_osd_admin(global: &GlobalArgs, command: OsdAdminCommand) -> anyhow::Result<()> {
+    let meta_args = &global.meta;
     match command {
-        OsdAdminCommand::Ls { json } => {
+        OsdAdminCommand::Ls => {
             let cluster = open_cluster(meta_args).await?;
             let report = crate::status::gather(&cluster).await?;
-            if json {
+            if global.json {
                 println!("{}", serde_json::to_string_pretty(&report.osds)?);
             } else {
                 crate::status::print_osds(&report);
@@ -165,10 +241,17 @@ pub async fn run_osd_admin(meta_args: &MetaArgs, command: OsdAdminCommand) -> an
         }
         OsdAdminCommand::Out { id } | OsdAdminCommand::In { id } => {
             let out = matches!(command, OsdAdminCommand::Out { .. });
+            let word = if out { "out" } else { "in" };
             let meta = meta_args.connect().await?;
+            let mut maps = basalt_client::follow_map(meta.clone())
+                .await
+                .context("read the cluster map")?;
             let key = osd_key(id);
             let Some((v, rev)) = meta.get(&key).await? else {
-                bail!("osd.{id} does not exist");
+                return Err(failure(
+                    ErrorKind::NotFound,
+                    format!("osd.{id} does not exist"),
+                ));
             };
             let mut rec: OsdRecord = serde_json::from_slice(&v)?;
             rec.admin_out = out;
@@ -177,9 +260,24 @@ pub async fn run_osd_admin(meta_args: &MetaArgs, command: OsdAdminCommand) -> an
                 .await?
                 .is_none()
             {
-                bail!("osd.{id} changed concurrently; try again");
+                return Err(failure(
+                    ErrorKind::Conflict,
+                    format!("osd.{id} changed concurrently; try again"),
+                ));
             }
-            println!("marked osd.{id} {}", if out { "out" } else { "in" });
+            if let Some(wait) = global.wait() {
+                // Placement follows the map: the change is in effect once it shows there.
+                let what = format!("osd.{id} is {word} in the cluster map");
+                basalt_client::wait_for_map(&mut maps, &what, wait, |m| {
+                    m.osds.get(&id).is_some_and(|o| o.is_in != out)
+                })
+                .await?;
+            }
+            if global.json {
+                println!("{}", serde_json::json!({ "osd": id, "in": !out }));
+            } else {
+                println!("marked osd.{id} {word}");
+            }
         }
     }
     Ok(())
@@ -188,17 +286,14 @@ pub async fn run_osd_admin(meta_args: &MetaArgs, command: OsdAdminCommand) -> an
 #[derive(Subcommand, Debug)]
 pub enum PgCommand {
     /// List PGs: state, acting set, interval, objects left to recover.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
 }
 
-pub async fn run_pg(meta_args: &MetaArgs, command: PgCommand) -> anyhow::Result<()> {
-    let PgCommand::Ls { json } = command;
-    let cluster = open_cluster(meta_args).await?;
+pub async fn run_pg(global: &GlobalArgs, command: PgCommand) -> anyhow::Result<()> {
+    let PgCommand::Ls = command;
+    let cluster = open_cluster(&global.meta).await?;
     let report = crate::status::gather(&cluster).await?;
-    if json {
+    if global.json {
         println!("{}", serde_json::to_string_pretty(&report.pgs)?);
     } else {
         println!(

@@ -19,11 +19,10 @@ pub enum ClusterCommand {
     /// file to every OSD, monitor and admin host; hypervisors get keys of their own
     /// (`basalt auth add`).
     ///
-    /// Example: basalt cluster init --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring
-    Init {
-        #[command(flatten)]
-        meta: MetaArgs,
-    },
+    /// Example:
+    ///   basalt cluster init --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring
+    #[command(verbatim_doc_comment)]
+    Init,
 }
 
 /// `basalt auth ...`
@@ -32,8 +31,10 @@ pub enum AuthCommand {
     /// Make a client key: `client.NAME` with `data` (volume and bucket I/O) or `admin`
     /// capabilities. Needs the admin keyring.
     ///
-    /// Example: basalt auth add client.hv1 --out hv1.keyring
-    ///          (then on hv1: basalt nbd --meta ... --keyring hv1.keyring)
+    /// Examples:
+    ///   basalt auth add client.hv1 --out hv1.keyring
+    ///   basalt nbd --meta etcd://10.0.0.1:2379 --keyring hv1.keyring    # then, on hv1
+    #[command(verbatim_doc_comment)]
     Add {
         /// Entity name: client.NAME (letters, digits, '-', '_', '.').
         entity: String,
@@ -45,11 +46,7 @@ pub enum AuthCommand {
         out: Option<PathBuf>,
     },
     /// List client entities and their capabilities (never keys).
-    Ls {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Revoke a client key: OSDs refuse it at once and close its open connections.
     Rm {
         /// Entity name: client.NAME.
@@ -57,9 +54,9 @@ pub enum AuthCommand {
     },
 }
 
-pub async fn run_cluster(command: ClusterCommand) -> anyhow::Result<()> {
+pub async fn run_cluster(meta: &MetaArgs, command: ClusterCommand) -> anyhow::Result<()> {
     match command {
-        ClusterCommand::Init { meta } => {
+        ClusterCommand::Init => {
             let Some(path) = meta.keyring.clone() else {
                 bail!("--keyring FILE is required: where to write the new admin keyring");
             };
@@ -87,7 +84,7 @@ pub async fn run_cluster(command: ClusterCommand) -> anyhow::Result<()> {
     }
 }
 
-pub async fn run_auth(meta: &MetaArgs, command: AuthCommand) -> anyhow::Result<()> {
+pub async fn run_auth(meta: &MetaArgs, json: bool, command: AuthCommand) -> anyhow::Result<()> {
     let store = meta.connect().await?;
     match command {
         AuthCommand::Add { entity, caps, out } => {
@@ -122,7 +119,7 @@ pub async fn run_auth(meta: &MetaArgs, command: AuthCommand) -> anyhow::Result<(
                 }
             }
         }
-        AuthCommand::Ls { json } => {
+        AuthCommand::Ls => {
             let records = registry::list_entities(store.as_ref()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&records)?);

@@ -7,8 +7,10 @@
 //! `{"op":"snapshot","name":N,"snapshot":S}`, `{"op":"clone","name":N,"snapshot":S,"new":M}`,
 //! `{"op":"rollback","name":N,"snapshot":S}`, `{"op":"snapshot_rm","name":N,"snapshot":S}`,
 //! `{"op":"flatten","name":N}`, `{"op":"s3_key_create","user":U}`, `{"op":"s3_key_ls"}`,
-//! `{"op":"s3_key_rm","access_key":K}`; replies are `{"ok":true,...}` or
-//! `{"ok":false,"error":MESSAGE}`. Long operations first send progress lines,
+//! `{"op":"s3_key_rm","access_key":K}`, `{"op":"pool_create","pool":RECORD,"wait_ms":MS}`,
+//! `{"op":"pool_ls"}`; replies are `{"ok":true,...}` or
+//! `{"ok":false,"error":MESSAGE,"kind":KIND}` (KIND: not_found, exists, conflict, invalid,
+//! timeout, other; absent from older servers). Long operations first send progress lines,
 //! `{"ok":true,"progress":{"done":D,"total":T}}`, at most every PROGRESS_EVERY_MS.
 
 use anyhow::Context;
@@ -17,6 +19,7 @@ use basalt_proto::PoolId;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -34,6 +37,9 @@ pub enum Request {
         /// Ignored with `from_image` (the clone has the image's size).
         #[serde(default)]
         size: u64,
+        /// The pool, by name (default: the server's pool).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
         /// Make the volume as a clone of this image.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         from_image: Option<String>,
@@ -133,6 +139,17 @@ pub enum Request {
     ObjvolRm {
         name: String,
     },
+    /// Create a pool (its `id` is allocated); with `wait_ms`, reply once the pool is in the
+    /// cluster map, or with a `timeout` error after that long.
+    #[serde(rename = "pool_create")]
+    PoolCreate {
+        pool: basalt_meta::schema::PoolRecord,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Every pool record.
+    #[serde(rename = "pool_ls")]
+    PoolLs,
     /// `interval_ms` > 0 samples counters twice that far apart to report rates.
     Status {
         #[serde(default)]
@@ -186,6 +203,15 @@ pub struct Response {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of failure `error` is (the CLI's exit code follows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<basalt_client::ErrorKind>,
+    /// `pool_create`: the new pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<basalt_meta::schema::PoolRecord>,
+    /// `pool_ls`: every pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<Vec<basalt_meta::schema::PoolRecord>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub volume: Option<VolumeInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -362,6 +388,23 @@ impl Response {
         }
     }
 
+    /// The reply to a request that failed with `e`: its message and kind.
+    fn failed(e: basalt_client::ClientError) -> Self {
+        Self {
+            kind: Some(e.kind()),
+            ..Self::error(e.to_string())
+        }
+    }
+
+    /// The error of a failed reply, with its kind when the server said it.
+    pub fn into_error(self) -> anyhow::Error {
+        let message = self.error.unwrap_or_else(|| "unknown error".into());
+        match self.kind {
+            Some(kind) => crate::exit::failure(kind, message),
+            None => anyhow::anyhow!(message),
+        }
+    }
+
     fn image(image: basalt_client::ImageInfo) -> Self {
         Self {
             ok: true,
@@ -396,10 +439,50 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
             .clone_image(&image, &name)
             .await
             .map(Response::volume),
+        Request::Create {
+            name,
+            size,
+            pool: Some(pool),
+            ..
+        } => match pool_in_map(cluster, &pool, Duration::from_millis(NEW_POOL_WAIT_MS)).await {
+            Ok(id) => cluster.create_volume(&name, size, id).await,
+            Err(e) => Err(e),
+        }
+        .map(Response::volume),
         Request::Create { name, size, .. } => cluster
             .create_volume(&name, size, pool)
             .await
             .map(Response::volume),
+        Request::PoolCreate { pool, wait_ms } => {
+            let mut maps = cluster.map_watch();
+            let created = match basalt_client::create_pool(cluster.meta().as_ref(), pool).await {
+                Ok(r) => match wait_ms {
+                    Some(ms) => {
+                        let wait = Duration::from_millis(ms);
+                        basalt_client::wait_for_pool(&mut maps, &r.name, wait)
+                            .await
+                            .map(|_| r)
+                    }
+                    None => Ok(r),
+                },
+                Err(e) => Err(e),
+            };
+            created.map(|r| Response {
+                ok: true,
+                pool: Some(r),
+                ..Response::default()
+            })
+        }
+        Request::PoolLs => {
+            return match crate::admin::list_pools(cluster.meta().as_ref()).await {
+                Ok(pools) => Response {
+                    ok: true,
+                    pools: Some(pools),
+                    ..Response::default()
+                },
+                Err(e) => Response::error(format!("{e:#}")),
+            }
+        }
         Request::ImageBegin { name, size, source } => cluster
             .begin_image(&name, size, pool, &source)
             .await
@@ -530,7 +613,27 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
                 })
         }
     };
-    result.unwrap_or_else(|e| Response::error(e.to_string()))
+    result.unwrap_or_else(Response::failed)
+}
+
+/// How long `create` through the control API waits for a pool created a moment ago.
+const NEW_POOL_WAIT_MS: u64 = 10_000;
+
+/// The id of pool `name`. A pool whose record exists but that is not in the map yet (just
+/// created) is waited for, at most `wait`: the monitor publishes it with its next map.
+pub(crate) async fn pool_in_map(
+    cluster: &Cluster,
+    name: &str,
+    wait: std::time::Duration,
+) -> Result<PoolId, basalt_client::ClientError> {
+    if let Some(p) = cluster.map().pools.values().find(|p| p.name == name) {
+        return Ok(p.id);
+    }
+    if !basalt_client::pools::pool_recorded(cluster.meta().as_ref(), name).await? {
+        return Err(basalt_client::ClientError::NoSuchPool { name: name.into() });
+    }
+    let pool = basalt_client::wait_for_pool(&mut cluster.map_watch(), name, wait).await?;
+    Ok(pool.id)
 }
 
 /// An objvol request: builds run here, reading the bucket with the request's credentials
@@ -606,17 +709,20 @@ async fn objvol_request(
                 ..Response::default()
             })
             .map_err(|e| e.to_string()),
-        Request::ObjvolInfo { name } => catalog::info(cluster, &name)
-            .await
-            .map(one)
-            .map_err(|e| e.to_string()),
-        Request::ObjvolRm { name } => catalog::remove(cluster, &name)
-            .await
-            .map(|()| Response {
-                ok: true,
-                ..Response::default()
-            })
-            .map_err(|e| e.to_string()),
+        // Typed errors keep their kind (the CLI's exit code follows it).
+        Request::ObjvolInfo { name } => {
+            return catalog::info(cluster, &name)
+                .await
+                .map_or_else(Response::failed, one)
+        }
+        Request::ObjvolRm { name } => {
+            return catalog::remove(cluster, &name)
+                .await
+                .map_or_else(Response::failed, |()| Response {
+                    ok: true,
+                    ..Response::default()
+                })
+        }
         _ => Err("not an objvol request".into()),
     };
     result.unwrap_or_else(Response::error)
@@ -707,7 +813,7 @@ pub async fn call_with_progress(
             continue;
         }
         if !resp.ok {
-            anyhow::bail!("{}", resp.error.unwrap_or_else(|| "unknown error".into()));
+            return Err(resp.into_error());
         }
         return Ok(resp);
     }

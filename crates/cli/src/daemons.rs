@@ -17,29 +17,30 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Where the cluster's metadata lives, and the keyring that proves who we are to its OSDs.
-#[derive(Args, Debug, Clone)]
+/// Global flags: given once on the command line, in any position (docs/cli.md).
+#[derive(Args, Debug, Clone, Default)]
 pub struct MetaArgs {
     /// Cluster metadata: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] (etcds:// for TLS)
-    #[arg(long, env = "BASALT_META")]
+    #[arg(long, global = true, env = "BASALT_META")]
     pub meta: Option<String>,
     /// CA certificate (PEM) that signed etcd's certificate (etcds:// URLs).
-    #[arg(long, env = "BASALT_META_CA")]
+    #[arg(long, global = true, env = "BASALT_META_CA")]
     pub meta_ca: Option<PathBuf>,
     /// Client certificate (PEM) for an etcd that checks clients (with --meta-key).
-    #[arg(long, env = "BASALT_META_CERT")]
+    #[arg(long, global = true, env = "BASALT_META_CERT")]
     pub meta_cert: Option<PathBuf>,
     /// Key (PEM) of --meta-cert.
-    #[arg(long, env = "BASALT_META_KEY")]
+    #[arg(long, global = true, env = "BASALT_META_KEY")]
     pub meta_key: Option<PathBuf>,
     /// etcd user, when etcd's authentication is enabled (with --meta-password-file).
-    #[arg(long, env = "BASALT_META_USER")]
+    #[arg(long, global = true, env = "BASALT_META_USER")]
     pub meta_user: Option<String>,
     /// File whose first line is the etcd user's password.
-    #[arg(long, env = "BASALT_META_PASSWORD_FILE")]
+    #[arg(long, global = true, env = "BASALT_META_PASSWORD_FILE")]
     pub meta_password_file: Option<PathBuf>,
     /// Keyring file (mode 0600): the cluster secret (`basalt cluster init`) for daemons and
     /// administrators, or one client's key (`basalt auth add`).
-    #[arg(long, env = "BASALT_KEYRING")]
+    #[arg(long, global = true, env = "BASALT_KEYRING")]
     pub keyring: Option<PathBuf>,
 }
 
@@ -113,7 +114,8 @@ pub struct MonArgs {
 /// `basalt osd`: one storage daemon.
 #[derive(Args, Debug)]
 pub struct OsdArgs {
-    #[command(flatten)]
+    /// The global --meta/--keyring flags, filled in by `main`.
+    #[arg(skip)]
     pub meta: MetaArgs,
     /// Directory of this OSD: its store file (store.dat) and identity (osd.json).
     #[arg(long)]
@@ -318,7 +320,8 @@ pub(crate) fn flush_stdout() {
 /// `basalt mon`: a monitor candidate on its own.
 #[derive(Args, Debug)]
 pub struct MonCmdArgs {
-    #[command(flatten)]
+    /// The global --meta/--keyring flags, filled in by `main`.
+    #[arg(skip)]
     pub meta: MetaArgs,
     #[command(flatten)]
     pub mon: MonArgs,
@@ -395,7 +398,8 @@ pub fn nbd_server(
 /// `basalt nbd`: an NBD gateway serving every volume under its name.
 #[derive(Args, Debug)]
 pub struct NbdArgs {
-    #[command(flatten)]
+    /// The global --meta/--keyring flags, filled in by `main`.
+    #[arg(skip)]
     pub meta: MetaArgs,
     /// NBD listen address (TCP).
     #[arg(long, default_value = "127.0.0.1:10809")]
@@ -414,7 +418,8 @@ pub struct NbdArgs {
 
 #[derive(Args, Debug)]
 pub struct NvmfArgs {
-    #[command(flatten)]
+    /// The global --meta/--keyring flags, filled in by `main`.
+    #[arg(skip)]
     pub meta: MetaArgs,
     /// NVMe/TCP listen address (4420 is the port hosts try by default).
     #[arg(long, default_value = "127.0.0.1:4420")]

@@ -46,16 +46,9 @@ pub enum ImageCommand {
         size: Option<String>,
     },
     /// List images.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one image.
-    Info {
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Info { name: String },
     /// Remove an image and its data; refused while volumes are clones of it. Also removes
     /// an import that failed or was interrupted.
     Rm { name: String },
@@ -307,6 +300,10 @@ async fn import(
         .call(Request::ImageFinish { name: name.clone() })
         .await?;
     let image = resp.image.context("image_finish returns the image")?;
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(&image)?);
+        return Ok(());
+    }
     let secs = started.elapsed().as_secs_f64();
     let moved = match data_bytes {
         Some(d) => format!(
@@ -324,13 +321,13 @@ async fn import(
     Ok(())
 }
 
-fn print_image(i: &ImageInfo) {
+fn print_image(i: &ImageInfo, pool: &str) {
     println!("name:        {}", i.name);
     println!("layer:       {:#x}", i.inode);
     println!("size:        {} ({} bytes)", human_bytes(i.size), i.size);
-    println!("pool:        {}", i.pool);
+    println!("pool:        {pool} (id {})", i.pool);
     println!("object size: {}", human_bytes(i.object_size as u64));
-    println!("created:     {}", utc_from_unix(i.created));
+    println!("created:     {} (UTC)", utc_from_unix(i.created));
     println!("source:      {}", i.source);
     println!("state:       {}", state(i));
 }
@@ -351,7 +348,8 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
             format,
             size,
         } => import(&target, file, name, format, size).await?,
-        ImageCommand::Ls { json } => {
+        ImageCommand::Ls => {
+            let json = target.json;
             let resp = target.call(Request::ImageLs).await?;
             let images = resp.images.unwrap_or_default();
             let bytes = resp.image_bytes.unwrap_or_default();
@@ -369,7 +367,7 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
             } else {
                 println!(
                     "{:<32} {:>10} {:>10}  {:<20}  STATE",
-                    "NAME", "SIZE", "USED", "CREATED"
+                    "NAME", "SIZE", "USED", "CREATED (UTC)"
                 );
                 for (n, i) in images.iter().enumerate() {
                     println!(
@@ -383,14 +381,21 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        ImageCommand::Info { name, json } => {
+        ImageCommand::Info { name } => {
+            let json = target.json;
             let resp = target.call(Request::ImageInfo { name }).await?;
             let image = resp.image.context("image_info returns the image")?;
-            crate::volume_cmd::print_json_or(json, &image, print_image)?;
+            let pools = target.pool_names().await?;
+            let pool = pools.get(&image.pool).cloned().unwrap_or_default();
+            crate::volume_cmd::print_json_or(json, &image, |i| print_image(i, &pool))?;
         }
         ImageCommand::Rm { name } => {
             target.call(Request::ImageRm { name: name.clone() }).await?;
-            println!("removed image \"{name}\"");
+            if target.json {
+                println!("{}", serde_json::json!({ "removed": name }));
+            } else {
+                println!("removed image \"{name}\"");
+            }
         }
     }
     Ok(())

@@ -5,6 +5,9 @@ mod auth_cmd;
 mod bench;
 mod control;
 mod daemons;
+mod exit;
+mod global;
+mod help;
 mod image_cmd;
 mod metrics_http;
 mod objvol_cmd;
@@ -14,7 +17,7 @@ mod status;
 mod up;
 mod volume_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Default address of the control API of `basalt up`.
@@ -33,9 +36,17 @@ pub const DEFAULT_CONTROL: &str = "basalt-data/control.sock";
         Many machines: run etcd, then on every host `basalt osd --meta etcd://ETCD:2379 \
         --data DIR --listen IP:PORT`, create a pool with `basalt pool create`, volumes with \
         `basalt volume --meta ... create`, and serve them with `basalt nbd --meta ...`. \
-        `basalt status --meta ...` shows the cluster."
+        `basalt status --meta ...` shows the cluster.\n\n\
+        Scripts: the global flags (--meta, --keyring, --control, --json, --no-wait, \
+        --wait-timeout) go in any position and are also read from BASALT_META, \
+        BASALT_KEYRING, BASALT_CONTROL, ...; a command that changes the cluster returns once \
+        clients see the change. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 exists \
+        or conflict, 5 not visible within --wait-timeout. Errors go to stderr only. \
+        docs/cli.md has the details and the JSON schemas."
 )]
 struct Cli {
+    #[command(flatten)]
+    global: global::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,11 +63,6 @@ enum Command {
     /// Talks to `basalt up` through its control API, or to a multi-host cluster through
     /// its metadata with --meta.
     Volume {
-        /// Control socket of `basalt up` (DATA_DIR/control.sock).
-        #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: PathBuf,
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         /// Pool of new volumes (with --meta).
         #[arg(long, global = true, default_value = "rbd")]
         pool: String,
@@ -66,11 +72,6 @@ enum Command {
     /// Import VM images (raw, qcow2) and manage them; volumes are made from them in O(1)
     /// with `basalt volume create NAME --from-image IMAGE`.
     Image {
-        /// Control socket of `basalt up` (DATA_DIR/control.sock).
-        #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: PathBuf,
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         /// Pool of new images (with --meta).
         #[arg(long, global = true, default_value = "rbd")]
         pool: String,
@@ -80,11 +81,6 @@ enum Command {
     /// Object-backed read-only volumes: an S3 bucket served over NBD as an EROFS
     /// filesystem whose file data is fetched from the bucket as it is read.
     Objvol {
-        /// Control socket of `basalt up` (DATA_DIR/control.sock).
-        #[arg(long, global = true, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: PathBuf,
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         /// Pool of objvol indexes (with --meta).
         #[arg(long, global = true, default_value = "rbd")]
         pool: String,
@@ -93,14 +89,6 @@ enum Command {
     },
     /// Show the cluster's health, OSDs, PG states and capacity (like `ceph -s`).
     Status {
-        /// Control socket of `basalt up` (DATA_DIR/control.sock).
-        #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: PathBuf,
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
         /// Seconds over which client and recovery rates are measured (0: no rates, answer
         /// at once).
         #[arg(long, default_value_t = 1.0)]
@@ -114,29 +102,26 @@ enum Command {
     /// is recomputed and compared (a disagreeing chunk is located when the code has m ≥ 2).
     /// Exits non-zero when something could not be repaired.
     ///
-    /// Example: basalt scrub              (the `basalt up` cluster)
-    ///          basalt scrub --meta etcd://10.0.0.1:2379 --pool cold
+    /// Examples:
+    ///   basalt scrub    # the `basalt up` cluster
+    ///   basalt scrub --meta etcd://10.0.0.1:2379 --pool cold
+    #[command(verbatim_doc_comment)]
     Scrub {
-        /// Control socket of `basalt up` (DATA_DIR/control.sock).
-        #[arg(long, env = "BASALT_CONTROL", default_value = DEFAULT_CONTROL)]
-        control: PathBuf,
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         /// Only this pool (default: every pool).
         #[arg(long)]
         pool: Option<String>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
     },
     /// Run one storage daemon (OSD) of a multi-host cluster, or administer OSDs.
     ///
-    /// Example: basalt osd --meta etcd://10.0.0.1:2379 --data /var/lib/basalt/osd0 \
-    ///          --listen 10.0.0.2:6800
-    ///
     /// The OSD registers itself (a new id on first start, kept in DATA/osd.json), holds a
     /// liveness lease in etcd, and also runs a monitor candidate (--no-monitor to not).
-    #[command(args_conflicts_with_subcommands = true)]
+    ///
+    /// Examples:
+    ///   basalt osd --meta etcd://10.0.0.1:2379 --data /var/lib/basalt/osd0 \
+    ///       --listen 10.0.0.2:6800
+    ///   basalt osd ls --meta etcd://10.0.0.1:2379
+    // No args_conflicts_with_subcommands: it would refuse global flags before `osd ls`.
+    #[command(verbatim_doc_comment)]
     Osd {
         #[command(subcommand)]
         command: Option<admin::OsdAdminCommand>,
@@ -145,12 +130,14 @@ enum Command {
     },
     /// Run an S3 gateway of a multi-host cluster, or manage its access keys.
     ///
-    /// Example: basalt s3 --meta etcd://10.0.0.1:2379 --listen 0.0.0.0:9000
-    ///          basalt s3 key create --meta etcd://10.0.0.1:2379 --user alice
-    ///
     /// Stateless: several gateways may serve the same buckets. Every gateway and key
     /// command of a cluster must share the --master-key file.
-    #[command(args_conflicts_with_subcommands = true)]
+    ///
+    /// Examples:
+    ///   basalt s3 --meta etcd://10.0.0.1:2379 --listen 0.0.0.0:9000
+    ///   basalt s3 key create --meta etcd://10.0.0.1:2379 --user alice
+    // No args_conflicts_with_subcommands: it would refuse global flags before `s3 key`.
+    #[command(verbatim_doc_comment)]
     S3 {
         #[command(subcommand)]
         command: Option<s3_cmd::S3Command>,
@@ -166,8 +153,6 @@ enum Command {
     Nvmf(daemons::NvmfArgs),
     /// Create and list pools (redundancy schemes) of a multi-host cluster.
     Pool {
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         #[command(subcommand)]
         command: admin::PoolCommand,
     },
@@ -181,15 +166,11 @@ enum Command {
     /// Every connection to an OSD proves a key; a removed key stops working at once.
     /// Needs the admin keyring made by `basalt cluster init`.
     Auth {
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         #[command(subcommand)]
         command: auth_cmd::AuthCommand,
     },
     /// Inspect placement groups of a multi-host cluster.
     Pg {
-        #[command(flatten)]
-        meta: daemons::MetaArgs,
         #[command(subcommand)]
         command: admin::PgCommand,
     },
@@ -197,6 +178,28 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,
+    },
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    ///
+    /// Examples:
+    ///   basalt completions bash > /etc/bash_completion.d/basalt
+    ///   basalt completions zsh > "${fpath[1]}/_basalt"
+    ///   basalt completions fish > ~/.config/fish/completions/basalt.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (basalt.1 and one per subcommand, basalt-volume-create.1 ...) to a
+    /// directory.
+    ///
+    /// Example:
+    ///   basalt man --out /usr/local/share/man/man1
+    #[command(verbatim_doc_comment)]
+    Man {
+        /// Directory to write the pages to (created if missing).
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
     },
 }
 
@@ -217,147 +220,146 @@ fn init_logging(default: &str) {
 
 fn main() -> std::process::ExitCode {
     basalt_store::memory::keep_io_buffers_in_heap();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print on stdout and succeed; a bad command line is a
+            // usage error, on stderr.
+            let _ = e.print();
+            return std::process::ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    let global = cli.global;
     let result = match cli.command {
         Command::Up(args) => {
             init_logging("info");
             runtime().and_then(|rt| rt.block_on(up::run(args)))
         }
-        Command::Volume {
-            control,
-            meta,
-            pool,
-            command,
-        } => {
+        Command::Volume { pool, command } => {
             init_logging("warn");
-            let target = volume_cmd::Target::new(control, meta, pool);
+            let target = volume_cmd::Target::new(&global, pool);
             runtime().and_then(|rt| rt.block_on(volume_cmd::run(target, command)))
         }
-        Command::Image {
-            control,
-            meta,
-            pool,
-            command,
-        } => {
+        Command::Image { pool, command } => {
             init_logging("warn");
-            let target = volume_cmd::Target::new(control, meta, pool);
+            let target = volume_cmd::Target::new(&global, pool);
             runtime().and_then(|rt| rt.block_on(image_cmd::run(target, command)))
         }
-        Command::Objvol {
-            control,
-            meta,
-            pool,
-            command,
-        } => {
+        Command::Objvol { pool, command } => {
             init_logging("warn");
-            let target = volume_cmd::Target::new(control, meta, pool);
+            let target = volume_cmd::Target::new(&global, pool);
             runtime().and_then(|rt| rt.block_on(objvol_cmd::run(target, command)))
         }
-        Command::Scrub {
-            control,
-            meta,
-            pool,
-            json,
-        } => {
+        Command::Scrub { pool } => {
             init_logging("warn");
-            let target = volume_cmd::Target::new(control, meta, "rbd".into());
+            let json = global.json;
+            let target = volume_cmd::Target::new(&global, "rbd".into());
             runtime().and_then(|rt| rt.block_on(scrub_cmd::run(target, pool, json)))
         }
-        Command::Status {
-            control,
-            meta,
-            json,
-            interval,
-        } => {
+        Command::Status { interval } => {
             init_logging("warn");
             let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
-            runtime().and_then(|rt| rt.block_on(show_status(control, meta, json, interval_ms)))
+            runtime().and_then(|rt| rt.block_on(show_status(&global, interval_ms)))
         }
         Command::Osd {
             command: Some(command),
-            args,
+            args: _,
         } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(admin::run_osd_admin(&args.meta, command)))
+            runtime().and_then(|rt| rt.block_on(admin::run_osd_admin(&global, command)))
         }
         Command::Osd {
             command: None,
-            args,
+            mut args,
         } => {
             init_logging("info");
+            args.meta = global.meta;
             runtime().and_then(|rt| rt.block_on(daemons::run_osd(args)))
         }
         Command::S3 {
             command: Some(command),
-            args,
+            mut args,
         } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(s3_cmd::run_command(&args, command)))
+            args.meta = global.meta.clone();
+            let target = s3_cmd::KeyTarget {
+                meta: global.meta,
+                control: global.control,
+                json: global.json,
+            };
+            runtime().and_then(|rt| rt.block_on(s3_cmd::run_command(&args, &target, command)))
         }
         Command::S3 {
             command: None,
-            args,
+            mut args,
         } => {
             init_logging("info");
+            args.meta = global.meta;
             runtime().and_then(|rt| rt.block_on(s3_cmd::run_gateway(args)))
         }
-        Command::Mon(args) => {
+        Command::Mon(mut args) => {
             init_logging("info");
+            args.meta = global.meta;
             runtime().and_then(|rt| rt.block_on(daemons::run_mon(args)))
         }
-        Command::Nbd(args) => {
+        Command::Nbd(mut args) => {
             init_logging("info");
+            args.meta = global.meta;
             runtime().and_then(|rt| rt.block_on(daemons::run_nbd(args)))
         }
-        Command::Nvmf(args) => {
+        Command::Nvmf(mut args) => {
             init_logging("info");
+            args.meta = global.meta;
             runtime().and_then(|rt| rt.block_on(daemons::run_nvmf(args)))
         }
-        Command::Pool { meta, command } => {
+        Command::Pool { command } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(admin::run_pool(&meta, command)))
+            runtime().and_then(|rt| rt.block_on(admin::run_pool(&global, command)))
         }
         Command::Cluster { command } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(auth_cmd::run_cluster(command)))
+            runtime().and_then(|rt| rt.block_on(auth_cmd::run_cluster(&global.meta, command)))
         }
-        Command::Auth { meta, command } => {
+        Command::Auth { command } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(auth_cmd::run_auth(&meta, command)))
+            let json = global.json;
+            runtime().and_then(|rt| rt.block_on(auth_cmd::run_auth(&global.meta, json, command)))
         }
-        Command::Pg { meta, command } => {
+        Command::Pg { command } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(admin::run_pg(&meta, command)))
+            runtime().and_then(|rt| rt.block_on(admin::run_pg(&global, command)))
         }
         Command::Bench { command } => {
             init_logging("warn");
             bench::run(command)
         }
+        Command::Completions { shell } => help::completions(&mut Cli::command(), shell),
+        Command::Man { out } => help::man_pages(&Cli::command(), &out),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => std::process::ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(exit::code(&e))
         }
     }
 }
 
-async fn show_status(
-    control: PathBuf,
-    meta: daemons::MetaArgs,
-    json: bool,
-    interval_ms: u64,
-) -> anyhow::Result<()> {
-    let report = if meta.meta.is_some() {
-        let cluster = admin::open_cluster(&meta).await?;
+async fn show_status(global: &global::GlobalArgs, interval_ms: u64) -> anyhow::Result<()> {
+    let report = if global.meta.meta.is_some() {
+        let cluster = admin::open_cluster(&global.meta).await?;
         status::gather_with_rates(&cluster, interval_ms).await?
     } else {
-        let resp = control::call(&control, &control::Request::Status { interval_ms }).await?;
+        let req = control::Request::Status { interval_ms };
+        let resp = control::call(&global.control, &req).await?;
         resp.status
             .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?
     };
-    if json {
+    if global.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         status::print(&report);

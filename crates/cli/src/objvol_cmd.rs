@@ -51,16 +51,9 @@ pub enum ObjvolCommand {
         credentials: Option<String>,
     },
     /// List objvols.
-    Ls {
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one objvol, with the keys its build skipped.
-    Info {
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Info { name: String },
     /// Rebuild an objvol's index from its bucket as it is now (new, changed and removed
     /// objects). Clients connected to the old index get I/O errors and reconnect.
     Refresh { name: String },
@@ -214,6 +207,10 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 )
                 .await?;
             let o = resp.objvol.context("objvol_create returns the objvol")?;
+            if target.json {
+                println!("{}", serde_json::to_string_pretty(&o)?);
+                return Ok(());
+            }
             println!(
                 "built objvol \"{}\" from {} in {:.1} s: {}",
                 o.name,
@@ -236,6 +233,10 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 )
                 .await?;
             let o = resp.objvol.context("objvol_refresh returns the objvol")?;
+            if target.json {
+                println!("{}", serde_json::to_string_pretty(&o)?);
+                return Ok(());
+            }
             println!(
                 "refreshed objvol \"{}\" in {:.1} s: {}",
                 o.name,
@@ -244,7 +245,8 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
             );
             print_skipped(&o);
         }
-        ObjvolCommand::Ls { json } => {
+        ObjvolCommand::Ls => {
+            let json = target.json;
             let resp = target.call(Request::ObjvolLs).await?;
             let all = resp.objvols.unwrap_or_default();
             if json {
@@ -268,7 +270,8 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        ObjvolCommand::Info { name, json } => {
+        ObjvolCommand::Info { name } => {
+            let json = target.json;
             let resp = target.call(Request::ObjvolInfo { name }).await?;
             let o = resp.objvol.context("objvol_info returns the objvol")?;
             print_json_or(json, &o, print_info)?;
@@ -277,6 +280,10 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
             target
                 .call(Request::ObjvolRm { name: name.clone() })
                 .await?;
+            if target.json {
+                println!("{}", serde_json::json!({ "removed": name }));
+                return Ok(());
+            }
             println!("removed objvol \"{name}\" (the bucket is untouched)");
         }
     }

@@ -16,7 +16,8 @@ pub const DEFAULT_MASTER_KEY: &str = "/etc/basalt/s3-master.key";
 /// `basalt s3` (the gateway).
 #[derive(Args, Debug)]
 pub struct S3Args {
-    #[command(flatten)]
+    /// The global --meta/--keyring flags, filled in by `main`.
+    #[arg(skip)]
     pub meta: MetaArgs,
     /// HTTP listen address of the S3 API.
     #[arg(long, default_value = "127.0.0.1:9000")]
@@ -64,26 +65,25 @@ pub enum S3Command {
     /// Manage access keys: of a local `basalt up` (through its control API), or of a
     /// multi-host cluster (with --meta).
     ///
-    /// Example: basalt s3 key create --user alice
-    ///          basalt s3 key create --user alice --meta etcd://10.0.0.1:2379
-    ///          basalt s3 key ls
+    /// Examples:
+    ///   basalt s3 key create --user alice
+    ///   basalt s3 key create --user alice --meta etcd://10.0.0.1:2379
+    ///   basalt s3 key ls
+    #[command(verbatim_doc_comment)]
     Key {
         #[command(subcommand)]
         command: KeyCommand,
     },
 }
 
-/// Whose keys a `basalt s3 key` command manages.
-#[derive(Args, Debug, Clone)]
+/// Whose keys a `basalt s3 key` command manages: a multi-host cluster's (with --meta; the
+/// key is sealed with --master-key, which every gateway shares), else those of the running
+/// `basalt up` behind --control (it seals them with its own master key).
+#[derive(Debug, Clone)]
 pub struct KeyTarget {
-    /// A multi-host cluster's metadata (etcd://HOST:PORT...); the key is sealed with
-    /// --master-key, which every gateway of the cluster shares.
-    #[command(flatten)]
     pub meta: MetaArgs,
-    /// Without --meta: the control socket of the running `basalt up` (it seals the key with
-    /// its own master key).
-    #[arg(long, env = "BASALT_CONTROL", default_value = crate::DEFAULT_CONTROL)]
     pub control: PathBuf,
+    pub json: bool,
 }
 
 /// `basalt s3 key ...`.
@@ -95,20 +95,13 @@ pub enum KeyCommand {
         /// letters, digits, '-', '_' and '.', at most 64.
         #[arg(long, default_value = "admin")]
         user: String,
-        #[command(flatten)]
-        target: KeyTarget,
     },
     /// List access keys (never their secrets).
-    Ls {
-        #[command(flatten)]
-        target: KeyTarget,
-    },
+    Ls,
     /// Remove an access key (gateways stop accepting it within 5 seconds).
     Rm {
         /// The access key id (BK...).
         access_key: String,
-        #[command(flatten)]
-        target: KeyTarget,
     },
 }
 
@@ -189,14 +182,17 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
 
 /// Run a `basalt s3 key` command, on a multi-host cluster's metadata (--meta) or through
 /// the control API of `basalt up`.
-pub async fn run_command(args: &S3Args, command: S3Command) -> anyhow::Result<()> {
+pub async fn run_command(
+    args: &S3Args,
+    target: &KeyTarget,
+    command: S3Command,
+) -> anyhow::Result<()> {
     use crate::control::{Request, S3Key};
     let S3Command::Key { command } = command;
-    let (target, req, removed) = match command {
-        KeyCommand::Create { user, target } => (target, Request::S3KeyCreate { user }, None),
-        KeyCommand::Ls { target } => (target, Request::S3KeyLs, None),
-        KeyCommand::Rm { access_key, target } => (
-            target,
+    let (req, removed) = match command {
+        KeyCommand::Create { user } => (Request::S3KeyCreate { user }, None),
+        KeyCommand::Ls => (Request::S3KeyLs, None),
+        KeyCommand::Rm { access_key } => (
             Request::S3KeyRm {
                 access_key: access_key.clone(),
             },
@@ -226,6 +222,16 @@ pub async fn run_command(args: &S3Args, command: S3Command) -> anyhow::Result<()
             basalt_bench::environment::utc_from_unix(k.created)
         )
     };
+    if target.json {
+        let value = match (&reply.s3_key, &reply.s3_keys, &removed) {
+            (Some(k), _, _) => serde_json::to_value(k)?,
+            (_, Some(all), _) => serde_json::to_value(all)?,
+            (_, _, Some(access_key)) => serde_json::json!({ "removed": access_key }),
+            _ => serde_json::Value::Null,
+        };
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
     if let Some(k) = reply.s3_key {
         println!("access key: {}", k.access_key);
         println!("secret key: {}", k.secret.as_deref().unwrap_or("-"));

@@ -13,15 +13,30 @@ pub struct Target {
     control: PathBuf,
     pub(crate) meta: MetaArgs,
     pool: String,
+    /// Print JSON instead of text (the global --json).
+    pub(crate) json: bool,
+    /// How long a change may take to become visible (None: --no-wait).
+    pub(crate) wait: Option<std::time::Duration>,
 }
 
 impl Target {
-    pub fn new(control: PathBuf, meta: MetaArgs, pool: String) -> Self {
+    pub fn new(global: &crate::global::GlobalArgs, pool: String) -> Self {
         Self {
-            control,
-            meta,
+            control: global.control.clone(),
+            meta: global.meta.clone(),
             pool,
+            json: global.json,
+            wait: global.wait(),
         }
+    }
+
+    /// Every pool's name, by id.
+    pub(crate) async fn pool_names(&self) -> anyhow::Result<PoolNames> {
+        let pools = match self.meta.meta {
+            Some(_) => crate::admin::list_pools(self.meta.connect().await?.as_ref()).await?,
+            None => self.call(Request::PoolLs).await?.pools.unwrap_or_default(),
+        };
+        Ok(pools.into_iter().map(|p| (p.id, p.name)).collect())
     }
 
     pub(crate) async fn call(&self, req: Request) -> anyhow::Result<Response> {
@@ -38,29 +53,23 @@ impl Target {
             return crate::control::call_with_progress(&self.control, &req, progress).await;
         }
         let cluster = crate::admin::open_cluster(&self.meta).await?;
-        let map = cluster.map();
-        let pool = map
-            .pools
-            .values()
-            .find(|p| p.name == self.pool)
-            .map(|p| p.id);
-        let pool = match (pool, &req) {
-            (Some(id), _) => id,
-            (
-                None,
-                Request::Create {
-                    from_image: None, ..
-                }
-                | Request::ImageBegin { .. }
-                | Request::ObjvolCreate { .. },
-            ) => {
-                anyhow::bail!(
-                    "pool \"{}\" is not in the cluster map (create it with `basalt pool create`, \
-                     or choose one with --pool)",
-                    self.pool
-                )
+        let pool = match &req {
+            // Requests that make something in the pool need it (a pool created a moment
+            // ago is waited for until the map has it).
+            Request::Create {
+                from_image: None, ..
             }
-            (None, _) => 0,
+            | Request::ImageBegin { .. }
+            | Request::ObjvolCreate { .. } => {
+                let wait = self.wait.unwrap_or_default();
+                crate::control::pool_in_map(&cluster, &self.pool, wait).await?
+            }
+            _ => cluster
+                .map()
+                .pools
+                .values()
+                .find(|p| p.name == self.pool)
+                .map_or(0, |p| p.id),
         };
         let throttle = crate::control::Throttle::new(progress);
         let ctx = crate::control::ServeContext {
@@ -72,7 +81,7 @@ impl Target {
         };
         let resp = crate::control::handle(&cluster, &ctx, req, &throttle).await;
         if !resp.ok {
-            anyhow::bail!("{}", resp.error.unwrap_or_else(|| "unknown error".into()));
+            return Err(resp.into_error());
         }
         Ok(resp)
     }
@@ -82,11 +91,15 @@ impl Target {
 pub enum VolumeCommand {
     /// Create a volume; it is exported over NBD under its name at once.
     ///
-    /// Example: basalt volume create db1 --size 10G
-    ///
     /// With --from-image the volume is a clone of the image, made in O(1) at any size: it
-    /// reads the image until it writes its own data.
-    /// Example: basalt volume create vm1-disk --from-image debian-12
+    /// reads the image until it writes its own data. A pool created a moment ago is waited
+    /// for until the cluster map has it (up to --wait-timeout; 10 s through `basalt up`).
+    ///
+    /// Examples:
+    ///   basalt volume create db1 --size 10G
+    ///   basalt volume create vm1-disk --from-image debian-12
+    ///   basalt volume create logs --size 1T --pool cold --meta etcd://10.0.0.1:2379
+    #[command(verbatim_doc_comment)]
     Create {
         name: String,
         /// Size with an optional K, M, G or T suffix (binary units); a multiple of 4096.
@@ -101,22 +114,29 @@ pub enum VolumeCommand {
         #[arg(long, value_name = "IMAGE")]
         from_image: Option<String>,
     },
-    /// List volumes.
-    Ls {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Show one volume.
-    Info {
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
+    /// List volumes: name, size, space used, pool, snapshots, creation time (UTC), parent.
+    ///
+    /// Examples:
+    ///   basalt volume ls
+    ///   basalt volume ls --json
+    #[command(verbatim_doc_comment)]
+    Ls,
+    /// Show one volume: size, pool, creation time (UTC), parent, space used, snapshots.
+    ///
+    /// Examples:
+    ///   basalt volume info db1
+    ///   basalt volume info db1 --json
+    #[command(verbatim_doc_comment)]
+    Info { name: String },
     /// Change a volume's size. Shrinking discards the data past the new end.
     ///
     /// Connected NBD clients keep the size they negotiated; reconnect to see the new one.
     /// A volume with snapshots, or a clone, can grow but not shrink.
+    ///
+    /// Examples:
+    ///   basalt volume resize db1 20G
+    ///   basalt volume resize db1 5G --allow-shrink
+    #[command(verbatim_doc_comment)]
     Resize {
         name: String,
         /// New size, e.g. 20G.
@@ -129,6 +149,10 @@ pub enum VolumeCommand {
     ///
     /// Refused while another volume is a clone of one of its snapshots, and while a
     /// gateway (`basalt nbd`, `basalt up`) has it open, unless --force.
+    ///
+    /// Example:
+    ///   basalt volume rm db1
+    #[command(verbatim_doc_comment)]
     Rm {
         name: String,
         /// Remove it even while gateways have it open (their clients' I/O then fails).
@@ -142,14 +166,20 @@ pub enum VolumeCommand {
     /// returns and none that starts after. It takes the same time at any volume size
     /// (metadata only). A snapshot is exported read-only over NBD as `VOL@SNAP`.
     ///
-    /// Examples: basalt volume snapshot db1@before-upgrade
-    ///           basalt volume snapshot ls db1
+    /// Examples:
+    ///   basalt volume snapshot db1@before-upgrade
+    ///   basalt volume snapshot ls db1
+    ///   basalt volume snapshot rm db1@before-upgrade
+    #[command(verbatim_doc_comment)]
     Snapshot(SnapshotArgs),
     /// Roll a volume back to one of its snapshots: it then reads exactly as the snapshot
     /// (size included); what was written since is dropped. O(1).
     ///
     /// Stop the volume's users first: they see the old contents vanish under them.
-    /// Example: basalt volume rollback db1@before-upgrade
+    ///
+    /// Example:
+    ///   basalt volume rollback db1@before-upgrade
+    #[command(verbatim_doc_comment)]
     Rollback {
         /// The snapshot to go back to, VOLUME@SNAPSHOT.
         snapshot: String,
@@ -158,12 +188,16 @@ pub enum VolumeCommand {
     /// from the parent into it (in the background of its I/O, with progress), then drop
     /// the link. Afterwards the parent snapshot can be removed.
     ///
-    /// Example: basalt volume flatten vm1-disk
+    /// Example:
+    ///   basalt volume flatten vm1-disk
+    #[command(verbatim_doc_comment)]
     Flatten { name: String },
     /// Make a new volume from a snapshot, in O(1): it reads the snapshot's data until it
     /// writes its own (copy-on-write, per object).
     ///
-    /// Example: basalt volume clone golden@v1 vm1-disk
+    /// Example:
+    ///   basalt volume clone golden@v1 vm1-disk
+    #[command(verbatim_doc_comment)]
     Clone {
         /// The snapshot to clone, VOLUME@SNAPSHOT.
         snapshot: String,
@@ -180,8 +214,9 @@ pub enum VolumeCommand {
     },
 }
 
+/// `snapshot VOL@SNAP`, or a subcommand. The global flags may stand between `snapshot` and
+/// its subcommand, so a flag here does not rule the subcommand out: the argument does.
 #[derive(Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct SnapshotArgs {
     #[command(subcommand)]
     command: Option<SnapshotCommand>,
@@ -198,12 +233,7 @@ pub enum SnapshotCommand {
         snapshot: String,
     },
     /// List a volume's snapshots, oldest first.
-    Ls {
-        volume: String,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Ls { volume: String },
 }
 
 /// Print `value` as JSON with `--json`, else as `human` shows it.
@@ -251,13 +281,47 @@ pub(crate) fn progress_bar(what: &str, unit: &str) -> impl Fn(u64, u64) + Send +
     }
 }
 
-fn print_info(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
+/// Pool names by id (from the metadata, or from `basalt up`'s control API).
+type PoolNames = std::collections::BTreeMap<basalt_proto::PoolId, String>;
+
+/// The name of pool `id` ("#ID" when it has none: a pool removed since).
+fn pool_name(pools: &PoolNames, id: basalt_proto::PoolId) -> String {
+    pools.get(&id).cloned().unwrap_or_else(|| format!("#{id}"))
+}
+
+/// A volume as `--json` shows it (docs/cli.md): its record, plus `pool_name`,
+/// `created_utc` and `usage` (null where not measured).
+fn volume_json(
+    v: &VolumeInfo,
+    usage: Option<&basalt_client::VolumeUsage>,
+    pools: &PoolNames,
+) -> serde_json::Value {
+    let mut out = serde_json::to_value(v).expect("a volume record serialises");
+    out["pool_name"] = pool_name(pools, v.pool).into();
+    out["created_utc"] = utc_from_unix(v.created).into();
+    out["usage"] = serde_json::to_value(usage).expect("usage serialises");
+    out
+}
+
+/// Print `v` as `--json` shows a volume.
+async fn print_volume_json(
+    target: &Target,
+    v: &VolumeInfo,
+    usage: Option<&basalt_client::VolumeUsage>,
+) -> anyhow::Result<()> {
+    let pools = target.pool_names().await?;
+    let out = volume_json(v, usage, &pools);
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn print_info(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>, pools: &PoolNames) {
     println!("name:        {}", v.name);
     println!("id:          {:#x} (head layer {})", v.id, v.id as u16);
     println!("size:        {} ({} bytes)", human_bytes(v.size), v.size);
-    println!("pool:        {}", v.pool);
+    println!("pool:        {} (id {})", pool_name(pools, v.pool), v.pool);
     println!("object size: {}", human_bytes(v.object_size as u64));
-    println!("created:     {}", utc_from_unix(v.created));
+    println!("created:     {} (UTC)", utc_from_unix(v.created));
     match &v.parent {
         Some(p) => println!("parent:      {p} (layer {:#x})", p.inode),
         None => println!("parent:      none"),
@@ -299,6 +363,7 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
 }
 
 pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
+    let json = target.json;
     match command {
         VolumeCommand::Create {
             name,
@@ -311,10 +376,14 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 .call(Request::Create {
                     name,
                     size,
+                    pool: Some(target.pool.clone()),
                     from_image: from_image.clone(),
                 })
                 .await?;
             let v = resp.volume.expect("create returns the volume");
+            if json {
+                return print_volume_json(&target, &v, None).await;
+            }
             match from_image {
                 Some(image) => println!(
                     "created volume \"{}\" ({}) as a clone of image {image} in {:.1} ms",
@@ -325,25 +394,22 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 None => println!("created volume \"{}\" ({})", v.name, human_bytes(v.size)),
             }
         }
-        VolumeCommand::Ls { json } => {
+        VolumeCommand::Ls => {
             let resp = target.call(Request::Ls).await?;
             let volumes = resp.volumes.unwrap_or_default();
             let usages = resp.usages.unwrap_or_default();
+            let pools = target.pool_names().await?;
             if json {
                 let rows: Vec<serde_json::Value> = volumes
                     .iter()
                     .enumerate()
-                    .map(|(i, v)| {
-                        let mut row = serde_json::to_value(v).expect("volume serialises");
-                        row["usage"] = serde_json::to_value(usages.get(i)).expect("usage");
-                        row
-                    })
+                    .map(|(i, v)| volume_json(v, usages.get(i), &pools))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!(
-                    "{:<32} {:>10} {:>10} {:>6} {:>5}  PARENT",
-                    "NAME", "SIZE", "USED", "POOL", "SNAPS"
+                    "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  PARENT",
+                    "NAME", "SIZE", "USED", "POOL", "SNAPS", "CREATED (UTC)"
                 );
                 for (i, v) in volumes.iter().enumerate() {
                     let used = usages
@@ -351,12 +417,13 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                         .map(|u| human_bytes(u.total_bytes))
                         .unwrap_or_default();
                     println!(
-                        "{:<32} {:>10} {:>10} {:>6} {:>5}  {}",
+                        "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  {}",
                         v.name,
                         human_bytes(v.size),
                         used,
-                        v.pool,
+                        pool_name(&pools, v.pool),
                         v.snapshots.len(),
+                        utc_from_unix(v.created),
                         v.parent
                             .as_ref()
                             .map(|p| p.to_string())
@@ -367,27 +434,28 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 let objvols = target.call(Request::ObjvolLs).await?.objvols;
                 for o in objvols.unwrap_or_default() {
                     println!(
-                        "{:<32} {:>10} {:>10} {:>6} {:>5}  s3://{}/{} (objvol, read-only)",
+                        "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  s3://{}/{} (objvol, read-only)",
                         format!("objvol:{}", o.name),
                         human_bytes(o.size()),
                         human_bytes(o.index_bytes + o.extents_bytes),
-                        o.pool,
+                        pool_name(&pools, o.pool),
                         0,
+                        utc_from_unix(o.created),
                         o.source.bucket,
                         o.source.prefix
                     );
                 }
             }
         }
-        VolumeCommand::Info { name, json } => {
+        VolumeCommand::Info { name } => {
             let resp = target.call(Request::Info { name }).await?;
             let v = resp.volume.expect("info returns the volume");
+            let pools = target.pool_names().await?;
             if json {
-                let mut out = serde_json::to_value(&v)?;
-                out["usage"] = serde_json::to_value(&resp.usage)?;
+                let out = volume_json(&v, resp.usage.as_ref(), &pools);
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                print_info(&v, resp.usage.as_ref());
+                print_info(&v, resp.usage.as_ref(), &pools);
             }
         }
         VolumeCommand::Resize {
@@ -404,6 +472,9 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 })
                 .await?;
             let v = resp.volume.expect("resize returns the volume");
+            if json {
+                return print_volume_json(&target, &v, None).await;
+            }
             println!("resized volume \"{}\" to {}", v.name, human_bytes(v.size));
         }
         VolumeCommand::Locate { name, offset } => {
@@ -435,7 +506,7 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&out)?);
         }
         VolumeCommand::Snapshot(SnapshotArgs {
-            command: Some(SnapshotCommand::Ls { volume, json }),
+            command: Some(SnapshotCommand::Ls { volume }),
             ..
         }) => {
             let resp = target.call(Request::Info { name: volume }).await?;
@@ -460,12 +531,20 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
             };
             let (name, snapshot) = parse_snapshot_spec(&spec)?;
             let started = std::time::Instant::now();
-            target
+            let resp = target
                 .call(Request::Snapshot {
                     name: name.to_string(),
                     snapshot: snapshot.to_string(),
                 })
                 .await?;
+            if json {
+                let v = resp.volume.expect("snapshot returns the volume");
+                let s = v
+                    .snapshot(snapshot)
+                    .expect("the new snapshot is in the volume");
+                println!("{}", serde_json::to_string_pretty(s)?);
+                return Ok(());
+            }
             println!(
                 "took snapshot {name}@{snapshot} in {:.1} ms",
                 started.elapsed().as_secs_f64() * 1000.0
@@ -486,6 +565,10 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                     object_progress(&format!("merging {name}@{snap}")),
                 )
                 .await?;
+            if json {
+                println!("{}", serde_json::json!({ "removed": snapshot }));
+                return Ok(());
+            }
             println!(
                 "removed snapshot {name}@{snap} in {:.1} s",
                 started.elapsed().as_secs_f64()
@@ -501,6 +584,9 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 })
                 .await?;
             let v = resp.volume.expect("rollback returns the volume");
+            if json {
+                return print_volume_json(&target, &v, None).await;
+            }
             println!(
                 "rolled volume \"{name}\" back to {name}@{snap} ({}) in {:.1} ms",
                 human_bytes(v.size),
@@ -515,6 +601,11 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                     object_progress(&format!("flattening {name}")),
                 )
                 .await?;
+            if json {
+                let resp = target.call(Request::Info { name: name.clone() }).await?;
+                let v = resp.volume.expect("info returns the volume");
+                return print_volume_json(&target, &v, resp.usage.as_ref()).await;
+            }
             println!(
                 "flattened volume \"{name}\" in {:.1} s: it no longer depends on a snapshot",
                 started.elapsed().as_secs_f64()
@@ -531,6 +622,9 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                 })
                 .await?;
             let v = resp.volume.expect("clone returns the volume");
+            if json {
+                return print_volume_json(&target, &v, None).await;
+            }
             println!(
                 "created volume \"{}\" ({}) as a clone of {name}@{snap} in {:.1} ms",
                 v.name,
@@ -547,6 +641,10 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
                     force,
                 })
                 .await?;
+            if json {
+                println!("{}", serde_json::json!({ "removed": name }));
+                return Ok(());
+            }
             match before.volume {
                 Some(v) => println!(
                     "removed volume \"{name}\" ({}, {} snapshot{})",

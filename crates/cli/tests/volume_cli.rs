@@ -162,39 +162,73 @@ fn shrink_of_large_empty_volume_is_prompt() {
     qemu_io_ok(&cluster.uri("huge"), &["read -P 0x5f 0 64k"]);
 }
 
-/// Each documented error prints `error: ...` on stderr and exits non-zero, changing nothing.
+/// Each documented error prints `error: ...` on stderr (and nothing on stdout) and exits
+/// with its documented code (docs/cli.md: 1 error, 3 not found, 4 exists), changing nothing.
 #[test]
 fn errors_are_reported_with_nonzero_exit() {
     let cluster = Cluster::start();
     cluster.volume_ok(&["create", "x", "--size", "1M"]);
-    let cases: [(&[&str], &str); 10] = [
-        (&["create", "x", "--size", "1M"], "volume \"x\" exists"),
+    let cases: [(&[&str], &str, i32); 12] = [
+        (&["create", "x", "--size", "1M"], "volume \"x\" exists", 4),
         (
             &["create", "vol0", "--size", "1M"],
             "volume \"vol0\" exists",
+            4,
         ),
-        (&["info", "nope"], "volume \"nope\" does not exist"),
-        (&["rm", "nope"], "volume \"nope\" does not exist"),
-        (&["resize", "nope", "1M"], "volume \"nope\" does not exist"),
+        (&["info", "nope"], "volume \"nope\" does not exist", 3),
+        (&["rm", "nope"], "volume \"nope\" does not exist", 3),
+        (
+            &["resize", "nope", "1M"],
+            "volume \"nope\" does not exist",
+            3,
+        ),
+        (
+            &["create", "y", "--size", "1M", "--pool", "nopool"],
+            "pool \"nopool\" does not exist",
+            3,
+        ),
         (
             &["create", "y", "--size", "1000"],
             "size must be a multiple of 4096 (got 1000)",
+            1,
         ),
-        (&["create", "y", "--size", "abc"], "invalid size \"abc\": "),
-        (&["resize", "x", "abc"], "invalid size \"abc\": "),
+        (
+            &["create", "y", "--size", "abc"],
+            "invalid size \"abc\": ",
+            1,
+        ),
+        (&["resize", "x", "abc"], "invalid size \"abc\": ", 1),
         (
             &["resize", "x", "512K"],
             "volume \"x\" is 1.0 MiB: resizing it to 512.0 KiB would discard its last 512.0 KiB; \
              pass --allow-shrink",
+            1,
         ),
         (
             &["resize", "x", "5000"],
             "size must be a multiple of 4096 (got 5000)",
+            1,
         ),
+        (&["info"], "required arguments were not provided", 2),
     ];
-    for (args, message) in cases {
+    for (args, message, code) in cases {
         let out = cluster.volume(args);
-        assert_error(&out, message, &format!("basalt volume {}", args.join(" ")));
+        let what = format!("basalt volume {}", args.join(" "));
+        if code == 2 {
+            // clap's usage errors: `error: ...` too, with a usage line.
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains(message),
+                "{what}"
+            );
+        } else {
+            assert_error(&out, message, &what);
+        }
+        assert_eq!(out.status.code(), Some(code), "{what}: {}", text(&out));
+        assert!(
+            out.stdout.is_empty(),
+            "{what} printed on stdout: {}",
+            text(&out)
+        );
     }
     // Nothing was created, removed or resized by the failed commands.
     assert_eq!(

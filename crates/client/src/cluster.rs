@@ -135,6 +135,11 @@ impl Cluster {
         self.map.borrow().clone()
     }
 
+    /// A receiver of the maps this client routes with (to wait for a change to show).
+    pub fn map_watch(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.map.clone()
+    }
+
     /// The live connection to `osd`, opening one if needed.
     pub async fn connection(&self, osd: OsdId) -> Result<Arc<Connection>, ClientError> {
         // Keep the map alive instead of cloning the address: this runs once per request.
@@ -283,10 +288,17 @@ impl Cluster {
         size: u64,
     ) -> Arc<VolumeState> {
         let mut volumes = self.volumes.lock().expect("volumes lock");
-        volumes
+        let state = volumes
             .entry((layer, snapshot))
-            .or_insert_with(|| Arc::new(VolumeState::new(size, layer)))
-            .clone()
+            .or_insert_with(|| Arc::new(VolumeState::new(size, layer)));
+        // No handle of this process has it open (handles are only made here, under the
+        // lock), so no I/O was checked against its size: take the size just read from the
+        // record, which another process may have changed since (a resize through another
+        // gateway or `basalt volume resize --meta`).
+        if Arc::strong_count(state) == 1 {
+            state.adopt_size(size);
+        }
+        state.clone()
     }
 
     /// Delete every object of `inode` with index ≥ `from` on every OSD.

@@ -1,7 +1,28 @@
 //! Client errors.
 
 use basalt_proto::Status;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+/// What kind of failure an error is. Callers branch on this (the CLI's exit codes, the
+/// control API's replies), never on message text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The named volume, snapshot, image or pool does not exist.
+    NotFound,
+    /// Something of that name exists already.
+    Exists,
+    /// Refused because of the state of something else: in use, depended on, changed
+    /// concurrently.
+    Conflict,
+    /// The request itself is wrong (a name, a size, an operation the target does not allow).
+    Invalid,
+    /// The change was made, but clients did not see it within the wait's bound.
+    Timeout,
+    /// Anything else: the cluster or its metadata could not be reached, an I/O failed.
+    Other,
+}
 
 /// What can go wrong between a client and the cluster.
 #[derive(Debug, Error)]
@@ -33,6 +54,29 @@ pub enum ClientError {
     InUse { name: String, gateways: String },
     #[error("pool \"{name}\" exists")]
     PoolExists { name: String },
+    #[error("image \"{name}\" does not exist")]
+    NoSuchImage { name: String },
+    #[error(
+        "pool \"{name}\" does not exist (create it with `basalt pool create`, or choose one \
+         with --pool)"
+    )]
+    NoSuchPool { name: String },
+    /// Something else named `what` (an objvol, say) does not exist.
+    #[error("{what} does not exist")]
+    NotFound { what: String },
+    /// An image or snapshot of that name exists (`what` names it).
+    #[error("{what} exists")]
+    Exists { what: String },
+    /// A change was made but did not show in what clients see within the wait's bound.
+    #[error(
+        "timed out after {timeout_ms} ms waiting until {what}: the change is made, but \
+         clients do not see it yet ({hint})"
+    )]
+    NotVisible {
+        what: String,
+        timeout_ms: u64,
+        hint: String,
+    },
     #[error("volume \"{volume}\" has no snapshot \"{snapshot}\"")]
     NoSuchSnapshot { volume: String, snapshot: String },
     #[error("{what} is read-only")]
@@ -49,4 +93,33 @@ pub enum ClientError {
     /// An OSD's reply could not be understood.
     #[error("malformed reply: {reason}")]
     BadReply { reason: String },
+}
+
+impl ClientError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        use ClientError::*;
+        match self {
+            NoSuchVolume { .. }
+            | NoSuchSnapshot { .. }
+            | NoSuchImage { .. }
+            | NoSuchPool { .. }
+            | NotFound { .. } => ErrorKind::NotFound,
+            Map(basalt_placement::MapError::NoSuchPool { .. }) => ErrorKind::NotFound,
+            VolumeExists { .. } | PoolExists { .. } | Exists { .. } => ErrorKind::Exists,
+            InUse { .. } | KvConflict { .. } => ErrorKind::Conflict,
+            Invalid { .. } | OutOfRange { .. } | ReadOnly { .. } => ErrorKind::Invalid,
+            NotVisible { .. } => ErrorKind::Timeout,
+            Connect { .. }
+            | Auth { .. }
+            | Closed { .. }
+            | Timeout { .. }
+            | Status { .. }
+            | PayloadChecksum { .. }
+            | Map(_)
+            | Meta(_)
+            | NoPrimary { .. }
+            | BadReply { .. } => ErrorKind::Other,
+        }
+    }
 }

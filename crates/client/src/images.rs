@@ -60,9 +60,7 @@ fn decode(bytes: &[u8]) -> Result<ImageInfo, ClientError> {
 }
 
 fn no_such(name: &str) -> ClientError {
-    ClientError::Invalid {
-        reason: format!("image \"{name}\" does not exist"),
-    }
+    ClientError::NoSuchImage { name: name.into() }
 }
 
 impl Cluster {
@@ -112,8 +110,8 @@ impl Cluster {
         })?;
         let layer = self.new_sealed_layer(pool, size).await?;
         if self.meta().get(&image_key(name)).await?.is_some() {
-            return Err(ClientError::Invalid {
-                reason: format!("image \"{name}\" exists"),
+            return Err(ClientError::Exists {
+                what: format!("image \"{name}\""),
             });
         }
         let info = ImageInfo {
@@ -129,8 +127,8 @@ impl Cluster {
             removing: false,
         };
         if self.put_image(&info, 0).await.is_err() {
-            return Err(ClientError::Invalid {
-                reason: format!("image \"{name}\" exists"),
+            return Err(ClientError::Exists {
+                what: format!("image \"{name}\""),
             });
         }
         Ok(info)

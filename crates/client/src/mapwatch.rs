@@ -14,6 +14,32 @@ const REWATCH_DELAY_MS: u64 = 200;
 /// watch that silently stopped delivering must not leave a daemon on an old map for long).
 const POLL_INTERVAL_MS: u64 = 2_000;
 
+/// What a command that waited in vain suggests: maps are published by the monitor.
+const NO_MONITOR_HINT: &str =
+    "the monitor publishes maps: is one running (`basalt osd`, `basalt mon` or \
+     `basalt up`)?";
+
+/// Wait until the map on `maps` satisfies `ready`, for at most `timeout`: a command that
+/// changed the cluster returns once clients route with the change. `what` describes the
+/// awaited state in the timeout error ("pool \"p\" is in the cluster map").
+pub async fn wait_for_map(
+    maps: &mut watch::Receiver<Arc<ClusterMap>>,
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut(&ClusterMap) -> bool,
+) -> Result<Arc<ClusterMap>, crate::ClientError> {
+    let not_visible = || crate::ClientError::NotVisible {
+        what: what.to_string(),
+        timeout_ms: timeout.as_millis() as u64,
+        hint: NO_MONITOR_HINT.into(),
+    };
+    match tokio::time::timeout(timeout, maps.wait_for(|m| ready(m))).await {
+        Ok(Ok(map)) => Ok(map.clone()),
+        // The follower stopped (its runtime is going away): nothing more will arrive.
+        Ok(Err(_)) | Err(_) => Err(not_visible()),
+    }
+}
+
 /// Read the current map (an empty map at epoch 0 when none exists yet) and keep the
 /// returned receiver up to date until it is dropped. Epochs only ever grow on it.
 pub async fn follow_map(

@@ -4,6 +4,10 @@
 use crate::error::ClientError;
 use basalt_meta::schema::{pool_key, PoolRecord, NEXT_POOL_ID_KEY};
 use basalt_meta::MetaStore;
+use basalt_placement::{ClusterMap, PoolSpec};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// Most replicas a pool may ask for.
 pub const POOL_SIZE_MAX: u32 = 16;
@@ -146,6 +150,27 @@ pub async fn create_pool(
     Ok(record)
 }
 
+/// Wait until pool `name` is in the map on `maps` (the monitor adds a new pool record to the
+/// next map it publishes; until then volumes cannot be made in it), for at most `timeout`.
+pub async fn wait_for_pool(
+    maps: &mut watch::Receiver<Arc<ClusterMap>>,
+    name: &str,
+    timeout: Duration,
+) -> Result<PoolSpec, ClientError> {
+    let what = format!("pool \"{name}\" is in the cluster map");
+    let map = crate::mapwatch::wait_for_map(maps, &what, timeout, |m| {
+        m.pools.values().any(|p| p.name == name)
+    })
+    .await?;
+    let pool = map.pools.values().find(|p| p.name == name);
+    Ok(pool.expect("the awaited pool is in the map").clone())
+}
+
+/// Whether pool `name` has a record in the metadata (it may not be in the map yet).
+pub async fn pool_recorded(meta: &dyn MetaStore, name: &str) -> Result<bool, ClientError> {
+    Ok(meta.get(&pool_key(name)).await?.is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +187,49 @@ mod tests {
             object_size,
             ec: Some(EcProfile { k, m }),
         }
+    }
+
+    fn map_with_pool(epoch: u32, name: &str) -> ClusterMap {
+        let mut map = ClusterMap {
+            epoch,
+            ..ClusterMap::default()
+        };
+        let pool = PoolSpec {
+            id: 7,
+            name: name.into(),
+            size: 3,
+            min_size: 2,
+            pg_count: 8,
+            failure_domain: basalt_placement::FailureDomain::Osd,
+            object_size: 128 << 10,
+            ec: None,
+        };
+        map.pools.insert(7, pool);
+        map
+    }
+
+    /// Goal: `wait_for_pool` returns once a map with the pool is published, and past its
+    /// bound fails with a Timeout-kind error that says what it waited for.
+    #[tokio::test]
+    async fn waiting_for_a_pool_is_bounded() {
+        let (tx, mut rx) = watch::channel(Arc::new(ClusterMap::default()));
+        let publisher = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = tx.send(Arc::new(map_with_pool(2, "p")));
+            tx
+        });
+        let pool = wait_for_pool(&mut rx, "p", Duration::from_secs(5))
+            .await
+            .expect("the pool arrives within the bound");
+        assert_eq!(pool.id, 7);
+        let _tx = publisher.await.expect("publisher");
+        let err = wait_for_pool(&mut rx, "q", Duration::from_millis(200))
+            .await
+            .expect_err("pool q never comes");
+        assert_eq!(err.kind(), crate::ErrorKind::Timeout);
+        let text = err.to_string();
+        assert!(text.contains("pool \"q\" is in the cluster map"), "{text}");
+        assert!(text.contains("200 ms"), "{text}");
     }
 
     /// Goal: erasure-coded pool settings are checked with messages naming the flag: a

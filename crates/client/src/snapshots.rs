@@ -125,8 +125,8 @@ impl Cluster {
                 .ok_or_else(|| changed(name));
         }
         if info.snapshot(snapshot).is_some() {
-            return Err(ClientError::Invalid {
-                reason: format!("snapshot {name}@{snapshot} exists"),
+            return Err(ClientError::Exists {
+                what: format!("snapshot {name}@{snapshot}"),
             });
         }
         if info.snapshots.len() >= MAX_SNAPSHOTS {

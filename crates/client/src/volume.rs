@@ -53,6 +53,11 @@ impl VolumeState {
             gate: tokio::sync::RwLock::new(()),
         }
     }
+
+    /// Take `size` from the volume's record (only while no handle has the volume open).
+    pub(crate) fn adopt_size(&self, size: u64) {
+        self.size.store(size, Ordering::Release);
+    }
 }
 
 /// An open volume. Cheap to clone-by-Arc; all methods take `&self`.

@@ -337,8 +337,10 @@ impl Cluster {
                 ),
             });
         }
-        info.size = size;
+        // The handle starts from the recorded size, so a shrink discards from there even in
+        // a process that never had the volume open.
         let volume = Volume::new(self.clone(), info.clone())?;
+        info.size = size;
         let value = serde_json::to_vec(&info).expect("volume record serialises");
         volume
             .resize(size, || async {

@@ -59,7 +59,7 @@ impl VolumeExports {
         let info = match basalt_objvol::catalog::info(&self.cluster, name).await {
             Ok(i) if i.state == basalt_objvol::ObjvolState::Ready => i,
             Ok(_) => return Ok(None),
-            Err(ClientError::Invalid { .. }) => return Ok(None),
+            Err(ClientError::Invalid { .. } | ClientError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(device_error(e)),
         };
         if let Some((inode, r)) = self.objvols.lock().expect("objvol cache").get(name) {
@@ -209,7 +209,11 @@ impl Exports for VolumeExports {
             };
             return match opened {
                 Ok(v) => Ok(Some(Arc::new(VolumeDevice(v, None)))),
-                Err(ClientError::ReadOnly { .. } | ClientError::Invalid { .. }) => Ok(None),
+                Err(
+                    ClientError::ReadOnly { .. }
+                    | ClientError::Invalid { .. }
+                    | ClientError::NoSuchImage { .. },
+                ) => Ok(None),
                 Err(e) => Err(device_error(e)),
             };
         }

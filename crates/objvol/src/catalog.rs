@@ -120,7 +120,9 @@ fn unix_now() -> u64 {
 async fn record(cluster: &Cluster, name: &str) -> Result<(ObjvolInfo, Revision), ClientError> {
     match cluster.meta().get(&key(name)).await? {
         Some((v, rev)) => Ok((decode(&v)?, rev)),
-        None => Err(invalid(format!("objvol \"{name}\" does not exist"))),
+        None => Err(ClientError::NotFound {
+            what: format!("objvol \"{name}\""),
+        }),
     }
 }
 
