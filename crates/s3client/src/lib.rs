@@ -17,8 +17,31 @@ use tokio::net::TcpStream;
 
 /// Longest wait to connect to the gateway.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest wait for one answer (a timed loop of requests ends at most this late).
+/// Longest wait for an answer to begin, beyond the time its bytes may take (a timed loop
+/// of requests ends at most this late).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Slowest transfer a body may have: a 1 GiB PUT or GET gets 256 s more than
+/// [`REQUEST_TIMEOUT`], so large bodies on a loaded machine do not time out while a gateway
+/// that stops answering is still given up on.
+const MIN_BYTES_PER_S: f64 = (4 << 20) as f64;
+
+/// Longest a phase moving `bytes` may take.
+fn budget(bytes: usize) -> Duration {
+    REQUEST_TIMEOUT + Duration::from_secs_f64(bytes as f64 / MIN_BYTES_PER_S)
+}
+
+/// `fut`, or an error naming `what` if it takes longer than [`budget`]`(bytes)`.
+async fn bounded<T>(
+    what: &str,
+    bytes: usize,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let limit = budget(bytes);
+    match tokio::time::timeout(limit, fut).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(Error(format!("no {what} within {} s", limit.as_secs()))),
+    }
+}
 /// A connection idle this long is reopened before its next request: the gateway closes idle
 /// keep-alive connections after 30 s.
 const IDLE_REOPEN: Duration = Duration::from_secs(20);
@@ -289,18 +312,9 @@ impl Connection {
         body: &[u8],
         payload_sha256: &str,
     ) -> Result<u16> {
-        let answer = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            self.exchange(method, path, query, extra, body, payload_sha256),
-        )
-        .await;
-        let outcome = match answer {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Error(format!(
-                "no answer within {} s",
-                REQUEST_TIMEOUT.as_secs()
-            ))),
-        };
+        let outcome = self
+            .exchange(method, path, query, extra, body, payload_sha256)
+            .await;
         if outcome.is_err() {
             // What is left on the connection is unknown: start the next request afresh.
             self.stream = None;
@@ -368,48 +382,23 @@ impl Connection {
         self.request.extend_from_slice(head.as_bytes());
         self.request.extend_from_slice(body);
         let stream = self.stream.as_mut().context("no connection")?;
-        stream.get_mut().write_all(&self.request).await?;
-
-        let mut budget = MAX_HEAD_BYTES;
-        read_line(stream, &mut self.line, &mut budget).await?;
-        if self.line.is_empty() {
-            bail!("the gateway closed the connection without answering");
-        }
-        let status_line = std::str::from_utf8(&self.line).context("status line")?;
-        let status: u16 = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .with_context(|| format!("bad status line {:?}", status_line.trim_end()))?;
-        let (mut length, mut chunked, mut close) = (None, false, false);
-        self.headers.clear();
-        loop {
-            read_line(stream, &mut self.line, &mut budget).await?;
-            if self.line.is_empty() {
-                bail!("the gateway closed the connection in the answer's head");
-            }
-            let text = std::str::from_utf8(&self.line).context("header line")?;
-            if text.trim_end().is_empty() {
-                break;
-            }
-            let (name, value) = text.split_once(':').context("header line without ':'")?;
-            let value = value.trim();
-            self.headers
-                .push((name.trim().to_ascii_lowercase(), value.to_string()));
-            if name.eq_ignore_ascii_case("content-length") {
-                length = Some(value.parse::<usize>().context("bad Content-Length")?);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.eq_ignore_ascii_case("chunked");
-            } else if name.eq_ignore_ascii_case("connection") {
-                close = value.eq_ignore_ascii_case("close");
-            }
-        }
+        let (request, line, headers) = (&self.request, &mut self.line, &mut self.headers);
+        let (status, length, chunked, close) = bounded("answer", request.len(), async {
+            stream.get_mut().write_all(request).await?;
+            read_head(stream, line, headers).await
+        })
+        .await?;
         self.body.clear();
         let bodiless = method == "HEAD" || status == 204 || status == 304 || status < 200;
         match (bodiless, chunked, length) {
             (true, _, _) => {}
             (false, true, _) => {
-                read_chunked(stream, &mut self.body, &mut self.line, &mut budget).await?;
+                let mut budget = MAX_HEAD_BYTES;
+                let (body, line) = (&mut self.body, &mut self.line);
+                bounded("answer body", self.max_body, async {
+                    read_chunked(stream, body, line, &mut budget).await
+                })
+                .await?;
             }
             (false, false, Some(n)) => {
                 if n > self.max_body {
@@ -419,7 +408,12 @@ impl Connection {
                     );
                 }
                 self.body.resize(n, 0);
-                stream.read_exact(&mut self.body).await?;
+                let body = &mut self.body;
+                bounded("answer body", n, async {
+                    stream.read_exact(body).await?;
+                    Ok(())
+                })
+                .await?;
             }
             (false, false, None) => {
                 bail!("answer {status} has neither Content-Length nor chunked encoding")
@@ -430,7 +424,52 @@ impl Connection {
         }
         Ok(status)
     }
+}
 
+/// Reads an answer's status line and headers (into `headers`, names in lowercase): the
+/// status, Content-Length, whether chunked, whether the gateway closes the connection.
+async fn read_head(
+    stream: &mut BufReader<TcpStream>,
+    line: &mut Vec<u8>,
+    headers: &mut Vec<(String, String)>,
+) -> Result<(u16, Option<usize>, bool, bool)> {
+    let mut budget = MAX_HEAD_BYTES;
+    read_line(stream, line, &mut budget).await?;
+    if line.is_empty() {
+        bail!("the gateway closed the connection without answering");
+    }
+    let status_line = std::str::from_utf8(line).context("status line")?;
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line {:?}", status_line.trim_end()))?;
+    let (mut length, mut chunked, mut close) = (None, false, false);
+    headers.clear();
+    loop {
+        read_line(stream, line, &mut budget).await?;
+        if line.is_empty() {
+            bail!("the gateway closed the connection in the answer's head");
+        }
+        let text = std::str::from_utf8(line).context("header line")?;
+        if text.trim_end().is_empty() {
+            break;
+        }
+        let (name, value) = text.split_once(':').context("header line without ':'")?;
+        let value = value.trim();
+        headers.push((name.trim().to_ascii_lowercase(), value.to_string()));
+        if name.eq_ignore_ascii_case("content-length") {
+            length = Some(value.parse::<usize>().context("bad Content-Length")?);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.eq_ignore_ascii_case("chunked");
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.eq_ignore_ascii_case("close");
+        }
+    }
+    Ok((status, length, chunked, close))
+}
+
+impl Connection {
     /// The body of the last answer.
     pub fn body(&self) -> &[u8] {
         &self.body
@@ -610,6 +649,15 @@ pub async fn enable_versioning(conn: &mut Connection, bucket: &str) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: a large body gets time in proportion to its size (a 1 GiB PUT on a loaded
+    /// machine is not cut off at 30 s), a small request only the answer timeout.
+    #[test]
+    fn time_allowed_grows_with_the_bytes() {
+        assert_eq!(budget(0), REQUEST_TIMEOUT);
+        assert_eq!(budget(4 << 10).as_secs(), 30);
+        assert_eq!(budget(1 << 30), REQUEST_TIMEOUT + Duration::from_secs(256));
+    }
 
     /// AWS's documented example key and time (Signature Version 4, header auth, S3).
     const ACCESS: &str = "AKIAIOSFODNN7EXAMPLE";

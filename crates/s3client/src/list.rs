@@ -217,6 +217,9 @@ mod tests {
         assert!(url_decode("bad%2").is_err());
         // S3 keys are UTF-8; a listing naming another is refused, naming the key.
         let e = url_decode("photos/%FF.jpg").unwrap_err();
-        assert!(format!("{e:#}").contains("\"photos/%FF.jpg\" is not UTF-8"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("\"photos/%FF.jpg\" is not UTF-8"),
+            "{e:#}"
+        );
     }
 }
