@@ -613,5 +613,6 @@ fn a_large_bucket_mounts() {
         large["size"],
         large["size"].as_f64().unwrap() / seconds / (1 << 20) as f64
     );
+    drop(file);
     m.unmount();
 }

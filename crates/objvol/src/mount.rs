@@ -151,7 +151,18 @@ impl KernelMount {
             let _ = run("cleanup", c);
         };
         if self.mounted {
-            quiet(Command::new("umount").arg(&self.mnt));
+            // A file still open under the mount makes it busy: 20 tries of 100 ms, then a
+            // lazy unmount (gone once the last file closes), never a mount left behind.
+            let unmounted = (0..20).any(|_| {
+                let ok = run("umount", Command::new("umount").arg(&self.mnt)).is_ok();
+                if !ok {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                ok
+            });
+            if !unmounted {
+                quiet(Command::new("umount").arg("-l").arg(&self.mnt));
+            }
         }
         if let Some(dev) = &self.loop_dev {
             quiet(Command::new("losetup").args(["-d", dev]));
