@@ -90,36 +90,9 @@ fn mean(v: &[f64]) -> f64 {
 /// Runs `basalt volume ARGS --control CONTROL`, bounded; its stderr is the error.
 fn volume(control: &str, args: &[&str]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("find the basalt executable")?;
-    let mut child = Command::new(exe)
-        .arg("volume")
-        .args(args)
-        .args(["--control", control])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("start basalt volume")?;
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    // Bound: the deadline.
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("basalt volume {args:?} took over {CLI_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut err);
-        }
-        bail!("basalt volume {args:?}: {}", err.trim());
-    }
-    Ok(())
+    let mut cmd = Command::new(exe);
+    cmd.arg("volume").args(args).args(["--control", control]);
+    super::run_ok(&mut cmd, CLI_TIMEOUT).map(drop)
 }
 
 /// Boots the guest against the target at `nvmf_port` and the NBD server at `nbd_port`

@@ -4,7 +4,7 @@
 //! its root file system, guest fio); host fio through a 10-deep snapshot chain beside a
 //! flat volume. Needs a local `basalt up` (it makes volumes and images of its own).
 
-use super::{Ctx, FioRun, Section};
+use super::{run_ok, Ctx, FioRun, Section};
 use crate::fio::{self, Job, Span, Target};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
@@ -64,49 +64,6 @@ fn cli(control: &str, group: &str, args: &[&str]) -> anyhow::Result<String> {
     let mut cmd = Command::new(exe);
     cmd.arg(group).args(["--control", control]).args(args);
     run_ok(&mut cmd, CLI_TIMEOUT)
-}
-
-/// Run `cmd` to completion within `timeout`; its stdout, or an error carrying its stderr.
-fn run_ok(cmd: &mut Command, timeout: Duration) -> anyhow::Result<String> {
-    use std::io::Read;
-    let name = cmd.get_program().to_string_lossy().into_owned();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("start {name}"))?;
-    let mut out = child.stdout.take().context("child stdout")?;
-    let mut err = child.stderr.take().context("child stderr")?;
-    let out_t = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = out.read_to_end(&mut b);
-        b
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = err.read_to_end(&mut b);
-        b
-    });
-    let deadline = Instant::now() + timeout;
-    // Bound: `timeout`.
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{name} did not finish within {} s", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = String::from_utf8_lossy(&out_t.join().unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
-    if !status.success() {
-        bail!("{name} failed ({status}): {}", stderr.trim());
-    }
-    Ok(stdout)
 }
 
 /// The "in X ms" a clone or snapshot command prints.

@@ -22,7 +22,7 @@ use basalt_objvol::build::{build, Built};
 use basalt_objvol::s3::{Credentials, S3Source};
 use basalt_s3client::{Connection, Signer, EMPTY_SHA256};
 use sha2::{Digest, Sha256};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -273,49 +273,19 @@ async fn list_one_stream(endpoint: &S3Endpoint, bucket: &str) -> anyhow::Result<
 fn objvol_create(control: &str, name: &str, bucket: &str) -> anyhow::Result<f64> {
     let exe = std::env::current_exe().context("find the basalt executable")?;
     let started = Instant::now();
-    let mut child = Command::new(exe)
-        .args([
-            "objvol",
-            "create",
-            name,
-            "--bucket",
-            bucket,
-            "--control",
-            control,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("start basalt objvol create")?;
-    let mut stderr = child.stderr.take().context("child stderr")?;
-    let reader = std::thread::spawn(move || {
-        let mut buf = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut buf);
-        buf
-    });
-    let deadline = started + CREATE_TIMEOUT;
-    // Bound: the deadline.
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!(
-                "basalt objvol create {name} took over {} s",
-                CREATE_TIMEOUT.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let seconds = started.elapsed().as_secs_f64();
-    let err = reader.join().unwrap_or_default();
-    if !status.success() {
-        bail!("basalt objvol create {name}: {}", err.trim());
-    }
-    Ok(seconds)
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "objvol",
+        "create",
+        name,
+        "--bucket",
+        bucket,
+        "--control",
+        control,
+    ]);
+    super::run_ok(&mut cmd, CREATE_TIMEOUT)
+        .with_context(|| format!("basalt objvol create {name}"))?;
+    Ok(started.elapsed().as_secs_f64())
 }
 
 /// Files of an index bucket read back (and compared) after the walk of its mount.
