@@ -1,8 +1,34 @@
 //! The test guest of `scripts/build-guest-image.sh` under QEMU: the one command line the
 //! benchmark and the tests boot it with.
 
+use anyhow::Context;
+use std::io::BufRead;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+/// Starts a guest's QEMU `cmd` with its console (stdout) read line by line, each line with
+/// when it arrived; the channel closes when QEMU exits. The caller bounds the run.
+pub fn spawn_with_console(
+    cmd: &mut Command,
+) -> anyhow::Result<(Child, Receiver<(Instant, String)>)> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start qemu-system-x86_64 (install qemu-system-x86)")?;
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).split(b'\n') {
+            let Ok(line) = line else { break };
+            let _ = tx.send((Instant::now(), String::from_utf8_lossy(&line).into_owned()));
+        }
+    });
+    Ok((child, rx))
+}
 
 /// QEMU with what every test guest runs with: TCG (see below), 512 MiB, one vCPU, the
 /// console on stdout, no reboot. The caller adds the kernel, disks and network.

@@ -9,9 +9,8 @@
 use super::{Ctx, Section};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Section id.
@@ -107,20 +106,8 @@ fn guest_run(
     let params = format!(
         "basalt.port={nvmf_port} basalt.vol={VOLUME} basalt.fio={fio_s} basalt.nbd={nbd_port}"
     );
-    let mut child = crate::guest::nvmf_command(guest, &params)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start qemu-system-x86_64 (install qemu-system-x86)")?;
-    let stdout = child.stdout.take().context("qemu stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).split(b'\n') {
-            let Ok(line) = line else { break };
-            let _ = tx.send(String::from_utf8_lossy(&line).into_owned());
-        }
-    });
+    let (mut child, rx) =
+        crate::guest::spawn_with_console(&mut crate::guest::nvmf_command(guest, &params))?;
     // The timed rounds: 2 protocols × 2 directions × ROUNDS runs of fio_s seconds.
     let deadline = Instant::now() + VM_BASE_TIMEOUT + Duration::from_secs(8 * u64::from(fio_s));
     let mut log = String::new();
@@ -128,7 +115,7 @@ fn guest_run(
     // Bound: the deadline.
     while Instant::now() < deadline && !done {
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(line) => {
+            Ok((_, line)) => {
                 done = line.contains("basalt-guest: done") || line.contains("FAILED");
                 log.push_str(&line);
                 log.push('\n');

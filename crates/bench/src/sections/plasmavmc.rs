@@ -9,9 +9,8 @@ use crate::fio::{self, Job, Span, Target};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
 use basalt_proto::size::format_size;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Section id.
@@ -152,20 +151,12 @@ struct VmRun {
 /// Boot the guest from `uri`, bounded; its console goes to `console`.
 fn boot(guest: &Path, uri: &str, name: &str, console: &Path) -> anyhow::Result<VmRun> {
     let started = Instant::now();
-    let mut child = crate::guest::qemu_command(guest, uri, name, GUEST_FIO_S)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start qemu-system-x86_64 (install qemu-system-x86)")?;
-    let stdout = child.stdout.take().context("qemu stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).split(b'\n') {
-            let Ok(line) = line else { break };
-            let _ = tx.send((Instant::now(), String::from_utf8_lossy(&line).into_owned()));
-        }
-    });
+    let (mut child, rx) = crate::guest::spawn_with_console(&mut crate::guest::qemu_command(
+        guest,
+        uri,
+        name,
+        GUEST_FIO_S,
+    ))?;
     let mut log = String::new();
     let mut run = VmRun {
         root_s: f64::NAN,
