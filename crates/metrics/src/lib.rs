@@ -7,6 +7,7 @@
 //! (the library's own histogram takes a lock per observation), and [`family`], which encodes
 //! one metric family from values read at scrape time.
 
+pub mod frontend;
 pub mod histogram;
 pub mod http;
 
@@ -51,6 +52,9 @@ where
     }
     Ok(())
 }
+
+/// The label set of a sample without labels (for [`family`]).
+pub const NO_LABELS: [(&str, &str); 0] = [];
 
 /// A counter value read at scrape time (for [`family`]).
 pub fn counter(v: u64) -> prometheus_client::metrics::counter::ConstCounter<u64> {
