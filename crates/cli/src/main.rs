@@ -6,6 +6,7 @@ mod bench;
 mod control;
 mod daemons;
 mod image_cmd;
+mod iostat;
 mod metrics_http;
 mod objvol_cmd;
 mod s3_cmd;

@@ -80,6 +80,10 @@ impl Target {
 
 #[derive(Subcommand)]
 pub enum VolumeCommand {
+    /// Per-volume IOPS, MiB/s and latency from gateways' metrics, every --interval seconds.
+    ///
+    /// Example: basalt volume iostat --endpoint 127.0.0.1:9464 --interval 2
+    Iostat(crate::iostat::IostatArgs),
     /// Create a volume; it is exported over NBD under its name at once.
     ///
     /// Example: basalt volume create db1 --size 10G
@@ -300,6 +304,9 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
 
 pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
     match command {
+        VolumeCommand::Iostat(args) => {
+            tokio::task::spawn_blocking(move || crate::iostat::run(args)).await?
+        }
         VolumeCommand::Create {
             name,
             size,

@@ -399,3 +399,74 @@ fn prometheus_scrapes_basalt_up_during_fio() {
         "the alert waits for its `for` period"
     );
 }
+
+/// Goal: `basalt volume iostat` reports a known workload: fio writing vol0 at a fixed 400
+/// IOPS of 4 KiB shows as about 400 WR/s and 1.56 WR MiB/s, no reads, a latency, and an
+/// idle volume reads 0.
+#[test]
+fn volume_iostat_reports_a_known_workload() {
+    const IOPS: f64 = 400.0;
+    let fio = require_tool("fio", "fio");
+    let cluster = Cluster::start_with(&[
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--metrics-per-volume",
+        "4",
+    ]);
+    let target = metrics_addr(&cluster);
+    let mut load = Command::new(&fio)
+        .args([
+            "--name=steady",
+            "--ioengine=nbd",
+            &format!("--uri={}", cluster.uri("vol0")),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=64m",
+            "--iodepth=4",
+            &format!("--rate_iops={IOPS}"),
+            "--time_based",
+            "--runtime=12",
+        ])
+        .current_dir(cluster.scratch())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let fio connect and settle on its rate.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = cluster.volume(&[
+        "iostat",
+        "--endpoint",
+        &target,
+        "--interval",
+        "2",
+        "--count",
+        "2",
+    ]);
+    let _ = wait_timeout(&mut load, Duration::from_secs(60));
+    assert_ok(&out, "basalt volume iostat");
+    let report = text(&out);
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .filter(|l| l.starts_with("vol0 "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "one vol0 line per report:\n{report}");
+    for row in rows {
+        let num = |i: usize| -> f64 { row[i].parse().unwrap() };
+        assert_within(num(1), IOPS, 0.2, "iostat WR/s");
+        assert_eq!(num(2), 0.0, "no reads:\n{report}");
+        assert_within(
+            num(3),
+            IOPS * 4096.0 / (1 << 20) as f64,
+            0.2,
+            "iostat WR MiB/s",
+        );
+        assert!(num(5) > 0.0, "a write latency:\n{report}");
+        assert_eq!(row[6], "-", "no read latency:\n{report}");
+    }
+    // A bad endpoint is a precise error, not a panic.
+    let bad = cluster.volume(&["iostat", "--endpoint", "nowhere", "--count", "1"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("expected IP:PORT"), "{}", text(&bad));
+}

@@ -10,6 +10,7 @@
 pub mod frontend;
 pub mod histogram;
 pub mod http;
+pub mod iostat;
 
 pub use histogram::LatencyHistogram;
 pub use prometheus_client;

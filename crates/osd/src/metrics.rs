@@ -208,10 +208,17 @@ impl Collector for OsdCollector {
     }
 }
 
+/// Accessors of the values a family reads from each OSD.
+type CounterField = fn(&OsdCounters) -> &AtomicU64;
+type PoolField = fn(&PoolOps) -> &AtomicU64;
+type LatencyField = fn(&OsdLatency) -> &LatencyHistogram;
+type GaugeField = fn(&Osd, &basalt_store::StoreStats) -> u64;
+type AuthField = fn(&crate::auth::AuthCounters) -> &AtomicU64;
+
 /// Every OSD family, a sample per OSD of `osds`.
 fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let g = OsdCounters::get;
-    let counters: [(&str, &str, fn(&OsdCounters) -> &AtomicU64); 11] = [
+    let counters: [(&str, &str, CounterField); 11] = [
         ("reads", "Client reads served as primary", |c| &c.reads),
         ("read_bytes", "Bytes of client reads", |c| &c.read_bytes),
         ("writes", "Client mutations acknowledged as primary", |c| {
@@ -275,7 +282,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 })
         }),
     )?;
-    let pool_counters: [(&str, &str, fn(&PoolOps) -> &AtomicU64); 4] = [
+    let pool_counters: [(&str, &str, PoolField); 4] = [
         (
             "pool_reads",
             "Client reads served as primary, by pool",
@@ -309,7 +316,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             }),
         )?;
     }
-    let histograms: [(&str, &str, fn(&OsdLatency) -> &LatencyHistogram); 5] = [
+    let histograms: [(&str, &str, LatencyField); 5] = [
         (
             "queue_wait_seconds",
             "Time from a request decoded to its handler running",
@@ -347,7 +354,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
         )?;
     }
     let stats: Vec<_> = osds.iter().map(|o| o.store.stats()).collect();
-    let gauges: [(&str, &str, fn(&Osd, &basalt_store::StoreStats) -> u64); 6] = [
+    let gauges: [(&str, &str, GaugeField); 6] = [
         ("capacity_bytes", "Size of the store file", |_, s| {
             s.capacity_bytes
         }),
@@ -380,7 +387,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 .map(|(o, s)| ([("osd", o.id)], gauge(value(o, s) as i64))),
         )?;
     }
-    let auth: [(&str, &str, fn(&crate::auth::AuthCounters) -> &AtomicU64); 3] = [
+    let auth: [(&str, &str, AuthField); 3] = [
         ("auth_accepted", "Data-plane handshakes accepted", |a| {
             &a.accepted
         }),
