@@ -401,8 +401,8 @@ fn prometheus_scrapes_basalt_up_during_fio() {
 }
 
 /// Goal: `basalt volume iostat` reports a known workload: fio writing vol0 at a fixed 400
-/// IOPS of 4 KiB shows as about 400 WR/s and 1.56 WR MiB/s, no reads, a latency, and an
-/// idle volume reads 0.
+/// IOPS of 4 KiB shows as about 400 WR/s and 1.56 WR MiB/s, no reads, a write latency;
+/// a bad endpoint is a precise error.
 #[test]
 fn volume_iostat_reports_a_known_workload() {
     const IOPS: f64 = 400.0;
