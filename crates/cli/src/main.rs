@@ -14,6 +14,7 @@ mod scrub_cmd;
 mod status;
 mod up;
 mod volume_cmd;
+mod watch;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -106,6 +107,10 @@ enum Command {
         /// at once).
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
+        /// Print cluster events as they happen (OSD up/down/in/out, PG state changes,
+        /// recovery start and finish), checking every --interval seconds, until Ctrl-C.
+        #[arg(long, conflicts_with = "json")]
+        watch: bool,
     },
     /// Check every copy of every object and repair what disagrees.
     ///
@@ -269,8 +274,13 @@ fn main() -> std::process::ExitCode {
             meta,
             json,
             interval,
+            watch,
         } => {
             init_logging("warn");
+            if watch {
+                let every = std::time::Duration::from_secs_f64(interval.clamp(0.1, 60.0));
+                return runtime().and_then(|rt| rt.block_on(watch_status(control, meta, every)));
+            }
             let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
             runtime().and_then(|rt| rt.block_on(show_status(control, meta, json, interval_ms)))
         }
@@ -344,20 +354,57 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// One status report, from the metadata store (`--meta`) or the control socket.
+async fn status_report(
+    control: &std::path::Path,
+    meta: &daemons::MetaArgs,
+    interval_ms: u64,
+) -> anyhow::Result<status::StatusReport> {
+    Ok(if meta.meta.is_some() {
+        let cluster = admin::open_cluster(meta).await?;
+        status::gather_with_rates(&cluster, interval_ms).await?
+    } else {
+        control_status(control, interval_ms).await?
+    })
+}
+
+/// One status report from the control socket of `basalt up`.
+async fn control_status(
+    control: &std::path::Path,
+    interval_ms: u64,
+) -> anyhow::Result<status::StatusReport> {
+    let resp = control::call(control, &control::Request::Status { interval_ms }).await?;
+    resp.status
+        .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))
+}
+
+/// `basalt status --watch`: one cluster handle (`--meta`) or the control socket, polled.
+async fn watch_status(
+    control: PathBuf,
+    meta: daemons::MetaArgs,
+    every: std::time::Duration,
+) -> anyhow::Result<()> {
+    let cluster = match meta.meta {
+        Some(_) => Some(admin::open_cluster(&meta).await?),
+        None => None,
+    };
+    let (cluster, control) = (cluster.as_ref(), control.as_path());
+    watch::run(every, move || async move {
+        match cluster {
+            Some(c) => Ok(status::gather(c).await?),
+            None => control_status(control, 0).await,
+        }
+    })
+    .await
+}
+
 async fn show_status(
     control: PathBuf,
     meta: daemons::MetaArgs,
     json: bool,
     interval_ms: u64,
 ) -> anyhow::Result<()> {
-    let report = if meta.meta.is_some() {
-        let cluster = admin::open_cluster(&meta).await?;
-        status::gather_with_rates(&cluster, interval_ms).await?
-    } else {
-        let resp = control::call(&control, &control::Request::Status { interval_ms }).await?;
-        resp.status
-            .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?
-    };
+    let report = status_report(&control, &meta, interval_ms).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

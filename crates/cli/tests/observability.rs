@@ -470,3 +470,49 @@ fn volume_iostat_reports_a_known_workload() {
     assert!(!bad.status.success());
     assert!(text(&bad).contains("expected IP:PORT"), "{}", text(&bad));
 }
+
+/// Goal: `basalt status --watch` prints the cluster's summary at once (every PG
+/// active+clean), then reports it when the cluster goes away instead of exiting.
+#[test]
+fn status_watch_summarises_then_reports_changes() {
+    let mut cluster = Cluster::start();
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["status", "--watch", "--interval", "0.5", "--control"])
+        .arg(&cluster.control)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |needle: &str, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Loop bound: 30 s.
+        while !seen.iter().any(|l: &String| l.contains(needle)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no line with {needle:?} in 30 s:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    wait_for("32 PGs (32 active+clean)", &mut seen);
+    assert!(seen[0].contains("3 OSDs (3 up)"), "{}", seen[0]);
+    cluster.kill9();
+    wait_for("status unavailable", &mut seen);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
