@@ -305,7 +305,7 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
 pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
     match command {
         VolumeCommand::Iostat(args) => {
-            tokio::task::spawn_blocking(move || crate::iostat::run(args)).await?
+            tokio::task::spawn_blocking(move || crate::iostat::run(args)).await??;
         }
         VolumeCommand::Create {
             name,
