@@ -462,14 +462,3 @@ fn pg_phases(osd: &Osd) -> [i64; 4] {
     }
     phases
 }
-
-/// The metrics of `osds` in the Prometheus text format (tests, and tools without a registry).
-pub fn render(osds: &[Arc<Osd>]) -> String {
-    let collector = OsdCollector::default();
-    for o in osds {
-        collector.add(o);
-    }
-    let mut registry = basalt_metrics::Registry::default();
-    registry.register_collector(Box::new(collector));
-    basalt_metrics::render(&registry)
-}
