@@ -42,6 +42,9 @@ pub struct OsdCounters {
     /// answered Conflict (a condition did not hold; not counted as errors).
     pub kv_calls: AtomicU64,
     pub kv_conflicts: AtomicU64,
+    /// Liveness lease renewals that succeeded, and attempts that failed.
+    pub lease_renewals: AtomicU64,
+    pub lease_renewal_failures: AtomicU64,
     /// Client operations and bytes by pool.
     pub pools: PoolCounters,
     /// Where the time of requests goes.
@@ -62,6 +65,8 @@ pub struct OsdLatency {
     pub store_flush: LatencyHistogram,
     /// From a mutation queued to its replicas to the last replica's acknowledgement.
     pub replication: LatencyHistogram,
+    /// Liveness lease renewals: one round trip to the metadata store (etcd).
+    pub meta_round_trip: LatencyHistogram,
 }
 
 impl OsdCounters {
@@ -218,7 +223,7 @@ type AuthField = fn(&crate::auth::AuthCounters) -> &AtomicU64;
 /// Every OSD family, a sample per OSD of `osds`.
 fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let g = OsdCounters::get;
-    let counters: [(&str, &str, CounterField); 11] = [
+    let counters: [(&str, &str, CounterField); 13] = [
         ("reads", "Client reads served as primary", |c| &c.reads),
         ("read_bytes", "Bytes of client reads", |c| &c.read_bytes),
         ("writes", "Client mutations acknowledged as primary", |c| {
@@ -251,6 +256,16 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "kv_conflicts",
             "KV table updates refused because a condition did not hold",
             |c| &c.kv_conflicts,
+        ),
+        (
+            "lease_renewals",
+            "Liveness lease renewals that succeeded",
+            |c| &c.lease_renewals,
+        ),
+        (
+            "lease_renewal_failures",
+            "Liveness lease renewals that failed",
+            |c| &c.lease_renewal_failures,
         ),
     ];
     for (name, help, field) in counters {
@@ -316,7 +331,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             }),
         )?;
     }
-    let histograms: [(&str, &str, LatencyField); 5] = [
+    let histograms: [(&str, &str, LatencyField); 6] = [
         (
             "queue_wait_seconds",
             "Time from a request decoded to its handler running",
@@ -341,6 +356,11 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "replication_seconds",
             "Round trip of a mutation to every replica, as primary",
             |l| &l.replication,
+        ),
+        (
+            "meta_round_trip_seconds",
+            "Liveness lease renewals: one round trip to the metadata store",
+            |l| &l.meta_round_trip,
         ),
     ];
     for (name, help, field) in histograms {
