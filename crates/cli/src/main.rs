@@ -279,10 +279,11 @@ fn main() -> std::process::ExitCode {
             init_logging("warn");
             if watch {
                 let every = std::time::Duration::from_secs_f64(interval.clamp(0.1, 60.0));
-                return runtime().and_then(|rt| rt.block_on(watch_status(control, meta, every)));
+                runtime().and_then(|rt| rt.block_on(watch_status(control, meta, every)))
+            } else {
+                let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
+                runtime().and_then(|rt| rt.block_on(show_status(control, meta, json, interval_ms)))
             }
-            let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
-            runtime().and_then(|rt| rt.block_on(show_status(control, meta, json, interval_ms)))
         }
         Command::Osd {
             command: Some(command),
