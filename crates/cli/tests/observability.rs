@@ -498,7 +498,7 @@ fn status_watch_summarises_then_reports_changes() {
         }
     });
     let mut seen = Vec::new();
-    let mut wait_for = |needle: &str, seen: &mut Vec<String>| {
+    let wait_for = |needle: &str, seen: &mut Vec<String>| {
         let deadline = Instant::now() + Duration::from_secs(30);
         // Loop bound: 30 s.
         while !seen.iter().any(|l: &String| l.contains(needle)) {
