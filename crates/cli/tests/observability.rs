@@ -307,20 +307,17 @@ fn prometheus_scrapes_basalt_up_during_fio() {
     assert_within(pool, fio_iops, 0.2, "per-pool writes/s");
 
     // Latency: quantiles non-zero, ordered, and under a second on loopback.
-    let quantile = |q: f64, series: &str| {
+    let quantile = |q: f64, series: &str, selector: &str| {
         prom.value(
-            &format!("histogram_quantile({q}, sum by (le) (rate({series}_bucket[{w}s])))"),
+            &format!(
+                "histogram_quantile({q}, sum by (le) (rate({series}_bucket{selector}[{w}s])))"
+            ),
             at,
         )
     };
-    let p50 = quantile(
-        0.5,
-        "basalt_frontend_request_seconds{frontend=\"nbd\",op=\"write\"}",
-    );
-    let p99 = quantile(
-        0.99,
-        "basalt_frontend_request_seconds{frontend=\"nbd\",op=\"write\"}",
-    );
+    let write = "{frontend=\"nbd\",op=\"write\"}";
+    let p50 = quantile(0.5, "basalt_frontend_request_seconds", write);
+    let p99 = quantile(0.99, "basalt_frontend_request_seconds", write);
     assert!(
         p50 > 0.0 && p50 <= p99 && p99 < 1.0,
         "write p50 {p50} p99 {p99}"
@@ -342,7 +339,7 @@ fn prometheus_scrapes_basalt_up_during_fio() {
         "basalt_osd_replication_seconds",
         "basalt_osd_queue_wait_seconds",
     ] {
-        let p99 = quantile(0.99, stage);
+        let p99 = quantile(0.99, stage, "");
         assert!(p99 > 0.0 && p99 < 1.0, "{stage} p99 {p99}");
     }
     let active = prom.value("sum(basalt_osd_pgs{phase=\"active\"})", at);
@@ -400,12 +397,13 @@ fn prometheus_scrapes_basalt_up_during_fio() {
     );
 }
 
-/// Goal: `basalt volume iostat` reports a known workload: fio writing vol0 at a fixed 400
-/// IOPS of 4 KiB shows as about 400 WR/s and 1.56 WR MiB/s, no reads, a write latency;
+/// Goal: `basalt volume iostat` reports a known workload: fio writing vol0 at a fixed 100
+/// IOPS of 4 KiB (a rate a loaded CI machine sustains) shows as about 100 WR/s and 0.39 WR
+/// MiB/s, no reads, a write latency;
 /// a bad endpoint is a precise error.
 #[test]
 fn volume_iostat_reports_a_known_workload() {
-    const IOPS: f64 = 400.0;
+    const IOPS: f64 = 100.0;
     let fio = require_tool("fio", "fio");
     let cluster = Cluster::start_with(&[
         "--metrics-listen",
@@ -425,7 +423,7 @@ fn volume_iostat_reports_a_known_workload() {
             "--iodepth=4",
             &format!("--rate_iops={IOPS}"),
             "--time_based",
-            "--runtime=12",
+            "--runtime=14",
         ])
         .current_dir(cluster.scratch())
         .stdout(Stdio::null())
@@ -433,7 +431,7 @@ fn volume_iostat_reports_a_known_workload() {
         .spawn()
         .unwrap();
     // Let fio connect and settle on its rate.
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(4));
     let out = cluster.volume(&[
         "iostat",
         "--endpoint",
