@@ -44,6 +44,9 @@ have python3 || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # md5sum (coreutils) checks the ETags the S3 clients get back.
 have md5sum || need+=(coreutils)
+# The observability tests scrape Basalt with a real Prometheus server and check the alert
+# rules in contrib/ with promtool (both come with Debian's prometheus package).
+{ have prometheus && have promtool; } || need+=(prometheus)
 # libfuzzer-sys compiles libFuzzer (C++) for the fuzz smoke run.
 have c++ || need+=(g++)
 

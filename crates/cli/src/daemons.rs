@@ -226,9 +226,11 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let handle = Osd::start(config, map, meta.clone())
         .await
         .with_context(|| format!("start osd.{id}"))?;
-    let osd = handle.osd.clone();
-    let render: crate::metrics_http::Render = Arc::new(move || basalt_osd::metrics::render(&osd));
-    let metrics = start_metrics(args.metrics_listen.as_deref(), listen, render).await?;
+    let mut registry = crate::metrics_http::registry();
+    let osds = basalt_osd::metrics::OsdCollector::default();
+    osds.add(&handle.osd);
+    registry.register_collector(Box::new(osds));
+    let metrics = start_metrics(args.metrics_listen.as_deref(), listen, registry).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let registration = Registration {
         host: host.clone(),
@@ -281,10 +283,10 @@ type MetricsTask = (SocketAddr, tokio::task::JoinHandle<()>);
 async fn start_metrics(
     arg: Option<&str>,
     listen: SocketAddr,
-    render: crate::metrics_http::Render,
+    registry: basalt_metrics::Registry,
 ) -> anyhow::Result<Option<MetricsTask>> {
     match metrics_addr(arg, listen)? {
-        Some(addr) => Ok(Some(crate::metrics_http::start(addr, render).await?)),
+        Some(addr) => Ok(Some(crate::metrics_http::start(addr, registry).await?)),
         None => Ok(None),
     }
 }
@@ -387,9 +389,11 @@ impl NbdTlsArgs {
 pub fn nbd_server(
     exports: Arc<dyn basalt_nbd::Exports>,
     tls: Option<Arc<basalt_nbd::TlsConfig>>,
+    stats: Option<Arc<basalt_metrics::frontend::FrontendStats>>,
 ) -> Arc<basalt_nbd::Server> {
     let config = basalt_nbd::ServerConfig {
         tls,
+        stats,
         ..basalt_nbd::ServerConfig::default()
     };
     basalt_nbd::Server::with_config(exports, config)
@@ -412,6 +416,9 @@ pub struct NbdArgs {
     /// to disable].
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Export per-volume metrics for the first N volumes opened (0: totals only).
+    #[arg(long, default_value_t = 0)]
+    pub metrics_per_volume: usize,
     #[command(flatten)]
     pub tls: NbdTlsArgs,
 }
@@ -424,6 +431,13 @@ pub struct NvmfArgs {
     /// NVMe/TCP listen address (4420 is the port hosts try by default).
     #[arg(long, default_value = "127.0.0.1:4420")]
     pub listen: SocketAddr,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: 127.0.0.1 and the --listen
+    /// port + 1000; "off" to disable].
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Export per-volume metrics for the first N volumes opened (0: totals only).
+    #[arg(long, default_value_t = 0)]
+    pub metrics_per_volume: usize,
 }
 
 /// A gateway's view of the cluster: the client library (proving the keyring's key to the
@@ -451,21 +465,36 @@ async fn gateway(
 
 pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
     let (cluster, exports) = gateway(&args.meta, "basalt nvmf", args.listen).await?;
-    let target = basalt_nvmf::Target::new(exports);
+    let stats = basalt_metrics::frontend::FrontendStats::new("nvmf", args.metrics_per_volume);
+    let config = basalt_nvmf::TargetConfig {
+        stats: Some(stats.clone()),
+        ..basalt_nvmf::TargetConfig::default()
+    };
+    let target = basalt_nvmf::Target::with_config(exports, config);
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen for NVMe/TCP on {}", args.listen))?;
     let addr = tcp.local_addr()?;
     let task = tokio::spawn(target.clone().serve_tcp(tcp));
+    let mut registry = crate::metrics_http::registry();
+    registry.register_collector(Box::new(cluster.collector()));
+    registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
+        vec![stats],
+    )));
+    let metrics = start_metrics(args.metrics_listen.as_deref(), addr, registry).await?;
     println!(
-        "NVMe/TCP gateway serving on {addr}: subsystem {} per volume, discovery {}",
+        "NVMe/TCP gateway serving on {addr}: subsystem {} per volume, discovery {}{}",
         basalt_nvmf::volume_nqn("VOLUME"),
-        basalt_nvmf::DISCOVERY_NQN
+        basalt_nvmf::DISCOVERY_NQN,
+        metrics_suffix(&metrics)
     );
     flush_stdout();
     crate::up::wait_for_signal().await?;
     target.shutdown();
     let _ = task.await;
+    if let Some((_, task)) = metrics {
+        task.abort();
+    }
     if let Err(e) = cluster.flush().await {
         tracing::error!("final flush failed: {e}");
     }
@@ -476,15 +505,19 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let tls = args.tls.load()?;
     let (cluster, exports) = gateway(&args.meta, "basalt nbd", args.listen).await?;
     let tls_line = tls.as_ref().map(|t| format!("; TLS: {}", t.describe()));
-    let nbd = nbd_server(exports, tls);
+    let stats = basalt_metrics::frontend::FrontendStats::new("nbd", args.metrics_per_volume);
+    let nbd = nbd_server(exports, tls, Some(stats.clone()));
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.listen))?;
     let addr = tcp.local_addr()?;
     let tcp_task = tokio::spawn(nbd.clone().serve_tcp(tcp));
-    let c = cluster.clone();
-    let render: crate::metrics_http::Render = Arc::new(move || c.render_metrics());
-    let metrics = start_metrics(args.metrics_listen.as_deref(), addr, render).await?;
+    let mut registry = crate::metrics_http::registry();
+    registry.register_collector(Box::new(cluster.collector()));
+    registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
+        vec![stats],
+    )));
+    let metrics = start_metrics(args.metrics_listen.as_deref(), addr, registry).await?;
     let unix_task = match &args.socket {
         Some(path) => {
             let _ = std::fs::remove_file(path);

@@ -9,6 +9,7 @@ mod exit;
 mod global;
 mod help;
 mod image_cmd;
+mod iostat;
 mod metrics_http;
 mod objvol_cmd;
 mod s3_cmd;
@@ -16,6 +17,7 @@ mod scrub_cmd;
 mod status;
 mod up;
 mod volume_cmd;
+mod watch;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
@@ -93,6 +95,10 @@ enum Command {
         /// at once).
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
+        /// Print cluster events as they happen (OSD up/down/in/out, PG state changes,
+        /// recovery start and finish), checking every --interval seconds, until Ctrl-C.
+        #[arg(long, conflicts_with = "json")]
+        watch: bool,
     },
     /// Check every copy of every object and repair what disagrees.
     ///
@@ -260,10 +266,16 @@ fn main() -> std::process::ExitCode {
             let target = volume_cmd::Target::new(&global, "rbd".into());
             runtime().and_then(|rt| rt.block_on(scrub_cmd::run(target, pool, json)))
         }
-        Command::Status { interval } => {
+        Command::Status { interval, watch } => {
             init_logging("warn");
-            let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
-            runtime().and_then(|rt| rt.block_on(show_status(&global, interval_ms)))
+            if watch {
+                let every = std::time::Duration::from_secs_f64(interval.clamp(0.1, 60.0));
+                runtime()
+                    .and_then(|rt| rt.block_on(watch_status(&global.control, &global.meta, every)))
+            } else {
+                let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
+                runtime().and_then(|rt| rt.block_on(show_status(&global, interval_ms)))
+            }
         }
         Command::Osd {
             command: Some(command),
@@ -349,16 +361,52 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn show_status(global: &global::GlobalArgs, interval_ms: u64) -> anyhow::Result<()> {
-    let report = if global.meta.meta.is_some() {
-        let cluster = admin::open_cluster(&global.meta).await?;
+/// One status report, from the metadata store (`--meta`) or the control socket.
+async fn status_report(
+    control: &std::path::Path,
+    meta: &daemons::MetaArgs,
+    interval_ms: u64,
+) -> anyhow::Result<status::StatusReport> {
+    Ok(if meta.meta.is_some() {
+        let cluster = admin::open_cluster(meta).await?;
         status::gather_with_rates(&cluster, interval_ms).await?
     } else {
-        let req = control::Request::Status { interval_ms };
-        let resp = control::call(&global.control, &req).await?;
-        resp.status
-            .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))?
+        control_status(control, interval_ms).await?
+    })
+}
+
+/// One status report from the control socket of `basalt up`.
+async fn control_status(
+    control: &std::path::Path,
+    interval_ms: u64,
+) -> anyhow::Result<status::StatusReport> {
+    let resp = control::call(control, &control::Request::Status { interval_ms }).await?;
+    resp.status
+        .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))
+}
+
+/// `basalt status --watch`: one cluster handle (`--meta`) or the control socket, polled.
+async fn watch_status(
+    control: &std::path::Path,
+    meta: &daemons::MetaArgs,
+    every: std::time::Duration,
+) -> anyhow::Result<()> {
+    let cluster = match meta.meta {
+        Some(_) => Some(admin::open_cluster(meta).await?),
+        None => None,
     };
+    let cluster = cluster.as_ref();
+    watch::run(every, move || async move {
+        match cluster {
+            Some(c) => Ok(status::gather(c).await?),
+            None => control_status(control, 0).await,
+        }
+    })
+    .await
+}
+
+async fn show_status(global: &global::GlobalArgs, interval_ms: u64) -> anyhow::Result<()> {
+    let report = status_report(&global.control, &global.meta, interval_ms).await?;
     if global.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -93,10 +93,15 @@ pub struct UpArgs {
     /// S3 connections served at once; beyond, new ones are answered 503 SlowDown.
     #[arg(long, default_value_t = basalt_s3::server::DEFAULT_MAX_CONNECTIONS)]
     s3_max_connections: usize,
-    /// Serve Prometheus metrics of the S3 gateway (requests by operation, bytes read) at
-    /// http://ADDR/metrics ("off" for none).
-    #[arg(long, default_value = "off")]
+    /// Serve Prometheus metrics of this process (OSDs, NBD, NVMe/TCP, S3, client; see
+    /// docs/metrics.md) at http://ADDR/metrics; port 0 picks a free one, shown in the
+    /// banner ("off" for none).
+    #[arg(long, default_value = "127.0.0.1:0")]
     metrics_listen: String,
+    /// Export per-volume metrics for the first N volumes opened on NBD and NVMe/TCP (0:
+    /// totals only; the bound keeps a scrape's size independent of the volume count).
+    #[arg(long, default_value_t = 0)]
+    metrics_per_volume: usize,
     /// Send the gateway's requests to the in-process OSDs, and the OSDs' replication to
     /// each other, over loopback TCP too, instead of calling their request handlers directly
     /// (to measure or test the data-plane protocol in one process).
@@ -385,7 +390,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let gateway = format!("the NBD server of basalt up (pid {})", std::process::id());
     let watchers = basalt_client::watchers::Watchers::new(meta.clone(), gateway);
     let exports = Arc::new(VolumeExports::new(cluster.clone(), default).with_watchers(watchers));
-    let nbd = crate::daemons::nbd_server(exports.clone(), nbd_tls.clone());
+    let nbd_stats = basalt_metrics::frontend::FrontendStats::new("nbd", args.metrics_per_volume);
+    let nvmf_stats = basalt_metrics::frontend::FrontendStats::new("nvmf", args.metrics_per_volume);
+    let nbd = crate::daemons::nbd_server(exports.clone(), nbd_tls.clone(), Some(nbd_stats.clone()));
     let tcp = tokio::net::TcpListener::bind(args.nbd_listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.nbd_listen))?;
@@ -411,7 +418,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("listen for NVMe/TCP on {listen}"))?;
             let addr = tcp.local_addr()?;
-            let target = basalt_nvmf::Target::new(exports.clone());
+            let config = basalt_nvmf::TargetConfig {
+                stats: Some(nvmf_stats.clone()),
+                ..basalt_nvmf::TargetConfig::default()
+            };
+            let target = basalt_nvmf::Target::with_config(exports.clone(), config);
             let task = tokio::spawn(target.clone().serve_tcp(tcp));
             Some((addr, target, task))
         }
@@ -432,9 +443,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             let addr: SocketAddr = listen.parse().with_context(|| {
                 format!("--metrics-listen {listen}: expected IP:PORT or \"off\"")
             })?;
-            let stats = s3_stats.clone();
-            let render: crate::metrics_http::Render = Arc::new(move || stats.render());
-            Some(crate::metrics_http::start(addr, render).await?)
+            let mut registry = crate::metrics_http::registry();
+            let collector = basalt_osd::metrics::OsdCollector::default();
+            for h in &osds {
+                collector.add(&h.osd);
+            }
+            registry.register_collector(Box::new(collector));
+            registry.register_collector(Box::new(cluster.collector()));
+            registry.register_collector(Box::new(
+                basalt_metrics::frontend::FrontendCollector::new(vec![nbd_stats, nvmf_stats]),
+            ));
+            registry.register_collector(Box::new(s3_stats.clone()));
+            Some(crate::metrics_http::start(addr, registry).await?)
         }
     };
     let s3 = match args.s3_listen.as_str() {
@@ -502,6 +522,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     control_task.abort();
     let _ = control_task.await;
+    if let Some((_, task)) = &metrics {
+        task.abort();
+    }
     nbd.shutdown();
     if let Some((_, target, task)) = nvmf {
         target.shutdown();

@@ -89,6 +89,10 @@ impl Target {
 
 #[derive(Subcommand)]
 pub enum VolumeCommand {
+    /// Per-volume IOPS, MiB/s and latency from gateways' metrics, every --interval seconds.
+    ///
+    /// Example: basalt volume iostat --endpoint 127.0.0.1:9464 --interval 2
+    Iostat(crate::iostat::IostatArgs),
     /// Create a volume; it is exported over NBD under its name at once.
     ///
     /// With --from-image the volume is a clone of the image, made in O(1) at any size: it
@@ -365,6 +369,9 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
 pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
     let json = target.json;
     match command {
+        VolumeCommand::Iostat(args) => {
+            tokio::task::spawn_blocking(move || crate::iostat::run(args)).await??;
+        }
         VolumeCommand::Create {
             name,
             size,

@@ -208,28 +208,10 @@ impl Cluster {
         }
     }
 
-    /// The gateway's metrics in the Prometheus text format.
-    pub fn render_metrics(&self) -> String {
-        use std::sync::atomic::Ordering::Relaxed;
-        let map = self.map();
-        let up = map.osds.values().filter(|o| o.up).count();
-        format!(
-            "# HELP basalt_client_retries_total Object requests retried (failover, peering, lost connections).\n\
-             # TYPE basalt_client_retries_total counter\n\
-             basalt_client_retries_total {}\n\
-             # HELP basalt_client_failures_total Object requests that failed for good.\n\
-             # TYPE basalt_client_failures_total counter\n\
-             basalt_client_failures_total {}\n\
-             # HELP basalt_client_map_epoch Epoch of the newest cluster map.\n\
-             # TYPE basalt_client_map_epoch gauge\n\
-             basalt_client_map_epoch {}\n\
-             # HELP basalt_client_osds_up OSDs up in the map.\n\
-             # TYPE basalt_client_osds_up gauge\n\
-             basalt_client_osds_up {up}\n",
-            self.counters.retries.load(Relaxed),
-            self.counters.failures.load(Relaxed),
-            map.epoch,
-        )
+    /// What exports this client's metrics on a process's registry (holds the cluster
+    /// weakly: a registry never keeps a cluster, and so its OSDs, alive).
+    pub fn collector(self: &Arc<Self>) -> ClientCollector {
+        ClientCollector(Arc::downgrade(self))
     }
 
     /// One attempt at the PG's primary under `map`.
@@ -426,4 +408,58 @@ pub(crate) async fn timed(
             addr: conn.addr().to_string(),
             timeout_ms: REQUEST_TIMEOUT_MS,
         })?
+}
+
+/// Exports a [`Cluster`] client's counters: `basalt_client_*` (docs/metrics.md).
+#[derive(Debug)]
+pub struct ClientCollector(std::sync::Weak<Cluster>);
+
+impl basalt_metrics::prometheus_client::collector::Collector for ClientCollector {
+    fn encode(
+        &self,
+        mut enc: basalt_metrics::prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use basalt_metrics::{counter, family, gauge, Kind};
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(cluster) = self.0.upgrade() else {
+            return Ok(());
+        };
+        let map = cluster.map();
+        let up = map.osds.values().filter(|o| o.up).count();
+        let c = &cluster.counters;
+        family(
+            &mut enc,
+            "basalt_client_retries",
+            "Object requests retried (failover, peering, lost connections)",
+            Kind::Counter,
+            [(basalt_metrics::NO_LABELS, counter(c.retries.load(Relaxed)))],
+        )?;
+        family(
+            &mut enc,
+            "basalt_client_failures",
+            "Object requests that failed for good",
+            Kind::Counter,
+            [(basalt_metrics::NO_LABELS, counter(c.failures.load(Relaxed)))],
+        )?;
+        family(
+            &mut enc,
+            "basalt_client_map_epoch",
+            "Epoch of the newest cluster map",
+            Kind::Gauge,
+            [(basalt_metrics::NO_LABELS, gauge(map.epoch.into()))],
+        )?;
+        family(
+            &mut enc,
+            "basalt_client_osds_up",
+            "OSDs up in the map",
+            Kind::Gauge,
+            [(basalt_metrics::NO_LABELS, gauge(up as i64))],
+        )
+    }
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").finish_non_exhaustive()
+    }
 }

@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod conn;
 pub mod error;
+pub mod events;
 pub mod frame_io;
 pub mod images;
 pub mod mapwatch;

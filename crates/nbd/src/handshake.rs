@@ -29,6 +29,8 @@ pub(crate) struct Negotiated {
     pub session: Session,
     /// Export name as the client gave it (for logs).
     pub name: String,
+    /// Counts the connection's requests (set by the server when it keeps metrics).
+    pub recorder: Option<basalt_metrics::frontend::Recorder>,
 }
 
 /// How option haggling ended without error.
@@ -458,6 +460,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
             device,
             session,
             name: name.to_owned(),
+            recorder: None,
         }
     }
 }

@@ -20,6 +20,16 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// Does this reply report an error (a simple reply with a nonzero error, or an error
+    /// chunk, whose types have the high bit set)? For the metrics.
+    pub fn is_error(&self) -> bool {
+        if self.head[..4] == wire::SIMPLE_REPLY_MAGIC.to_be_bytes() {
+            self.head[4..8] != [0; 4]
+        } else {
+            self.head[6] & 0x80 != 0
+        }
+    }
+
     /// The fixed bytes (reply header and any fixed chunk fields).
     pub fn head(&self) -> &[u8] {
         &self.head[..self.head_len as usize]

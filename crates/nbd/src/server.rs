@@ -49,6 +49,8 @@ pub struct ServerConfig {
     /// TLS credentials and mode; `None` serves plaintext only (NOTLS). Unix sockets offer
     /// TLS but never require it (their file permissions guard them).
     pub tls: Option<Arc<TlsConfig>>,
+    /// Where requests are counted (`/metrics`); `None` counts nothing.
+    pub stats: Option<Arc<basalt_metrics::frontend::FrontendStats>>,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +60,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(30),
             tls: None,
+            stats: None,
         }
     }
 }
@@ -222,13 +225,18 @@ impl Server {
             }
             _ = async { wait_for_shutdown(&mut stop).await; tokio::time::sleep(grace).await } => Ready::Closed,
         };
+        let recorder = |n: &mut crate::handshake::Negotiated| {
+            n.recorder = self.config.stats.as_ref().map(|s| s.connection(&n.name));
+        };
         match ready {
-            Ready::Plain(stream, negotiated) => {
+            Ready::Plain(stream, mut negotiated) => {
+                recorder(&mut negotiated);
                 tracing::debug!(export = %negotiated.name, "nbd transmission starts");
                 let (reader, writer) = split(stream);
                 transmission::serve(reader, writer, negotiated, shutdown, grace).await
             }
-            Ready::Tls(stream, negotiated) => {
+            Ready::Tls(stream, mut negotiated) => {
+                recorder(&mut negotiated);
                 tracing::debug!(export = %negotiated.name, "nbd transmission starts (TLS)");
                 let (reader, writer) = tokio::io::split(stream);
                 transmission::serve(reader, writer, negotiated, shutdown, grace).await

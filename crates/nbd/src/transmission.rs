@@ -25,6 +25,7 @@ use crate::reply::{encode_extents, Frame};
 use crate::request::{Command, Rejection, Request, RequestError, Session, REQUEST_HEADER_LEN};
 use crate::server::wait_for_shutdown;
 use crate::wire::{self, MAX_BLOCK_BYTES};
+use basalt_metrics::frontend::{Op, Recorder};
 
 /// Requests of one connection being served at once (queued replies included).
 pub const MAX_IN_FLIGHT_REQUESTS: usize = 128;
@@ -55,6 +56,8 @@ struct Outgoing {
 struct Conn {
     device: Arc<dyn BlockDevice>,
     structured: bool,
+    /// Counts the connection's requests (None: the server keeps no metrics).
+    recorder: Option<Recorder>,
 }
 
 /// A request read off the socket, with its payload and permits.
@@ -99,6 +102,7 @@ where
     let conn = Arc::new(Conn {
         device: neg.device,
         structured: session.structured,
+        recorder: neg.recorder,
     });
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
 
@@ -370,9 +374,33 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// The metrics class of a command and the bytes it moves.
+fn op_class(cmd: &Command) -> (Op, u64) {
+    match *cmd {
+        Command::Read { len, .. } => (Op::Read, len.into()),
+        Command::Write { len, .. } => (Op::Write, len.into()),
+        Command::Flush => (Op::Flush, 0),
+        // Trims move no data: their bytes are not counted.
+        Command::Trim { .. } | Command::WriteZeroes { .. } => (Op::Trim, 0),
+        Command::Cache { .. } | Command::BlockStatus { .. } | Command::Disconnect => (Op::Other, 0),
+    }
+}
+
 impl Conn {
-    /// Run a validated command on the device and build its reply.
+    /// Run a validated command on the device and build its reply, counting it.
     async fn execute(&self, handle: u64, cmd: Command, payload: Bytes) -> Frame {
+        let Some(recorder) = &self.recorder else {
+            return self.run(handle, cmd, payload).await;
+        };
+        let start = std::time::Instant::now();
+        let frame = self.run(handle, cmd, payload).await;
+        let (op, bytes) = op_class(&cmd);
+        recorder.record(op, bytes, start, !frame.is_error());
+        frame
+    }
+
+    /// Run a validated command on the device and build its reply.
+    async fn run(&self, handle: u64, cmd: Command, payload: Bytes) -> Frame {
         let dev = &*self.device;
         let result = match cmd {
             Command::Read { offset, len } => return self.read(handle, offset, len).await,

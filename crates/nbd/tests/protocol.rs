@@ -141,6 +141,7 @@ fn slow_handshakes_and_excess_connections_are_dropped() {
         shutdown_grace: Duration::from_secs(1),
         handshake_timeout: Duration::from_millis(300),
         tls: None,
+        stats: None,
     });
     t.add_mem("a", MIB);
     let started = Instant::now();

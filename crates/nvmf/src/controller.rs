@@ -102,6 +102,8 @@ pub(crate) struct Controller {
     reported_size: AtomicU64,
     /// Set once the admin queue is gone: the controller is being torn down.
     pub closed: AtomicBool,
+    /// Counts the I/O commands of a volume controller (None: no metrics kept).
+    pub(crate) recorder: Option<basalt_metrics::frontend::Recorder>,
     state: Mutex<State>,
 }
 
@@ -116,6 +118,7 @@ impl Controller {
         admin_tx: mpsc::Sender<Outgoing>,
         local_addr: Option<SocketAddr>,
         max_io_queues: u16,
+        recorder: Option<basalt_metrics::frontend::Recorder>,
     ) -> Self {
         let size = match &kind {
             Kind::Volume { device, .. } => device.size(),
@@ -131,6 +134,7 @@ impl Controller {
             max_io_queues,
             reported_size: AtomicU64::new(size),
             closed: AtomicBool::new(false),
+            recorder,
             state: Mutex::new(State {
                 cc: 0,
                 csts: 0,

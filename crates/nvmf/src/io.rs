@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use basalt_metrics::frontend::Op;
 use basalt_nbd::{BlockDevice, DeviceError};
 use bytes::Bytes;
 
@@ -46,6 +47,17 @@ fn range(ns: &Namespace, slba: u64, blocks: u64) -> Result<(u64, u64), Status> {
         return Err(Status::LBA_OUT_OF_RANGE);
     }
     Ok((slba << ns.block_shift, blocks << ns.block_shift))
+}
+
+/// The metrics class of an NVM command and the bytes it reads or writes.
+pub(crate) fn op_class(sqe: &Sqe, data: &Bytes) -> (Op, u64) {
+    match sqe.opcode() {
+        NVM_READ => (Op::Read, sqe.sgl_len().into()),
+        NVM_WRITE => (Op::Write, data.len() as u64),
+        NVM_FLUSH => (Op::Flush, 0),
+        NVM_WRITE_ZEROES | NVM_DSM => (Op::Trim, 0),
+        _ => (Op::Other, 0),
+    }
 }
 
 /// Run one NVM command. `data` is the host data of a Write or Dataset Management, gathered

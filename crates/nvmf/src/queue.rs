@@ -52,6 +52,14 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
+    /// Did the command succeed (for the metrics)?
+    pub(crate) fn is_success(&self) -> bool {
+        match self {
+            Reply::Done { status, .. } => *status == Status::SUCCESS,
+            Reply::Data(_) | Reply::Held => true,
+        }
+    }
+
     /// A completion with `status` and no result.
     pub(crate) fn status(status: Status) -> Self {
         Reply::Done { status, result: 0 }
@@ -619,7 +627,16 @@ impl Queue<'_> {
                 ctrl.admin(&sqe, data).await
             } else {
                 match (ctrl.device(), ctrl.namespace()) {
-                    (Some(device), Some(ns)) => crate::io::execute(device, &ns, &sqe, data).await,
+                    (Some(device), Some(ns)) => match &ctrl.recorder {
+                        Some(recorder) => {
+                            let start = std::time::Instant::now();
+                            let (op, bytes) = crate::io::op_class(&sqe, &data);
+                            let reply = crate::io::execute(device, &ns, &sqe, data).await;
+                            recorder.record(op, bytes, start, reply.is_success());
+                            reply
+                        }
+                        None => crate::io::execute(device, &ns, &sqe, data).await,
+                    },
                     _ => Reply::status(Status::INTERNAL),
                 }
             };

@@ -32,6 +32,8 @@ pub struct TargetConfig {
     /// How often each volume controller looks at its volume's size (a change raises a
     /// namespace-changed event).
     pub size_poll: Duration,
+    /// Where I/O commands are counted (`/metrics`); `None` counts nothing.
+    pub stats: Option<Arc<basalt_metrics::frontend::FrontendStats>>,
 }
 
 impl Default for TargetConfig {
@@ -42,6 +44,7 @@ impl Default for TargetConfig {
             shutdown_grace: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(30),
             size_poll: Duration::from_secs(1),
+            stats: None,
         }
     }
 }
@@ -310,6 +313,10 @@ impl Target {
             }
             found.ok_or((Status::CONNECT_CTRL_BUSY, 0))?
         };
+        let recorder = match (&self.config.stats, &kind) {
+            (Some(stats), Kind::Volume { name, .. }) => Some(stats.connection(name)),
+            _ => None,
+        };
         let ctrl = Arc::new(Controller::new(
             cntlid,
             kind,
@@ -319,6 +326,7 @@ impl Target {
             tx,
             local_addr,
             self.config.max_io_queues,
+            recorder,
         ));
         registry.insert(cntlid, ctrl.clone());
         drop(registry);

@@ -406,7 +406,12 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
                 store.flush()
             }
         };
-        if let Err(e) = osd.store_call(work).await {
+        let start = std::time::Instant::now();
+        let result = osd.store_call(work).await;
+        if unflushed > 0 {
+            osd.counters.latency.store_flush.observe_since(start);
+        }
+        if let Err(e) = result {
             // The store is fail-stop now; requests will report it. Nothing more to do here.
             tracing::error!(osd = osd.id, "background flush failed: {e}");
             return;

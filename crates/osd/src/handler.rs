@@ -11,6 +11,7 @@ use crate::metrics::OsdCounters;
 use crate::recovery::{apply_image, push_object, read_image};
 use basalt_client::frame_io::{read_frame, write_frames};
 use basalt_client::{LocalHandler, ReplySink};
+use basalt_metrics::LatencyHistogram;
 use basalt_placement::ClusterMap;
 use basalt_proto::image::put_list_entry;
 use basalt_proto::{
@@ -20,6 +21,7 @@ use basalt_proto::{
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -88,12 +90,21 @@ pub async fn serve_connection<R, W>(
     let _ = writer.await;
 }
 
-/// Run `fut` in its own task and send its reply; the permit is held until then.
-fn spawn_reply<F>(sink: ReplySink, h: Header, permit: Option<OwnedSemaphorePermit>, fut: F)
-where
+/// Run `fut` in its own task and send its reply; the permit is held until then. The delay
+/// before the task starts goes to `queue_wait`.
+fn spawn_reply<F>(
+    queue_wait: LatencyHistogram,
+    sink: ReplySink,
+    h: Header,
+    permit: Option<OwnedSemaphorePermit>,
+    fut: F,
+) where
     F: std::future::Future<Output = (Status, Bytes)> + Send + 'static,
 {
+    let queued = Instant::now();
     tokio::spawn(async move {
+        queue_wait.observe_since(queued);
+        drop(queue_wait);
         let (status, data) = fut.await;
         sink.send(h.reply(status), data);
         drop(permit);
@@ -116,18 +127,25 @@ pub(crate) fn dispatch(
         Opcode::Stat => sink.send(h.reply(Status::Ok), stat(osd)),
         Opcode::Usage => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                let store = osd.store.clone();
-                match osd.store_call(move || Ok(usage(&store, &payload))).await {
-                    Ok(Some(out)) => (Status::Ok, out),
-                    Ok(None) => (Status::Invalid, Bytes::new()),
-                    Err(e) => (status_of(&e), Bytes::new()),
-                }
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move {
+                    let store = osd.store.clone();
+                    match osd.store_call(move || Ok(usage(&store, &payload))).await {
+                        Ok(Some(out)) => (Status::Ok, out),
+                        Ok(None) => (Status::Invalid, Bytes::new()),
+                        Err(e) => (status_of(&e), Bytes::new()),
+                    }
+                },
+            );
         }
         Opcode::Flush => {
             let osd = osd.clone();
             spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
                 sink,
                 h,
                 permit,
@@ -136,9 +154,13 @@ pub(crate) fn dispatch(
         }
         Opcode::Purge => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                (purge(&osd, h).await, Bytes::new())
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move { (purge(&osd, h).await, Bytes::new()) },
+            );
         }
         // Recovery messages come only from peer OSDs: a LIST also seals the PG, which a
         // stray client request must not be able to do.
@@ -174,9 +196,13 @@ pub(crate) fn dispatch(
         Opcode::Scrub if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                crate::scrub::scrub(&osd, h).await
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move { crate::scrub::scrub(&osd, h).await },
+            );
         }
         // Erasure-coded PGs have their own client paths; object classes are not served
         // there (yet): refused, never half done.
@@ -185,9 +211,13 @@ pub(crate) fn dispatch(
         }
         Opcode::CopyUp if !replica && crate::ec::is_ec(osd, h.pg) => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                (crate::ec::client_copy_up(&osd, h).await, Bytes::new())
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move { (crate::ec::client_copy_up(&osd, h).await, Bytes::new()) },
+            );
         }
         Opcode::Read | Opcode::Allocation | Opcode::Write | Opcode::Trim | Opcode::Delete
             if !replica && crate::ec::is_ec(osd, h.pg) =>
@@ -202,6 +232,7 @@ pub(crate) fn dispatch(
             if status == Status::Ok && h.flags.has(Flags::FUA) {
                 let osd = osd.clone();
                 spawn_reply(
+                    osd.counters.latency.queue_wait.clone(),
                     sink,
                     h,
                     permit,
@@ -215,30 +246,44 @@ pub(crate) fn dispatch(
         Opcode::CopyUp if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::CopyUp => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                (primary_copy_up(&osd, h).await, Bytes::new())
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move { (primary_copy_up(&osd, h).await, Bytes::new()) },
+            );
         }
         Opcode::Fence if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Fence => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                osd.layers.fence(h.object.inode).await;
-                tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
-                (Status::Ok, Bytes::new())
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move {
+                    osd.layers.fence(h.object.inode).await;
+                    tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
+                    (Status::Ok, Bytes::new())
+                },
+            );
         }
         // Object classes run on the primary only; replicas get their effect as plain writes.
         Opcode::Call if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Call => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                crate::kv::call(&osd, h, payload).await
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move { crate::kv::call(&osd, h, payload).await },
+            );
         }
         Opcode::Read | Opcode::Allocation => {
             if let Err(status) = primary_gate(osd, &h) {
-                OsdCounters::add(&osd.counters.errors, 1);
+                osd.counters.error(status);
                 sink.send(h.reply(status), Bytes::new());
                 return;
             }
@@ -262,18 +307,22 @@ pub(crate) fn dispatch(
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete => {
             let osd = osd.clone();
-            spawn_reply(sink, h, permit, async move {
-                let bytes = payload.len() as u64;
-                let status = primary_mutation(&osd, h, payload).await;
-                let c = &osd.counters;
-                if status == Status::Ok {
-                    OsdCounters::add(&c.writes, 1);
-                    OsdCounters::add(&c.write_bytes, bytes);
-                } else {
-                    OsdCounters::add(&c.errors, 1);
-                }
-                (status, Bytes::new())
-            });
+            spawn_reply(
+                osd.counters.latency.queue_wait.clone(),
+                sink,
+                h,
+                permit,
+                async move {
+                    let bytes = payload.len() as u64;
+                    let status = primary_mutation(&osd, h, payload).await;
+                    if status == Status::Ok {
+                        osd.counters.write(h.pg.pool, bytes);
+                    } else {
+                        osd.counters.error(status);
+                    }
+                    (status, Bytes::new())
+                },
+            );
         }
     }
 }
@@ -287,33 +336,37 @@ fn ec_client_request(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let osd = osd.clone();
-    spawn_reply(sink, h, permit, async move {
-        let c = &osd.counters;
-        match h.opcode {
-            Opcode::Read => {
-                let (status, data) = crate::ec::client_read(&osd, h).await;
-                if status == Status::Ok {
-                    OsdCounters::add(&c.reads, 1);
-                    OsdCounters::add(&c.read_bytes, data.len() as u64);
-                } else {
-                    OsdCounters::add(&c.errors, 1);
+    spawn_reply(
+        osd.counters.latency.queue_wait.clone(),
+        sink,
+        h,
+        permit,
+        async move {
+            let c = &osd.counters;
+            match h.opcode {
+                Opcode::Read => {
+                    let (status, data) = crate::ec::client_read(&osd, h).await;
+                    if status == Status::Ok {
+                        c.read(h.pg.pool, data.len() as u64);
+                    } else {
+                        c.error(status);
+                    }
+                    (status, data)
                 }
-                (status, data)
-            }
-            Opcode::Allocation => crate::ec::client_allocation(&osd, &h),
-            _ => {
-                let bytes = payload.len() as u64;
-                let status = crate::ec::client_mutation(&osd, h, payload).await;
-                if status == Status::Ok {
-                    OsdCounters::add(&c.writes, 1);
-                    OsdCounters::add(&c.write_bytes, bytes);
-                } else {
-                    OsdCounters::add(&c.errors, 1);
+                Opcode::Allocation => crate::ec::client_allocation(&osd, &h),
+                _ => {
+                    let bytes = payload.len() as u64;
+                    let status = crate::ec::client_mutation(&osd, h, payload).await;
+                    if status == Status::Ok {
+                        c.write(h.pg.pool, bytes);
+                    } else {
+                        c.error(status);
+                    }
+                    (status, Bytes::new())
                 }
-                (status, Bytes::new())
             }
-        }
-    });
+        },
+    );
 }
 
 /// Serve a client READ or ALLOCATION from the first layer of the chain holding the object
@@ -338,16 +391,19 @@ fn serve_read(
     }
     let (status, data) = read(osd, &src);
     if status == Status::Ok {
-        OsdCounters::add(&osd.counters.reads, 1);
-        OsdCounters::add(&osd.counters.read_bytes, data.len() as u64);
+        osd.counters.read(h.pg.pool, data.len() as u64);
     }
     if status == Status::Io {
         // Our copy is damaged (or unreadable): serve a replica's copy instead of an error
         // when one is good. Never serve the damaged bytes.
         let osd = osd.clone();
-        spawn_reply(sink, h, permit, async move {
-            read_from_replicas(&osd, src).await
-        });
+        spawn_reply(
+            osd.counters.latency.queue_wait.clone(),
+            sink,
+            h,
+            permit,
+            async move { read_from_replicas(&osd, src).await },
+        );
         return;
     }
     sink.send(h.reply(status), data);
@@ -494,7 +550,10 @@ fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
         return (Status::Invalid, Bytes::new());
     }
     let mut buf = BytesMut::zeroed(h.length as usize);
-    match osd.store.read(h.object, h.offset, &mut buf) {
+    let start = Instant::now();
+    let result = osd.store.read(h.object, h.offset, &mut buf);
+    osd.counters.latency.store_read.observe_since(start);
+    match result {
         Ok(()) => (Status::Ok, buf.freeze()),
         Err(e) => {
             tracing::error!(osd = osd.id, object = %h.object, "read failed: {e}");
@@ -547,7 +606,10 @@ fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
 
 pub(crate) async fn flush(osd: &Arc<Osd>) -> Status {
     let store = osd.store.clone();
-    match osd.store_call(move || store.flush()).await {
+    let start = Instant::now();
+    let result = osd.store_call(move || store.flush()).await;
+    osd.counters.latency.store_flush.observe_since(start);
+    match result {
         Ok(()) => Status::Ok,
         Err(e) => {
             tracing::error!(osd = osd.id, "flush failed: {e}");
@@ -648,12 +710,14 @@ pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> 
     {
         return Status::Invalid;
     }
+    let start = Instant::now();
     let result = match h.opcode {
         Opcode::Write => osd.store.write(h.object, h.offset, payload, version),
         Opcode::Trim => osd.store.trim(h.object, h.offset, h.length, version),
         Opcode::Delete => osd.store.delete(h.object, version),
         _ => unreachable!("apply is only called for mutations"),
     };
+    osd.counters.latency.store_write.observe_since(start);
     match result {
         Ok(()) => Status::Ok,
         Err(e) => {
@@ -965,6 +1029,7 @@ pub(crate) async fn replicate<T>(
     };
     let fua = h.flags.has(Flags::FUA);
     let mut status = Status::Ok;
+    let sent = (!pending.is_empty()).then(Instant::now);
     for (peer, conn, p) in pending {
         let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
             Ok(Ok(r)) => r.header.status,
@@ -990,6 +1055,9 @@ pub(crate) async fn replicate<T>(
         if reply_status != Status::Ok {
             status = reply_status;
         }
+    }
+    if let Some(sent) = sent {
+        osd.counters.latency.replication.observe_since(sent);
     }
     if status == Status::Ok && fua {
         status = flush(osd).await;

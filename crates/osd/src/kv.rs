@@ -38,7 +38,7 @@ pub(crate) async fn call(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Byt
     match status {
         Status::Ok => {}
         Status::Conflict => OsdCounters::add(&osd.counters.kv_conflicts, 1),
-        _ => OsdCounters::add(&osd.counters.errors, 1),
+        _ => osd.counters.error(status),
     }
     (status, data)
 }

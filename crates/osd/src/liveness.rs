@@ -104,9 +104,15 @@ async fn keep_alive(
             _ = stop.changed() => break,
             _ = tokio::time::sleep(period) => {}
         }
-        let result = match osd.meta.keep_alive(lease).await {
+        let start = std::time::Instant::now();
+        let renewed = osd.meta.keep_alive(lease).await;
+        // The renewal is one round trip to the metadata store (etcd): its latency is the
+        // metadata store's as the OSD sees it.
+        osd.counters.latency.meta_round_trip.observe_since(start);
+        let result = match renewed {
             Ok(_) => {
                 osd.note_lease_renewed();
+                crate::metrics::OsdCounters::add(&osd.counters.lease_renewals, 1);
                 Ok(())
             }
             Err(MetaError::LeaseNotFound { .. }) => {
@@ -133,6 +139,7 @@ async fn keep_alive(
                 if failures == 0 {
                     tracing::warn!(osd = osd.id, "cannot renew liveness lease: {e}");
                 }
+                crate::metrics::OsdCounters::add(&osd.counters.lease_renewal_failures, 1);
                 failures += 1;
             }
         }

@@ -1,10 +1,22 @@
-//! Counters of one OSD, reported in STAT replies (for `basalt status`) and as Prometheus
-//! text (for `/metrics`).
+//! Metrics of the OSDs of one process: counters and latency histograms kept with relaxed
+//! atomics where the work happens, reported in STAT replies (for `basalt status`) and, through
+//! [`OsdCollector`], on the process's `/metrics` (docs/metrics.md lists every series).
 
 use crate::daemon::Osd;
 use crate::pg::PgPhase;
-use std::fmt::Write;
+use basalt_metrics::prometheus_client::collector::Collector;
+use basalt_metrics::prometheus_client::encoding::DescriptorEncoder;
+use basalt_metrics::{counter, family, gauge, Kind, LatencyHistogram};
+use basalt_proto::{PoolId, Status};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Pools counted under their own id; the rest share the label `pool="other"`, which bounds
+/// the series an OSD exports however many pools the cluster has.
+pub const MAX_POOLS_LABELLED: usize = 64;
+
+/// Reply statuses (`Status as u8`), for errors by kind.
+const STATUSES: usize = Status::Denied as usize + 1;
 
 /// Monotonic counters since the OSD started. Relaxed atomics: they are statistics.
 #[derive(Default, Debug)]
@@ -17,6 +29,8 @@ pub struct OsdCounters {
     pub write_bytes: AtomicU64,
     /// Client requests answered with an error (retryable ones included).
     pub errors: AtomicU64,
+    /// The same errors by reply status (index: `Status as u8`).
+    errors_by_status: [AtomicU64; STATUSES],
     /// Mutations applied as a replica.
     pub replica_ops: AtomicU64,
     /// Objects pushed to replicas (recovery and stale copies), and their bytes.
@@ -28,6 +42,31 @@ pub struct OsdCounters {
     /// answered Conflict (a condition did not hold; not counted as errors).
     pub kv_calls: AtomicU64,
     pub kv_conflicts: AtomicU64,
+    /// Liveness lease renewals that succeeded, and attempts that failed.
+    pub lease_renewals: AtomicU64,
+    pub lease_renewal_failures: AtomicU64,
+    /// Client operations and bytes by pool.
+    pub pools: PoolCounters,
+    /// Where the time of requests goes.
+    pub latency: OsdLatency,
+}
+
+/// Latency histograms of one OSD's stages.
+#[derive(Default, Debug)]
+pub struct OsdLatency {
+    /// From a request decoded to its handler running (in-flight slot and runtime queue).
+    pub queue_wait: LatencyHistogram,
+    /// A read of the local store (client reads as primary).
+    pub store_read: LatencyHistogram,
+    /// A mutation applied to the local store (as primary or replica).
+    pub store_write: LatencyHistogram,
+    /// A store flush: the WAL's group commit (fdatasync), from FUA, FLUSH or the background
+    /// flusher.
+    pub store_flush: LatencyHistogram,
+    /// From a mutation queued to its replicas to the last replica's acknowledgement.
+    pub replication: LatencyHistogram,
+    /// Liveness lease renewals: one round trip to the metadata store (etcd).
+    pub meta_round_trip: LatencyHistogram,
 }
 
 impl OsdCounters {
@@ -37,6 +76,30 @@ impl OsdCounters {
 
     fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Count a client request answered `status` (an error).
+    pub fn error(&self, status: Status) {
+        Self::add(&self.errors, 1);
+        Self::add(&self.errors_by_status[status as usize], 1);
+    }
+
+    /// A client read of `bytes` served as primary for `pool`.
+    pub fn read(&self, pool: PoolId, bytes: u64) {
+        Self::add(&self.reads, 1);
+        Self::add(&self.read_bytes, bytes);
+        let p = self.pools.slot(pool);
+        Self::add(&p.reads, 1);
+        Self::add(&p.read_bytes, bytes);
+    }
+
+    /// A client mutation of `bytes` acknowledged as primary for `pool`.
+    pub fn write(&self, pool: PoolId, bytes: u64) {
+        Self::add(&self.writes, 1);
+        Self::add(&self.write_bytes, bytes);
+        let p = self.pools.slot(pool);
+        Self::add(&p.writes, 1);
+        Self::add(&p.write_bytes, bytes);
     }
 
     /// The counters in STAT reply order (after the store's five words).
@@ -52,11 +115,362 @@ impl OsdCounters {
     }
 }
 
-/// The OSD's metrics in the Prometheus text exposition format.
-pub fn render(osd: &Osd) -> String {
-    let c = &osd.counters;
-    let st = osd.store.stats();
-    let mut phases = [0u64; 4];
+/// Client operations of one pool.
+#[derive(Default, Debug)]
+pub struct PoolOps {
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+}
+
+/// Per-pool counters in a fixed table indexed by pool id: no lock or lookup per request.
+#[derive(Debug)]
+pub struct PoolCounters {
+    /// Pools 0..MAX_POOLS_LABELLED, then the slot of every other pool.
+    slots: Box<[PoolOps]>,
+}
+
+impl Default for PoolCounters {
+    fn default() -> Self {
+        Self {
+            slots: (0..=MAX_POOLS_LABELLED)
+                .map(|_| PoolOps::default())
+                .collect(),
+        }
+    }
+}
+
+impl PoolCounters {
+    fn slot(&self, pool: PoolId) -> &PoolOps {
+        let i = (pool as usize).min(MAX_POOLS_LABELLED);
+        &self.slots[i]
+    }
+
+    /// (label, counters) of every pool with traffic.
+    fn active(&self) -> impl Iterator<Item = (String, &PoolOps)> {
+        self.slots.iter().enumerate().filter_map(|(i, p)| {
+            let busy = p.reads.load(Ordering::Relaxed) + p.writes.load(Ordering::Relaxed) > 0;
+            let label = if i == MAX_POOLS_LABELLED {
+                "other".to_string()
+            } else {
+                i.to_string()
+            };
+            busy.then_some((label, p))
+        })
+    }
+}
+
+/// The label value of a reply status.
+fn status_label(i: usize) -> &'static str {
+    const LABELS: [&str; STATUSES] = [
+        "ok",
+        "io",
+        "no_space",
+        "invalid",
+        "not_primary",
+        "failed",
+        "unavailable",
+        "peering",
+        "stale",
+        "conflict",
+        "frozen",
+        "denied",
+    ];
+    LABELS[i]
+}
+
+/// Exports the OSDs of this process on its registry: every family once, a sample per OSD
+/// (label `osd`). Holds the OSDs weakly: a stopped OSD disappears from the next scrape.
+#[derive(Default)]
+pub struct OsdCollector {
+    osds: Mutex<Vec<Weak<Osd>>>,
+}
+
+impl std::fmt::Debug for OsdCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OsdCollector").finish_non_exhaustive()
+    }
+}
+
+impl OsdCollector {
+    /// Export `osd` from now on.
+    pub fn add(&self, osd: &Arc<Osd>) {
+        let mut osds = self.osds.lock().expect("osd collector lock");
+        osds.retain(|o| o.strong_count() > 0);
+        osds.push(Arc::downgrade(osd));
+    }
+
+    fn live(&self) -> Vec<Arc<Osd>> {
+        let osds = self.osds.lock().expect("osd collector lock");
+        osds.iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+impl Collector for OsdCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_osds(&self.live(), &mut enc)
+    }
+}
+
+/// Accessors of the values a family reads from each OSD.
+type CounterField = fn(&OsdCounters) -> &AtomicU64;
+type PoolField = fn(&PoolOps) -> &AtomicU64;
+type LatencyField = fn(&OsdLatency) -> &LatencyHistogram;
+type GaugeField = fn(&Osd, &basalt_store::StoreStats) -> u64;
+type AuthField = fn(&crate::auth::AuthCounters) -> &AtomicU64;
+
+/// Every OSD family, a sample per OSD of `osds`.
+fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let g = OsdCounters::get;
+    let counters: [(&str, &str, CounterField); 13] = [
+        ("reads", "Client reads served as primary", |c| &c.reads),
+        ("read_bytes", "Bytes of client reads", |c| &c.read_bytes),
+        ("writes", "Client mutations acknowledged as primary", |c| {
+            &c.writes
+        }),
+        ("write_bytes", "Bytes of client writes", |c| &c.write_bytes),
+        ("errors", "Client requests answered with an error", |c| {
+            &c.errors
+        }),
+        ("replica_ops", "Mutations applied as a replica", |c| {
+            &c.replica_ops
+        }),
+        (
+            "pushed_objects",
+            "Objects pushed to replicas (recovery, stale copies)",
+            |c| &c.pushed_objects,
+        ),
+        (
+            "pushed_bytes",
+            "Bytes pushed to replicas (recovery, stale copies)",
+            |c| &c.pushed_bytes,
+        ),
+        ("pulled_objects", "Objects pulled while peering", |c| {
+            &c.pulled_objects
+        }),
+        ("kv_calls", "Object-class (KV table) calls received", |c| {
+            &c.kv_calls
+        }),
+        (
+            "kv_conflicts",
+            "KV table updates refused because a condition did not hold",
+            |c| &c.kv_conflicts,
+        ),
+        (
+            "lease_renewals",
+            "Liveness lease renewals that succeeded",
+            |c| &c.lease_renewals,
+        ),
+        (
+            "lease_renewal_failures",
+            "Liveness lease renewals that failed",
+            |c| &c.lease_renewal_failures,
+        ),
+    ];
+    for (name, help, field) in counters {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Counter,
+            osds.iter()
+                .map(|o| ([("osd", o.id)], counter(g(field(&o.counters))))),
+        )?;
+    }
+    family(
+        enc,
+        "basalt_osd_errors_by_kind",
+        "Client requests answered with an error, by reply status",
+        Kind::Counter,
+        osds.iter().flat_map(|o| {
+            o.counters
+                .errors_by_status
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| g(n) > 0)
+                .map(|(i, n)| {
+                    (
+                        [("osd", o.id.to_string()), ("kind", status_label(i).into())],
+                        counter(g(n)),
+                    )
+                })
+        }),
+    )?;
+    let pool_counters: [(&str, &str, PoolField); 4] = [
+        (
+            "pool_reads",
+            "Client reads served as primary, by pool",
+            |p| &p.reads,
+        ),
+        ("pool_read_bytes", "Bytes of client reads, by pool", |p| {
+            &p.read_bytes
+        }),
+        (
+            "pool_writes",
+            "Client mutations acknowledged as primary, by pool",
+            |p| &p.writes,
+        ),
+        ("pool_write_bytes", "Bytes of client writes, by pool", |p| {
+            &p.write_bytes
+        }),
+    ];
+    for (name, help, field) in pool_counters {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Counter,
+            osds.iter().flat_map(|o| {
+                o.counters.pools.active().map(|(pool, p)| {
+                    (
+                        [("osd", o.id.to_string()), ("pool", pool)],
+                        counter(g(field(p))),
+                    )
+                })
+            }),
+        )?;
+    }
+    let histograms: [(&str, &str, LatencyField); 6] = [
+        (
+            "queue_wait_seconds",
+            "Time from a request decoded to its handler running",
+            |l| &l.queue_wait,
+        ),
+        (
+            "store_read_seconds",
+            "Reads of the local store (client reads as primary)",
+            |l| &l.store_read,
+        ),
+        (
+            "store_write_seconds",
+            "Mutations applied to the local store (primary and replica)",
+            |l| &l.store_write,
+        ),
+        (
+            "store_flush_seconds",
+            "Store flushes: the WAL group commit with its fdatasync",
+            |l| &l.store_flush,
+        ),
+        (
+            "replication_seconds",
+            "Round trip of a mutation to every replica, as primary",
+            |l| &l.replication,
+        ),
+        (
+            "meta_round_trip_seconds",
+            "Liveness lease renewals: one round trip to the metadata store",
+            |l| &l.meta_round_trip,
+        ),
+    ];
+    for (name, help, field) in histograms {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Histogram,
+            osds.iter()
+                .map(|o| ([("osd", o.id)], field(&o.counters.latency).clone())),
+        )?;
+    }
+    let stats: Vec<_> = osds.iter().map(|o| o.store.stats()).collect();
+    let gauges: [(&str, &str, GaugeField); 6] = [
+        ("capacity_bytes", "Size of the store file", |_, s| {
+            s.capacity_bytes
+        }),
+        ("used_bytes", "Bytes in allocated blocks", |_, s| {
+            s.used_bytes
+        }),
+        ("objects", "Objects in the store", |_, s| s.objects),
+        (
+            "unflushed_bytes",
+            "Bytes written but not yet durable",
+            |o, _| o.store.unflushed_bytes(),
+        ),
+        (
+            "fenced",
+            "1 while the OSD cannot renew its liveness lease",
+            |o, _| u64::from(o.fenced()),
+        ),
+        ("map_epoch", "Epoch of the newest map seen", |o, _| {
+            o.map().epoch as u64
+        }),
+    ];
+    for (name, help, value) in gauges {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Gauge,
+            osds.iter()
+                .zip(&stats)
+                .map(|(o, s)| ([("osd", o.id)], gauge(value(o, s) as i64))),
+        )?;
+    }
+    let auth: [(&str, &str, AuthField); 3] = [
+        ("auth_accepted", "Data-plane handshakes accepted", |a| {
+            &a.accepted
+        }),
+        (
+            "auth_denied_requests",
+            "Requests refused as outside the connection's capabilities",
+            |a| &a.denied_requests,
+        ),
+        (
+            "auth_revoked_sessions",
+            "Open connections closed because their key was revoked",
+            |a| &a.revoked_sessions,
+        ),
+    ];
+    for (name, help, field) in auth {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Counter,
+            osds.iter()
+                .map(|o| ([("osd", o.id)], counter(g(field(&o.auth_counters))))),
+        )?;
+    }
+    family(
+        enc,
+        "basalt_osd_auth_refused",
+        "Data-plane connections refused, by reason",
+        Kind::Counter,
+        osds.iter().flat_map(|o| {
+            crate::auth::REFUSAL_LABELS
+                .iter()
+                .zip(&o.auth_counters.refused)
+                .map(|(reason, n)| {
+                    (
+                        [("osd", o.id.to_string()), ("reason", (*reason).into())],
+                        counter(g(n)),
+                    )
+                })
+        }),
+    )?;
+    family(
+        enc,
+        "basalt_osd_pgs",
+        "PGs of this OSD by role and phase",
+        Kind::Gauge,
+        osds.iter().flat_map(|o| {
+            pg_phases(o)
+                .into_iter()
+                .zip(["replica", "peering", "active", "incomplete"])
+                .map(|(n, phase)| {
+                    (
+                        [("osd", o.id.to_string()), ("phase", phase.into())],
+                        gauge(n),
+                    )
+                })
+        }),
+    )
+}
+
+/// PGs of `osd` by phase: replica, peering, active, incomplete.
+fn pg_phases(osd: &Osd) -> [i64; 4] {
+    let mut phases = [0; 4];
     for (_, e) in osd.pgs.snapshot() {
         let i = match e.phase {
             PgPhase::Replica => 0,
@@ -66,156 +480,5 @@ pub fn render(osd: &Osd) -> String {
         };
         phases[i] += 1;
     }
-    let id = osd.id;
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        let _ = writeln!(out, "# HELP basalt_osd_{name} {help}");
-        let _ = writeln!(out, "# TYPE basalt_osd_{name} {kind}");
-        let _ = writeln!(out, "basalt_osd_{name}{{osd=\"{id}\"}} {value}");
-    };
-    let g = OsdCounters::get;
-    metric(
-        "reads_total",
-        "counter",
-        "Client reads served as primary.",
-        g(&c.reads),
-    );
-    metric(
-        "read_bytes_total",
-        "counter",
-        "Bytes of client reads.",
-        g(&c.read_bytes),
-    );
-    metric(
-        "writes_total",
-        "counter",
-        "Client mutations acknowledged as primary.",
-        g(&c.writes),
-    );
-    metric(
-        "write_bytes_total",
-        "counter",
-        "Bytes of client writes.",
-        g(&c.write_bytes),
-    );
-    metric(
-        "errors_total",
-        "counter",
-        "Client requests answered with an error.",
-        g(&c.errors),
-    );
-    metric(
-        "replica_ops_total",
-        "counter",
-        "Mutations applied as a replica.",
-        g(&c.replica_ops),
-    );
-    metric(
-        "pushed_objects_total",
-        "counter",
-        "Objects pushed to replicas.",
-        g(&c.pushed_objects),
-    );
-    metric(
-        "pushed_bytes_total",
-        "counter",
-        "Bytes pushed to replicas.",
-        g(&c.pushed_bytes),
-    );
-    metric(
-        "pulled_objects_total",
-        "counter",
-        "Objects pulled while peering.",
-        g(&c.pulled_objects),
-    );
-    metric(
-        "kv_calls_total",
-        "counter",
-        "Object-class (KV table) calls received.",
-        g(&c.kv_calls),
-    );
-    metric(
-        "kv_conflicts_total",
-        "counter",
-        "KV table updates refused because a condition did not hold.",
-        g(&c.kv_conflicts),
-    );
-    metric(
-        "capacity_bytes",
-        "gauge",
-        "Size of the store file.",
-        st.capacity_bytes,
-    );
-    metric(
-        "used_bytes",
-        "gauge",
-        "Bytes in allocated blocks.",
-        st.used_bytes,
-    );
-    metric("objects", "gauge", "Objects in the store.", st.objects);
-    metric(
-        "unflushed_bytes",
-        "gauge",
-        "Bytes written but not yet durable.",
-        osd.store.unflushed_bytes(),
-    );
-    metric(
-        "fenced",
-        "gauge",
-        "1 while the OSD cannot renew its liveness lease.",
-        u64::from(osd.fenced()),
-    );
-    metric(
-        "map_epoch",
-        "gauge",
-        "Epoch of the newest map seen.",
-        osd.map().epoch as u64,
-    );
-    let a = &osd.auth_counters;
-    metric(
-        "auth_accepted_total",
-        "counter",
-        "Data-plane handshakes accepted.",
-        g(&a.accepted),
-    );
-    metric(
-        "auth_denied_requests_total",
-        "counter",
-        "Requests refused as outside the connection's capabilities.",
-        g(&a.denied_requests),
-    );
-    metric(
-        "auth_revoked_sessions_total",
-        "counter",
-        "Open connections closed because their key was revoked.",
-        g(&a.revoked_sessions),
-    );
-    let _ = writeln!(
-        out,
-        "# HELP basalt_osd_auth_refused_total Data-plane connections refused, by reason."
-    );
-    let _ = writeln!(out, "# TYPE basalt_osd_auth_refused_total counter");
-    for (i, reason) in crate::auth::REFUSAL_LABELS.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "basalt_osd_auth_refused_total{{osd=\"{id}\",reason=\"{reason}\"}} {}",
-            g(&a.refused[i])
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP basalt_osd_pgs PGs of this OSD by role and phase."
-    );
-    let _ = writeln!(out, "# TYPE basalt_osd_pgs gauge");
-    for (i, phase) in ["replica", "peering", "active", "incomplete"]
-        .iter()
-        .enumerate()
-    {
-        let _ = writeln!(
-            out,
-            "basalt_osd_pgs{{osd=\"{id}\",phase=\"{phase}\"}} {}",
-            phases[i]
-        );
-    }
-    out
+    phases
 }

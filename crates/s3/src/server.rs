@@ -115,6 +115,7 @@ pub async fn serve(
             cluster: cluster.clone(),
             domain: config.domain.clone(),
         }),
+        stats: config.stats.clone(),
     };
     let every = (config.reclaim_after / 4).clamp(
         std::time::Duration::from_secs(1),
@@ -239,6 +240,8 @@ struct Front {
     peer: Option<std::net::SocketAddr>,
     /// What CORS answers need: the buckets' rules.
     cors: Arc<CorsContext>,
+    /// Where requests are timed.
+    stats: Arc<crate::stats::GatewayStats>,
 }
 
 /// What the front service reads the buckets' CORS rules with.
@@ -283,6 +286,14 @@ impl Service<hyper::Request<Incoming>> for Front {
                 Ok(response)
             });
         }
+        let class = crate::stats::ApiClass::of(
+            req.method(),
+            bucket.is_some(),
+            has_key(&req, self.cors.domain.as_deref()),
+            req.uri().query().unwrap_or(""),
+        );
+        let stats = self.stats.clone();
+        let start = std::time::Instant::now();
         let method = req.method().as_str().to_string();
         let cors = self.cors.clone();
         let expects = req
@@ -301,7 +312,11 @@ impl Service<hyper::Request<Incoming>> for Front {
         let req = req.map(|b| s3s::Body::http_body(crate::idle_body::IdleBody::new(b, idle)));
         let s3 = self.s3.clone();
         Box::pin(async move {
-            let mut response = s3.call(req).await?;
+            let result = s3.call(req).await;
+            // An error here is the connection's (no response at all): counted as a 5xx.
+            let status = result.as_ref().map_or(500, |r| r.status().as_u16());
+            stats.answered(class, status, start);
+            let mut response = result?;
             tag_with_request_id(&mut response, &id);
             if let (Some(origin), Some(bucket)) = (origin, bucket) {
                 cors_headers(&cors, &bucket, &origin, &method, &mut response).await;
@@ -340,6 +355,24 @@ fn bucket_of<B>(req: &hyper::Request<B>, domain: Option<&str>) -> Option<String>
         .next()
         .filter(|b| !b.is_empty())
         .map(String::from)
+}
+
+/// Does the request name an object key (after the bucket, in the path or the host)?
+fn has_key<B>(req: &hyper::Request<B>, domain: Option<&str>) -> bool {
+    let path = req.uri().path().trim_start_matches('/');
+    let in_host = domain.is_some_and(|d| {
+        req.headers()
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name))
+            .and_then(|h| h.strip_suffix(d))
+            .is_some_and(|b| b.len() > 1 && b.ends_with('.'))
+    });
+    if in_host {
+        !path.is_empty()
+    } else {
+        path.split_once('/').is_some_and(|(_, key)| !key.is_empty())
+    }
 }
 
 /// An S3 error document answered by the front service itself.

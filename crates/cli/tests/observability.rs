@@ -1,0 +1,518 @@
+//! Observability end to end: the alert rules in contrib/ pass promtool's check and unit
+//! tests, and a real Prometheus server scraping a `basalt up` during an fio run sees rates
+//! that agree with fio's, plausible latency quantiles, every dashboard query valid, and the
+//! OSD-down alert firing once the process is killed.
+// Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Seconds fio runs; the rates are compared over a window inside the run.
+const FIO_RUNTIME_SECS: u64 = 14;
+/// The rate window, ending `RATE_END_BEFORE_FIO_END_SECS` before fio's end.
+const RATE_WINDOW_SECS: u64 = 8;
+const RATE_END_BEFORE_FIO_END_SECS: u64 = 2;
+/// Longest wait for Prometheus to be ready, and for an alert to fire.
+const PROMETHEUS_READY_TIMEOUT: Duration = Duration::from_secs(60);
+const ALERT_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn contrib() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib")
+}
+
+/// `GET path` on `addr` (one request per connection); (status code, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    // Prometheus answers small JSON documents without chunking only sometimes: undo it.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+/// The payload of a chunked HTTP body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    // Loop bound: every pass consumes a chunk of the finite body.
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Percent-encode a query parameter.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus server of the test, killed on drop.
+struct Prometheus {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    /// Start Prometheus scraping `target` (job `basalt-up`) every second, with the alert
+    /// rules of contrib/, its files under `dir`.
+    fn start(dir: &Path, target: &str) -> Prometheus {
+        let prometheus = require_tool("prometheus", "prometheus");
+        let rules = contrib().join("prometheus-alerts.yml");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 rule_files:\n  - {}\n\
+                 scrape_configs:\n  - job_name: basalt-up\n    static_configs:\n      - targets: ['{target}']\n",
+                rules.display()
+            ),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let p = Prometheus { child, addr };
+        let deadline = Instant::now() + PROMETHEUS_READY_TIMEOUT;
+        // Loop bound: PROMETHEUS_READY_TIMEOUT.
+        loop {
+            let ready = std::net::TcpStream::connect(&p.addr).is_ok()
+                && http_get(&p.addr, "/-/ready").0 == 200;
+            if ready {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready in {PROMETHEUS_READY_TIMEOUT:?}:\n{}",
+                std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The API's answer to `path`, checked to be a success.
+    fn api(&self, path: &str) -> serde_json::Value {
+        let (status, body) = http_get(&self.addr, path);
+        assert_eq!(status, 200, "{path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "success", "{path}: {body}");
+        v
+    }
+
+    /// The instant vector of `query` at `at` (unix seconds).
+    fn query(&self, query: &str, at: f64) -> Vec<serde_json::Value> {
+        let v = self.api(&format!(
+            "/api/v1/query?query={}&time={at:.3}",
+            encode(query)
+        ));
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The single value of `query` at `at`.
+    fn value(&self, query: &str, at: f64) -> f64 {
+        let r = self.query(query, at);
+        assert_eq!(r.len(), 1, "{query}: one series expected, got {r:?}");
+        r[0]["value"][1].as_str().unwrap().parse().unwrap()
+    }
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The `/metrics` address in `basalt up`'s banner.
+fn metrics_addr(cluster: &Cluster) -> String {
+    cluster
+        .stdout_text()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Metrics:"))
+        .and_then(|rest| rest.trim().strip_prefix("http://"))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .expect("the banner names the metrics endpoint")
+        .to_string()
+}
+
+fn assert_within(got: f64, want: f64, tolerance: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= want * tolerance,
+        "{what}: Prometheus says {got:.1}, fio {want:.1} (more than {:.0}% apart)",
+        tolerance * 100.0
+    );
+}
+
+/// Goal: the alert rules in contrib/ are valid and their unit tests pass.
+#[test]
+fn alert_rules_pass_promtool() {
+    let promtool = require_tool("promtool", "prometheus");
+    let check = run(
+        Command::new(&promtool)
+            .args(["check", "rules", "prometheus-alerts.yml"])
+            .current_dir(contrib()),
+        Duration::from_secs(60),
+    );
+    assert_ok(&check, "promtool check rules");
+    assert!(text(&check).contains("SUCCESS"), "{}", text(&check));
+    let test = run(
+        Command::new(&promtool)
+            .args(["test", "rules", "prometheus-alerts.test.yml"])
+            .current_dir(contrib()),
+        Duration::from_secs(60),
+    );
+    assert_ok(&test, "promtool test rules");
+}
+
+/// Goal: a real Prometheus scraping `basalt up` during fio sees the write rate fio
+/// measured (within 20%), in the frontend totals, per volume and at the OSD primaries;
+/// latency quantiles that are non-zero and plausible; every dashboard query valid; and,
+/// once the process is killed, the OSD-down alert firing.
+#[test]
+fn prometheus_scrapes_basalt_up_during_fio() {
+    let fio = require_tool("fio", "fio");
+    let mut cluster = Cluster::start_with(&[
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--metrics-per-volume",
+        "4",
+    ]);
+    let target = metrics_addr(&cluster);
+    // Only GET /metrics is served.
+    let (status, _) = http_get(&target, "/");
+    assert_eq!(status, 404);
+    let prom_dir = cluster.scratch().join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let prom = Prometheus::start(&prom_dir, &target);
+
+    let json_path = cluster.scratch().join("fio.json");
+    let start = now_secs();
+    let out = run(
+        Command::new(&fio)
+            .args([
+                "--name=load",
+                "--ioengine=nbd",
+                &format!("--uri={}", cluster.uri("vol0")),
+                "--rw=randwrite",
+                "--bs=4k",
+                "--size=256m",
+                "--iodepth=16",
+                "--time_based",
+                &format!("--runtime={FIO_RUNTIME_SECS}"),
+                "--output-format=json",
+            ])
+            .arg(format!("--output={}", json_path.display()))
+            .current_dir(cluster.scratch()),
+        Duration::from_secs(FIO_RUNTIME_SECS + 120),
+    );
+    let end = now_secs();
+    assert_ok(&out, "fio");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let write = &json["jobs"][0]["write"];
+    let fio_iops = write["iops"].as_f64().unwrap();
+    let fio_bw = write["bw_bytes"].as_f64().unwrap();
+    assert!(fio_iops > 0.0, "{json}");
+    assert!(end - start >= FIO_RUNTIME_SECS as f64);
+
+    // Rates over a window inside the run (fio's figures are averages over all of it).
+    let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
+    let w = RATE_WINDOW_SECS;
+    // Let a last scrape past `at` land.
+    std::thread::sleep(Duration::from_secs(3));
+    let iops = prom.value(
+        &format!(
+            "sum(rate(basalt_frontend_requests_total{{frontend=\"nbd\",op=\"write\"}}[{w}s]))"
+        ),
+        at,
+    );
+    assert_within(iops, fio_iops, 0.2, "NBD write IOPS");
+    let bw = prom.value(
+        &format!("sum(rate(basalt_frontend_bytes_total{{frontend=\"nbd\",op=\"write\"}}[{w}s]))"),
+        at,
+    );
+    assert_within(bw, fio_bw, 0.2, "NBD write bytes/s");
+    let vol = prom.value(
+        &format!("sum(rate(basalt_volume_requests_total{{volume=\"vol0\",op=\"write\"}}[{w}s]))"),
+        at,
+    );
+    assert_within(vol, fio_iops, 0.2, "vol0 write IOPS");
+    // Every NBD write is one object write at its primary (4 KiB never spans two objects).
+    let osd = prom.value(&format!("sum(rate(basalt_osd_writes_total[{w}s]))"), at);
+    assert_within(osd, fio_iops, 0.2, "OSD primary writes/s");
+    let pool = prom.value(
+        &format!("sum(rate(basalt_osd_pool_writes_total[{w}s]))"),
+        at,
+    );
+    assert_within(pool, fio_iops, 0.2, "per-pool writes/s");
+
+    // Latency: quantiles non-zero, ordered, and under a second on loopback.
+    let quantile = |q: f64, series: &str, selector: &str| {
+        prom.value(
+            &format!(
+                "histogram_quantile({q}, sum by (le) (rate({series}_bucket{selector}[{w}s])))"
+            ),
+            at,
+        )
+    };
+    let write = "{frontend=\"nbd\",op=\"write\"}";
+    let p50 = quantile(0.5, "basalt_frontend_request_seconds", write);
+    let p99 = quantile(0.99, "basalt_frontend_request_seconds", write);
+    assert!(
+        p50 > 0.0 && p50 <= p99 && p99 < 1.0,
+        "write p50 {p50} p99 {p99}"
+    );
+    // At queue depth 16, Little's law bounds the mean latency from fio's rate.
+    let mean = prom.value(
+        &format!(
+            "sum(rate(basalt_frontend_request_seconds_sum{{op=\"write\"}}[{w}s])) / \
+             sum(rate(basalt_frontend_request_seconds_count{{op=\"write\"}}[{w}s]))"
+        ),
+        at,
+    );
+    assert!(
+        mean > 0.0 && mean <= 16.0 / fio_iops * 1.2,
+        "mean {mean} at {fio_iops} IOPS"
+    );
+    for stage in [
+        "basalt_osd_store_write_seconds",
+        "basalt_osd_replication_seconds",
+        "basalt_osd_queue_wait_seconds",
+    ] {
+        let p99 = quantile(0.99, stage, "");
+        assert!(p99 > 0.0 && p99 < 1.0, "{stage} p99 {p99}");
+    }
+    let active = prom.value("sum(basalt_osd_pgs{phase=\"active\"})", at);
+    assert_eq!(active, 32.0, "every PG of the pool has an active primary");
+
+    // Every dashboard query is valid PromQL over these series.
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(contrib().join("grafana-basalt.json")).unwrap(),
+    )
+    .unwrap();
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "10s");
+            prom.query(&expr, at);
+            queries += 1;
+        }
+    }
+    assert!(queries >= 20, "{queries} dashboard queries");
+
+    // The rules are loaded; killing the process fires BasaltOsdDown (after its 30 s `for`).
+    let rules = prom.api("/api/v1/rules");
+    let loaded: usize = rules["data"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["rules"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(loaded, 9, "{rules}");
+    cluster.kill9();
+    let killed = Instant::now();
+    // Loop bound: ALERT_TIMEOUT.
+    loop {
+        let alerts = prom.api("/api/v1/alerts");
+        let firing = alerts["data"]["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "BasaltOsdDown" && a["state"] == "firing");
+        if firing {
+            break;
+        }
+        assert!(
+            killed.elapsed() < ALERT_TIMEOUT,
+            "BasaltOsdDown not firing {ALERT_TIMEOUT:?} after the kill: {alerts}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(
+        killed.elapsed() >= Duration::from_secs(30),
+        "the alert waits for its `for` period"
+    );
+}
+
+/// Goal: `basalt volume iostat` reports a known workload: fio writing vol0 at a fixed 100
+/// IOPS of 4 KiB (a rate a loaded CI machine sustains) shows as about 100 WR/s with the
+/// matching MiB/s, no reads, a write latency;
+/// a bad endpoint is a precise error.
+#[test]
+fn volume_iostat_reports_a_known_workload() {
+    const IOPS: f64 = 100.0;
+    let fio = require_tool("fio", "fio");
+    let cluster = Cluster::start_with(&[
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--metrics-per-volume",
+        "4",
+    ]);
+    let target = metrics_addr(&cluster);
+    let mut load = Command::new(&fio)
+        .args([
+            "--name=steady",
+            "--ioengine=nbd",
+            &format!("--uri={}", cluster.uri("vol0")),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=64m",
+            "--iodepth=4",
+            &format!("--rate_iops={IOPS}"),
+            "--time_based",
+            "--runtime=16",
+        ])
+        .current_dir(cluster.scratch())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let fio connect and settle on its rate.
+    std::thread::sleep(Duration::from_secs(4));
+    let out = cluster.volume(&[
+        "iostat",
+        "--endpoint",
+        &target,
+        "--interval",
+        "3",
+        "--count",
+        "2",
+    ]);
+    let _ = wait_timeout(&mut load, Duration::from_secs(60));
+    assert_ok(&out, "basalt volume iostat");
+    let report = text(&out);
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .filter(|l| l.starts_with("vol0 "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "one vol0 line per report:\n{report}");
+    // fio's rate limiter catches up in bursts: each report is near the rate, their mean
+    // close to it.
+    let mut sum = 0.0;
+    for row in &rows {
+        let num = |i: usize| -> f64 { row[i].parse().unwrap() };
+        sum += num(1);
+        assert_within(num(1), IOPS, 0.5, "iostat WR/s");
+        assert_eq!(num(2), 0.0, "no reads:\n{report}");
+        // Every write is 4 KiB: MiB/s is WR/s / 256 (to the table's rounding).
+        let mib = num(1) * 4096.0 / (1 << 20) as f64;
+        assert!((num(3) - mib).abs() <= 0.01, "WR MiB/s vs WR/s:\n{report}");
+        assert!(num(5) > 0.0, "a write latency:\n{report}");
+        assert_eq!(row[6], "-", "no read latency:\n{report}");
+    }
+    assert_within(sum / rows.len() as f64, IOPS, 0.2, "mean iostat WR/s");
+    // A bad endpoint is a precise error, not a panic.
+    let bad = cluster.volume(&["iostat", "--endpoint", "nowhere", "--count", "1"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("expected IP:PORT"), "{}", text(&bad));
+}
+
+/// Goal: `basalt status --watch` prints the cluster's summary at once (every PG
+/// active+clean), then reports it when the cluster goes away instead of exiting.
+#[test]
+fn status_watch_summarises_then_reports_changes() {
+    let mut cluster = Cluster::start();
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["status", "--watch", "--interval", "0.5", "--control"])
+        .arg(&cluster.control)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let wait_for = |needle: &str, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Loop bound: 30 s.
+        while !seen.iter().any(|l: &String| l.contains(needle)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no line with {needle:?} in 30 s:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    wait_for("32 PGs (32 active+clean)", &mut seen);
+    assert!(seen[0].contains("3 OSDs (3 up)"), "{}", seen[0]);
+    cluster.kill9();
+    wait_for("status unavailable", &mut seen);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
