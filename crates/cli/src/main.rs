@@ -5,6 +5,7 @@ mod auth_cmd;
 mod bench;
 mod control;
 mod daemons;
+mod data_tls;
 mod image_cmd;
 mod metrics_http;
 mod objvol_cmd;
