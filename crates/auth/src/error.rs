@@ -64,6 +64,15 @@ pub enum AuthError {
     /// The server's proof did not verify: it does not know the key.
     #[error("{addr} could not prove it knows the key of {entity}: not an OSD of this cluster")]
     ServerProof { addr: String, entity: String },
+    /// Data-plane TLS credentials that cannot be used.
+    #[error("data-plane TLS {path}: {reason}")]
+    Tls { path: String, reason: String },
+    /// The TLS session with an OSD could not be set up (wrong CA, a plaintext OSD, ...).
+    #[error("data-plane TLS with {addr} failed: {reason}")]
+    TlsHandshake { addr: String, reason: String },
+    /// The OSD requires data-plane TLS and this client spoke plaintext.
+    #[error("{addr} requires data-plane TLS: give the cluster's TLS directory (--data-tls DIR or BASALT_DATA_TLS)")]
+    TlsRequired { addr: String },
     /// The peer broke the handshake protocol or the connection.
     #[error("handshake with {addr}: {reason}")]
     Handshake { addr: String, reason: String },

@@ -17,6 +17,9 @@ const HELLO: &[u8; 4] = b"BSAU";
 const CHALLENGE: &[u8; 4] = b"BSAC";
 const PROOF: &[u8; 4] = b"BSAP";
 const RESULT: &[u8; 4] = b"BSAR";
+/// Sent instead of a Challenge, padded to its size, by an OSD that requires TLS to a
+/// client that spoke plaintext: the client reports it rather than a broken handshake.
+const TLS_REQUIRED: &[u8; 4] = b"BSAT";
 
 /// Bytes of a Hello before its entity name.
 pub const HELLO_HEAD_BYTES: usize = 4 + 1 + 1 + KEY_BYTES;
@@ -100,6 +103,14 @@ pub fn encode_challenge(nonce: &Nonce) -> [u8; CHALLENGE_BYTES] {
     b[..4].copy_from_slice(CHALLENGE);
     b[4] = VERSION;
     b[5..].copy_from_slice(nonce);
+    b
+}
+
+/// What a TLS-only OSD answers a plaintext Hello with (then it closes the connection).
+pub fn encode_tls_required() -> [u8; CHALLENGE_BYTES] {
+    let mut b = [0u8; CHALLENGE_BYTES];
+    b[..4].copy_from_slice(TLS_REQUIRED);
+    b[4] = VERSION;
     b
 }
 
@@ -367,6 +378,9 @@ where
     wr.flush().await.map_err(io)?;
     let mut challenge = [0u8; CHALLENGE_BYTES];
     rd.read_exact(&mut challenge).await.map_err(io)?;
+    if &challenge[..4] == TLS_REQUIRED {
+        return Err(AuthError::TlsRequired { addr: addr.into() });
+    }
     let server_nonce = decode_challenge(&challenge).map_err(fail)?;
     let tag = creds
         .key

@@ -15,11 +15,22 @@ pub enum Keyring {
     Entity { entity: EntityName, key: Key },
 }
 
-/// An identity and its key: what a client proves in the handshake.
+/// An identity and its key: what a client proves in the handshake; with data-plane TLS
+/// also the certificate it presents, and the CA it checks OSDs against.
 #[derive(Clone, Debug)]
 pub struct Credentials {
     pub entity: EntityName,
     pub key: Key,
+    /// Run every connection inside TLS with these credentials (None: plaintext).
+    pub tls: Option<std::sync::Arc<crate::DataTls>>,
+}
+
+impl Credentials {
+    /// The same identity, connecting through `tls` (None: plaintext).
+    pub fn with_tls(mut self, tls: Option<std::sync::Arc<crate::DataTls>>) -> Self {
+        self.tls = tls;
+        self
+    }
 }
 
 impl Keyring {
@@ -133,11 +144,16 @@ impl Keyring {
             Keyring::Cluster(s) => {
                 let entity = EntityName::admin();
                 let key = s.entity_key(&entity, ADMIN_GENERATION);
-                Credentials { entity, key }
+                Credentials {
+                    entity,
+                    key,
+                    tls: None,
+                }
             }
             Keyring::Entity { entity, key } => Credentials {
                 entity: entity.clone(),
                 key: key.clone(),
+                tls: None,
             },
         }
     }
@@ -148,7 +164,11 @@ impl ClusterSecret {
     pub fn daemon_credentials(&self, id: u32) -> Credentials {
         let entity = EntityName::osd(id);
         let key = self.entity_key(&entity, DAEMON_GENERATION);
-        Credentials { entity, key }
+        Credentials {
+            entity,
+            key,
+            tls: None,
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod handshake;
 pub mod keyring;
 pub mod keys;
 pub mod registry;
+pub mod tls;
 
 pub use caps::Caps;
 pub use error::AuthError;
@@ -18,3 +19,4 @@ pub use handshake::{accept, connect, KeyLookup, Refusal, Session, HANDSHAKE_TIME
 pub use keyring::{Credentials, Keyring};
 pub use keys::{ClusterSecret, EntityName, Key};
 pub use registry::{Authority, EntityRecord};
+pub use tls::DataTls;

@@ -70,6 +70,17 @@ impl Cluster {
         log: &Path,
         config: &ClusterConfig,
     ) -> anyhow::Result<Cluster> {
+        Cluster::start_exe_with(exe, data_dir, log, config, &[])
+    }
+
+    /// [`Cluster::start_exe`] with `extra` arguments to `basalt up`.
+    pub fn start_exe_with(
+        exe: &Path,
+        data_dir: &Path,
+        log: &Path,
+        config: &ClusterConfig,
+        extra: &[&str],
+    ) -> anyhow::Result<Cluster> {
         let log_file =
             std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
         let mut child = Command::new(exe)
@@ -93,6 +104,7 @@ impl Cluster {
             .args(["--pgs", &config.pgs.to_string()])
             .args(["--object-size", &config.object_size])
             .args(["--osd-size", &config.osd_size])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)

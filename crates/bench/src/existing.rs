@@ -216,12 +216,19 @@ pub async fn open_cluster(meta_url: &str) -> anyhow::Result<Arc<Cluster>> {
     open_cluster_with(meta_url, std::path::Path::new(&path)).await
 }
 
-/// [`open_cluster`] with the keyring at `keyring`.
+/// [`open_cluster`] with the keyring at `keyring` (and data-plane TLS when `BASALT_DATA_TLS`
+/// names the cluster's TLS directory).
 pub async fn open_cluster_with(
     meta_url: &str,
     keyring: &std::path::Path,
 ) -> anyhow::Result<Arc<Cluster>> {
-    let credentials = basalt_auth::Keyring::load(keyring)?.client_credentials();
+    let tls = match std::env::var_os("BASALT_DATA_TLS") {
+        Some(dir) => Some(basalt_auth::DataTls::load(std::path::Path::new(&dir))?),
+        None => None,
+    };
+    let credentials = basalt_auth::Keyring::load(keyring)?
+        .client_credentials()
+        .with_tls(tls);
     let meta = basalt_meta::connect_meta(meta_url)
         .await
         .with_context(|| format!("connect to the cluster metadata at {meta_url}"))?;

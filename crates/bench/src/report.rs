@@ -375,7 +375,15 @@ fn render_assessment(s: &mut String, r: &Results) {
             let v = row.basalt.as_ref().and_then(|f| f.value).unwrap_or(0.0);
             let b = row.baseline.as_ref().and_then(|f| f.value).unwrap_or(0.0);
             let base = sec.baseline_name.to_lowercase();
-            if row.higher_is_better {
+            if sec.id == crate::sections::security::ID {
+                // Basalt against Basalt: not a figure relative to the disk.
+                sentences.push(format!(
+                    "{}: {pct:.0}% of the IOPS without it ({} vs {}).",
+                    row.label,
+                    format_value(v, &row.unit),
+                    format_value(b, &row.unit)
+                ));
+            } else if row.higher_is_better {
                 throughput_pcts.push(pct);
                 sentences.push(format!(
                     "{}: Basalt reaches {pct:.0}% of the {base} ({} vs {}).",
@@ -467,6 +475,7 @@ fn render_assessment(s: &mut String, r: &Results) {
         );
     }
     let above: Vec<String> = comparisons(r)
+        .filter(|sec| sec.id != crate::sections::security::ID)
         .flat_map(|sec| sec.rows.iter())
         .filter(|row| row.higher_is_better && row.percent_of_baseline().is_some_and(|p| p > 100.0))
         .map(|row| row.label.clone())

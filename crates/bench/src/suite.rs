@@ -23,7 +23,7 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 9] = [
+pub const SECTION_IDS: [&str; 10] = [
     "network",
     "disk",
     "torus",
@@ -33,7 +33,11 @@ pub const SECTION_IDS: [&str; 9] = [
     crate::sections::strmvol::ID,
     crate::sections::plasmavmc::ID,
     crate::sections::nvmf::ID,
+    crate::sections::security::ID,
 ];
+/// Sections that run only when `--sections` names them (they start clusters of their own
+/// and take minutes).
+const OPT_IN_SECTIONS: [&str; 1] = [crate::sections::security::ID];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
 /// once before they run).
 const PROFILE_SECTIONS: [&str; 3] = ["disk", "torus", "vitastor"];
@@ -80,9 +84,10 @@ impl StorageOptions {
 
     /// Whether section `id` runs.
     pub fn runs(&self, id: &str) -> bool {
-        self.sections
-            .as_ref()
-            .is_none_or(|ids| ids.iter().any(|s| s == id))
+        match &self.sections {
+            None => !OPT_IN_SECTIONS.contains(&id),
+            Some(ids) => ids.iter().any(|s| s == id),
+        }
     }
 
     /// Refuse section ids that do not exist, naming the ones that do.
@@ -233,6 +238,10 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
                 .guest_dir
                 .clone()
                 .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir),
+        }),
+        Box::new(crate::sections::security::SecuritySection {
+            quick: opts.quick,
+            smoke: opts.smoke,
         }),
     ]
     .into_iter()
@@ -478,9 +487,12 @@ mod tests {
     #[test]
     fn sections_are_chosen_by_id() {
         // Goal: --sections runs exactly the sections it names, refuses unknown ones with
-        // the list of real ones, and runs everything when absent.
+        // the list of real ones, and runs everything but the opt-in ones when absent.
         let all = options(None);
-        assert!(SECTION_IDS.iter().all(|id| all.runs(id)));
+        assert!(SECTION_IDS
+            .iter()
+            .all(|id| all.runs(id) != OPT_IN_SECTIONS.contains(id)));
+        assert!(options(Some(&["security"])).runs("security"));
         let some = options(Some(&["network", "scaling"]));
         assert!(some.check_sections().is_ok());
         assert!(some.runs("network") && some.runs("scaling") && !some.runs("disk"));
@@ -490,7 +502,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
-             scaling, s3, strmvol, plasmavmc, nvmf"
+             scaling, s3, strmvol, plasmavmc, nvmf, security"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

@@ -19,6 +19,10 @@ pub enum ClusterCommand {
     /// file to every OSD, monitor and admin host; hypervisors get keys of their own
     /// (`basalt auth add`).
     ///
+    /// With --data-tls DIR and no ca-cert.pem there yet, also makes the data-plane TLS
+    /// credentials: a cluster CA (ca-cert.pem, ca-key.pem) and a certificate (cert.pem,
+    /// key.pem) every host may present.
+    ///
     /// Example:
     ///   basalt cluster init --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring
     #[command(verbatim_doc_comment)]
@@ -79,6 +83,16 @@ pub async fn run_cluster(meta: &MetaArgs, command: ClusterCommand) -> anyhow::Re
                 path.display()
             );
             println!("copy it to every OSD and admin host; give hypervisors their own keys with `basalt auth add`");
+            if let Some(dir) = &meta.data_tls {
+                if crate::data_tls::ensure(dir)? {
+                    println!(
+                        "data-plane TLS: cluster CA and certificate made in {} (ca-key.pem \
+                         stays with the admin; copy ca-cert.pem, cert.pem, key.pem to every host)",
+                        dir.display()
+                    );
+                }
+                crate::data_tls::load(dir)?;
+            }
             Ok(())
         }
     }

@@ -42,6 +42,12 @@ pub struct MetaArgs {
     /// administrators, or one client's key (`basalt auth add`).
     #[arg(long, global = true, env = "BASALT_KEYRING")]
     pub keyring: Option<PathBuf>,
+    /// Data-plane TLS: a directory with the cluster CA (ca-cert.pem) and this host's
+    /// certificate and key (cert.pem, key.pem). Every connection to an OSD then runs inside
+    /// TLS; OSDs started with it refuse plaintext. `basalt cluster init --data-tls DIR`
+    /// makes one.
+    #[arg(long, global = true, env = "BASALT_DATA_TLS", value_name = "DIR")]
+    pub data_tls: Option<PathBuf>,
 }
 
 impl MetaArgs {
@@ -63,9 +69,20 @@ impl MetaArgs {
         Ok(Keyring::load(path)?)
     }
 
-    /// What this tool proves to the OSDs.
+    /// What this tool proves to the OSDs (inside TLS with --data-tls).
     pub fn credentials(&self) -> anyhow::Result<Credentials> {
-        Ok(self.keyring()?.client_credentials())
+        Ok(self
+            .keyring()?
+            .client_credentials()
+            .with_tls(self.data_tls()?))
+    }
+
+    /// The data-plane TLS credentials, loaded and checked; None without --data-tls.
+    pub fn data_tls(&self) -> anyhow::Result<Option<Arc<basalt_auth::DataTls>>> {
+        self.data_tls
+            .as_deref()
+            .map(crate::data_tls::load)
+            .transpose()
     }
 
     /// The cluster secret, checked against the cluster's verifier (daemons, `auth add`).
@@ -194,6 +211,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             listen.ip()
         );
     }
+    let data_tls = args.meta.data_tls()?;
     let meta = args.meta.connect().await?;
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let secret = args.meta.checked_secret(meta.as_ref()).await?;
@@ -212,7 +230,10 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             ..StoreOptions::default()
         },
         listen,
-        network: basalt_osd::Network::Tcp,
+        network: match data_tls {
+            Some(tls) => basalt_osd::Network::Tls(tls),
+            None => basalt_osd::Network::Tcp,
+        },
         create_if_missing: is_new,
         incarnation: None,
         recovery: RecoveryConfig {

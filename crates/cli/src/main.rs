@@ -5,6 +5,7 @@ mod auth_cmd;
 mod bench;
 mod control;
 mod daemons;
+mod data_tls;
 mod exit;
 mod global;
 mod help;
@@ -243,7 +244,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Up(args) => {
             init_logging("info");
-            runtime().and_then(|rt| rt.block_on(up::run(args)))
+            let data_tls = global.meta.data_tls.clone();
+            runtime().and_then(|rt| rt.block_on(up::run(args, data_tls)))
         }
         Command::Volume { pool, command } => {
             init_logging("warn");

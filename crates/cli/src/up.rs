@@ -107,6 +107,11 @@ pub struct UpArgs {
     /// (to measure or test the data-plane protocol in one process).
     #[arg(long)]
     no_local_path: bool,
+    /// BENCHMARK ONLY, INSECURE: OSDs accept any connection without the authentication
+    /// handshake (to measure what authentication costs). Never on a reachable network.
+    /// Refused with --data-tls.
+    #[arg(long, hide = true)]
+    insecure_no_auth: bool,
     #[command(flatten)]
     nbd_tls: crate::daemons::NbdTlsArgs,
 }
@@ -265,7 +270,13 @@ async fn local_secret(
     Ok(secret)
 }
 
-pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+/// Runs `basalt up`; `data_tls` is the global --data-tls: data-plane TLS on the OSDs' TCP
+/// connections, a cluster CA and certificate made in DIR if it holds none (clients of this
+/// cluster, `basalt nbd`, `bench --cluster`, ..., then need the same directory).
+pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    if args.insecure_no_auth && data_tls.is_some() {
+        anyhow::bail!("--insecure-no-auth cannot be combined with --data-tls");
+    }
     // Bad credentials stop the start before anything else happens.
     let nbd_tls = args.nbd_tls.load()?;
     std::fs::create_dir_all(&args.data_dir)
@@ -309,6 +320,27 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let capacity = parse_size(&args.osd_size)?;
     let secret = local_secret(&args.data_dir, meta.as_ref()).await?;
     let authority = Arc::new(basalt_auth::Authority::new(secret.clone(), meta.clone()));
+    let authority = if args.insecure_no_auth {
+        tracing::warn!(
+            "--insecure-no-auth: OSDs accept connections WITHOUT authentication; \
+             benchmark use only, never on a reachable network"
+        );
+        None
+    } else {
+        Some(authority)
+    };
+    let data_tls = match &data_tls {
+        Some(dir) => {
+            if crate::data_tls::ensure(dir)? {
+                tracing::info!(
+                    "data-plane TLS: made a cluster CA and certificate in {}",
+                    dir.display()
+                );
+            }
+            Some(crate::data_tls::load(dir)?)
+        }
+        None => None,
+    };
 
     // Start the OSDs; each registers, and the monitor puts them in the map.
     let map_rx = basalt_client::follow_map(meta.clone()).await?;
@@ -327,12 +359,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 ..StoreOptions::default()
             },
             listen: "127.0.0.1:0".parse().expect("valid address"),
-            network: basalt_osd::Network::Tcp,
+            network: match &data_tls {
+                Some(tls) => basalt_osd::Network::Tls(tls.clone()),
+                None => basalt_osd::Network::Tcp,
+            },
             create_if_missing: first_start,
             incarnation: None,
             recovery: RecoveryConfig::default(),
             stray_scan: Some(std::time::Duration::from_secs(30)),
-            auth: Some(authority.clone()),
+            auth: authority.clone(),
         };
         let handle = Osd::start(config, map_rx.clone(), meta.clone())
             .await
@@ -363,8 +398,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         crate::daemons::spawn_monitor(meta.clone(), "basalt up".into(), &mon_args, stop_rx);
 
     // Over TCP (--no-local-path) this process's own client proves client.admin's key.
-    let admin = basalt_auth::Keyring::Cluster(secret).client_credentials();
-    let cluster = Cluster::new_as(meta.clone(), map_rx.clone(), Some(admin));
+    let admin = basalt_auth::Keyring::Cluster(secret)
+        .client_credentials()
+        .with_tls(data_tls.clone());
+    let admin = authority.is_some().then_some(admin);
+    let cluster = Cluster::new_as(meta.clone(), map_rx.clone(), admin);
     if !args.no_local_path {
         for h in &osds {
             let handler = Arc::new(basalt_osd::LocalOsd(h.osd.clone()));

@@ -1,7 +1,8 @@
 //! Data-plane authentication of a multi-host cluster, end to end with real processes: daemons
 //! refuse to start without the cluster's keyring or with another cluster's; a hypervisor's
 //! own key (`basalt auth add`) serves a volume through its own `basalt nbd`; revoking that key
-//! (`basalt auth rm`) stops its I/O at once without restarting an OSD, while others go on.
+//! (`basalt auth rm`) stops its I/O at once without restarting an OSD, while others go on;
+//! with data-plane TLS on, I/O runs inside TLS and a plaintext gateway is refused.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -203,4 +204,72 @@ fn keys_are_required_checked_and_revocable() {
     let (ok, text) = qemu_io(&mh.uri("v"), "read -P 0x5a 0 1M");
     assert!(ok, "the admin gateway reads: {text}");
     drop(gw);
+}
+
+/// Goal: a multi-host cluster with data-plane TLS (`cluster init --data-tls`, every daemon
+/// with `BASALT_DATA_TLS`) serves I/O through its gateway with every OSD connection inside
+/// TLS; a gateway without the TLS directory is refused by the OSDs at once, with a reason.
+#[test]
+fn data_plane_tls_cluster_serves_tls_and_refuses_plaintext() {
+    let mh = MultiHost::start(Layout {
+        data_tls: true,
+        ..Layout::default()
+    });
+    let tls = mh.data_tls.clone().unwrap();
+    for f in ["ca-cert.pem", "ca-key.pem", "cert.pem", "key.pem"] {
+        assert!(tls.join(f).exists(), "cluster init made {f}");
+    }
+    mh.cli_ok(&["volume", "create", "v", "--size", "64M"]);
+    let (ok, text) = qemu_io(&mh.uri("v"), "write -P 0x6b 0 1M");
+    assert!(ok, "writes through the TLS data plane: {text}");
+    let (ok, text) = qemu_io(&mh.uri("v"), "read -P 0x6b 0 1M");
+    assert!(ok, "reads back: {text}");
+
+    let port = 10_898;
+    let _gw = Gateway(
+        Command::new(basalt_bin())
+            .args(["nbd", "--meta", &mh.meta_url, "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--metrics-listen", "off"])
+            .env("BASALT_KEYRING", &mh.keyring)
+            .env_remove("BASALT_DATA_TLS")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Bound: 30 s of 200 ms rounds for the gateway to listen.
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the plaintext gateway did not start"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let start = Instant::now();
+    let (ok, text) = qemu_io(&format!("nbd://127.0.0.1:{port}/v"), "read -P 0x6b 0 1M");
+    assert!(!ok, "a plaintext gateway reads: {text}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the refusal is not retried for minutes: {:?}",
+        start.elapsed()
+    );
+    let refused: u64 = mh
+        .osds
+        .iter()
+        .flat_map(|o| {
+            mh.osd_metrics(o.id)
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| {
+            l.starts_with("basalt_osd_auth_refused_total") && l.contains("reason=\"plaintext\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(refused >= 1, "the OSDs count the plaintext peer");
 }

@@ -2,7 +2,7 @@
 
 use crate::error::ClientError;
 use crate::frame_io::{read_frame, write_frames, OutFrame};
-use basalt_auth::{AuthError, Credentials};
+use basalt_auth::{AuthError, Credentials, HANDSHAKE_TIMEOUT};
 use basalt_proto::Header;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -114,7 +114,33 @@ pub trait Dialer: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<Connection, ClientError>> + Send + 'a>>;
 }
 
-/// Dials OSDs over TCP, proving `credentials` in the handshake when there are some (an OSD
+/// Run the authentication handshake on a fresh connection to `addr`.
+async fn prove<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    creds: &Credentials,
+    addr: &str,
+) -> Result<(), ClientError>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    basalt_auth::connect(rd, wr, creds, addr)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            let (addr, reason) = (addr.to_string(), e.to_string());
+            match e {
+                AuthError::Denied { .. }
+                | AuthError::ServerProof { .. }
+                | AuthError::TlsRequired { .. } => ClientError::Auth { addr, reason },
+                // The OSD's metadata may come back, the network may heal.
+                _ => ClientError::Connect { addr, reason },
+            }
+        })
+}
+
+/// Dials OSDs over TCP (inside TLS when the credentials carry data-plane TLS), proving `credentials` in the handshake when there are some (an OSD
 /// of a cluster with authentication refuses connections without).
 #[derive(Default)]
 pub struct TcpDialer {
@@ -160,22 +186,40 @@ impl Connection {
                 reason: e.to_string(),
             })?;
         stream.set_nodelay(true).ok();
-        let (mut rd, mut wr) = stream.into_split();
-        if let Some(creds) = credentials {
-            basalt_auth::connect(&mut rd, &mut wr, creds, addr)
-                .await
-                .map_err(|e| {
-                    let (addr, reason) = (addr.to_string(), e.to_string());
-                    match e {
-                        AuthError::Denied { .. } | AuthError::ServerProof { .. } => {
-                            ClientError::Auth { addr, reason }
-                        }
-                        // The OSD's metadata may come back, the network may heal.
-                        _ => ClientError::Connect { addr, reason },
+        let Some(creds) = credentials else {
+            let (rd, wr) = stream.into_split();
+            return Ok(Connection::over(rd, wr, addr));
+        };
+        match &creds.tls {
+            None => {
+                let (mut rd, mut wr) = stream.into_split();
+                prove(&mut rd, &mut wr, creds, addr).await?;
+                Ok(Connection::over(rd, wr, addr))
+            }
+            Some(tls) => {
+                // A failed TLS session is a configuration error (another CA, a plaintext
+                // OSD): reported at once, not retried until the request deadline.
+                let failed = |reason: String| ClientError::Auth {
+                    addr: addr.to_string(),
+                    reason: basalt_auth::AuthError::TlsHandshake {
+                        addr: addr.to_string(),
+                        reason,
                     }
-                })?;
+                    .to_string(),
+                };
+                let session = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connect(stream))
+                    .await
+                    .map_err(|_| failed(format!("no answer within {HANDSHAKE_TIMEOUT:?}")))?
+                    .map_err(|e| {
+                        failed(format!(
+                            "{e} (does the OSD run with data-plane TLS of the same CA?)"
+                        ))
+                    })?;
+                let (mut rd, mut wr) = tokio::io::split(session);
+                prove(&mut rd, &mut wr, creds, addr).await?;
+                Ok(Connection::over(rd, wr, addr))
+            }
         }
-        Ok(Connection::over(rd, wr, addr))
     }
 
     /// A connection over an already open byte stream to the OSD at `addr` (the simulator's

@@ -4,7 +4,7 @@
 
 use crate::daemon::Osd;
 use crate::handler::serve_connection;
-use basalt_auth::{Authority, Caps, Refusal, Session};
+use basalt_auth::{Authority, Caps, Refusal, Session, HANDSHAKE_TIMEOUT};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,14 +15,17 @@ use tokio::sync::{watch, Notify};
 /// How often open sessions of client entities are checked against the entity records.
 pub const REVOCATION_CHECK: Duration = Duration::from_secs(1);
 
-/// Refusal reasons, in the order of [`AuthCounters::refused`].
-pub const REFUSAL_LABELS: [&str; 6] = [
+/// Refusal reasons, in the order of [`AuthCounters::refused`]; the last two are data-plane
+/// TLS's (a plaintext peer of a TLS OSD, a failed TLS handshake).
+pub const REFUSAL_LABELS: [&str; 8] = [
     "malformed",
     "unknown_entity",
     "bad_proof",
     "lookup_failed",
     "timeout",
     "io",
+    "plaintext",
+    "tls",
 ];
 
 /// Handshake and capability counters (`/metrics`).
@@ -31,7 +34,7 @@ pub struct AuthCounters {
     /// Handshakes accepted.
     pub accepted: AtomicU64,
     /// Handshakes refused, by [`REFUSAL_LABELS`].
-    pub refused: [AtomicU64; 6],
+    pub refused: [AtomicU64; 8],
     /// Requests answered Denied (outside the connection's capabilities).
     pub denied_requests: AtomicU64,
     /// Open sessions closed because their entity was revoked.
@@ -40,10 +43,11 @@ pub struct AuthCounters {
 
 impl AuthCounters {
     fn refusal(&self, r: &Refusal) {
-        let i = REFUSAL_LABELS
-            .iter()
-            .position(|l| *l == r.label())
-            .unwrap_or(REFUSAL_LABELS.len() - 1);
+        self.refused_as(r.label());
+    }
+
+    fn refused_as(&self, label: &str) {
+        let i = REFUSAL_LABELS.iter().position(|l| *l == label).unwrap_or(5);
         self.refused[i].fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -144,6 +148,61 @@ where
             auth.unregister(id);
         }
     }
+}
+
+/// Serve a TCP connection of a TLS-only OSD: the TLS handshake (bounded like the
+/// authentication handshake), then [`serve_tcp`] inside the session. A plaintext peer is
+/// told that TLS is required (a Challenge-sized notice its handshake reports) and closed.
+pub async fn serve_tls(
+    osd: Arc<Osd>,
+    stream: tokio::net::TcpStream,
+    tls: Arc<basalt_auth::DataTls>,
+    peer: String,
+) {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == basalt_auth::tls::TLS_HANDSHAKE_RECORD => {}
+        Ok(Ok(1)) => {
+            osd.auth_counters.refused_as("plaintext");
+            tracing::warn!(osd = osd.id, %peer,
+                "refused a plaintext connection: this OSD requires data-plane TLS");
+            refuse_plaintext(stream).await;
+            return;
+        }
+        Ok(_) => return, // Closed before a byte.
+        Err(_) => {
+            osd.auth_counters.refused_as("timeout");
+            return;
+        }
+    }
+    let session = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            osd.auth_counters.refused_as("tls");
+            tracing::warn!(osd = osd.id, %peer, "refused a connection: TLS handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            osd.auth_counters.refused_as("timeout");
+            return;
+        }
+    };
+    let (rd, wr) = tokio::io::split(session);
+    serve_tcp(osd, rd, wr, peer).await
+}
+
+/// Answer a plaintext Hello with the TLS-required notice. The Hello is read first, so the
+/// close that follows is not a reset that could overtake the notice.
+async fn refuse_plaintext(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut hello = [0u8; basalt_auth::handshake::HELLO_HEAD_BYTES + 64];
+    let _ = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut hello)).await;
+    let notice = basalt_auth::handshake::encode_tls_required();
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        stream.write_all(&notice).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 /// May a connection with `caps` (None: no authentication) send this request?

@@ -57,6 +57,9 @@ pub trait Listener: Send + Sync + 'static {
 pub enum Network {
     /// Listen on `OsdConfig::listen` and dial peers over TCP.
     Tcp,
+    /// As `Tcp`, every connection inside TLS (both ways; plaintext peers are refused).
+    /// Needs `OsdConfig::auth`: the handshake inside the session proves who is there.
+    Tls(Arc<basalt_auth::DataTls>),
     /// The simulator: connections arrive from `listener`, peers are dialled with `dialer`,
     /// `OsdConfig::listen` is only the address the map advertises, and store calls that
     /// would go to the blocking pool run inline (one thread: a run replays exactly).
@@ -283,7 +286,19 @@ impl Osd {
             source,
         })?;
         let (incoming, peers, addr) = match &config.network {
-            Network::Tcp => {
+            Network::Tcp | Network::Tls(_) => {
+                let tls = match &config.network {
+                    Network::Tls(tls) => Some(tls.clone()),
+                    _ => None,
+                };
+                if tls.is_some() && config.auth.is_none() {
+                    return Err(OsdError::Listen {
+                        addr: config.listen,
+                        source: std::io::Error::other(
+                            "data-plane TLS needs authentication (a keyring)",
+                        ),
+                    });
+                }
                 let listener =
                     TcpListener::bind(config.listen)
                         .await
@@ -298,9 +313,9 @@ impl Osd {
                 let creds = config
                     .auth
                     .as_ref()
-                    .map(|a| a.daemon_credentials(config.id));
+                    .map(|a| a.daemon_credentials(config.id).with_tls(tls.clone()));
                 (
-                    Incoming::Tcp(listener),
+                    Incoming::Tcp(listener, tls),
                     ConnPool::authenticated(creds),
                     addr,
                 )
@@ -421,7 +436,8 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
 
 /// Where an OSD's connections come from.
 enum Incoming {
-    Tcp(TcpListener),
+    /// TCP, inside TLS when it has credentials.
+    Tcp(TcpListener, Option<Arc<basalt_auth::DataTls>>),
     InProcess(Arc<dyn Listener>),
 }
 
@@ -433,8 +449,11 @@ async fn accept_loop(osd: Arc<Osd>, incoming: Incoming, mut stop: watch::Receive
             _ = stop.changed() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = accept(&incoming) => match accepted {
-                Ok(Some((rd, wr, peer))) => {
+                Ok(Some(Arrived::Split(rd, wr, peer))) => {
                     conns.spawn(crate::auth::serve_tcp(osd.clone(), rd, wr, peer));
+                }
+                Ok(Some(Arrived::Tls(stream, tls, peer))) => {
+                    conns.spawn(crate::auth::serve_tls(osd.clone(), stream, tls, peer));
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -450,18 +469,33 @@ async fn accept_loop(osd: Arc<Osd>, incoming: Incoming, mut stop: watch::Receive
 type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// The next connection, split into its halves (TCP's own halves need no lock).
-async fn accept(incoming: &Incoming) -> std::io::Result<Option<(ReadHalf, WriteHalf, String)>> {
+/// A connection that arrived.
+enum Arrived {
+    /// Split into its halves (TCP's own halves need no lock).
+    Split(ReadHalf, WriteHalf, String),
+    /// TCP whose TLS handshake is still to run (in the connection's own task).
+    Tls(tokio::net::TcpStream, Arc<basalt_auth::DataTls>, String),
+}
+
+/// The next connection.
+async fn accept(incoming: &Incoming) -> std::io::Result<Option<Arrived>> {
     match incoming {
-        Incoming::Tcp(listener) => {
+        Incoming::Tcp(listener, tls) => {
             let (stream, peer) = listener.accept().await?;
             stream.set_nodelay(true).ok();
+            if let Some(tls) = tls {
+                return Ok(Some(Arrived::Tls(stream, tls.clone(), peer.to_string())));
+            }
             let (rd, wr) = stream.into_split();
-            Ok(Some((Box::new(rd), Box::new(wr), peer.to_string())))
+            Ok(Some(Arrived::Split(
+                Box::new(rd),
+                Box::new(wr),
+                peer.to_string(),
+            )))
         }
         Incoming::InProcess(listener) => Ok(listener.accept().await.map(|(stream, peer)| {
             let (rd, wr) = tokio::io::split(stream);
-            (Box::new(rd) as ReadHalf, Box::new(wr) as WriteHalf, peer)
+            Arrived::Split(Box::new(rd) as ReadHalf, Box::new(wr) as WriteHalf, peer)
         })),
     }
 }

@@ -32,6 +32,9 @@ pub struct Layout {
     /// Make the pool erasure coded: `(K+M, min_size, failure domain)`, e.g.
     /// `("2+1", 3, "host")` (default: 3 replicas, min_size 2, failure domain host).
     pub ec: Option<(String, u32, String)>,
+    /// Data-plane TLS: `cluster init --data-tls` makes the credentials, and every daemon
+    /// and CLI call gets them through `BASALT_DATA_TLS`.
+    pub data_tls: bool,
 }
 
 impl Default for Layout {
@@ -44,6 +47,7 @@ impl Default for Layout {
             osd_capacity: "2G".into(),
             data_root: None,
             ec: None,
+            data_tls: false,
         }
     }
 }
@@ -71,6 +75,8 @@ pub struct BasaltCluster {
     /// The admin keyring (`basalt cluster init`): every daemon and CLI call gets it through
     /// `BASALT_KEYRING`.
     pub keyring: PathBuf,
+    /// The data-plane TLS directory (`BASALT_DATA_TLS`), with `Layout::data_tls`.
+    pub data_tls: Option<PathBuf>,
     pub hosts: Vec<Host>,
     pub osds: Vec<OsdProc>,
     pub client_host: Host,
@@ -87,6 +93,7 @@ impl BasaltCluster {
         let meta_url = format!("etcd://{}:2379/basalt-test", etcd_host.ip);
         let client_host = net.add_host("client")?;
         let keyring = net.dir().join("keyring");
+        let data_tls = layout.data_tls.then(|| net.dir().join("data-tls"));
         let mut c = BasaltCluster {
             layout: layout.clone(),
             basalt: basalt.into(),
@@ -95,6 +102,7 @@ impl BasaltCluster {
             etcd,
             meta_url,
             keyring,
+            data_tls,
             hosts: Vec::new(),
             osds: Vec::new(),
             client_host,
@@ -159,10 +167,10 @@ impl BasaltCluster {
             .clone()
             .unwrap_or_else(|| self.net.dir().to_path_buf());
         let data = root.join(format!("osd{id}"));
-        let spec = ProcessSpec::new(&self.basalt)
+        let spec = self
+            .spec()
             .name(format!("osd{id}"))
             .env("RUST_LOG", "info,basalt_osd=debug")
-            .env("BASALT_KEYRING", &self.keyring)
             .args([
                 "osd",
                 "--meta",
@@ -201,23 +209,29 @@ impl BasaltCluster {
     }
 
     fn start_gateway(&mut self) -> Result<()> {
-        let spec = ProcessSpec::new(&self.basalt)
-            .name("nbd")
-            .env("BASALT_KEYRING", &self.keyring)
-            .args([
-                "nbd",
-                "--meta",
-                &self.meta_url,
-                "--listen",
-                &format!("{}:{NBD_PORT}", self.client_host.ip),
-                "--metrics-listen",
-                &format!("{}:{}", self.client_host.ip, NBD_PORT + 1000),
-            ]);
+        let spec = self.spec().name("nbd").args([
+            "nbd",
+            "--meta",
+            &self.meta_url,
+            "--listen",
+            &format!("{}:{NBD_PORT}", self.client_host.ip),
+            "--metrics-listen",
+            &format!("{}:{}", self.client_host.ip, NBD_PORT + 1000),
+        ]);
         let proc = self.net.spawn(&self.client_host, spec)?;
         proc.wait_for_line("NBD gateway serving", DAEMON_START)
             .with_context(|| format!("the NBD gateway did not start:\n{}", proc.log()))?;
         self.gateway = Some(proc);
         Ok(())
+    }
+
+    /// A `basalt` process with the cluster's keyring (and data-plane TLS, when on).
+    fn spec(&self) -> ProcessSpec {
+        let spec = ProcessSpec::new(&self.basalt).env("BASALT_KEYRING", &self.keyring);
+        match &self.data_tls {
+            Some(dir) => spec.env("BASALT_DATA_TLS", dir),
+            None => spec,
+        }
     }
 
     /// The NBD URI of a volume.
@@ -232,6 +246,9 @@ impl BasaltCluster {
             .env("BASALT_META", &self.meta_url)
             .env("BASALT_KEYRING", &self.keyring)
             .env("RUST_LOG", "warn");
+        if let Some(dir) = &self.data_tls {
+            cmd.env("BASALT_DATA_TLS", dir);
+        }
         cmd::output(cmd, None, CLI_TIMEOUT)
     }
 

@@ -21,6 +21,7 @@ fn creds(name: &str, key: &Key) -> Credentials {
     Credentials {
         entity: EntityName::parse(name).unwrap(),
         key: key.clone(),
+        tls: None,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod profiles;
 pub mod s3;
 pub mod s3_load;
 pub mod scaling;
+pub mod security;
 pub mod strmvol;
 
 use crate::cpu::{self, CpuSource};
