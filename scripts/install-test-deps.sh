@@ -31,6 +31,8 @@ have protoc || need+=(protobuf-compiler)
 have pkg-config || need+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 have openssl || need+=(openssl)
+# https S3 endpoints are checked against the system's roots (an objvol unit test reads them).
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 # basalt-meta's etcd tests start a real etcd from /usr/bin/etcd (etcdctl comes with etcd-client).
 [ -x /usr/bin/etcd ] || need+=(etcd-server)
 have etcdctl || need+=(etcd-client)

@@ -18,6 +18,8 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve S3 on")
+	cert := flag.String("tls-cert", "", "serve https with this certificate (PEM)")
+	key := flag.String("tls-key", "", "and this key (PEM)")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -28,10 +30,14 @@ func main() {
 	s3 := gofakes3.New(s3mem.New()).Server()
 	// After a request with an empty body gofakes3 leaves its connection stalled: the next
 	// request on it waits a minute. Such connections are closed instead.
-	log.Fatal(http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 {
 			w.Header().Set("Connection", "close")
 		}
 		s3.ServeHTTP(w, r)
-	})))
+	})
+	if *cert != "" {
+		log.Fatal(http.ServeTLS(ln, handler, *cert, *key))
+	}
+	log.Fatal(http.Serve(ln, handler))
 }

@@ -123,6 +123,8 @@ pub enum Request {
         endpoint: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         credentials: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ca_file: Option<String>,
     },
     /// Rebuild objvol `name`'s index from its bucket as it is now.
     #[serde(rename = "objvol_refresh")]
@@ -668,6 +670,7 @@ async fn objvol_request(
             prefix,
             endpoint,
             credentials: named,
+            ca_file,
         } => {
             let Some(endpoint) = endpoint.or_else(|| ctx.s3_endpoint.clone()) else {
                 return Response::error(
@@ -683,6 +686,7 @@ async fn objvol_request(
                         bucket,
                         prefix,
                         credentials: named,
+                        ca_file,
                     };
                     catalog::create(cluster, &name, source, &c, ctx.pool, &tmp, progress)
                         .await

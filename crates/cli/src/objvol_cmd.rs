@@ -41,9 +41,14 @@ pub enum ObjvolCommand {
         /// Only keys under this prefix, which becomes the filesystem's root.
         #[arg(long, default_value = "")]
         prefix: String,
-        /// The S3 endpoint, http://HOST:PORT [default: this cluster's S3 gateway].
+        /// The S3 endpoint, http://HOST:PORT or https://HOST[:PORT] [default: this
+        /// cluster's S3 gateway].
         #[arg(long)]
         endpoint: Option<String>,
+        /// For an https endpoint: the CA certificate (PEM) its certificate must chain to,
+        /// read by the hosts serving the objvol too [default: the system's roots].
+        #[arg(long, value_name = "FILE")]
+        ca_file: Option<String>,
         /// A file with the bucket's access key: AWS credentials format, or one line
         /// ACCESS:SECRET; the hosts serving the objvol read it too [default: this
         /// cluster's own S3 key].
@@ -177,6 +182,7 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
             prefix,
             endpoint,
             credentials,
+            ca_file,
         } => {
             if target.meta.meta.is_some() && (endpoint.is_none() || credentials.is_none()) {
                 anyhow::bail!(
@@ -193,6 +199,15 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 ),
                 None => None,
             };
+            let ca_file = match ca_file {
+                Some(c) => Some(
+                    std::fs::canonicalize(&c)
+                        .with_context(|| format!("CA file {c}"))?
+                        .display()
+                        .to_string(),
+                ),
+                None => None,
+            };
             let started = Instant::now();
             let resp = target
                 .call_with_progress(
@@ -202,6 +217,7 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                         prefix,
                         endpoint,
                         credentials,
+                        ca_file,
                     },
                     build_progress(&name),
                 )

@@ -85,11 +85,7 @@ impl VolumeExports {
             })?;
         let open = async {
             let credentials = basalt_objvol::s3::Credentials::load(&path)?;
-            basalt_objvol::s3::S3Source::new(
-                &info.source.endpoint,
-                &info.source.bucket,
-                &credentials,
-            )
+            info.source.open(&credentials)
         };
         let source = open.await.map_err(source_error)?;
         let (_, reader) = basalt_objvol::catalog::open(&self.cluster, name, Arc::new(source))

@@ -28,7 +28,7 @@ const BLOCK: u64 = crate::erofs::BLOCK_BYTES;
 /// Where an objvol's objects come from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Source {
-    /// `http://HOST:PORT` of the S3 endpoint.
+    /// `http://HOST:PORT` or `https://HOST[:PORT]` of the S3 endpoint.
     pub endpoint: String,
     pub bucket: String,
     /// Keys under it are the filesystem (empty, or ending in `/`).
@@ -37,6 +37,25 @@ pub struct Source {
     /// `basalt up`'s own S3 credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<String>,
+    /// A CA certificate file (PEM) the serving hosts check an https endpoint against;
+    /// None: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+}
+
+impl Source {
+    /// The bucket as an object source and lister, read with `credentials`.
+    pub fn open(
+        &self,
+        credentials: &crate::s3::Credentials,
+    ) -> Result<crate::s3::S3Source, crate::reader::SourceError> {
+        crate::s3::S3Source::with_ca(
+            &self.endpoint,
+            &self.bucket,
+            credentials,
+            self.ca_file.as_deref().map(std::path::Path::new),
+        )
+    }
 }
 
 /// `building` until the index is stored and sealed, then `ready`.
@@ -259,7 +278,7 @@ async fn build_from(
     tmp: &std::path::Path,
     progress: Progress<'_>,
 ) -> Result<Built, ObjvolError> {
-    let s3 = crate::s3::S3Source::new(&source.endpoint, &source.bucket, credentials)?;
+    let s3 = source.open(credentials)?;
     let listed = move |n: u64| progress(n, 0);
     Ok(crate::build::build(Arc::new(s3), &source.prefix, tmp, unix_now(), &listed).await?)
 }

@@ -1,11 +1,12 @@
-//! An S3 endpoint as an objvol's lister and object source, through `basalt-s3client`:
-//! a pool of keep-alive connections, ranged GETs pinned with `If-Match`.
+//! An S3 endpoint (http, or https through rustls) as an objvol's lister and object source,
+//! through `basalt-s3client`: a pool of keep-alive connections, ranged GETs pinned with
+//! `If-Match`.
 
 use crate::build::{Listed, Lister, Page};
 use crate::reader::{ObjectSource, SourceError};
 use async_trait::async_trait;
 use basalt_s3client::list::{list_objects_v2, From};
-use basalt_s3client::{Connection, Signer, EMPTY_SHA256};
+use basalt_s3client::{Connection, Signer, Tls, EMPTY_SHA256};
 use bytes::Bytes;
 use std::sync::Mutex;
 
@@ -75,38 +76,78 @@ impl Credentials {
 /// A bucket of an S3 endpoint.
 pub struct S3Source {
     addr: String,
+    /// TLS of an https endpoint.
+    tls: Option<Tls>,
     bucket: String,
     signer: Signer,
     idle: Mutex<Vec<Connection>>,
 }
 
 impl S3Source {
-    /// The bucket `bucket` at `endpoint` (`http://HOST:PORT`).
+    /// The bucket `bucket` at `endpoint` (`http://HOST:PORT` or `https://HOST[:PORT]`,
+    /// whose certificate the system's roots must vouch for).
     pub fn new(
         endpoint: &str,
         bucket: &str,
         credentials: &Credentials,
     ) -> Result<Self, SourceError> {
-        let addr = match endpoint.strip_prefix("http://") {
-            Some(rest) => rest.trim_end_matches('/'),
-            None if endpoint.starts_with("https://") => {
-                return Err(SourceError::Failed(format!(
-                    "{endpoint}: https endpoints are not supported yet (use an http:// endpoint)"
-                )))
-            }
-            None => {
-                return Err(SourceError::Failed(format!(
-                    "{endpoint}: an endpoint is http://HOST:PORT"
-                )))
-            }
+        Self::with_ca(endpoint, bucket, credentials, None)
+    }
+
+    /// [`S3Source::new`], an https endpoint's certificate checked against the CA
+    /// certificates of `ca_file` (PEM) instead of the system's roots.
+    pub fn with_ca(
+        endpoint: &str,
+        bucket: &str,
+        credentials: &Credentials,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, SourceError> {
+        let malformed = || {
+            SourceError::Failed(format!(
+                "{endpoint}: an endpoint is http://HOST:PORT or https://HOST[:PORT]"
+            ))
         };
+        let (rest, https) = match (
+            endpoint.strip_prefix("http://"),
+            endpoint.strip_prefix("https://"),
+        ) {
+            (Some(rest), _) => (rest, false),
+            (None, Some(rest)) => (rest, true),
+            (None, None) => return Err(malformed()),
+        };
+        let addr = rest.trim_end_matches('/');
         if addr.is_empty() || addr.contains('/') {
+            return Err(malformed());
+        }
+        if ca_file.is_some() && !https {
             return Err(SourceError::Failed(format!(
-                "{endpoint}: an endpoint is http://HOST:PORT"
+                "{endpoint}: a CA file is for https endpoints"
             )));
         }
+        let tls = if https {
+            // `HOST`, `HOST:PORT`, `[V6]:PORT`: the name the certificate must carry.
+            let host = match addr.rsplit_once(':') {
+                Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+                _ => addr,
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Some(
+                Tls::new(host, ca_file)
+                    .map_err(|e| SourceError::Failed(format!("{endpoint}: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let addr = match (https, addr.rsplit_once(':')) {
+            (true, None) => format!("{addr}:443"),
+            (true, Some((_, port))) if !port.chars().all(|c| c.is_ascii_digit()) => {
+                format!("{addr}:443")
+            }
+            _ => addr.to_string(),
+        };
         Ok(Self {
-            addr: addr.to_string(),
+            addr,
+            tls,
             bucket: bucket.to_string(),
             signer: Signer::new(&credentials.access_key, &credentials.secret_key, REGION),
             idle: Mutex::new(Vec::new()),
@@ -117,6 +158,9 @@ impl S3Source {
         let idle = self.idle.lock().expect("connection pool").pop();
         idle.unwrap_or_else(|| {
             let mut c = Connection::new(&self.addr, &self.signer);
+            if let Some(tls) = &self.tls {
+                c = c.with_tls(tls.clone());
+            }
             c.set_max_body(MAX_GET_BYTES);
             c
         })
@@ -382,15 +426,38 @@ mod tests {
         assert_eq!(unix_seconds("yesterday"), None);
     }
 
-    /// Goal: endpoints are http://HOST:PORT; https is refused by name, not ignored.
+    /// Goal: endpoints are http://HOST:PORT or https://HOST[:PORT] (port 443 if none);
+    /// anything else, or a CA file for plain http, is refused naming the endpoint.
     #[test]
     fn endpoints() {
         let c = Credentials::parse("a:b").unwrap();
         assert!(S3Source::new("http://127.0.0.1:9000", "b", &c).is_ok());
-        let e = S3Source::new("https://s3.amazonaws.com", "b", &c)
+        let aws = S3Source::new("https://s3.amazonaws.com", "b", &c).unwrap();
+        assert_eq!(aws.addr, "s3.amazonaws.com:443");
+        assert!(aws.tls.is_some());
+        assert_eq!(
+            S3Source::new("https://10.0.0.5:9443/", "b", &c)
+                .unwrap()
+                .addr,
+            "10.0.0.5:9443"
+        );
+        for bad in ["127.0.0.1:9000", "ftp://x", "http://", "https://h/path"] {
+            let e = S3Source::new(bad, "b", &c).err().unwrap();
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        let ca = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+        let e = S3Source::with_ca("http://127.0.0.1:9000", "b", &c, Some(ca))
             .err()
             .unwrap();
         assert!(e.to_string().contains("https"), "{e}");
-        assert!(S3Source::new("127.0.0.1:9000", "b", &c).is_err());
+        let e = S3Source::with_ca(
+            "https://h:1",
+            "b",
+            &c,
+            Some(std::path::Path::new("/no/ca.pem")),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("/no/ca.pem"), "{e}");
     }
 }

@@ -3,7 +3,8 @@
 //! SigV4 (header auth, the body's SHA-256 as `x-amz-content-sha256`, service `s3`,
 //! path-style), buffers reused from request to request so that a request costs the client
 //! little next to the gateway. It speaks status, headers, a body by Content-Length or
-//! chunked, and `Connection: close`; [`list`] adds ListObjectsV2.
+//! chunked, and `Connection: close`; [`list`] adds ListObjectsV2. https endpoints go
+//! through rustls ([`Tls`]): the system's roots, or a CA file for a private endpoint.
 
 pub mod list;
 
@@ -14,6 +15,65 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+/// A connection's byte stream: TCP, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+type Stream = BufReader<Box<dyn Io>>;
+
+/// Where the system keeps its trusted roots (Debian, then Fedora's layout).
+const SYSTEM_ROOTS: [&str; 2] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// TLS for an https endpoint: whom to trust and the name its certificate must carry.
+#[derive(Clone)]
+pub struct Tls {
+    connector: tokio_rustls::TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl Tls {
+    /// TLS to `host` (a DNS name or an IP address, which the certificate must name),
+    /// trusting the certificates of `ca_file` (PEM) if given, else the system's roots.
+    pub fn new(host: &str, ca_file: Option<&std::path::Path>) -> Result<Tls> {
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|e| Error(format!("{host:?} is not a host name TLS can check: {e}")))?;
+        let path = match ca_file {
+            Some(p) => p.to_path_buf(),
+            None => SYSTEM_ROOTS
+                .iter()
+                .map(std::path::PathBuf::from)
+                .find(|p| p.is_file())
+                .context("no system certificate bundle (give a CA file)")?,
+        };
+        let pem = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| Error(format!("{}: bad PEM: {e}", path.display())))?;
+            roots
+                .add(cert)
+                .map_err(|e| Error(format!("{}: {e}", path.display())))?;
+        }
+        if roots.is_empty() {
+            bail!("{} holds no CERTIFICATE", path.display());
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Tls {
+            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+            name,
+        })
+    }
+}
 
 /// Longest wait to connect to the gateway.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -248,7 +308,9 @@ pub struct Connection {
     /// `IP:PORT` of the gateway, also the Host header.
     addr: String,
     signer: Signer,
-    stream: Option<BufReader<TcpStream>>,
+    /// TLS of an https endpoint.
+    tls: Option<Tls>,
+    stream: Option<Stream>,
     /// When the connection last finished a request.
     used: Instant,
     /// The request being sent.
@@ -271,6 +333,7 @@ impl Connection {
         Connection {
             addr: addr.into(),
             signer: signer.clone(),
+            tls: None,
             stream: None,
             used: Instant::now(),
             request: Vec::with_capacity(8 << 10),
@@ -280,6 +343,12 @@ impl Connection {
             max_body: MAX_BODY_BYTES,
             connects: 0,
         }
+    }
+
+    /// Speak TLS (an https endpoint).
+    pub fn with_tls(mut self, tls: Tls) -> Connection {
+        self.tls = Some(tls);
+        self
     }
 
     /// Accept answer bodies up to `bytes` (ranged GETs of large pieces).
@@ -341,7 +410,19 @@ impl Connection {
                 .map_err(|_| Error(format!("no connection within {CONNECT_TIMEOUT:?}")))?
                 .with_context(|| format!("connect to {}", self.addr))?;
             stream.set_nodelay(true)?;
-            self.stream = Some(BufReader::new(stream));
+            let io: Box<dyn Io> = match &self.tls {
+                None => Box::new(stream),
+                Some(tls) => Box::new(
+                    tokio::time::timeout(
+                        CONNECT_TIMEOUT,
+                        tls.connector.connect(tls.name.clone(), stream),
+                    )
+                    .await
+                    .map_err(|_| Error(format!("no TLS handshake within {CONNECT_TIMEOUT:?}")))?
+                    .with_context(|| format!("TLS with {}", self.addr))?,
+                ),
+            };
+            self.stream = Some(BufReader::new(io));
             self.connects += 1;
         }
         let date = amz_date(SystemTime::now());
@@ -429,7 +510,7 @@ impl Connection {
 /// Reads an answer's status line and headers (into `headers`, names in lowercase): the
 /// status, Content-Length, whether chunked, whether the gateway closes the connection.
 async fn read_head(
-    stream: &mut BufReader<TcpStream>,
+    stream: &mut Stream,
     line: &mut Vec<u8>,
     headers: &mut Vec<(String, String)>,
 ) -> Result<(u16, Option<usize>, bool, bool)> {
@@ -508,11 +589,7 @@ pub fn canonical_query(query: &str) -> String {
 
 /// Read one line of an answer's head into `line` (cleared first), charging it to `budget`;
 /// an empty `line` means the connection closed.
-async fn read_line(
-    stream: &mut BufReader<TcpStream>,
-    line: &mut Vec<u8>,
-    budget: &mut u64,
-) -> Result<()> {
+async fn read_line(stream: &mut Stream, line: &mut Vec<u8>, budget: &mut u64) -> Result<()> {
     line.clear();
     let n = (&mut *stream).take(*budget).read_until(b'\n', line).await?;
     *budget -= n as u64;
@@ -524,7 +601,7 @@ async fn read_line(
 
 /// Read a chunked body into `body`, its size lines and trailers charged to `budget`.
 async fn read_chunked(
-    stream: &mut BufReader<TcpStream>,
+    stream: &mut Stream,
     body: &mut Vec<u8>,
     line: &mut Vec<u8>,
     budget: &mut u64,

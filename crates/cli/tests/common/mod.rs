@@ -764,3 +764,64 @@ pub fn boot_guest(guest: &Path, uri: &str, name: &str, fio_s: u32, console: &Pat
         .spawn()
         .expect("start qemu")
 }
+
+/// Bound on one `openssl` invocation (certificates of the TLS tests).
+pub const OPENSSL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `openssl ARGS` in `dir`; it must succeed.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let bin = require_tool("openssl", "openssl");
+    let out = run(
+        Command::new(bin).current_dir(dir).args(args),
+        OPENSSL_TIMEOUT,
+    );
+    assert_ok(&out, &format!("openssl {args:?}"));
+}
+
+/// A key pair and a certificate for `cn` with the extensions in `ext`, signed by the CA
+/// `ca` (a name prefix: `ca-cert.pem`, `ca-key.pem` of `dir`), or self-signed when `ca` is
+/// None. Files: `{name}-key.pem`, `{name}-cert.pem`.
+pub fn issue(dir: &Path, name: &str, cn: &str, ext: &str, ca: Option<&str>) {
+    let key = format!("{name}-key.pem");
+    let csr = format!("{name}.csr");
+    let cert = format!("{name}-cert.pem");
+    let extfile = format!("{name}.ext");
+    std::fs::write(dir.join(&extfile), ext).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={cn}"),
+        ],
+    );
+    let mut args = vec!["x509", "-req", "-in", &csr, "-days", "30", "-out", &cert];
+    args.extend(["-extfile", &extfile]);
+    let (ca_cert, ca_key);
+    match ca {
+        Some(ca) => {
+            ca_cert = format!("{ca}-cert.pem");
+            ca_key = format!("{ca}-key.pem");
+            args.extend(["-CA", &ca_cert, "-CAkey", &ca_key, "-CAcreateserial"]);
+        }
+        None => args.extend(["-signkey", &key]),
+    }
+    openssl(dir, &args);
+}
+
+pub const CA_EXT: &str =
+    "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
+// qemu checks that leaf certificates allow key encipherment as well as signatures.
+pub const SERVER_EXT: &str =
+    "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
+    extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
