@@ -227,6 +227,7 @@ fn init_logging(default: &str) {
 
 fn main() -> std::process::ExitCode {
     basalt_store::memory::keep_io_buffers_in_heap();
+    quiet_on_closed_stdout();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -415,6 +416,26 @@ async fn show_status(global: &global::GlobalArgs, interval_ms: u64) -> anyhow::R
         status::print(&report);
     }
     Ok(())
+}
+
+/// A reader that stops early (`basalt volume ls | head -1`) ends the program quietly with
+/// the status a shell gives a tool killed by SIGPIPE (141), as other Unix tools do. Rust
+/// ignores SIGPIPE, so printing to a closed pipe panics instead; this crate forbids the
+/// unsafe code that would restore the signal, so the panic hook recognises that panic.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

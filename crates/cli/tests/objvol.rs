@@ -372,11 +372,11 @@ fn builds_that_cannot_list_fail_cleanly() {
                 "--bucket",
                 "real",
                 "--endpoint",
-                "https://example.com",
+                "ftp://127.0.0.1:9",
                 "--credentials",
                 wrong,
             ],
-            "https",
+            "an endpoint is http://HOST:PORT or https://HOST[:PORT]",
         ),
         (
             vec!["--bucket", "real", "--credentials", "/no/such/file"],

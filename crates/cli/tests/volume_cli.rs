@@ -494,3 +494,20 @@ fn rm_refuses_a_volume_in_use_unless_forced() {
     let _ = client.kill();
     let _ = client.wait();
 }
+
+/// Goal: a reader that stops before the output ends (`basalt volume ls | true`) ends the
+/// command quietly with the SIGPIPE status, as for other Unix tools — no panic on stderr.
+/// (Regression: printing to the closed pipe panicked.)
+#[test]
+fn a_closed_pipe_ends_a_listing_quietly() {
+    let cluster = Cluster::start();
+    let script = format!(
+        "set -o pipefail; {} volume ls --control {} | true; echo \"status $?\" >&2",
+        env!("CARGO_BIN_EXE_basalt"),
+        cluster.control
+    );
+    let out = run(Command::new("bash").args(["-c", &script]), CLIENT_TIMEOUT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("status 141"), "{err}");
+}
