@@ -125,6 +125,8 @@ pub enum Request {
         credentials: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ca_file: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<String>,
     },
     /// Rebuild objvol `name`'s index from its bucket as it is now.
     #[serde(rename = "objvol_refresh")]
@@ -671,6 +673,7 @@ async fn objvol_request(
             endpoint,
             credentials: named,
             ca_file,
+            region,
         } => {
             let Some(endpoint) = endpoint.or_else(|| ctx.s3_endpoint.clone()) else {
                 return Response::error(
@@ -687,6 +690,7 @@ async fn objvol_request(
                         prefix,
                         credentials: named,
                         ca_file,
+                        region,
                     };
                     catalog::create(cluster, &name, source, &c, ctx.pool, &tmp, progress)
                         .await

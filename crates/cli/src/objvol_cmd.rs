@@ -49,6 +49,10 @@ pub enum ObjvolCommand {
         /// read by the hosts serving the objvol too [default: the system's roots].
         #[arg(long, value_name = "FILE")]
         ca_file: Option<String>,
+        /// The region requests are signed for: an AWS bucket outside us-east-1, with its
+        /// regional endpoint (https://s3.eu-west-1.amazonaws.com) [default: us-east-1].
+        #[arg(long)]
+        region: Option<String>,
         /// A file with the bucket's access key: AWS credentials format, or one line
         /// ACCESS:SECRET; the hosts serving the objvol read it too [default: this
         /// cluster's own S3 key].
@@ -183,6 +187,7 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
             endpoint,
             credentials,
             ca_file,
+            region,
         } => {
             if target.meta.meta.is_some() && (endpoint.is_none() || credentials.is_none()) {
                 anyhow::bail!(
@@ -218,6 +223,7 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                         endpoint,
                         credentials,
                         ca_file,
+                        region,
                     },
                     build_progress(&name),
                 )

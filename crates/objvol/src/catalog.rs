@@ -41,6 +41,9 @@ pub struct Source {
     /// None: the system's roots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
+    /// The region requests are signed for; None: us-east-1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 impl Source {
@@ -49,11 +52,12 @@ impl Source {
         &self,
         credentials: &crate::s3::Credentials,
     ) -> Result<crate::s3::S3Source, crate::reader::SourceError> {
-        crate::s3::S3Source::with_ca(
+        crate::s3::S3Source::with_options(
             &self.endpoint,
             &self.bucket,
             credentials,
             self.ca_file.as_deref().map(std::path::Path::new),
+            self.region.as_deref().unwrap_or(crate::s3::DEFAULT_REGION),
         )
     }
 }

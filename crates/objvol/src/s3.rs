@@ -10,8 +10,8 @@ use basalt_s3client::{Connection, Signer, Tls, EMPTY_SHA256};
 use bytes::Bytes;
 use std::sync::Mutex;
 
-/// The region requests are signed for.
-const REGION: &str = "us-east-1";
+/// The region requests are signed for unless the objvol names one.
+pub const DEFAULT_REGION: &str = "us-east-1";
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 64;
 /// Largest piece one GET may return (an NBD request is at most 32 MiB).
@@ -102,6 +102,27 @@ impl S3Source {
         credentials: &Credentials,
         ca_file: Option<&std::path::Path>,
     ) -> Result<Self, SourceError> {
+        Self::with_options(endpoint, bucket, credentials, ca_file, DEFAULT_REGION)
+    }
+
+    /// [`S3Source::with_ca`], requests signed for `region` (a bucket of AWS outside
+    /// us-east-1, through its regional endpoint).
+    pub fn with_options(
+        endpoint: &str,
+        bucket: &str,
+        credentials: &Credentials,
+        ca_file: Option<&std::path::Path>,
+        region: &str,
+    ) -> Result<Self, SourceError> {
+        if region.is_empty()
+            || !region
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(SourceError::Failed(format!(
+                "region {region:?}: letters, digits and '-' (e.g. eu-west-1)"
+            )));
+        }
         let malformed = || {
             SourceError::Failed(format!(
                 "{endpoint}: an endpoint is http://HOST:PORT or https://HOST[:PORT]"
@@ -149,7 +170,7 @@ impl S3Source {
             addr,
             tls,
             bucket: bucket.to_string(),
-            signer: Signer::new(&credentials.access_key, &credentials.secret_key, REGION),
+            signer: Signer::new(&credentials.access_key, &credentials.secret_key, region),
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -459,5 +480,9 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.to_string().contains("/no/ca.pem"), "{e}");
+        let eu = "https://s3.eu-west-1.amazonaws.com";
+        assert!(S3Source::with_options(eu, "b", &c, None, "eu-west-1").is_ok());
+        let e = S3Source::with_options(eu, "b", &c, None, "eu west").err().unwrap();
+        assert!(e.to_string().contains("region"), "{e}");
     }
 }
