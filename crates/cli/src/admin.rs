@@ -60,6 +60,19 @@ pub enum PoolCommand {
     ///   basalt pool ls --json --meta etcd://10.0.0.1:2379
     #[command(verbatim_doc_comment)]
     Ls,
+    /// Remove an empty pool.
+    ///
+    /// Refused, naming them, while the pool holds volumes, snapshots, images, objvols or S3
+    /// buckets (remove those first), and on `basalt up` for the pools it uses itself. It
+    /// returns once the pool is out of the cluster map (--no-wait: once its record is gone);
+    /// a volume made in the pool meanwhile, from an older map, keeps the pool and fails the
+    /// removal.
+    ///
+    /// Examples:
+    ///   basalt pool rm scratch
+    ///   basalt pool rm cold --meta etcd://10.0.0.1:2379
+    #[command(verbatim_doc_comment)]
+    Rm { name: String },
 }
 
 pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Result<()> {
@@ -148,6 +161,36 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
                     ""
                 }
             );
+        }
+        PoolCommand::Rm { name } => {
+            let r = match global.meta.meta {
+                Some(_) => {
+                    let meta = global.meta.connect().await?;
+                    let mut maps = basalt_client::follow_map(meta.clone())
+                        .await
+                        .context("read the cluster map")?;
+                    basalt_client::remove_pool(meta.as_ref(), &name, &mut maps, global.wait())
+                        .await?
+                }
+                None => {
+                    let req = Request::PoolRm {
+                        name: name.clone(),
+                        wait_ms: global.wait().map(|w| w.as_millis() as u64),
+                    };
+                    let resp = crate::control::call(&global.control, &req).await?;
+                    resp.pool.context("the control API sent no pool")?
+                }
+            };
+            if global.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else if global.no_wait {
+                println!(
+                    "removed pool \"{}\" (id {}) (--no-wait: it may still be in the cluster map)",
+                    r.name, r.id
+                );
+            } else {
+                println!("removed pool \"{}\" (id {})", r.name, r.id);
+            }
         }
         PoolCommand::Ls => {
             let pools = match global.meta.meta {

@@ -154,6 +154,13 @@ pub enum Request {
     /// Every pool record.
     #[serde(rename = "pool_ls")]
     PoolLs,
+    /// Remove an empty pool; with `wait_ms`, reply once it is out of the cluster map.
+    #[serde(rename = "pool_rm")]
+    PoolRm {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
     /// `interval_ms` > 0 samples counters twice that far apart to report rates.
     Status {
         #[serde(default)]
@@ -276,6 +283,9 @@ pub struct ServeContext {
     /// key: objvols over this cluster's own buckets use them by default.
     pub s3_endpoint: Option<String>,
     pub s3_credentials: Option<std::path::PathBuf>,
+    /// Pools this process itself uses (its default pool, its S3 index pool): never
+    /// removed through it.
+    pub reserved_pools: Vec<PoolId>,
 }
 
 pub async fn serve(listener: UnixListener, cluster: Arc<Cluster>, ctx: ServeContext) {
@@ -476,6 +486,28 @@ pub(crate) async fn handle<F: Fn(u64, u64) + Send + Sync>(
                 pool: Some(r),
                 ..Response::default()
             })
+        }
+        Request::PoolRm { name, wait_ms } => {
+            let reserved = cluster
+                .map()
+                .pools
+                .values()
+                .any(|p| p.name == name && ctx.reserved_pools.contains(&p.id));
+            if reserved {
+                return Response::error(format!(
+                    "pool \"{name}\" is this cluster's own (new volumes, images or S3 \
+                     indexes go there): it cannot be removed while `basalt up` runs"
+                ));
+            }
+            let mut maps = cluster.map_watch();
+            let wait = wait_ms.map(Duration::from_millis);
+            basalt_client::remove_pool(cluster.meta().as_ref(), &name, &mut maps, wait)
+                .await
+                .map(|r| Response {
+                    ok: true,
+                    pool: Some(r),
+                    ..Response::default()
+                })
         }
         Request::PoolLs => {
             return match crate::admin::list_pools(cluster.meta().as_ref()).await {

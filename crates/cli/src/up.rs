@@ -534,6 +534,9 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
             s3_master,
             s3_endpoint,
             s3_credentials,
+            reserved_pools: std::iter::once(pool.id)
+                .chain(s3_index.as_ref().map(|p| p.id))
+                .collect(),
         },
     ));
 

@@ -78,6 +78,7 @@ impl Target {
             s3_master: None,
             s3_endpoint: None,
             s3_credentials: None,
+            reserved_pools: Vec::new(),
         };
         let resp = crate::control::handle(&cluster, &ctx, req, &throttle).await;
         if !resp.ok {

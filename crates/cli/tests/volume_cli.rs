@@ -511,3 +511,24 @@ fn a_closed_pipe_ends_a_listing_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("status 141"), "{err}");
 }
+
+/// Goal: `basalt up` never removes a pool it uses itself (new volumes go there), saying why,
+/// and a missing pool is not found (exit 3).
+#[test]
+fn basalt_up_keeps_its_own_pool() {
+    let cluster = Cluster::start();
+    let pool = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+        cmd.arg("pool")
+            .args(args)
+            .args(["--control", &cluster.control]);
+        run(&mut cmd, CLIENT_TIMEOUT)
+    };
+    let out = pool(&["rm", "rbd"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("this cluster's own"), "{}", text(&out));
+    let ls = pool(&["ls"]);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("rbd"));
+    let out = pool(&["rm", "no-such-pool"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}

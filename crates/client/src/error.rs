@@ -54,6 +54,9 @@ pub enum ClientError {
     InUse { name: String, gateways: String },
     #[error("pool \"{name}\" exists")]
     PoolExists { name: String },
+    /// A pool removal refused because something still lives in the pool (`users` names it).
+    #[error("pool \"{name}\" holds {users}; remove them first")]
+    PoolInUse { name: String, users: String },
     #[error("image \"{name}\" does not exist")]
     NoSuchImage { name: String },
     #[error(
@@ -107,7 +110,7 @@ impl ClientError {
             | NotFound { .. } => ErrorKind::NotFound,
             Map(basalt_placement::MapError::NoSuchPool { .. }) => ErrorKind::NotFound,
             VolumeExists { .. } | PoolExists { .. } | Exists { .. } => ErrorKind::Exists,
-            InUse { .. } | KvConflict { .. } => ErrorKind::Conflict,
+            InUse { .. } | PoolInUse { .. } | KvConflict { .. } => ErrorKind::Conflict,
             Invalid { .. } | OutOfRange { .. } | ReadOnly { .. } => ErrorKind::Invalid,
             NotVisible { .. } => ErrorKind::Timeout,
             Connect { .. }

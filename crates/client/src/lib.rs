@@ -32,7 +32,7 @@ pub use error::{ClientError, ErrorKind};
 pub use images::{ImageInfo, ImageState};
 pub use mapwatch::{follow_map, wait_for_map};
 pub use pool::ConnPool;
-pub use pools::{check_pool_name, create_pool, wait_for_pool};
+pub use pools::{check_pool_name, create_pool, remove_pool, wait_for_pool};
 pub use scrub::ScrubReport;
 pub use sealed::SealedLayer;
 pub use snapshots::{check_snapshot_name, parse_snapshot_spec};

@@ -2,7 +2,10 @@
 //! its id.
 
 use crate::error::ClientError;
-use basalt_meta::schema::{pool_key, PoolRecord, NEXT_POOL_ID_KEY};
+use basalt_meta::schema::{
+    pool_key, LayerRecord, PoolRecord, IMAGES_PREFIX, LAYERS_PREFIX, NEXT_POOL_ID_KEY,
+    OBJVOLS_PREFIX, PGS_PREFIX, S3_BUCKETS_PREFIX, VOLUMES_PREFIX,
+};
 use basalt_meta::MetaStore;
 use basalt_placement::{ClusterMap, PoolSpec};
 use std::sync::Arc;
@@ -164,6 +167,109 @@ pub async fn wait_for_pool(
     .await?;
     let pool = map.pools.values().find(|p| p.name == name);
     Ok(pool.expect("the awaited pool is in the map").clone())
+}
+
+/// What lives in pool `id`: volumes, images, objvols and S3 buckets (index or data) in it,
+/// and layers of anything else, as `volume "db1", bucket "photos", ...` (a few named), or
+/// None if nothing does.
+async fn pool_users(meta: &dyn MetaStore, id: u32) -> Result<Option<String>, ClientError> {
+    use basalt_proto::ids::inode_pool;
+    /// The fields of a volume, image, objvol or bucket record a pool removal reads.
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: String,
+        pool: u32,
+        #[serde(default)]
+        data_inode: Option<u64>,
+    }
+    let mut users = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for (prefix, what) in [
+        (VOLUMES_PREFIX, "volume"),
+        (IMAGES_PREFIX, "image"),
+        (OBJVOLS_PREFIX, "objvol"),
+        (S3_BUCKETS_PREFIX, "bucket"),
+    ] {
+        for (_, bytes, _) in meta.list(prefix).await? {
+            let Ok(r) = serde_json::from_slice::<Named>(&bytes) else {
+                continue;
+            };
+            if r.pool == id || r.data_inode.map(inode_pool) == Some(id) {
+                users.push(format!("{what} \"{}\"", r.name));
+                names.insert(r.name);
+            }
+        }
+    }
+    // Layers whose record outlived or precedes their volume's (a snapshot being made, a
+    // removal cut short) hold data in the pool too.
+    for (_, bytes, _) in meta.list(LAYERS_PREFIX).await? {
+        if let Ok(layer) = serde_json::from_slice::<LayerRecord>(&bytes) {
+            if inode_pool(layer.inode) == id && names.insert(layer.owner.clone()) {
+                users.push(format!("layers of \"{}\"", layer.owner));
+            }
+        }
+    }
+    if users.is_empty() {
+        return Ok(None);
+    }
+    const NAMED: usize = 5;
+    let mut text = users
+        .iter()
+        .take(NAMED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if users.len() > NAMED {
+        text.push_str(&format!(" and {} more", users.len() - NAMED));
+    }
+    Ok(Some(text))
+}
+
+/// Remove pool `name`, which must hold nothing (no volume, snapshot, image, objvol or S3
+/// bucket; see [`pool_users`]). The record goes first, so the monitor drops the pool from
+/// the next map; with `wait`, this returns once `maps` shows it gone, then checks again
+/// that nothing was made in the pool meanwhile (a volume created from an older map): if
+/// something was, the record is put back and the removal fails, so nothing is stranded.
+/// Then the pool's PG records go. Returns the removed pool's record.
+pub async fn remove_pool(
+    meta: &dyn MetaStore,
+    name: &str,
+    maps: &mut watch::Receiver<Arc<ClusterMap>>,
+    wait: Option<Duration>,
+) -> Result<PoolRecord, ClientError> {
+    let key = pool_key(name);
+    let Some((bytes, rev)) = meta.get(&key).await? else {
+        return Err(ClientError::NoSuchPool { name: name.into() });
+    };
+    let record: PoolRecord = serde_json::from_slice(&bytes).map_err(|e| ClientError::BadReply {
+        reason: format!("pool record {key}: {e}"),
+    })?;
+    let in_use = |users| ClientError::PoolInUse {
+        name: name.into(),
+        users,
+    };
+    if let Some(users) = pool_users(meta, record.id).await? {
+        return Err(in_use(users));
+    }
+    if !meta.compare_and_delete(&key, rev).await? {
+        return Err(ClientError::Invalid {
+            reason: format!("pool \"{name}\" changed while being removed; try again"),
+        });
+    }
+    let Some(wait) = wait else {
+        return Ok(record);
+    };
+    let what = format!("pool \"{name}\" is out of the cluster map");
+    crate::mapwatch::wait_for_map(maps, &what, wait, |m| !m.pools.contains_key(&record.id)).await?;
+    if let Some(users) = pool_users(meta, record.id).await? {
+        // Made from a map that still had the pool: keep the pool for it.
+        let _ = meta.compare_and_swap(&key, 0, bytes).await;
+        return Err(in_use(format!("{users} (made while it was being removed)")));
+    }
+    for (k, _, rev) in meta.list(&format!("{PGS_PREFIX}{}.", record.id)).await? {
+        let _ = meta.compare_and_delete(&k, rev).await;
+    }
+    Ok(record)
 }
 
 /// Whether pool `name` has a record in the metadata (it may not be in the map yet).

@@ -42,6 +42,9 @@ pub const FROZEN_PREFIX: &str = "/basalt/frozen/";
 pub const FAMILIES_PREFIX: &str = "/basalt/families/";
 pub const AUTH_VERIFIER_KEY: &str = "/basalt/auth/verifier";
 pub const AUTH_ENTITIES_PREFIX: &str = "/basalt/auth/entities/";
+/// S3 bucket records (`basalt_s3::buckets::BucketRecord`); here because a pool removal
+/// must see every bucket in the pool.
+pub const S3_BUCKETS_PREFIX: &str = "/basalt/s3/buckets/";
 
 /// Key of a layer's record.
 pub fn layer_key(inode: u64) -> String {

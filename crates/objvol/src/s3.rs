@@ -482,7 +482,9 @@ mod tests {
         assert!(e.to_string().contains("/no/ca.pem"), "{e}");
         let eu = "https://s3.eu-west-1.amazonaws.com";
         assert!(S3Source::with_options(eu, "b", &c, None, "eu-west-1").is_ok());
-        let e = S3Source::with_options(eu, "b", &c, None, "eu west").err().unwrap();
+        let e = S3Source::with_options(eu, "b", &c, None, "eu west")
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("region"), "{e}");
     }
 }

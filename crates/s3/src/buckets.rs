@@ -6,7 +6,7 @@ use basalt_proto::{make_inode, InodeId, PoolId};
 use serde::{Deserialize, Serialize};
 
 /// Metadata key prefix of bucket records.
-pub const BUCKETS_PREFIX: &str = "/basalt/s3/buckets/";
+pub const BUCKETS_PREFIX: &str = basalt_meta::schema::S3_BUCKETS_PREFIX;
 /// Version of the bucket record format.
 pub const BUCKET_FORMAT_VERSION: u32 = 1;
 /// Index shards of a new bucket. Each shard is one KV table object, rewritten whole on each

@@ -60,4 +60,20 @@ code=0
 code=0
 "$basalt" --json volume info "$vol" 2>/dev/null || code=$?
 [ "$code" -eq 3 ] || { echo "volume info after rm exited $code, not 3" >&2; exit 1; }
-echo "provisioned, used and removed $vol in pool $pool"
+
+# A pool that holds a volume is not removed (4, naming the volume); an empty one is, at
+# once out of the map: a volume can no longer be made in it (3), nor the pool removed (3).
+"$basalt" volume create "$vol" --size 1M --pool "$pool"
+code=0
+err=$("$basalt" pool rm "$pool" 2>&1 >/dev/null) || code=$?
+[ "$code" -eq 4 ] || { echo "pool rm of a pool in use exited $code, not 4: $err" >&2; exit 1; }
+case "$err" in *"\"$vol\""*) ;; *) echo "pool rm did not name $vol: $err" >&2; exit 1;; esac
+"$basalt" volume rm "$vol"
+"$basalt" pool rm "$pool"
+code=0
+"$basalt" volume create "$vol" --size 1M --pool "$pool" 2>/dev/null || code=$?
+[ "$code" -eq 3 ] || { echo "volume create in a removed pool exited $code, not 3" >&2; exit 1; }
+code=0
+"$basalt" pool rm "$pool" 2>/dev/null || code=$?
+[ "$code" -eq 3 ] || { echo "pool rm of a removed pool exited $code, not 3" >&2; exit 1; }
+echo "provisioned, used and removed $vol in pool $pool, then the pool"
