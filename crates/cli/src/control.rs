@@ -724,10 +724,16 @@ async fn objvol_request(
                         ca_file,
                         region,
                     };
-                    catalog::create(cluster, &name, source, &c, ctx.pool, &tmp, progress)
-                        .await
-                        .map(one)
-                        .map_err(|e| e.to_string())
+                    // A typed error keeps its kind (an existing name exits 4).
+                    return match catalog::create(
+                        cluster, &name, source, &c, ctx.pool, &tmp, progress,
+                    )
+                    .await
+                    {
+                        Ok(o) => one(o),
+                        Err(catalog::ObjvolError::Client(e)) => Response::failed(e),
+                        Err(e) => Response::error(e.to_string()),
+                    };
                 }
             }
         }

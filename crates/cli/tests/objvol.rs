@@ -188,6 +188,12 @@ fn a_bucket_mounts_as_erofs_and_is_read_lazily() {
     assert_eq!(gets(&metrics), before, "the build read objects:\n{out}");
     assert!(out.contains(&format!("{} files", objects.len())), "{out}");
     assert!(out.contains("skipped 4 keys"), "{out}");
+    // The name is taken: exit code 4, as for every "exists" (docs/cli.md).
+    let again = basalt(
+        &cluster,
+        &["objvol", "create", "photos", "--bucket", "photos"],
+    );
+    assert_eq!(again.status.code(), Some(4), "{}", text(&again));
     let info: serde_json::Value = serde_json::from_str(&basalt_ok(
         &cluster,
         &["objvol", "info", "photos", "--json"],

@@ -199,6 +199,13 @@ pub fn normal_prefix(prefix: &str) -> String {
     }
 }
 
+/// The error of a name that is taken (exit code 4 in the CLI).
+fn exists(name: &str) -> ClientError {
+    ClientError::Exists {
+        what: format!("objvol \"{name}\""),
+    }
+}
+
 /// Make objvol `name` over `source` (read with `credentials`), its index in `pool`:
 /// list and build in `tmp`, then store it.
 pub async fn create(
@@ -223,15 +230,13 @@ pub async fn create(
         .map_err(ClientError::from)?
         .is_some()
     {
-        return Err(invalid(format!("objvol \"{name}\" exists")).into());
+        return Err(exists(name).into());
     }
     source.prefix = normal_prefix(&source.prefix);
     let built = build_from(&source, credentials, tmp, progress).await?;
     let layer = new_layer(cluster, pool, &built).await?;
     let mut info = describe(name, source, &layer, &built);
-    let rev = put(cluster, &info, 0)
-        .await
-        .map_err(|_| invalid(format!("objvol \"{name}\" exists")))?;
+    let rev = put(cluster, &info, 0).await.map_err(|_| exists(name))?;
     let stored = match write_layer(cluster, &layer, name, built, progress).await {
         Ok(()) => {
             info.state = ObjvolState::Ready;
