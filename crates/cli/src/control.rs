@@ -816,7 +816,20 @@ pub(crate) async fn s3_key_request(
         }
         _ => return Response::error("not an S3 key request".into()),
     };
-    result.unwrap_or_else(|e| Response::error(e.to_string()))
+    result.unwrap_or_else(|e| {
+        use basalt_client::ErrorKind;
+        // The kind decides the CLI's exit code: 3 for a missing key, 4 for a taken one.
+        let kind = match &e {
+            keys::KeyError::NoSuchKey(_) => ErrorKind::NotFound,
+            keys::KeyError::KeyExists(_) => ErrorKind::Exists,
+            keys::KeyError::BadUser(_) => ErrorKind::Invalid,
+            _ => ErrorKind::Other,
+        };
+        Response {
+            kind: Some(kind),
+            ..Response::error(e.to_string())
+        }
+    })
 }
 
 /// Send one request to the control socket at `addr` and return its successful response.

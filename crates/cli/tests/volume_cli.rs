@@ -532,3 +532,15 @@ fn basalt_up_keeps_its_own_pool() {
     let out = pool(&["rm", "no-such-pool"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
 }
+
+/// Goal: S3 key errors exit with the documented codes: 3 for a key that does not exist.
+#[test]
+fn s3_key_errors_have_their_exit_codes() {
+    let cluster = Cluster::start();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+    cmd.args(["s3", "key", "rm", "AKNOSUCHKEY0000000000"])
+        .args(["--control", &cluster.control]);
+    let out = run(&mut cmd, CLIENT_TIMEOUT);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("does not exist"), "{}", text(&out));
+}
