@@ -120,6 +120,20 @@ impl Tls {
             .map(|h| h.osd.auth_counters.refused[i].load(Ordering::Relaxed))
             .sum()
     }
+
+    /// Waits (bounded) until the OSDs counted `at_least` refusals labelled `label`: an OSD
+    /// counts a refusal after answering it, so the client may see it first.
+    async fn refused_at_least(&self, label: &str, at_least: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // Bound: the deadline.
+        loop {
+            let n = self.refused(label);
+            if n >= at_least || std::time::Instant::now() > deadline {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// Connect as the cluster's admin with `creds`, bounded; the error it must fail with.
@@ -164,13 +178,16 @@ async fn tls_osds_serve_tls_clients_and_refuse_the_rest() {
     // Plaintext, with the right key: told that TLS is required.
     let e = refused_with(&addr, &c.admin_creds(None)).await;
     assert!(e.contains("requires data-plane TLS"), "{e}");
-    assert_eq!(c.refused("plaintext"), 1);
+    assert_eq!(c.refused_at_least("plaintext", 1).await, 1);
 
     // A certificate of another CA: the TLS handshake fails, on both sides.
     let other = make_tls_dir(&scratch.path().join("other"));
     let e = refused_with(&addr, &c.admin_creds(Some(other))).await;
     assert!(e.contains("data-plane TLS with"), "{e}");
-    assert!(c.refused("tls") >= 1, "the OSD counts the failed handshake");
+    assert!(
+        c.refused_at_least("tls", 1).await >= 1,
+        "the OSD counts the failed handshake"
+    );
     assert!(c.dir.path().exists());
 }
 
