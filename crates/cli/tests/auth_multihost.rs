@@ -257,19 +257,27 @@ fn data_plane_tls_cluster_serves_tls_and_refuses_plaintext() {
         "the refusal is not retried for minutes: {:?}",
         start.elapsed()
     );
-    let refused: u64 = mh
-        .osds
-        .iter()
-        .flat_map(|o| {
-            mh.osd_metrics(o.id)
-                .lines()
-                .map(String::from)
-                .collect::<Vec<_>>()
-        })
-        .filter(|l| {
-            l.starts_with("basalt_osd_auth_refused_total") && l.contains("reason=\"plaintext\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    // An OSD counts a refusal after answering it: poll its counters, bounded (5 s).
+    let count = || -> u64 {
+        mh.osds
+            .iter()
+            .flat_map(|o| {
+                mh.osd_metrics(o.id)
+                    .lines()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|l| {
+                l.starts_with("basalt_osd_auth_refused_total") && l.contains("reason=\"plaintext\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut refused = count();
+    while refused < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        refused = count();
+    }
     assert!(refused >= 1, "the OSDs count the plaintext peer");
 }
