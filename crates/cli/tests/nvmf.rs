@@ -102,11 +102,12 @@ fn linux_initiator_attaches_a_volume_over_nvme_tcp() {
     let addr = nvmf_addr(&cluster);
     let console = cluster.scratch().join("nvmf.console");
     let started = Instant::now();
+    // The IOPS comparison with the kernel NBD client (`basalt.nbd=`) is the bench's `nvmf`
+    // section, which the bench smoke test runs: not repeated here.
     let params = format!(
-        "basalt.port={} basalt.vol=vol0 basalt.fio=3 basalt.grow={} basalt.nbd={} basalt.paths=2",
+        "basalt.port={} basalt.vol=vol0 basalt.fio=3 basalt.grow={} basalt.paths=2",
         addr.port(),
         2 * GIB,
-        cluster.nbd_addr.port()
     );
     let mut vm = boot_nvmf_guest(&guest, &params, &console);
     let deadline = started + VM_TIMEOUT;
@@ -134,28 +135,6 @@ fn linux_initiator_attaches_a_volume_over_nvme_tcp() {
         "basalt-guest: done",
     ] {
         assert!(text.contains(line), "no {line:?} on the console:\n{text}");
-    }
-    // The guest ran 4k QD16 fio over NVMe/TCP and over its kernel NBD client to the same
-    // volume, alternating (TCG guests are CPU-bound: a sanity figure, not a benchmark).
-    for rw in ["randwrite", "randread"] {
-        let sum = |proto: &str| -> f64 {
-            let key = format!("basalt-guest: fio {proto} {rw} iops=");
-            let v: Vec<f64> = text
-                .lines()
-                .filter_map(|l| l.trim().strip_prefix(key.as_str()))
-                .map(|n| n.trim().parse::<f64>().unwrap())
-                .collect();
-            assert_eq!(v.len(), 2, "two {proto} {rw} rounds:\n{text}");
-            assert!(v.iter().all(|x| *x > 0.0), "{proto} {rw} made progress");
-            v.iter().sum()
-        };
-        let (nvmf, nbd) = (sum("nvmf"), sum("nbd"));
-        eprintln!(
-            "guest 4k QD16 {rw}: NVMe/TCP {:.0} IOPS, kernel NBD {:.0} IOPS, ratio {:.2}",
-            nvmf / 2.0,
-            nbd / 2.0,
-            nvmf / nbd
-        );
     }
     eprintln!("NVMe/TCP guest run: {:?}", started.elapsed());
     assert!(
