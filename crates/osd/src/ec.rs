@@ -536,7 +536,12 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
         )
         .await
         {
-            Ok((v, data)) if version.is_none_or(|seen| seen == v) => {
+            // A chunk its holder does not have at all cannot be told from a stripe never
+            // written (both read as zeros) without the other chunks: decode below, which
+            // weighs every position's version, rather than answer zeros for data that
+            // exists (seen once: a position moved back to a returning OSD, read before its
+            // chunk was rebuilt).
+            Ok((v @ Some(_), data)) if version.is_none_or(|seen| seen == v) => {
                 version = Some(v);
                 pieces.push(data);
             }
