@@ -263,8 +263,15 @@ pub async fn remove_pool(
     crate::mapwatch::wait_for_map(maps, &what, wait, |m| !m.pools.contains_key(&record.id)).await?;
     if let Some(users) = pool_users(meta, record.id).await? {
         // Made from a map that still had the pool: keep the pool for it.
-        let _ = meta.compare_and_swap(&key, 0, bytes).await;
-        return Err(in_use(format!("{users} (made while it was being removed)")));
+        let kept = matches!(meta.compare_and_swap(&key, 0, bytes).await, Ok(Some(_)));
+        return Err(in_use(if kept {
+            format!("{users} (made while it was being removed; the pool is kept)")
+        } else {
+            format!(
+                "{users} (made while it was being removed, and its record could not be put \
+                 back: a pool of that name was made meanwhile; check `basalt pool ls`)"
+            )
+        }));
     }
     for (k, _, rev) in meta.list(&format!("{PGS_PREFIX}{}.", record.id)).await? {
         let _ = meta.compare_and_delete(&k, rev).await;
