@@ -381,6 +381,28 @@ async fn decode_stripe(
     stripe: ObjectId,
     repair: bool,
 ) -> Result<Option<(Version, Vec<u8>)>, Status> {
+    let decoded = decode_and_repair(osd, ctx, stripe, repair).await?;
+    Ok(decoded.map(|d| (d.version, d.object)))
+}
+
+/// A stripe decoded by [`decode_and_repair`].
+struct Decoded {
+    version: Version,
+    object: Vec<u8>,
+    /// Live positions whose holder is not known to hold `version` afterwards: unreachable,
+    /// its chunk missing, stale or damaged and not rewritten (no repair asked, or the
+    /// rewrite failed).
+    unsettled: usize,
+}
+
+/// [`decode_stripe`], also telling how many live positions were left without the
+/// stripe's version — what recovery must see as zero before it counts a position rebuilt.
+async fn decode_and_repair(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    repair: bool,
+) -> Result<Option<Decoded>, Status> {
     let read = read_all_chunks(osd, ctx, stripe).await;
     let chunks: Vec<Option<ChunkRead>> = read.iter().map(|r| r.1.clone()).collect();
     let k = ctx.scheme.k();
@@ -436,18 +458,25 @@ async fn decode_stripe(
         tracing::error!(osd = osd.id, %stripe, "decode: {e}");
         Status::Io
     })?;
-    if repair {
-        // Holders whose own chunk is missing, stale or damaged (not merely unreachable).
-        let bad: Vec<usize> = read
-            .iter()
-            .enumerate()
-            .filter(|(_, (holder, _))| match holder {
-                None | Some(Err(Status::Unavailable)) => false,
-                Some(Ok((Some(v), _))) => *v != target,
-                _ => true,
-            })
-            .map(|(i, _)| i)
-            .collect();
+    // Holders not answering: their chunk is unknown, and cannot be repaired now.
+    let mut unsettled = read
+        .iter()
+        .filter(|(holder, _)| matches!(holder, Some(Err(Status::Unavailable))))
+        .count();
+    // Holders whose own chunk is missing, stale or damaged.
+    let bad: Vec<usize> = read
+        .iter()
+        .enumerate()
+        .filter(|(_, (holder, _))| match holder {
+            None | Some(Err(Status::Unavailable)) => false,
+            Some(Ok((Some(v), _))) => *v != target,
+            _ => true,
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if !repair {
+        unsettled += bad.len();
+    } else {
         if !bad.is_empty() {
             let fresh = ctx.scheme.encode(&object).map_err(|_| Status::Io)?;
             for pos in bad {
@@ -468,12 +497,19 @@ async fn decode_stripe(
                         osd = osd.id, pg = %ctx.pg, %stripe, pos, peer,
                         "rebuilt a missing, stale or damaged chunk"
                     ),
-                    Err(s) => tracing::warn!(osd = osd.id, %stripe, pos, "chunk repair: {s:?}"),
+                    Err(s) => {
+                        unsettled += 1;
+                        tracing::warn!(osd = osd.id, %stripe, pos, peer, "chunk repair: {s:?}");
+                    }
                 }
             }
         }
     }
-    Ok(Some((target, object)))
+    Ok(Some(Decoded {
+        version: target,
+        object,
+        unsettled,
+    }))
 }
 
 /// A client READ of an erasure-coded stripe: the data chunks the range covers when every
@@ -516,6 +552,8 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
     let (first, last) = (h.offset as u64 / c, (end - 1) / c);
     let mut pieces = Vec::new();
     let mut version: Option<Option<Version>> = None;
+    // Each position read so far, counted current (not being rebuilt), with its version.
+    let mut counted_current: Vec<(usize, Option<Version>)> = Vec::new();
     let mut healthy = true;
     for i in first..=last {
         let pos = i as usize;
@@ -542,10 +580,16 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
             // exists (seen once: a position moved back to a returning OSD, read before its
             // chunk was rebuilt).
             Ok((v @ Some(_), data)) if version.is_none_or(|seen| seen == v) => {
+                counted_current.push((pos, v));
                 version = Some(v);
                 pieces.push(data);
             }
-            _ => {
+            Ok((v, _)) => {
+                counted_current.push((pos, v));
+                healthy = false;
+                break;
+            }
+            Err(_) => {
                 healthy = false;
                 break;
             }
@@ -562,10 +606,25 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
         return (Status::Ok, out.freeze());
     }
     match decode_stripe(osd, &ctx, h.object, true).await {
-        Ok(Some((_, object))) => (
-            Status::Ok,
-            Bytes::copy_from_slice(&object[h.offset as usize..end as usize]),
-        ),
+        Ok(Some((target, object))) => {
+            // A position counted current must hold the stripe's version: one that does
+            // not means a chunk was lost or never promoted without the PG knowing (a
+            // bug, or a disk that lost acknowledged data). The read is still right
+            // (decoded, and the chunk repaired), but say so loudly.
+            for &(pos, v) in &counted_current {
+                if v != Some(target) {
+                    tracing::error!(
+                        osd = osd.id, pg = %ctx.pg, stripe = %h.object, pos,
+                        holder = ctx.positions[pos], found = ?v, version = %target,
+                        "EC read: a position counted current lacks the stripe's version"
+                    );
+                }
+            }
+            (
+                Status::Ok,
+                Bytes::copy_from_slice(&object[h.offset as usize..end as usize]),
+            )
+        }
         Ok(None) => (Status::Ok, Bytes::from(vec![0; h.length as usize])),
         Err(s) => (s, Bytes::new()),
     }
@@ -791,21 +850,62 @@ async fn stash_stripe(
 /// Phase 2 of a stripe write: promote the stashes of `version` everywhere. The write is
 /// durable already (peering rolls it forward); a reader of the stripe must find every
 /// chunk committed at one version, so the caller holds the stripe lock until this is done.
+///
+/// A position whose promote fails is tried again (promotes are idempotent) until all
+/// succeed or the interval ends (its next primary's peering then promotes the durable
+/// stashes): given up earlier, the position would keep its old chunk, or none, while the
+/// PG counts it current, and a read of it would answer the old bytes.
 async fn promote_stripe(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     stripe: ObjectId,
     version: Version,
 ) -> Result<(), Status> {
-    let promotes = ctx.live().map(|(pos, peer)| {
-        let (osd, ctx) = (osd.clone(), ctx);
-        async move { promote_chunk(&osd, ctx, peer, stripe, pos, version).await }
-    });
-    for result in join_all(promotes).await {
-        result?;
+    let mut todo: Vec<(usize, OsdId)> = ctx.live().collect();
+    let mut pause = Duration::from_millis(PROMOTE_RETRY_FIRST_MS);
+    // Bound: runs while this interval lasts; each retry waits at least PROMOTE_RETRY_FIRST_MS.
+    for attempt in 0u32.. {
+        let promotes = todo.iter().map(|&(pos, peer)| {
+            let (osd, ctx) = (osd.clone(), ctx);
+            async move { promote_chunk(&osd, ctx, peer, stripe, pos, version).await }
+        });
+        let results = join_all(promotes).await;
+        let mut last = Status::Ok;
+        let failed: Vec<(usize, OsdId)> = todo
+            .iter()
+            .zip(results)
+            .filter_map(|(&at, r)| {
+                r.err().map(|s| {
+                    last = s;
+                    at
+                })
+            })
+            .collect();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let current = osd.pgs.with(ctx.pg, |e| {
+            e.interval == ctx.interval && e.phase == PgPhase::Active
+        });
+        if !current || osd.stopping() {
+            return Err(last);
+        }
+        if attempt.is_multiple_of(10) {
+            tracing::warn!(
+                osd = osd.id, pg = %ctx.pg, %stripe, ?failed, status = ?last, attempt,
+                "EC promote failed; trying again (the stripe stays locked meanwhile)"
+            );
+        }
+        todo = failed;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(PROMOTE_RETRY_MAX_MS));
     }
-    Ok(())
+    unreachable!("the retry loop returns")
 }
+
+/// First and longest pause between tries of a failed promote.
+const PROMOTE_RETRY_FIRST_MS: u64 = 20;
+const PROMOTE_RETRY_MAX_MS: u64 = 1_000;
 
 /// The stripe `stripe` reads as in a layer whose ancestors are `chain` (nearest first): the
 /// first layer holding it (the layer itself first), None when none does. The caller holds
@@ -1225,14 +1325,23 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
         );
     }
     let total = stripes.len();
+    // Stripes some live position still lacks after this round: while any is left, the
+    // behind positions stay behind (reads keep decoding) and the round is tried again.
+    let mut unsettled = 0usize;
     for (done, stripe) in stripes.into_iter().enumerate() {
         if !crate::recovery::still_active(osd, pg, generation) {
             return Ok(false);
         }
         let _lock = osd.stripes.lock(stripe).await;
-        match decode_stripe(osd, &ctx, stripe, true).await {
-            Ok(_) => {}
+        match decode_and_repair(osd, &ctx, stripe, true).await {
+            Ok(None) => {}
+            Ok(Some(d)) if d.unsettled == 0 => {}
+            Ok(Some(d)) => {
+                unsettled += 1;
+                tracing::debug!(osd = osd.id, %pg, %stripe, positions = d.unsettled, "EC recovery: a position not rebuilt yet");
+            }
             Err(status) => {
+                unsettled += 1;
                 tracing::warn!(osd = osd.id, %pg, %stripe, "EC recovery of a stripe: {status:?}");
             }
         }
@@ -1240,6 +1349,14 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
         if done % 256 == 255 {
             tracing::debug!(osd = osd.id, %pg, done, total, "EC recovery progress");
         }
+    }
+    if unsettled > 0 {
+        tracing::warn!(
+            osd = osd.id, %pg, stripes = unsettled, total,
+            "EC recovery round left stripes with a position not rebuilt (a member unreachable \
+             or refusing); the PG stays degraded and the round runs again"
+        );
+        return Ok(false);
     }
     // Everything written to the rebuilt positions must be durable before they count as
     // complete.

@@ -348,6 +348,115 @@ async fn ec_degraded_reads_writes_and_rebuild() {
     assert!(back[..] == model[..], "reads after the rebuild");
 }
 
+/// Goal (regression, seen once in `ec_kill_primary_under_write_load`): a returning OSD
+/// whose own map still lacks its new run refuses pushes (it takes no writes until the
+/// cluster knows it), while it already answers the new primary's LIST and reads. The
+/// rebuild must not count such a position rebuilt: until every chunk is really there, the
+/// position stays behind, so reads decode instead of taking its missing chunk for a stripe
+/// never written. Once its map arrives, the rebuild finishes and everything verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_rebuild_waits_for_a_returning_osd_that_refuses_pushes() {
+    let mut ec = Ec::start(2).await;
+    let (info, volume, mut model) = ec.volume().await;
+    write_pattern(&volume, &mut model, 21, 24).await;
+    ec.stop(1).await;
+    // Written while osd.1 is down: every stripe changes, so osd.1 misses all of them.
+    for index in 0..STRIPES {
+        let s = (index * STRIPE as u64) as usize;
+        model[s..s + STRIPE as usize].fill(0x50 + index as u8);
+        volume
+            .write(
+                index * STRIPE as u64,
+                Bytes::from(vec![0x50 + index as u8; STRIPE as usize]),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    // osd.1 comes back, but its own map stays the one where it is down (old run).
+    let stale = ec.maps.borrow().clone();
+    let (lagging, lagging_rx) = watch::channel(stale);
+    let h = Osd::start(config(ec.dir.path(), 1), lagging_rx, ec.meta.clone())
+        .await
+        .expect("restart osd.1");
+    let info1 = ec.map.osds.get_mut(&1).expect("in the map");
+    info1.addr = h.addr.to_string();
+    info1.incarnation = h.osd.incarnation;
+    info1.up = true;
+    ec.osds[1] = Some(h);
+    ec.publish();
+    // Wait for the PGs osd.1 is a member (not the primary) of to activate, then give their
+    // rebuild a few rounds against the refusing member.
+    let map = ec.maps.borrow().clone();
+    let watched: Vec<(PgId, u32, usize)> = (0..4)
+        .filter_map(|index| {
+            let pg = PgId {
+                pool: EC_POOL,
+                index,
+            };
+            let positions = map.placement(pg).unwrap();
+            let pos = positions.iter().position(|&o| o == 1)?;
+            (positions[0] != 1).then_some((pg, positions[0], pos))
+        })
+        .collect();
+    assert!(
+        !watched.is_empty(),
+        "osd.1 is a member of some PG it is not primary of"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !watched.iter().all(|&(pg, primary, _)| {
+        let e = ec.osds[primary as usize].as_ref().unwrap().osd.pgs.get(pg);
+        e.interval == map.interval(pg) && e.phase == basalt_osd::pg::PgPhase::Active
+    }) {
+        assert!(Instant::now() < deadline, "PGs active in 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every position counted current holds every stripe's chunk at the stripe's version.
+    let mut behind_seen = 0;
+    for index in 0..STRIPES {
+        let stripe = ObjectId::new(info.id, index);
+        let pg = ClusterMap::pg_of(&map.pools[&EC_POOL], stripe);
+        let Some(&(_, primary, pos)) = watched.iter().find(|w| w.0 == pg) else {
+            continue;
+        };
+        let behind = ec.osds[primary as usize]
+            .as_ref()
+            .unwrap()
+            .osd
+            .pgs
+            .get(pg)
+            .ec_behind;
+        let held = ec.store(1).version(stripe.chunk(pos, false));
+        let want = ec.store(primary).version(stripe.chunk(0, false));
+        // Reads of it are right meanwhile (those of PGs osd.1 is primary of wait for it).
+        let at = index * STRIPE as u64;
+        let back = volume.read(at, STRIPE).await.unwrap();
+        assert!(
+            back[..] == model[at as usize..(at + STRIPE as u64) as usize],
+            "stripe {index} reads right while the rebuild waits"
+        );
+        if behind & (1 << pos) != 0 {
+            behind_seen += 1;
+        } else {
+            assert_eq!(
+                held, want,
+                "stripe {index}: osd.1 counted current at position {pos} without the chunk"
+            );
+        }
+    }
+    assert!(
+        behind_seen > 0,
+        "osd.1 refused every push, so some position is still behind"
+    );
+    // Its map arrives: it takes the pushes, the rebuild finishes.
+    lagging.send_replace(ec.maps.borrow().clone());
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "reads after the rebuild");
+}
+
 /// Goal: a write cut between its two phases is settled by peering: a stash that reached
 /// only one position is dropped (the stripe keeps its old contents), one that reached two
 /// is rolled forward on all three; a promote lost on one position is redone.
