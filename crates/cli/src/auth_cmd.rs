@@ -58,7 +58,30 @@ pub enum AuthCommand {
     },
 }
 
-pub async fn run_cluster(meta: &MetaArgs, command: ClusterCommand) -> anyhow::Result<()> {
+/// `basalt cluster init --json`: what was made.
+#[derive(serde::Serialize)]
+struct InitResult<'a> {
+    keyring: &'a std::path::Path,
+    /// The data-plane TLS directory, when --data-tls was given.
+    data_tls: Option<&'a std::path::Path>,
+    /// Whether this run made the CA and certificate there (false: they existed).
+    data_tls_made: bool,
+}
+
+/// `basalt auth add --json`: the new entity; its keyring text unless written to --out.
+#[derive(serde::Serialize)]
+struct AddResult<'a> {
+    entity: String,
+    caps: String,
+    keyring_path: Option<&'a std::path::Path>,
+    keyring: Option<String>,
+}
+
+pub async fn run_cluster(
+    meta: &MetaArgs,
+    json: bool,
+    command: ClusterCommand,
+) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Init => {
             let Some(path) = meta.keyring.clone() else {
@@ -78,13 +101,17 @@ pub async fn run_cluster(meta: &MetaArgs, command: ClusterCommand) -> anyhow::Re
                 let _ = std::fs::remove_file(&path);
                 return Err(e.into());
             }
-            println!(
-                "cluster secret made; admin keyring written to {} (mode 0600)",
-                path.display()
-            );
-            println!("copy it to every OSD and admin host; give hypervisors their own keys with `basalt auth add`");
+            if !json {
+                println!(
+                    "cluster secret made; admin keyring written to {} (mode 0600)",
+                    path.display()
+                );
+                println!("copy it to every OSD and admin host; give hypervisors their own keys with `basalt auth add`");
+            }
+            let mut made = false;
             if let Some(dir) = &meta.data_tls {
-                if crate::data_tls::ensure(dir)? {
+                made = crate::data_tls::ensure(dir)?;
+                if made && !json {
                     println!(
                         "data-plane TLS: cluster CA and certificate made in {} (ca-key.pem \
                          stays with the admin; copy ca-cert.pem, cert.pem, key.pem to every host)",
@@ -92,6 +119,14 @@ pub async fn run_cluster(meta: &MetaArgs, command: ClusterCommand) -> anyhow::Re
                     );
                 }
                 crate::data_tls::load(dir)?;
+            }
+            if json {
+                let result = InitResult {
+                    keyring: &path,
+                    data_tls: meta.data_tls.as_deref(),
+                    data_tls_made: made,
+                };
+                println!("{}", serde_json::to_string_pretty(&result)?);
             }
             Ok(())
         }
@@ -118,10 +153,22 @@ pub async fn run_auth(meta: &MetaArgs, json: bool, command: AuthCommand) -> anyh
                 entity: name.clone(),
                 key,
             };
+            if let Some(path) = &out {
+                ring.write_new(path)
+                    .with_context(|| format!("{name} was added; its keyring could not be written (`basalt auth rm {name}` and retry)"))?;
+            }
+            if json {
+                let result = AddResult {
+                    entity: name.to_string(),
+                    caps: caps.to_string(),
+                    keyring_path: out.as_deref(),
+                    keyring: out.is_none().then(|| ring.render()),
+                };
+                println!("{}", serde_json::to_string_pretty(&result)?);
+                return Ok(());
+            }
             match out {
                 Some(path) => {
-                    ring.write_new(&path)
-                        .with_context(|| format!("{name} was added; its keyring could not be written (`basalt auth rm {name}` and retry)"))?;
                     println!(
                         "added {name} ({caps}); keyring written to {} (mode 0600)",
                         path.display()
@@ -159,6 +206,10 @@ pub async fn run_auth(meta: &MetaArgs, json: bool, command: AuthCommand) -> anyh
                 bail!("{name} is built in: its key derives from the cluster secret and cannot be revoked alone");
             }
             registry::remove_entity(store.as_ref(), &name).await?;
+            if json {
+                println!("{}", serde_json::json!({ "removed": name.to_string() }));
+                return Ok(());
+            }
             println!(
                 "revoked {name}: OSDs refuse its key and close its connections within a second"
             );

@@ -337,7 +337,8 @@ fn main() -> std::process::ExitCode {
         }
         Command::Cluster { command } => {
             init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(auth_cmd::run_cluster(&global.meta, command)))
+            let json = global.json;
+            runtime().and_then(|rt| rt.block_on(auth_cmd::run_cluster(&global.meta, json, command)))
         }
         Command::Auth { command } => {
             init_logging("warn");

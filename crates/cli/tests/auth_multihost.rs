@@ -102,10 +102,14 @@ fn keys_are_required_checked_and_revocable() {
             &other_meta,
             "--keyring",
             foreign.to_str().unwrap(),
+            "--json",
         ],
         None,
     );
     assert!(o.status.success(), "{}", stderr(&o));
+    let init: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(init["keyring"].as_str(), foreign.to_str(), "{init}");
+    assert_eq!(init["data_tls_made"], false, "{init}");
     let o = basalt(&mh, &osd, Some(&foreign));
     assert!(
         stderr(&o).contains("does not belong to this cluster"),
@@ -143,6 +147,19 @@ fn keys_are_required_checked_and_revocable() {
     assert!(ls.contains("client.hv1") && ls.contains("data"), "{ls}");
     let hex = key.lines().find_map(|l| l.strip_prefix("key = ")).unwrap();
     assert!(!ls.contains(hex), "auth ls shows no key");
+    // With --json and no --out, the keyring comes inside the document; rm says what went.
+    let added: serde_json::Value =
+        serde_json::from_str(&mh.cli_ok(&["auth", "add", "client.js", "--json"])).unwrap();
+    assert_eq!(added["entity"], "client.js", "{added}");
+    assert_eq!(added["caps"], "data", "{added}");
+    assert!(added["keyring_path"].is_null(), "{added}");
+    assert!(
+        added["keyring"].as_str().unwrap().contains("key = "),
+        "{added}"
+    );
+    let removed: serde_json::Value =
+        serde_json::from_str(&mh.cli_ok(&["auth", "rm", "client.js", "--json"])).unwrap();
+    assert_eq!(removed["removed"], "client.js");
     // Its keyring cannot add keys (it holds no cluster secret).
     let o = basalt(&mh, &["auth", "add", "client.x"], Some(&hv1));
     assert!(
