@@ -273,6 +273,19 @@ pub async fn remove_pool(
             )
         }));
     }
+    // Settled: nothing can land in the pool any more. Let OSDs collect what a removal
+    // cut short earlier left in it.
+    let removed = basalt_meta::schema::RemovedPoolRecord {
+        id: record.id,
+        name: record.name.clone(),
+        removed_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    };
+    let value = serde_json::to_vec(&removed).expect("removed-pool record serialises");
+    meta.put(&basalt_meta::schema::removed_pool_key(record.id), value)
+        .await?;
     for (k, _, rev) in meta.list(&format!("{PGS_PREFIX}{}.", record.id)).await? {
         let _ = meta.compare_and_delete(&k, rev).await;
     }

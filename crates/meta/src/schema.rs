@@ -10,6 +10,7 @@
 //! | `/basalt/next_osd_id` | decimal counter | `basalt osd` when allocating an id |
 //! | `/basalt/pools/NAME` | [`PoolRecord`] | `basalt pool create` |
 //! | `/basalt/next_pool_id` | decimal counter of pool ids | `basalt pool create` |
+//! | `/basalt/removed_pools/ID` | [`RemovedPoolRecord`]: a removed pool, whose objects OSDs delete | `basalt pool rm` |
 //! | `/basalt/pgs/POOL.INDEX` | [`PgRecord`] | the PG's primary (CAS) |
 //! | `/basalt/volumes/NAME` | volume record (`basalt_client::VolumeInfo`) | volume tools |
 //! | `/basalt/next_inode` | decimal counter of volume families | volume tools |
@@ -32,6 +33,7 @@ pub const ALIVE_PREFIX: &str = "/basalt/alive/";
 pub const NEXT_OSD_ID_KEY: &str = "/basalt/next_osd_id";
 pub const POOLS_PREFIX: &str = "/basalt/pools/";
 pub const NEXT_POOL_ID_KEY: &str = "/basalt/next_pool_id";
+pub const REMOVED_POOLS_PREFIX: &str = "/basalt/removed_pools/";
 pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
 pub const NEXT_INODE_KEY: &str = "/basalt/next_inode";
 pub const IMAGES_PREFIX: &str = "/basalt/images/";
@@ -45,6 +47,22 @@ pub const AUTH_ENTITIES_PREFIX: &str = "/basalt/auth/entities/";
 /// S3 bucket records (`basalt_s3::buckets::BucketRecord`); here because a pool removal
 /// must see every bucket in the pool.
 pub const S3_BUCKETS_PREFIX: &str = "/basalt/s3/buckets/";
+
+/// Key of a removed pool's record (pool ids are never reused: the counter only grows).
+pub fn removed_pool_key(id: u32) -> String {
+    format!("{REMOVED_POOLS_PREFIX}{id}")
+}
+
+/// A pool `basalt pool rm` removed once nothing was left in it and the cluster map had
+/// dropped it. Objects OSDs still hold of it (a volume removal cut short before) are
+/// garbage: the stray scan deletes them. Written only after the removal is settled, never
+/// for `--no-wait` (a volume made from an older map could still land in the pool then).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedPoolRecord {
+    pub id: u32,
+    pub name: String,
+    pub removed_unix: u64,
+}
 
 /// Key of a layer's record.
 pub fn layer_key(inode: u64) -> String {

@@ -7,7 +7,7 @@ use crate::daemon::Osd;
 use crate::recovery::read_record;
 use basalt_placement::ClusterMap;
 use basalt_proto::{inode_pool, ObjectId, PgId, Version};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -73,10 +73,49 @@ async fn clean_elsewhere(osd: &Osd, map: &ClusterMap, pg: PgId) -> bool {
         })
 }
 
+/// Delete the local objects of pools `basalt pool rm` removed (recorded under
+/// `REMOVED_POOLS_PREFIX` once the removal settled) that this OSD's map no longer has.
+/// Pool ids are never reused, so such an object can belong to nothing else.
+async fn remove_objects_of_removed_pools(osd: &Osd, map: &ClusterMap) -> usize {
+    use basalt_meta::schema::REMOVED_POOLS_PREFIX;
+    let listed = match osd.meta.list(REMOVED_POOLS_PREFIX).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::debug!(osd = osd.id, "list removed pools: {e}");
+            return 0;
+        }
+    };
+    let removed_pools: BTreeSet<u32> = listed
+        .iter()
+        .filter_map(|(key, _, _)| key.strip_prefix(REMOVED_POOLS_PREFIX)?.parse().ok())
+        .filter(|id| !map.pools.contains_key(id))
+        .collect();
+    if removed_pools.is_empty() {
+        return 0;
+    }
+    let mut removed = 0;
+    for (obj, _) in osd.store.objects() {
+        if removed_pools.contains(&inode_pool(obj.inode))
+            && osd.store.delete(obj, Version::ZERO).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            osd = osd.id,
+            objects = removed,
+            pools = ?removed_pools,
+            "removed objects of pools that were removed"
+        );
+    }
+    removed
+}
+
 /// One scan; returns the number of objects removed.
 async fn scan_once(osd: &Arc<Osd>) -> usize {
     let map = osd.map();
-    let mut removed = 0;
+    let mut removed = remove_objects_of_removed_pools(osd, &map).await;
     for (pg, objects) in objects_by_pg(osd, &map) {
         if !clean_elsewhere(osd, &map, pg).await {
             continue;

@@ -294,3 +294,51 @@ async fn scrub_repairs_damaged_and_different_replicas() {
     let again = cluster.scrub(None, &|_, _| {}).await.unwrap();
     assert_eq!(again.inconsistent, 0, "{again:?}");
 }
+
+/// Goal: objects of a pool `basalt pool rm` removed (a volume removal cut short left them)
+/// are deleted by the stray scan once the removal is recorded; objects of a pool this OSD's
+/// map does not have but nobody removed (a pool made after its map) are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_scan_deletes_objects_of_removed_pools_only() {
+    use basalt_proto::{make_inode, Version};
+    let dir = tempfile::tempdir().unwrap();
+    let map = base_map();
+    let meta = Arc::new(EmbeddedMeta::in_memory());
+    let (_tx, rx) = tokio::sync::watch::channel(Arc::new(map.clone()));
+    let mut config = common::osd_config(dir.path(), 0, 64 << 20);
+    config.stray_scan = Some(std::time::Duration::from_millis(100));
+    let h = basalt_osd::Osd::start(config, rx, meta.clone())
+        .await
+        .unwrap();
+    let removed = ObjectId::new(make_inode(9, 1, 0), 0);
+    let unknown = ObjectId::new(make_inode(10, 1, 0), 0);
+    let version = Version::new(1, 1);
+    for obj in [removed, unknown] {
+        h.osd.store.write(obj, 0, b"left behind", version).unwrap();
+    }
+    let record = basalt_meta::schema::RemovedPoolRecord {
+        id: 9,
+        name: "gone".into(),
+        removed_unix: 0,
+    };
+    use basalt_meta::MetaStore;
+    meta.put(
+        &basalt_meta::schema::removed_pool_key(9),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // Bound: 10 s of 50 ms rounds (the scan runs every 100 ms).
+    while h.osd.store.version(removed).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the removed pool's object is still there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Several more scans: the pool nobody removed keeps its object.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(h.osd.store.version(unknown), Some(version));
+    h.shutdown().await.unwrap();
+}
