@@ -311,7 +311,10 @@ async fn qemu_img_progress(
         };
         let text = String::from_utf8_lossy(&pending[..end]).into_owned();
         pending.drain(..=end);
-        let last = text.split(['\r', '\n']).filter_map(parse_percent).last();
+        let last = text
+            .split(['\r', '\n'])
+            .filter_map(parse_percent)
+            .next_back();
         if let (Some(percent), true) = (last, total_bytes > 0) {
             let done = (total_bytes as f64 * percent / 100.0).round() as u64;
             meter.update(done.min(total_bytes), total_bytes);
