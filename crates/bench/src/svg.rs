@@ -167,9 +167,11 @@ fn latency_panel(area: &Area, row: &Row) -> DrawResult {
     let n = base.len().max(bas.len()).max(2);
     let mut chart = ChartBuilder::on(area)
         .caption(&row.label, bold(12))
+        .margin_top(8)
         .margin_right(20)
         .x_label_area_size(20)
-        .y_label_area_size(70)
+        // Room for `1000000 us` (a second at the top decade).
+        .y_label_area_size(90)
         .build_cartesian_2d(0..(n - 1) as i32, (lo..hi).log_scale())?;
     chart
         .configure_mesh()
