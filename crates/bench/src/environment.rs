@@ -5,14 +5,10 @@ use std::process::{Command, Stdio};
 
 /// CPU model name from /proc/cpuinfo.
 pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
+    use procfs::Current;
+    procfs::CpuInfo::current()
         .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
+        .and_then(|c| c.model_name(0).map(|m| m.trim().to_string()))
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -135,5 +131,7 @@ mod tests {
         assert!(!kernel().is_empty());
         assert!(which("sh").is_some());
         assert!(which("no-such-tool-basalt").is_none());
+        #[cfg(target_arch = "x86_64")]
+        assert_ne!(cpu_model(), "unknown", "x86 /proc/cpuinfo names the model");
     }
 }

@@ -12,6 +12,7 @@
 
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::fio::{self, Job, Span, Target};
+use crate::progress::Progress;
 use crate::results::FioSummary;
 use crate::suite::RemoveOnDrop;
 use crate::{environment, multihost, procstat};
@@ -344,19 +345,17 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         runtime_s: opts.runtime_s,
         ramp_s: RAMP_S,
     };
-    let mut step = 0;
+    let step_s = f64::from(opts.runtime_s + RAMP_S);
+    let mut progress = Progress::new(total, total as f64 * step_s, false);
     for round in 0..opts.rounds {
         for (p, profile) in profiles.iter().enumerate() {
             // Rotate which target goes first, so none always runs on a warmer machine.
             for k in 0..n {
                 let t = (k + round as usize + p) % n;
-                step += 1;
                 let target = &targets[t];
-                eprintln!(
-                    "[{step}/{total}] round {} {} on {}",
-                    round + 1,
-                    profile.name,
-                    target.name
+                progress.step(
+                    &format!("round {} {} on {}", round + 1, profile.name, target.name),
+                    step_s,
                 );
                 let cpu_before = target.pid.map(procstat::cpu_seconds).transpose()?;
                 let started = Instant::now();

@@ -1,30 +1,16 @@
 //! CPU time and resident memory of a process, from `/proc/PID/stat`: what the benchmark
 //! charges to a local `basalt up`, and what every daemon's `/metrics` exports as the standard
 //! `process_cpu_seconds_total` and `process_resident_memory_bytes`.
+//!
+//! The parsing is the `procfs` crate's; this module keeps the few numbers the benchmark and
+//! the metrics use, in seconds and bytes.
 
 use anyhow::Context;
+use procfs::{FromBufReadSI, FromRead, WithCurrentSystemInfo};
 
-/// Clock ticks per second of the times in /proc (`sysconf(_SC_CLK_TCK)`; 100, the value on
-/// every Linux platform, if sysconf fails).
+/// Clock ticks per second of the times in /proc (`sysconf(_SC_CLK_TCK)`).
 pub fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as f64
-    } else {
-        100.0
-    }
-}
-
-/// Bytes of a memory page (`sysconf(_SC_PAGESIZE)`; 4096 if sysconf fails).
-fn page_bytes() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if page > 0 {
-        page as u64
-    } else {
-        4096
-    }
+    procfs::ticks_per_second() as f64
 }
 
 /// What /proc/PID/stat says of a process's CPU time and memory.
@@ -38,12 +24,13 @@ pub struct ProcStat {
 
 /// CPU time and resident memory of process `pid`.
 pub fn read(pid: u32) -> anyhow::Result<ProcStat> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-    let fields = parse_stat(&stat).with_context(|| format!("parse {path}"))?;
+    let pid_i32 = i32::try_from(pid).with_context(|| format!("pid {pid} out of range"))?;
+    let stat = procfs::process::Process::new(pid_i32)
+        .and_then(|p| p.stat())
+        .with_context(|| format!("read /proc/{pid}/stat"))?;
     Ok(ProcStat {
-        cpu_seconds: fields.cpu_ticks as f64 / clock_ticks_per_second(),
-        resident_bytes: fields.rss_pages * page_bytes(),
+        cpu_seconds: (stat.utime + stat.stime) as f64 / clock_ticks_per_second(),
+        resident_bytes: stat.rss_bytes().get(),
     })
 }
 
@@ -61,23 +48,19 @@ pub struct StatFields {
     pub rss_pages: u64,
 }
 
-/// utime + stime and rss from the text of /proc/PID/stat. The command name (field 2) may
-/// contain spaces and parentheses, so fields are counted after the last `)`.
+/// utime + stime and rss from the text of /proc/PID/stat (the command name may hold spaces
+/// and parentheses).
 pub fn parse_stat(stat: &str) -> anyhow::Result<StatFields> {
-    let rest = &stat[stat.rfind(')').context("no ')' in stat")? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name, state is field 3: utime (14), stime (15) and rss (24) are at 11, 12
-    // and 21.
-    let field = |i: usize, name: &str| -> anyhow::Result<u64> {
-        fields
-            .get(i)
-            .with_context(|| format!("no {name}"))?
-            .parse()
-            .with_context(|| format!("bad {name}"))
-    };
+    // procfs slices around the parentheses of the name by index: text not shaped as
+    // `PID (NAME) STATE ...` is refused here rather than left to it.
+    let (pid, rest) = stat.split_once(" (").context("no \" (\" after the pid")?;
+    pid.parse::<u32>()
+        .with_context(|| format!("bad pid {pid:?}"))?;
+    anyhow::ensure!(rest.contains(") "), "no \") \" after the name");
+    let stat = procfs::process::Stat::from_read(stat.as_bytes())?;
     Ok(StatFields {
-        cpu_ticks: field(11, "utime")? + field(12, "stime")?,
-        rss_pages: field(21, "rss")?,
+        cpu_ticks: stat.utime + stat.stime,
+        rss_pages: stat.rss,
     })
 }
 
@@ -93,20 +76,12 @@ pub fn machine_busy_seconds() -> anyhow::Result<f64> {
 /// user + nice + system + irq + softirq + steal ticks from the text of /proc/stat (guest
 /// time is already in user and nice).
 pub fn parse_machine_busy_ticks(stat: &str) -> anyhow::Result<u64> {
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .context("no cpu line")?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse().context("bad cpu field"))
-        .collect::<anyhow::Result<_>>()?;
-    // user nice system idle iowait irq softirq steal
-    let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = fields[..] else {
+    let stats = procfs::KernelStats::from_buf_read(stat.as_bytes(), procfs::current_system_info())?;
+    let t = stats.total;
+    let (Some(irq), Some(softirq), Some(steal)) = (t.irq, t.softirq, t.steal) else {
         anyhow::bail!("fewer than 8 fields in the cpu line");
     };
-    Ok(user + nice + system + irq + softirq + steal)
+    Ok(t.user + t.nice + t.system + irq + softirq + steal)
 }
 
 #[cfg(test)]
@@ -117,21 +92,30 @@ mod tests {
     fn parses_proc_stat_with_odd_names() {
         // Goal: utime + stime and rss are found even when the command name holds ") (".
         let stat = "1234 (bas) (t) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 \
-                    5000 123456789 777 18446744073709551615";
+                    5000 123456789 777 18446744073709551615 94114831228928 94114831248809 \
+                    140723729768512 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 94114831264816 \
+                    94114831266432 94114995326976 140723729771122 140723729771142 \
+                    140723729771142 140723729772523 0\n";
         let f = parse_stat(stat).unwrap();
         assert_eq!(f.cpu_ticks, 325);
         assert_eq!(f.rss_pages, 777);
-        assert!(parse_stat("1 (x) S 1").is_err());
+        // Short, shapeless or truncated text is an error, never a panic.
+        for bad in ["1 (x) S 1", "", "(x) S 1", "1 (x)", "x (y) S 1", "1 (x) S"] {
+            assert!(parse_stat(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
     fn parses_machine_busy_time() {
         // Goal: busy time is every field of the all-cores line but idle and iowait; per-core
         // lines and a short line are not taken for it.
-        let stat = "cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 1 1 1 1 1 1 1 1 0 0\nintr 5\n";
-        assert_eq!(parse_machine_busy_ticks(stat).unwrap(), 161);
-        assert!(parse_machine_busy_ticks("cpu  1 2 3\n").is_err());
-        assert!(parse_machine_busy_ticks("cpu0 1 2 3 4 5 6 7 8\n").is_err());
+        let tail = "intr 5\nctxt 123\nbtime 1700000000\nprocesses 99\nprocs_running 1\n\
+                    procs_blocked 0\n";
+        let stat = format!("cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n{tail}");
+        assert_eq!(parse_machine_busy_ticks(&stat).unwrap(), 161);
+        assert!(parse_machine_busy_ticks(&format!("cpu  1 2 3\n{tail}")).is_err());
+        assert!(parse_machine_busy_ticks(&format!("cpu  1 2 3 4 5 6\n{tail}")).is_err());
+        assert!(parse_machine_busy_ticks(&format!("cpu0 1 2 3 4 5 6 7 8\n{tail}")).is_err());
         assert!(machine_busy_seconds().unwrap() > 0.0);
     }
 

@@ -462,9 +462,9 @@ pub fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
         "results.json",
         &serde_json::to_string_pretty(results).context("serialize results")?,
     )?;
-    write(svg::LATENCY_FILE, &svg::latency(results))?;
-    write(svg::THROUGHPUT_FILE, &svg::throughput(results))?;
-    write(svg::SCALING_FILE, &svg::scaling(results))?;
+    write(svg::LATENCY_FILE, &svg::latency(results)?)?;
+    write(svg::THROUGHPUT_FILE, &svg::throughput(results)?)?;
+    write(svg::SCALING_FILE, &svg::scaling(results)?)?;
     write("report.md", &report::render(results))
 }
 

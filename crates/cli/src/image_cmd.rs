@@ -6,6 +6,7 @@
 //! its NBD socket; with --meta this process serves the image on a private socket.
 
 use crate::control::Request;
+use crate::progress::{Meter, Unit};
 use crate::volume_cmd::Target;
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
@@ -181,21 +182,28 @@ impl Drop for PrivateGateway {
     }
 }
 
-/// Run the copy into `uri`; stdout/stderr pass through (progress when a terminal).
-async fn copy_in(file: &str, format: &str, uri: &str) -> anyhow::Result<()> {
-    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut cmd = if file == "-" {
+/// Run the copy into `uri`, with progress on stderr (see [`crate::progress`]): a file's
+/// from qemu-img's percentages of its `total_bytes` of data, stdin's by counting the bytes
+/// passed on to nbdcopy.
+async fn copy_in(
+    file: &str,
+    format: &str,
+    uri: &str,
+    meter: Meter,
+    total_bytes: u64,
+) -> anyhow::Result<()> {
+    let from_stdin = file == "-";
+    let mut cmd = if from_stdin {
         let mut cmd = tokio::process::Command::new("nbdcopy");
-        cmd.args(["--target-is-zero", "--flush"]);
-        if progress {
-            cmd.arg("--progress");
-        }
-        cmd.args(["-", uri]).stdin(Stdio::inherit());
+        cmd.args(["--target-is-zero", "--flush", "-", uri])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null());
         cmd
     } else {
         let mut cmd = tokio::process::Command::new("qemu-img");
         // -W -m 16: 16 requests in flight, written out of order (the target is a fresh
-        // image, flushed before it is used): 1.5x the default's throughput here.
+        // image, flushed before it is used): 1.5x the default's throughput here. -p: its
+        // percentages on stdout, read by `qemu_img_progress`.
         cmd.args([
             "convert",
             "-n",
@@ -203,26 +211,43 @@ async fn copy_in(file: &str, format: &str, uri: &str) -> anyhow::Result<()> {
             "-W",
             "-m",
             "16",
+            "-p",
             "-f",
             format,
             "-O",
             "raw",
         ]);
-        if progress {
-            cmd.arg("-p");
-        }
-        cmd.arg(file).arg(uri).stdin(Stdio::null());
+        cmd.arg(file)
+            .arg(uri)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
         cmd
     };
-    let tool = if file == "-" { "nbdcopy" } else { "qemu-img" };
-    let out = cmd
-        .stdout(if progress {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        })
+    let tool = if from_stdin { "nbdcopy" } else { "qemu-img" };
+    let mut child = cmd
         .stderr(Stdio::piped())
-        .output()
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("run {tool}"))?;
+    // stdin is fed from a thread of its own, not a blocking task of the runtime: when the
+    // tool fails while stdin stays open and silent, the command still ends.
+    let (fed_tx, fed_rx) = tokio::sync::oneshot::channel();
+    match (child.stdin.take(), child.stdout.take()) {
+        (Some(stdin), _) => {
+            let fd = stdin.into_owned_fd().context("take nbdcopy's stdin")?;
+            std::thread::spawn(move || fed_tx.send(feed_stdin(fd, meter, total_bytes)));
+        }
+        (None, Some(stdout)) => {
+            tokio::spawn(async move {
+                // Progress that cannot be read is no failure of the import.
+                let _ = qemu_img_progress(stdout, meter, total_bytes).await;
+                let _ = fed_tx.send(Ok(()));
+            });
+        }
+        (None, None) => anyhow::bail!("{tool} was started without its pipes"),
+    };
+    let out = child
+        .wait_with_output()
         .await
         .with_context(|| format!("run {tool}"))?;
     if !out.status.success() {
@@ -231,7 +256,81 @@ async fn copy_in(file: &str, format: &str, uri: &str) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
+    // A read error on stdin closes nbdcopy's input early, which it takes for the end.
+    fed_rx
+        .await
+        .context("the progress task ended without a word")?
+        .with_context(|| format!("pass the input on to {tool}"))
+}
+
+/// Copy this process's stdin into `to` (nbdcopy's), counting the bytes on `meter`. Blocking:
+/// runs on a blocking thread.
+fn feed_stdin(to: std::os::fd::OwnedFd, meter: Meter, total_bytes: u64) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut to = std::fs::File::from(to);
+    let mut from = std::io::stdin().lock();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("read stdin"),
+        };
+        to.write_all(&buf[..n]).context("write to nbdcopy")?;
+        done += n as u64;
+        meter.update(done, total_bytes);
+    }
+    // Dropping `to` closes nbdcopy's stdin: its end of input.
     Ok(())
+}
+
+/// Read qemu-img -p's `(12.50/100%)` updates from `out` into `meter`, as that share of
+/// `total_bytes`.
+async fn qemu_img_progress(
+    mut out: tokio::process::ChildStdout,
+    meter: Meter,
+    total_bytes: u64,
+) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let n = out
+            .read(&mut buf)
+            .await
+            .context("read qemu-img's progress")?;
+        if n == 0 {
+            return Ok(());
+        }
+        pending.extend_from_slice(&buf[..n]);
+        // Updates end in '\r'; the part after the last one is not complete yet.
+        let Some(end) = pending.iter().rposition(|&b| b == b'\r' || b == b'\n') else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&pending[..end]).into_owned();
+        pending.drain(..=end);
+        let last = text
+            .split(['\r', '\n'])
+            .filter_map(parse_percent)
+            .next_back();
+        if let (Some(percent), true) = (last, total_bytes > 0) {
+            let done = (total_bytes as f64 * percent / 100.0).round() as u64;
+            meter.update(done.min(total_bytes), total_bytes);
+        }
+    }
+}
+
+/// The percentage of one qemu-img -p update, `    (12.50/100%)`.
+fn parse_percent(update: &str) -> Option<f64> {
+    let p: f64 = update
+        .trim()
+        .strip_prefix('(')?
+        .strip_suffix("/100%)")?
+        .parse()
+        .ok()?;
+    (0.0..=100.0).contains(&p).then_some(p)
 }
 
 async fn import(
@@ -282,7 +381,8 @@ async fn import(
         (None, Some(uri)) => uri,
         (None, None) => anyhow::bail!("the cluster gave no address to write the image to"),
     };
-    if let Err(e) = copy_in(&file, &format, &uri).await {
+    let meter = Meter::new(&format!("importing image \"{name}\""), Unit::Bytes);
+    if let Err(e) = copy_in(&file, &format, &uri, meter, data_bytes.unwrap_or(size)).await {
         // Nothing half-imported stays behind.
         let cleanup = target.call(Request::ImageRm { name: name.clone() }).await;
         return Err(match cleanup {
@@ -399,4 +499,19 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_qemu_img_percentages() {
+        // Goal: qemu-img -p's updates give their percentage; anything else gives none.
+        assert_eq!(parse_percent("    (12.50/100%)"), Some(12.5));
+        assert_eq!(parse_percent("(100.00/100%)"), Some(100.0));
+        for bad in ["", "(x/100%)", "(12.5/50%)", "(150.00/100%)", "12.50/100%)"] {
+            assert_eq!(parse_percent(bad), None, "{bad:?}");
+        }
+    }
 }

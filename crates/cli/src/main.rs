@@ -13,6 +13,7 @@ mod image_cmd;
 mod iostat;
 mod metrics_http;
 mod objvol_cmd;
+mod progress;
 mod s3_cmd;
 mod scrub_cmd;
 mod status;

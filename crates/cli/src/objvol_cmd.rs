@@ -2,7 +2,8 @@
 //! filesystem over NBD, its data fetched from the bucket as it is read.
 
 use crate::control::Request;
-use crate::volume_cmd::{print_json_or, progress_bar, Target};
+use crate::progress::{Meter, Unit};
+use crate::volume_cmd::{print_json_or, Target};
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_objvol::{ObjvolInfo, ObjvolState};
@@ -71,30 +72,24 @@ pub enum ObjvolCommand {
     Rm { name: String },
 }
 
-/// Progress of a build: objects listed (total 0), then bytes of the index stored.
+/// Progress of a build: objects listed (reported with total 0), then bytes of the index
+/// stored.
 fn build_progress(name: &str) -> impl Fn(u64, u64) + Send + Sync {
-    let store = progress_bar(&format!("storing the index of {name}"), "bytes");
-    let started = Instant::now();
-    let listing = std::sync::OnceLock::<indicatif::ProgressBar>::new();
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let listing = Meter::new(
+        &format!("listing the bucket of {name}"),
+        Unit::Count("objects"),
+    );
+    let store = Meter::new(&format!("storing the index of {name}"), Unit::Bytes);
+    let listed = std::sync::atomic::AtomicBool::new(false);
     move |done, total| {
-        if total > 0 {
-            if let Some(l) = listing.get() {
-                l.finish_and_clear();
-            }
-            store(done, total);
+        if total == 0 {
+            listing.update(done, 0);
             return;
         }
-        if !terminal {
-            return;
+        if !listed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            listing.finish();
         }
-        let l = listing.get_or_init(|| {
-            let l = indicatif::ProgressBar::new_spinner();
-            l.enable_steady_tick(std::time::Duration::from_millis(200));
-            l
-        });
-        let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
-        l.set_message(format!("listing: {done} objects ({rate:.0}/s)"));
+        store.update(done, total);
     }
 }
 

@@ -4,11 +4,12 @@
 use crate::control::Request;
 use crate::volume_cmd::Target;
 
-/// Scrub the PGs of `pool` (every pool when None) through `target`, with a progress bar
-/// over PGs on a terminal; prints what was found and repaired.
+/// Scrub the PGs of `pool` (every pool when None) through `target`, with progress over
+/// PGs on stderr; prints what was found and repaired.
 pub async fn run(target: Target, pool: Option<String>, json: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let progress = crate::volume_cmd::progress_bar("scrubbing", "PGs");
+    let progress =
+        crate::progress::Meter::new("scrubbing", crate::progress::Unit::Count("PGs")).reporter();
     let resp = target
         .call_with_progress(Request::Scrub { pool: pool.clone() }, progress)
         .await?;

@@ -2,6 +2,7 @@
 
 use crate::control::{Request, Response};
 use crate::daemons::MetaArgs;
+use crate::progress::{Meter, Unit};
 use basalt_bench::environment::utc_from_unix;
 use basalt_client::{parse_snapshot_spec, VolumeInfo};
 use basalt_proto::size::{human_bytes, parse_size};
@@ -255,35 +256,9 @@ pub(crate) fn print_json_or<T: serde::Serialize>(
     Ok(())
 }
 
-/// A progress bar on stderr for a long operation over objects (hidden when stderr is not
-/// a terminal), drawn from the first report on.
+/// Progress on stderr of a long operation over objects (see [`crate::progress`]).
 fn object_progress(what: &str) -> impl Fn(u64, u64) + Send + Sync {
-    progress_bar(what, "objects")
-}
-
-/// A progress bar on stderr for `what`, counting `unit` (hidden when stderr is not a
-/// terminal), drawn from the first report on.
-pub(crate) fn progress_bar(what: &str, unit: &str) -> impl Fn(u64, u64) + Send + Sync {
-    let bar = std::sync::OnceLock::<indicatif::ProgressBar>::new();
-    let what = what.to_string();
-    let template = format!("{{msg}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{per_sec}}, eta {{eta}}");
-    move |done, total| {
-        let bar = bar.get_or_init(|| {
-            let bar = indicatif::ProgressBar::new(total);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(&template)
-                    .expect("progress template")
-                    .progress_chars("=> "),
-            );
-            bar.set_message(what.clone());
-            bar
-        });
-        bar.set_length(total);
-        bar.set_position(done);
-        if done == total {
-            bar.finish_and_clear();
-        }
-    }
+    Meter::new(what, Unit::Count("objects")).reporter()
 }
 
 /// Pool names by id (from the metadata, or from `basalt up`'s control API).

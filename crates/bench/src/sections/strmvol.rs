@@ -138,19 +138,22 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// in bytes after the reset.
 fn reset_peak_rss() -> anyhow::Result<u64> {
     std::fs::write("/proc/self/clear_refs", "5").context("reset the peak RSS")?;
-    Ok(status_kib("VmRSS:")? * 1024)
+    Ok(status_kib("VmRSS", |s| s.vmrss)? * 1024)
 }
 
 fn peak_rss() -> anyhow::Result<u64> {
-    Ok(status_kib("VmHWM:")? * 1024)
+    Ok(status_kib("VmHWM", |s| s.vmhwm)? * 1024)
 }
 
-fn status_kib(field: &str) -> anyhow::Result<u64> {
-    let s = std::fs::read_to_string("/proc/self/status")?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("{field} in /proc/self/status"))
+/// A kB field of /proc/self/status.
+fn status_kib(
+    name: &str,
+    field: impl Fn(&procfs::process::Status) -> Option<u64>,
+) -> anyhow::Result<u64> {
+    let status = procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .context("read /proc/self/status")?;
+    field(&status).with_context(|| format!("no {name} in /proc/self/status"))
 }
 
 /// One S3 connection of `endpoint`.
@@ -882,6 +885,14 @@ impl Section for StrmvolSection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: the peak RSS is read from /proc/self/status, and is at least the current RSS.
+    #[test]
+    fn reads_rss_and_its_peak() {
+        let current = reset_peak_rss().unwrap();
+        let peak = peak_rss().unwrap();
+        assert!(current > 0 && peak >= current / 2, "{current} {peak}");
+    }
 
     /// Goal: small files span 4–128 KiB and are a pure function of their number (reads
     /// are checked against them); index keys sort by class then number.
