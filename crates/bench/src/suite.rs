@@ -171,7 +171,9 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
 
     let cores = environment::cores();
     let settings = opts.settings(cores);
-    let strmvol = crate::sections::strmvol::StrmvolSection { quick: opts.quick };
+    let strmvol = crate::sections::strmvol::StrmvolSection {
+        quick: opts.quick || opts.smoke,
+    };
     // The strmvol section stores a small object per slot: its buckets need room.
     let osd_bytes = MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2).max(
         if opts.runs(crate::sections::strmvol::ID) {
@@ -211,7 +213,9 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         Box::new(ProfilesSection::torus()),
         Box::new(ProfilesSection::vitastor(&settings)),
         Box::new(scaling),
-        Box::new(crate::sections::s3::S3Section { quick: opts.quick }),
+        Box::new(crate::sections::s3::S3Section {
+            quick: opts.quick || opts.smoke,
+        }),
         Box::new(strmvol),
         Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
             image_data_bytes: if opts.smoke {

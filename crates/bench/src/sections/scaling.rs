@@ -195,12 +195,13 @@ impl ScalingPlan {
         }
     }
 
-    /// `--smoke`: 1 and 2 OSDs, then 2 replicas at 2 OSDs; 1 s runs, 32 MiB volumes.
+    /// `--smoke`: 1 and 2 OSDs, then EC 2+1 at 3 OSDs (the erasure-coded path is the one
+    /// the sweep would otherwise leave untried); 1 s runs, 32 MiB volumes.
     pub fn smoke() -> ScalingPlan {
         ScalingPlan {
             osd_counts: vec![1, 2],
-            scheme_osds: 2,
-            schemes: vec![Redundancy::Replicas(2)],
+            scheme_osds: 3,
+            schemes: vec![Redundancy::Ec { k: 2, m: 1 }],
             runtime_s: 1,
             ramp_s: 0,
             size_bytes: 32 << 20,
@@ -772,5 +773,6 @@ pub(crate) mod tests {
             quick.configs(),
             vec![(1, R1), (2, R1), (3, r2), (3, r3), (3, ec)]
         );
+        assert_eq!(smoke.configs(), vec![(1, R1), (2, R1), (3, ec)]);
     }
 }
