@@ -165,6 +165,11 @@ pub struct OsdArgs {
     /// elsewhere), which are then deleted to free their space; 0: never.
     #[arg(long, default_value_t = 30)]
     pub stray_scan_secs: u64,
+    /// Report an operation in flight longer than this many milliseconds as a slow op (a
+    /// warn line, `basalt_osd_slow_ops` and `basalt status --watch`).
+    #[arg(long, default_value_t = basalt_osd::slow::SLOW_OP_THRESHOLD_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub slow_op_ms: u64,
     /// Do not run a monitor candidate in this process.
     #[arg(long)]
     pub no_monitor: bool,
@@ -247,6 +252,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let handle = Osd::start(config, map, meta.clone())
         .await
         .with_context(|| format!("start osd.{id}"))?;
+    handle.osd.slow.set_threshold_ms(args.slow_op_ms);
     let mut registry = crate::metrics_http::registry();
     let osds = basalt_osd::metrics::OsdCollector::default();
     osds.add(&handle.osd);

@@ -5,6 +5,7 @@ use crate::cluster::{Cluster, OsdStats};
 use crate::error::ClientError;
 use basalt_meta::schema::{MonitorRecord, PgRecord, MONITOR_KEY, PGS_PREFIX};
 use basalt_placement::{ClusterMap, PoolSpec};
+use basalt_proto::slowop::SlowOp;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -21,8 +22,63 @@ pub struct OsdStatus {
     pub incarnation: u64,
     /// None when the OSD did not answer.
     pub stats: Option<OsdStats>,
+    /// Operations the OSD reports slow: in flight, or finished within the last minute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow_ops: Vec<SlowOpStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// One slow operation of an OSD, as `basalt status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlowOpStatus {
+    /// Unique per OSD run (tells a new slow op from one already seen).
+    pub id: u64,
+    /// `read`, `write`, `trim`, `delete`, ... (lower case opcode).
+    pub op: String,
+    /// A replica applying its primary's mutation (not a client request).
+    #[serde(default)]
+    pub replica: bool,
+    /// `INODE:INDEX` in hex.
+    pub object: String,
+    /// The volume whose head the object belongs to, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    pub pg: String,
+    /// Where it is: `queued`, `layer chain`, `connect`, `store read`, `store write`,
+    /// `wal flush`, `replica`, `push`, `chunks`, `running`.
+    pub stage: String,
+    /// The OSD the stage waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<u32>,
+    /// Time in flight (until the OSD's last scan when it finished since).
+    pub age_ms: u64,
+    pub in_flight: bool,
+}
+
+impl SlowOpStatus {
+    fn of(op: &SlowOp) -> Self {
+        Self {
+            id: op.id,
+            op: format!("{:?}", op.opcode).to_lowercase(),
+            replica: op.replica,
+            object: op.object.to_string(),
+            volume: None,
+            pg: op.pg.to_string(),
+            stage: op.stage.label().to_string(),
+            peer: op.peer,
+            age_ms: op.age_ms,
+            in_flight: op.in_flight,
+        }
+    }
+
+    /// The stage with its peer: `replica osd.3`.
+    pub fn stage_text(&self) -> String {
+        match self.peer {
+            Some(p) => format!("{} osd.{p}", self.stage),
+            None => self.stage.clone(),
+        }
+    }
 }
 
 /// The whole cluster in one report.
@@ -215,16 +271,20 @@ async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
     let map = cluster.map();
     let mut osds = Vec::with_capacity(map.osds.len());
     for o in map.osds.values() {
-        let (stats, error) = if !o.up {
-            (None, None)
+        let (stats, slow_ops, error) = if !o.up {
+            (None, Vec::new(), None)
         } else {
             let stat = cluster.osd_stats(o.id);
             match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat)
                 .await
             {
-                Ok(Ok(s)) => (Some(s), None),
-                Ok(Err(e)) => (None, Some(e.to_string())),
-                Err(_) => (None, Some(format!("no answer in {STAT_TIMEOUT_MS} ms"))),
+                Ok(Ok((s, slow))) => (Some(s), slow.iter().map(SlowOpStatus::of).collect(), None),
+                Ok(Err(e)) => (None, Vec::new(), Some(e.to_string())),
+                Err(_) => (
+                    None,
+                    Vec::new(),
+                    Some(format!("no answer in {STAT_TIMEOUT_MS} ms")),
+                ),
             }
         };
         osds.push(OsdStatus {
@@ -235,6 +295,7 @@ async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
             is_in: o.is_in,
             incarnation: o.incarnation,
             stats,
+            slow_ops,
             error,
         });
     }
@@ -244,7 +305,7 @@ async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
 /// Gather a report by asking every OSD that is up for its store's counts.
 pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
     let map = cluster.map();
-    let osds = osd_statuses(cluster).await;
+    let mut osds = osd_statuses(cluster).await;
     let records = pg_records(cluster).await?;
     let pgs = pg_states(&map, &records);
     let count = |state: &str| pgs.iter().filter(|p| p.state == state).count() as u64;
@@ -255,6 +316,14 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
         .and_then(|(v, _)| serde_json::from_slice::<MonitorRecord>(&v).ok())
         .map(|m| m.holder);
     let volumes = cluster.list_volumes().await?;
+    let heads: HashMap<String, &str> = volumes
+        .iter()
+        .map(|v| (format!("{:x}", v.id), v.name.as_str()))
+        .collect();
+    for op in osds.iter_mut().flat_map(|o| o.slow_ops.iter_mut()) {
+        let inode = op.object.split(':').next().unwrap_or_default();
+        op.volume = heads.get(inode).map(|n| n.to_string());
+    }
     let usage = cluster.volume_usage(&volumes).await?;
     let images = cluster.list_images().await?;
     let image_inodes: Vec<_> = images.iter().map(|i| i.inode).collect();

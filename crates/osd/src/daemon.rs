@@ -169,6 +169,8 @@ pub struct Osd {
     pub(crate) recovery: RecoveryConfig,
     /// Operation counters (STAT replies, `/metrics`).
     pub counters: crate::metrics::OsdCounters,
+    /// Operations in flight, for slow-op detection.
+    pub slow: Arc<crate::slow::InFlight>,
     started: Instant,
     /// Milliseconds since `started` of the last client request (recovery yields to them).
     last_client_op_ms: AtomicU64,
@@ -339,6 +341,7 @@ impl Osd {
             stripes: Default::default(),
             recovery: config.recovery,
             counters: Default::default(),
+            slow: Default::default(),
             started: Instant::now(),
             last_client_op_ms: AtomicU64::new(0),
             lease_renewed_ms: AtomicU64::new(0),
@@ -361,6 +364,7 @@ impl Osd {
             .await
             .map_err(OsdError::Meta)?;
         let flusher = tokio::spawn(background_flush(osd.clone(), stop_rx.clone()));
+        tokio::spawn(crate::slow::watch_slow_ops(osd.clone(), stop_rx.clone()));
         let intervals = tokio::spawn(crate::peering::follow_intervals(
             osd.clone(),
             stop_rx.clone(),
