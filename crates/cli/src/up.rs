@@ -286,9 +286,14 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
     let nbd_tls = args.nbd_tls.load()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
-    let meta: Arc<dyn MetaStore> = Arc::new(
-        EmbeddedMeta::open(&args.data_dir.join("meta.json")).context("open cluster metadata")?,
-    );
+    let meta_latency = Arc::new(basalt_meta::MetaLatency::default());
+    let meta: Arc<dyn MetaStore> = Arc::new(basalt_meta::TimedMeta::new(
+        Arc::new(
+            EmbeddedMeta::open(&args.data_dir.join("meta.json"))
+                .context("open cluster metadata")?,
+        ),
+        meta_latency.clone(),
+    ));
     let pool = match meta.get(&pool_key(POOL_NAME)).await? {
         Some((bytes, _)) => {
             serde_json::from_slice::<PoolRecord>(&bytes).context("decode the pool record")?
@@ -493,6 +498,7 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
                 collector.add(&h.osd);
             }
             registry.register_collector(Box::new(collector));
+            registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency.clone())));
             registry.register_collector(Box::new(cluster.collector()));
             registry.register_collector(Box::new(
                 basalt_metrics::frontend::FrontendCollector::new(vec![nbd_stats, nvmf_stats]),
