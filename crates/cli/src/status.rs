@@ -118,6 +118,9 @@ pub fn print(r: &StatusReport) {
         human_bytes(r.volume_used_bytes),
         r.snapshots
     );
+    if let Some(e) = &r.usage_error {
+        println!("  (stored bytes unknown: an OSD gave no usage: {e})");
+    }
     if r.images > 0 {
         println!(
             "  images:  {} ({} stored)",

@@ -129,6 +129,10 @@ pub struct StatusReport {
     /// Bytes the images hold (one copy).
     #[serde(default)]
     pub image_used_bytes: u64,
+    /// Why the stored bytes of volumes and images are missing (0) from this report: some
+    /// OSD did not answer in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_error: Option<String>,
 }
 
 /// Cluster-wide rates measured between two samples of every OSD's counters.
@@ -249,6 +253,8 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
 
 /// Longest wait for one OSD's counts.
 const STAT_TIMEOUT_MS: u64 = 2_000;
+/// Longest wait for the stored bytes of volumes and images (a USAGE request to every OSD).
+const USAGE_TIMEOUT_MS: u64 = 3_000;
 
 /// Gather a report; with `interval_ms` > 0, sample every OSD's counters twice that far
 /// apart and report client and recovery rates.
@@ -324,10 +330,29 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
         let inode = op.object.split(':').next().unwrap_or_default();
         op.volume = heads.get(inode).map(|n| n.to_string());
     }
-    let usage = cluster.volume_usage(&volumes).await?;
+    // Usage asks every OSD that is up: one that is frozen (not yet marked down) would hold
+    // the report for the client's whole retry deadline, so it is bounded and left out.
+    let bound = std::time::Duration::from_millis(USAGE_TIMEOUT_MS);
+    let mut usage_error = None;
+    let usage = match tokio::time::timeout(bound, cluster.volume_usage(&volumes)).await {
+        Ok(usage) => usage?,
+        Err(_) => {
+            usage_error = Some(format!("no answer in {USAGE_TIMEOUT_MS} ms"));
+            Vec::new()
+        }
+    };
     let images = cluster.list_images().await?;
     let image_inodes: Vec<_> = images.iter().map(|i| i.inode).collect();
-    let image_usage = cluster.layer_usage(&image_inodes).await?;
+    let image_usage = match usage_error {
+        Some(_) => Vec::new(),
+        None => match tokio::time::timeout(bound, cluster.layer_usage(&image_inodes)).await {
+            Ok(usage) => usage?,
+            Err(_) => {
+                usage_error = Some(format!("no answer in {USAGE_TIMEOUT_MS} ms"));
+                Vec::new()
+            }
+        },
+    };
     Ok(StatusReport {
         map_epoch: map.epoch,
         osds,
@@ -349,5 +374,6 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
         snapshots: volumes.iter().map(|v| v.snapshots.len() as u64).sum(),
         images: images.len() as u64,
         image_used_bytes: image_usage.iter().map(|u| u.bytes).sum(),
+        usage_error,
     })
 }

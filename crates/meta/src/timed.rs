@@ -35,7 +35,7 @@ pub enum MetaOp {
     CompareAndSwap,
     CompareAndDelete,
     Put,
-    /// Establishing a watch (the etcd backend re-establishes its watches through here too).
+    /// Establishing a watch (a follower that lost its watch establishes it again here).
     Watch,
     GrantLease,
     KeepAlive,
