@@ -201,11 +201,11 @@ mod tests {
             object: ObjectId::new(0x1234_0000_0000_0001, i),
             pg: PgId { pool: 1, index: 7 },
             opcode: Opcode::Write,
-            replica: i % 2 == 1,
+            replica: !i.is_multiple_of(2),
             stage: SlowStage::Replica,
-            peer: (i % 3 != 0).then_some(4),
+            peer: (!i.is_multiple_of(3)).then_some(4),
             age_ms: 6_200 + i,
-            in_flight: i % 2 == 0,
+            in_flight: i.is_multiple_of(2),
         }
     }
 
