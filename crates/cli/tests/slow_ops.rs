@@ -57,7 +57,8 @@ fn a_frozen_replica_is_a_slow_op_in_status_watch_and_recovery_is_counted() {
     // Goal: with the slow-op threshold at 1 s, freezing a replica of the PG fio writes to
     // yields, within EVENT_BOUND, a `status --watch` line naming the primary, the volume,
     // the object's PG and the stage 'replica osd.R'; the primary's /metrics shows the gauge
-    // at 1 or more and the found counter moving; after SIGCONT the cluster becomes clean
+    // at 1 or more and the found counter moving, `status --json` lists it, PGs run
+    // undersized once the replica is marked down; after SIGCONT the cluster becomes clean
     // and the recovery push counters moved.
     let dir = tempfile::Builder::new()
         .prefix("basalt-slow-")
@@ -156,8 +157,53 @@ fn a_frozen_replica_is_a_slow_op_in_status_watch_and_recovery_is_counted() {
         "basalt_osd_slow_ops of osd.{primary} never reached 1 while the replica was frozen"
     );
 
+    // `basalt status --json` lists it under the primary (in flight, or finished within the
+    // minute the OSD keeps it).
+    let st = mh.status();
+    let listed = st["osds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"].as_u64() == Some(primary as u64))
+        .and_then(|o| o["slow_ops"].as_array().cloned())
+        .unwrap_or_default();
+    assert!(
+        listed
+            .iter()
+            .any(|op| op["pg"].as_str() == Some(pg.as_str())
+                && op["stage"].as_str() == Some("replica")
+                && op["peer"].as_u64() == Some(replica as u64)
+                && op["volume"].as_str() == Some("vol")),
+        "slow ops of osd.{primary} in status: {listed:?}"
+    );
+
+    // Once the frozen OSD is marked down, the PGs it was in run undersized (bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let undersized = loop {
+        let n: f64 = mh
+            .osds
+            .iter()
+            .filter(|o| o.id != replica)
+            .filter_map(|o| {
+                let page = mh.0.osd_metrics(o.id).ok()?;
+                sample(
+                    &page,
+                    &format!("basalt_osd_undersized_pgs{{osd=\"{}\"}}", o.id),
+                )
+            })
+            .sum();
+        if n >= 1.0 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        undersized >= 1.0,
+        "undersized PGs while osd.{replica} is down: {undersized}"
+    );
+
     // fio finishes (writes resume once the frozen OSD is marked down), then the replica
-    // returns and is recovered by log comparison.
+    // returns and is recovered by list comparison.
     let out = wait_child(child, FIO_TIMEOUT);
     fio.check(&out);
     frozen.cont().expect("SIGCONT the replica");
