@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// Bound on the whole fio run (it is time based; writes stall while the replica is frozen).
 const FIO_TIMEOUT: Duration = Duration::from_secs(180);
 /// Bound on the slow-op event reaching `status --watch` once the replica is frozen.
-const EVENT_BOUND: Duration = Duration::from_secs(20);
+const EVENT_BOUND: Duration = Duration::from_secs(15);
 
 /// The value of the sample `name{osd="ID"...}` (first match) in a `/metrics` page.
 fn sample(page: &str, prefix: &str) -> Option<f64> {

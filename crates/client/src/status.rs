@@ -272,44 +272,55 @@ pub async fn gather_with_rates(
     Ok(report)
 }
 
-/// Every OSD of the map, with the counts of those that are up.
+/// Every OSD of the map, with the counts of those that are up; asked all at once, so one
+/// OSD that does not answer costs [`STAT_TIMEOUT_MS`] once, not once per OSD after it.
 async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
     let map = cluster.map();
-    let mut osds = Vec::with_capacity(map.osds.len());
-    for o in map.osds.values() {
-        let (stats, slow_ops, error) = if !o.up {
-            (None, Vec::new(), None)
-        } else {
-            let stat = cluster.osd_stats(o.id);
-            match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat)
-                .await
-            {
-                Ok(Ok((s, slow))) => (Some(s), slow.iter().map(SlowOpStatus::of).collect(), None),
-                Ok(Err(e)) => (None, Vec::new(), Some(e.to_string())),
-                Err(_) => (
-                    None,
-                    Vec::new(),
-                    Some(format!("no answer in {STAT_TIMEOUT_MS} ms")),
-                ),
-            }
-        };
-        osds.push(OsdStatus {
-            id: o.id,
-            host: o.host.clone(),
-            addr: o.addr.clone(),
-            up: o.up && error.is_none(),
-            is_in: o.is_in,
-            incarnation: o.incarnation,
-            stats,
-            slow_ops,
-            error,
-        });
+    futures::future::join_all(map.osds.values().map(|o| osd_status(cluster, o))).await
+}
+
+/// One OSD of the map with its STAT answer (bounded by [`STAT_TIMEOUT_MS`]) when it is up.
+async fn osd_status(cluster: &Cluster, o: &basalt_placement::OsdInfo) -> OsdStatus {
+    let (stats, slow_ops, error) = if !o.up {
+        (None, Vec::new(), None)
+    } else {
+        let stat = cluster.osd_stats(o.id);
+        match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat).await {
+            Ok(Ok((s, slow))) => (Some(s), slow.iter().map(SlowOpStatus::of).collect(), None),
+            Ok(Err(e)) => (None, Vec::new(), Some(e.to_string())),
+            Err(_) => (
+                None,
+                Vec::new(),
+                Some(format!("no answer in {STAT_TIMEOUT_MS} ms")),
+            ),
+        }
+    };
+    OsdStatus {
+        id: o.id,
+        host: o.host.clone(),
+        addr: o.addr.clone(),
+        up: o.up && error.is_none(),
+        is_in: o.is_in,
+        incarnation: o.incarnation,
+        stats,
+        slow_ops,
+        error,
     }
-    osds
 }
 
 /// Gather a report by asking every OSD that is up for its store's counts.
 pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
+    gather_with(cluster, true).await
+}
+
+/// A report for `status --watch`: everything events are made of, without the stored bytes
+/// of volumes and images (a USAGE request to every OSD, which a frozen OSD would hold for
+/// its whole bound at every poll).
+pub async fn gather_for_events(cluster: &Cluster) -> Result<StatusReport, ClientError> {
+    gather_with(cluster, false).await
+}
+
+async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport, ClientError> {
     let map = cluster.map();
     let mut osds = osd_statuses(cluster).await;
     let records = pg_records(cluster).await?;
@@ -333,13 +344,16 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
     // Usage asks every OSD that is up: one that is frozen (not yet marked down) would hold
     // the report for the client's whole retry deadline, so it is bounded and left out.
     let bound = std::time::Duration::from_millis(USAGE_TIMEOUT_MS);
-    let mut usage_error = None;
-    let usage = match tokio::time::timeout(bound, cluster.volume_usage(&volumes)).await {
-        Ok(usage) => usage?,
-        Err(_) => {
-            usage_error = Some(format!("no answer in {USAGE_TIMEOUT_MS} ms"));
-            Vec::new()
-        }
+    let mut usage_error = (!with_usage).then(|| "not gathered".to_string());
+    let usage = match usage_error {
+        Some(_) => Vec::new(),
+        None => match tokio::time::timeout(bound, cluster.volume_usage(&volumes)).await {
+            Ok(usage) => usage?,
+            Err(_) => {
+                usage_error = Some(format!("no answer in {USAGE_TIMEOUT_MS} ms"));
+                Vec::new()
+            }
+        },
     };
     let images = cluster.list_images().await?;
     let image_inodes: Vec<_> = images.iter().map(|i| i.inode).collect();
