@@ -115,6 +115,16 @@ impl MetaArgs {
             .await
             .with_context(|| format!("connect to the cluster metadata at {url}"))
     }
+
+    /// [`Self::connect`], every call timed by kind into the returned latency (for the
+    /// daemon's `/metrics`).
+    pub async fn connect_timed(
+        &self,
+    ) -> anyhow::Result<(Arc<dyn MetaStore>, Arc<basalt_meta::MetaLatency>)> {
+        let latency = Arc::new(basalt_meta::MetaLatency::default());
+        let meta = basalt_meta::TimedMeta::new(self.connect().await?, latency.clone());
+        Ok((Arc::new(meta), latency))
+    }
 }
 
 /// Settings of the monitor candidate a daemon runs.
@@ -165,6 +175,11 @@ pub struct OsdArgs {
     /// elsewhere), which are then deleted to free their space; 0: never.
     #[arg(long, default_value_t = 30)]
     pub stray_scan_secs: u64,
+    /// Report an operation in flight longer than this many milliseconds as a slow op (a
+    /// warn line, `basalt_osd_slow_ops` and `basalt status --watch`).
+    #[arg(long, default_value_t = basalt_osd::slow::SLOW_OP_THRESHOLD_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub slow_op_ms: u64,
     /// Do not run a monitor candidate in this process.
     #[arg(long)]
     pub no_monitor: bool,
@@ -212,7 +227,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         );
     }
     let data_tls = args.meta.data_tls()?;
-    let meta = args.meta.connect().await?;
+    let (meta, meta_latency) = args.meta.connect_timed().await?;
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let secret = args.meta.checked_secret(meta.as_ref()).await?;
     let authority = Arc::new(basalt_auth::Authority::new(secret, meta.clone()));
@@ -247,10 +262,12 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let handle = Osd::start(config, map, meta.clone())
         .await
         .with_context(|| format!("start osd.{id}"))?;
+    handle.osd.slow.set_threshold_ms(args.slow_op_ms);
     let mut registry = crate::metrics_http::registry();
     let osds = basalt_osd::metrics::OsdCollector::default();
     osds.add(&handle.osd);
     registry.register_collector(Box::new(osds));
+    registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency)));
     let metrics = start_metrics(args.metrics_listen.as_deref(), listen, registry).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let registration = Registration {
@@ -467,9 +484,9 @@ async fn gateway(
     meta: &MetaArgs,
     what: &str,
     listen: SocketAddr,
-) -> anyhow::Result<(Arc<Cluster>, Arc<VolumeExports>)> {
+) -> anyhow::Result<(Arc<Cluster>, Arc<VolumeExports>, basalt_meta::MetaCollector)> {
     let credentials = meta.credentials()?;
-    let meta = meta.connect().await?;
+    let (meta, latency) = meta.connect_timed().await?;
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
@@ -481,11 +498,11 @@ async fn gateway(
     );
     let watchers = basalt_client::watchers::Watchers::new(meta, gateway);
     let exports = Arc::new(VolumeExports::new(cluster.clone(), None).with_watchers(watchers));
-    Ok((cluster, exports))
+    Ok((cluster, exports, basalt_meta::MetaCollector(latency)))
 }
 
 pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
-    let (cluster, exports) = gateway(&args.meta, "basalt nvmf", args.listen).await?;
+    let (cluster, exports, meta_latency) = gateway(&args.meta, "basalt nvmf", args.listen).await?;
     let stats = basalt_metrics::frontend::FrontendStats::new("nvmf", args.metrics_per_volume);
     let config = basalt_nvmf::TargetConfig {
         stats: Some(stats.clone()),
@@ -499,6 +516,7 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
     let task = tokio::spawn(target.clone().serve_tcp(tcp));
     let mut registry = crate::metrics_http::registry();
     registry.register_collector(Box::new(cluster.collector()));
+    registry.register_collector(Box::new(meta_latency));
     registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
         vec![stats],
     )));
@@ -524,7 +542,7 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
 
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let tls = args.tls.load()?;
-    let (cluster, exports) = gateway(&args.meta, "basalt nbd", args.listen).await?;
+    let (cluster, exports, meta_latency) = gateway(&args.meta, "basalt nbd", args.listen).await?;
     let tls_line = tls.as_ref().map(|t| format!("; TLS: {}", t.describe()));
     let stats = basalt_metrics::frontend::FrontendStats::new("nbd", args.metrics_per_volume);
     let nbd = nbd_server(exports, tls, Some(stats.clone()));
@@ -535,6 +553,7 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let tcp_task = tokio::spawn(nbd.clone().serve_tcp(tcp));
     let mut registry = crate::metrics_http::registry();
     registry.register_collector(Box::new(cluster.collector()));
+    registry.register_collector(Box::new(meta_latency));
     registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
         vec![stats],
     )));

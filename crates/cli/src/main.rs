@@ -403,7 +403,7 @@ async fn watch_status(
     let cluster = cluster.as_ref();
     watch::run(every, move || async move {
         match cluster {
-            Some(c) => Ok(status::gather(c).await?),
+            Some(c) => Ok(basalt_client::status::gather_for_events(c).await?),
             None => control_status(control, 0).await,
         }
     })

@@ -25,9 +25,13 @@ pub fn print(r: &StatusReport) {
         .filter_map(|o| o.stats)
         .map(|s| s.objects)
         .sum();
+    let slow_now = r
+        .osds
+        .iter()
+        .any(|o| o.slow_ops.iter().any(|op| op.in_flight));
     let health = if r.pgs_inactive > 0 || r.unfound_objects > 0 {
         "HEALTH_ERR"
-    } else if r.pgs_active_clean == r.pgs_total && up == r.osds.len() {
+    } else if r.pgs_active_clean == r.pgs_total && up == r.osds.len() && !slow_now {
         "HEALTH_OK"
     } else {
         "HEALTH_WARN"
@@ -64,6 +68,33 @@ pub fn print(r: &StatusReport) {
             r.unfound_objects
         );
     }
+    let slow: Vec<_> = r
+        .osds
+        .iter()
+        .flat_map(|o| {
+            o.slow_ops
+                .iter()
+                .filter(|op| op.in_flight)
+                .map(|op| (o.id, op))
+        })
+        .collect();
+    if !slow.is_empty() {
+        println!("  slow ops: {} in flight", slow.len());
+        for (osd, op) in slow {
+            println!(
+                "    osd.{osd}: {} obj {}{} pg {}, {:.1} s in '{}'",
+                op.op,
+                op.object,
+                op.volume
+                    .as_ref()
+                    .map(|v| format!(" (volume {v})"))
+                    .unwrap_or_default(),
+                op.pg,
+                op.age_ms as f64 / 1000.0,
+                op.stage_text()
+            );
+        }
+    }
     if let Some(m) = &r.monitor {
         println!("  monitor: {m}");
     }
@@ -87,6 +118,9 @@ pub fn print(r: &StatusReport) {
         human_bytes(r.volume_used_bytes),
         r.snapshots
     );
+    if let Some(e) = &r.usage_error {
+        println!("  (stored bytes unknown: an OSD gave no usage: {e})");
+    }
     if r.images > 0 {
         println!(
             "  images:  {} ({} stored)",

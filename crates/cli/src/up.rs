@@ -102,6 +102,11 @@ pub struct UpArgs {
     /// totals only; the bound keeps a scrape's size independent of the volume count).
     #[arg(long, default_value_t = 0)]
     metrics_per_volume: usize,
+    /// Report an OSD operation in flight longer than this many milliseconds as a slow op (a
+    /// warn line, `basalt_osd_slow_ops` and `basalt status --watch`).
+    #[arg(long, default_value_t = basalt_osd::slow::SLOW_OP_THRESHOLD_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    slow_op_ms: u64,
     /// Send the gateway's requests to the in-process OSDs, and the OSDs' replication to
     /// each other, over loopback TCP too, instead of calling their request handlers directly
     /// (to measure or test the data-plane protocol in one process).
@@ -281,9 +286,14 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
     let nbd_tls = args.nbd_tls.load()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
-    let meta: Arc<dyn MetaStore> = Arc::new(
-        EmbeddedMeta::open(&args.data_dir.join("meta.json")).context("open cluster metadata")?,
-    );
+    let meta_latency = Arc::new(basalt_meta::MetaLatency::default());
+    let meta: Arc<dyn MetaStore> = Arc::new(basalt_meta::TimedMeta::new(
+        Arc::new(
+            EmbeddedMeta::open(&args.data_dir.join("meta.json"))
+                .context("open cluster metadata")?,
+        ),
+        meta_latency.clone(),
+    ));
     let pool = match meta.get(&pool_key(POOL_NAME)).await? {
         Some((bytes, _)) => {
             serde_json::from_slice::<PoolRecord>(&bytes).context("decode the pool record")?
@@ -372,6 +382,7 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
         let handle = Osd::start(config, map_rx.clone(), meta.clone())
             .await
             .with_context(|| format!("start osd.{id}"))?;
+        handle.osd.slow.set_threshold_ms(args.slow_op_ms);
         let registration = Registration {
             host: "localhost".into(),
             lease_ttl_secs: LOCAL_LEASE_TTL_SECS,
@@ -487,6 +498,7 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
                 collector.add(&h.osd);
             }
             registry.register_collector(Box::new(collector));
+            registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency.clone())));
             registry.register_collector(Box::new(cluster.collector()));
             registry.register_collector(Box::new(
                 basalt_metrics::frontend::FrontendCollector::new(vec![nbd_stats, nvmf_stats]),

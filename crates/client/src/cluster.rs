@@ -39,6 +39,9 @@ pub struct OsdStats {
     pub pushed_bytes: u64,
 }
 
+/// Bytes of the STAT reply's eleven counter words, before its slow-op list.
+const STAT_WORDS_BYTES: usize = 88;
+
 /// Longest time one object request may take before the client gives up on it.
 pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Longest time one request keeps being retried across map changes (primary failover,
@@ -294,8 +297,12 @@ impl Cluster {
         self.broadcast(Opcode::Flush, ObjectId::new(0, 0)).await
     }
 
-    /// Space and object counts of one OSD's store.
-    pub async fn osd_stats(&self, osd: OsdId) -> Result<OsdStats, ClientError> {
+    /// Space and object counts of one OSD's store, its counters, and the slow operations it
+    /// reports (in flight, or finished lately).
+    pub async fn osd_stats(
+        &self,
+        osd: OsdId,
+    ) -> Result<(OsdStats, Vec<basalt_proto::slowop::SlowOp>), ClientError> {
         let conn = self.connection(osd).await?;
         let header = Header::request(Opcode::Stat, 0, ObjectId::new(0, 0));
         let reply = timed(&conn, conn.start(header, Bytes::new())).await?;
@@ -312,7 +319,13 @@ impl Cluster {
             b.copy_from_slice(w);
             u64::from_le_bytes(b)
         };
-        Ok(OsdStats {
+        // After the eleven counter words: the slow-op list (absent from older OSDs).
+        let slow = reply.payload.get(STAT_WORDS_BYTES..).unwrap_or_default();
+        let slow_ops =
+            basalt_proto::slowop::decode_list(slow).map_err(|e| ClientError::BadReply {
+                reason: format!("STAT reply of osd.{osd}: {e}"),
+            })?;
+        let stats = OsdStats {
             capacity_bytes: word(0),
             used_bytes: word(1),
             slots_total: word(2),
@@ -324,7 +337,8 @@ impl Cluster {
             write_bytes: word(8),
             pushed_objects: word(9),
             pushed_bytes: word(10),
-        })
+        };
+        Ok((stats, slow_ops))
     }
 
     /// Send one request to every OSD that is up and wait for all to succeed; when one fails

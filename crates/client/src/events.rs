@@ -1,7 +1,8 @@
 //! Cluster events (`basalt status --watch`, like `ceph -w`): what changed between two status
-//! reports — OSDs up, down, in, out; PG state changes; recovery starting and finishing.
+//! reports — OSDs up, down, in, out; PG state changes; recovery starting and finishing;
+//! slow operations, each once (OSDs keep reporting them, finished ones for a minute).
 
-use crate::status::StatusReport;
+use crate::status::{SlowOpStatus, StatusReport};
 use std::collections::HashMap;
 
 /// One change between two reports.
@@ -38,6 +39,11 @@ pub enum ClusterEvent {
     MapEpoch {
         epoch: u32,
     },
+    /// An operation an OSD reports slow, not in the previous report.
+    SlowOp {
+        osd: u32,
+        op: SlowOpStatus,
+    },
 }
 
 impl std::fmt::Display for ClusterEvent {
@@ -60,11 +66,35 @@ impl std::fmt::Display for ClusterEvent {
             }
             ClusterEvent::RecoveryFinished => write!(f, "recovery finished"),
             ClusterEvent::MapEpoch { epoch } => write!(f, "map epoch {epoch}"),
+            ClusterEvent::SlowOp { osd, op } => {
+                write!(
+                    f,
+                    "slow op on osd.{osd}: {}{} obj {}",
+                    if op.replica { "replica " } else { "" },
+                    op.op,
+                    op.object
+                )?;
+                if let Some(volume) = &op.volume {
+                    write!(f, " (volume {volume})")?;
+                }
+                write!(
+                    f,
+                    " pg {}, {:.1} s in '{}'",
+                    op.pg,
+                    op.age_ms as f64 / 1000.0,
+                    op.stage_text()
+                )?;
+                if !op.in_flight {
+                    f.write_str(" (finished since)")?;
+                }
+                Ok(())
+            }
         }
     }
 }
 
-/// What changed from `prev` to `next`, OSD events first, then PGs in PG order, recovery last.
+/// What changed from `prev` to `next`, OSD events first, then PGs in PG order, recovery,
+/// then slow operations.
 pub fn events(prev: &StatusReport, next: &StatusReport) -> Vec<ClusterEvent> {
     let mut out = Vec::new();
     if next.map_epoch != prev.map_epoch {
@@ -118,6 +148,22 @@ pub fn events(prev: &StatusReport, next: &StatusReport) -> Vec<ClusterEvent> {
         (n, 0) if n > 0 => out.push(ClusterEvent::RecoveryFinished),
         _ => {}
     }
+    // An operation is known by its OSD, the OSD's run and its id within the run.
+    let seen: std::collections::HashSet<(u32, u64, u64)> = prev
+        .osds
+        .iter()
+        .flat_map(|o| o.slow_ops.iter().map(|op| (o.id, o.incarnation, op.id)))
+        .collect();
+    for o in &next.osds {
+        for op in &o.slow_ops {
+            if !seen.contains(&(o.id, o.incarnation, op.id)) {
+                out.push(ClusterEvent::SlowOp {
+                    osd: o.id,
+                    op: op.clone(),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -142,6 +188,7 @@ mod tests {
                 is_in,
                 incarnation: 0,
                 stats: None,
+                slow_ops: Vec::new(),
                 error: None,
             })
             .collect();
@@ -188,5 +235,37 @@ mod tests {
         let e = events(&b, &a);
         assert!(e.contains(&ClusterEvent::RecoveryFinished), "{e:?}");
         assert!(e.contains(&ClusterEvent::OsdUp { osd: 1 }), "{e:?}");
+    }
+
+    #[test]
+    fn a_slow_op_is_one_event() {
+        // Goal: a slow op appearing in an OSD's report is one event naming the OSD, the
+        // op, its object, volume, PG and stage; the same op in the next report is none.
+        let a = report(&[(0, true, true), (1, true, true)], &[], 0);
+        let mut b = report(&[(0, true, true), (1, true, true)], &[], 0);
+        b.osds[1].slow_ops.push(SlowOpStatus {
+            id: 9,
+            op: "write".into(),
+            replica: false,
+            object: "1000000000003:4".into(),
+            volume: Some("vol".into()),
+            pg: "1.a".into(),
+            stage: "replica".into(),
+            peer: Some(0),
+            age_ms: 6_200,
+            in_flight: true,
+        });
+        let e: Vec<String> = events(&a, &b).iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            e,
+            [
+                "slow op on osd.1: write obj 1000000000003:4 (volume vol) pg 1.a, 6.2 s in \
+              'replica osd.0'"
+            ]
+        );
+        let mut c = report(&[(0, true, true), (1, true, true)], &[], 0);
+        c.osds[1].slow_ops = b.osds[1].slow_ops.clone();
+        c.osds[1].slow_ops[0].age_ms = 9_000;
+        assert!(events(&b, &c).is_empty(), "reported once");
     }
 }

@@ -5,6 +5,7 @@ use crate::cluster::{Cluster, OsdStats};
 use crate::error::ClientError;
 use basalt_meta::schema::{MonitorRecord, PgRecord, MONITOR_KEY, PGS_PREFIX};
 use basalt_placement::{ClusterMap, PoolSpec};
+use basalt_proto::slowop::SlowOp;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -21,8 +22,63 @@ pub struct OsdStatus {
     pub incarnation: u64,
     /// None when the OSD did not answer.
     pub stats: Option<OsdStats>,
+    /// Operations the OSD reports slow: in flight, or finished within the last minute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow_ops: Vec<SlowOpStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// One slow operation of an OSD, as `basalt status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlowOpStatus {
+    /// Unique per OSD run (tells a new slow op from one already seen).
+    pub id: u64,
+    /// `read`, `write`, `trim`, `delete`, ... (lower case opcode).
+    pub op: String,
+    /// A replica applying its primary's mutation (not a client request).
+    #[serde(default)]
+    pub replica: bool,
+    /// `INODE:INDEX` in hex.
+    pub object: String,
+    /// The volume whose head the object belongs to, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    pub pg: String,
+    /// Where it is: `queued`, `layer chain`, `connect`, `store read`, `store write`,
+    /// `wal flush`, `replica`, `push`, `chunks`, `running`.
+    pub stage: String,
+    /// The OSD the stage waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<u32>,
+    /// Time in flight (until the OSD's last scan when it finished since).
+    pub age_ms: u64,
+    pub in_flight: bool,
+}
+
+impl SlowOpStatus {
+    fn of(op: &SlowOp) -> Self {
+        Self {
+            id: op.id,
+            op: format!("{:?}", op.opcode).to_lowercase(),
+            replica: op.replica,
+            object: op.object.to_string(),
+            volume: None,
+            pg: op.pg.to_string(),
+            stage: op.stage.label().to_string(),
+            peer: op.peer,
+            age_ms: op.age_ms,
+            in_flight: op.in_flight,
+        }
+    }
+
+    /// The stage with its peer: `replica osd.3`.
+    pub fn stage_text(&self) -> String {
+        match self.peer {
+            Some(p) => format!("{} osd.{p}", self.stage),
+            None => self.stage.clone(),
+        }
+    }
 }
 
 /// The whole cluster in one report.
@@ -73,6 +129,10 @@ pub struct StatusReport {
     /// Bytes the images hold (one copy).
     #[serde(default)]
     pub image_used_bytes: u64,
+    /// Why the stored bytes of volumes and images are missing (0) from this report: some
+    /// OSD did not answer in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_error: Option<String>,
 }
 
 /// Cluster-wide rates measured between two samples of every OSD's counters.
@@ -193,6 +253,8 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
 
 /// Longest wait for one OSD's counts.
 const STAT_TIMEOUT_MS: u64 = 2_000;
+/// Longest wait for the stored bytes of volumes and images (a USAGE request to every OSD).
+const USAGE_TIMEOUT_MS: u64 = 3_000;
 
 /// Gather a report; with `interval_ms` > 0, sample every OSD's counters twice that far
 /// apart and report client and recovery rates.
@@ -210,41 +272,57 @@ pub async fn gather_with_rates(
     Ok(report)
 }
 
-/// Every OSD of the map, with the counts of those that are up.
+/// Every OSD of the map, with the counts of those that are up; asked all at once, so one
+/// OSD that does not answer costs [`STAT_TIMEOUT_MS`] once, not once per OSD after it.
 async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
     let map = cluster.map();
-    let mut osds = Vec::with_capacity(map.osds.len());
-    for o in map.osds.values() {
-        let (stats, error) = if !o.up {
-            (None, None)
-        } else {
-            let stat = cluster.osd_stats(o.id);
-            match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat)
-                .await
-            {
-                Ok(Ok(s)) => (Some(s), None),
-                Ok(Err(e)) => (None, Some(e.to_string())),
-                Err(_) => (None, Some(format!("no answer in {STAT_TIMEOUT_MS} ms"))),
-            }
-        };
-        osds.push(OsdStatus {
-            id: o.id,
-            host: o.host.clone(),
-            addr: o.addr.clone(),
-            up: o.up && error.is_none(),
-            is_in: o.is_in,
-            incarnation: o.incarnation,
-            stats,
-            error,
-        });
+    futures::future::join_all(map.osds.values().map(|o| osd_status(cluster, o))).await
+}
+
+/// One OSD of the map with its STAT answer (bounded by [`STAT_TIMEOUT_MS`]) when it is up.
+async fn osd_status(cluster: &Cluster, o: &basalt_placement::OsdInfo) -> OsdStatus {
+    let (stats, slow_ops, error) = if !o.up {
+        (None, Vec::new(), None)
+    } else {
+        let stat = cluster.osd_stats(o.id);
+        match tokio::time::timeout(std::time::Duration::from_millis(STAT_TIMEOUT_MS), stat).await {
+            Ok(Ok((s, slow))) => (Some(s), slow.iter().map(SlowOpStatus::of).collect(), None),
+            Ok(Err(e)) => (None, Vec::new(), Some(e.to_string())),
+            Err(_) => (
+                None,
+                Vec::new(),
+                Some(format!("no answer in {STAT_TIMEOUT_MS} ms")),
+            ),
+        }
+    };
+    OsdStatus {
+        id: o.id,
+        host: o.host.clone(),
+        addr: o.addr.clone(),
+        up: o.up && error.is_none(),
+        is_in: o.is_in,
+        incarnation: o.incarnation,
+        stats,
+        slow_ops,
+        error,
     }
-    osds
 }
 
 /// Gather a report by asking every OSD that is up for its store's counts.
 pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
+    gather_with(cluster, true).await
+}
+
+/// A report for `status --watch`: everything events are made of, without the stored bytes
+/// of volumes and images (a USAGE request to every OSD, which a frozen OSD would hold for
+/// its whole bound at every poll).
+pub async fn gather_for_events(cluster: &Cluster) -> Result<StatusReport, ClientError> {
+    gather_with(cluster, false).await
+}
+
+async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport, ClientError> {
     let map = cluster.map();
-    let osds = osd_statuses(cluster).await;
+    let mut osds = osd_statuses(cluster).await;
     let records = pg_records(cluster).await?;
     let pgs = pg_states(&map, &records);
     let count = |state: &str| pgs.iter().filter(|p| p.state == state).count() as u64;
@@ -255,10 +333,40 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
         .and_then(|(v, _)| serde_json::from_slice::<MonitorRecord>(&v).ok())
         .map(|m| m.holder);
     let volumes = cluster.list_volumes().await?;
-    let usage = cluster.volume_usage(&volumes).await?;
+    let heads: HashMap<String, &str> = volumes
+        .iter()
+        .map(|v| (format!("{:x}", v.id), v.name.as_str()))
+        .collect();
+    for op in osds.iter_mut().flat_map(|o| o.slow_ops.iter_mut()) {
+        let inode = op.object.split(':').next().unwrap_or_default();
+        op.volume = heads.get(inode).map(|n| n.to_string());
+    }
+    // Usage asks every OSD that is up: one that is frozen (not yet marked down) would hold
+    // the report for the client's whole retry deadline, so it is bounded and left out.
+    let bound = std::time::Duration::from_millis(USAGE_TIMEOUT_MS);
+    let mut usage_error = (!with_usage).then(|| "not gathered".to_string());
+    let usage = match usage_error {
+        Some(_) => Vec::new(),
+        None => match tokio::time::timeout(bound, cluster.volume_usage(&volumes)).await {
+            Ok(usage) => usage?,
+            Err(_) => {
+                usage_error = Some(format!("no answer in {USAGE_TIMEOUT_MS} ms"));
+                Vec::new()
+            }
+        },
+    };
     let images = cluster.list_images().await?;
     let image_inodes: Vec<_> = images.iter().map(|i| i.inode).collect();
-    let image_usage = cluster.layer_usage(&image_inodes).await?;
+    let image_usage = match usage_error {
+        Some(_) => Vec::new(),
+        None => match tokio::time::timeout(bound, cluster.layer_usage(&image_inodes)).await {
+            Ok(usage) => usage?,
+            Err(_) => {
+                usage_error = Some(format!("no answer in {USAGE_TIMEOUT_MS} ms"));
+                Vec::new()
+            }
+        },
+    };
     Ok(StatusReport {
         map_epoch: map.epoch,
         osds,
@@ -280,5 +388,6 @@ pub async fn gather(cluster: &Cluster) -> Result<StatusReport, ClientError> {
         snapshots: volumes.iter().map(|v| v.snapshots.len() as u64).sum(),
         images: images.len() as u64,
         image_used_bytes: image_usage.iter().map(|u| u.bytes).sum(),
+        usage_error,
     })
 }

@@ -11,6 +11,7 @@ pub mod embedded;
 pub mod etcd;
 pub mod schema;
 pub mod store;
+pub mod timed;
 pub mod url;
 
 #[cfg(test)]
@@ -20,4 +21,5 @@ pub use counter::next_counter;
 pub use embedded::EmbeddedMeta;
 pub use etcd::{EtcdConfig, EtcdMeta, EtcdTls};
 pub use store::{LeaseId, MetaError, MetaStore, Revision, WatchEvent, WatchReceiver};
+pub use timed::{MetaCollector, MetaLatency, MetaOp, TimedMeta};
 pub use url::{connect_meta, connect_meta_with, parse_meta_url, MetaAccess};

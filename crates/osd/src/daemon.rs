@@ -169,6 +169,8 @@ pub struct Osd {
     pub(crate) recovery: RecoveryConfig,
     /// Operation counters (STAT replies, `/metrics`).
     pub counters: crate::metrics::OsdCounters,
+    /// Operations in flight, for slow-op detection.
+    pub slow: Arc<crate::slow::InFlight>,
     started: Instant,
     /// Milliseconds since `started` of the last client request (recovery yields to them).
     last_client_op_ms: AtomicU64,
@@ -339,6 +341,7 @@ impl Osd {
             stripes: Default::default(),
             recovery: config.recovery,
             counters: Default::default(),
+            slow: Default::default(),
             started: Instant::now(),
             last_client_op_ms: AtomicU64::new(0),
             lease_renewed_ms: AtomicU64::new(0),
@@ -361,6 +364,7 @@ impl Osd {
             .await
             .map_err(OsdError::Meta)?;
         let flusher = tokio::spawn(background_flush(osd.clone(), stop_rx.clone()));
+        let slow_ops = tokio::spawn(crate::slow::watch_slow_ops(osd.clone(), stop_rx.clone()));
         let intervals = tokio::spawn(crate::peering::follow_intervals(
             osd.clone(),
             stop_rx.clone(),
@@ -381,6 +385,7 @@ impl Osd {
             task,
             flusher,
             intervals,
+            slow_ops,
         })
     }
 }
@@ -509,6 +514,8 @@ pub struct OsdHandle {
     task: tokio::task::JoinHandle<()>,
     flusher: tokio::task::JoinHandle<()>,
     intervals: tokio::task::JoinHandle<()>,
+    /// The slow-op scanner (it holds the OSD, hence the store, until it ends).
+    slow_ops: tokio::task::JoinHandle<()>,
 }
 
 impl OsdHandle {
@@ -518,6 +525,7 @@ impl OsdHandle {
         let _ = self.task.await;
         let _ = self.flusher.await;
         let _ = self.intervals.await;
+        let _ = self.slow_ops.await;
         self.osd.peers.clear();
         let osd = self.osd;
         let store = osd.store.clone();

@@ -180,6 +180,7 @@ async fn wait(
     peer: OsdId,
     p: basalt_client::conn::Pending,
 ) -> Result<basalt_client::Reply, Status> {
+    crate::slow::stage(basalt_proto::slowop::SlowStage::Chunks, Some(peer));
     match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
         Ok(Ok(r)) if r.header.status == Status::Ok => Ok(r),
         Ok(Ok(r)) => Err(r.header.status),
@@ -1289,6 +1290,7 @@ const EC_RECOVERY_RETRY_MS: u64 = 1_000;
 /// chunks name every stripe), and decode-and-repair each stripe under its lock. Clears the
 /// behind positions and records the PG clean when done; runs while the interval lasts.
 pub(crate) async fn recover(osd: Arc<Osd>, pg: PgId, generation: u64) {
+    let _recovering = osd.counters.recovering();
     // Bound: rounds go on while the interval lasts; each failed one waits EC_RECOVERY_RETRY_MS.
     while crate::recovery::still_active(&osd, pg, generation) && !osd.stopping() {
         match recover_round(&osd, pg, generation).await {

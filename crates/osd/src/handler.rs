@@ -8,12 +8,14 @@
 use crate::daemon::Osd;
 use crate::layers::{first_holder, LayerError};
 use crate::metrics::OsdCounters;
-use crate::recovery::{apply_image, push_object, read_image};
+use crate::recovery::{apply_image, push_object, read_image, PushKind};
+use crate::slow::OpGuard;
 use basalt_client::frame_io::{read_frame, write_frames};
 use basalt_client::{LocalHandler, ReplySink};
 use basalt_metrics::LatencyHistogram;
 use basalt_placement::ClusterMap;
 use basalt_proto::image::put_list_entry;
+use basalt_proto::slowop::SlowStage;
 use basalt_proto::{
     inode_pool, Flags, Header, InodeId, ObjectId, ObjectImage, Opcode, PgId, Status, Version,
     LIST_ENTRY_BYTES, LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
@@ -24,6 +26,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// Bytes of the STAT reply's counters (eleven u64) before its slow-op list.
+pub const STAT_WORDS_BYTES: usize = 88;
 
 /// Requests one connection may have in progress; the reader stops reading past this.
 const MAX_IN_FLIGHT_PER_CONN: usize = 1024;
@@ -90,10 +95,27 @@ pub async fn serve_connection<R, W>(
     let _ = writer.await;
 }
 
-/// Run `fut` in its own task and send its reply; the permit is held until then. The delay
-/// before the task starts goes to `queue_wait`.
-fn spawn_reply<F>(
+/// A request about to be queued for its own task: its queue-wait histogram and its slot in
+/// the in-flight table (stage `queued`).
+pub(crate) struct Queued {
     queue_wait: LatencyHistogram,
+    op: OpGuard,
+}
+
+impl Queued {
+    pub(crate) fn new(osd: &Osd, h: &Header) -> Self {
+        Self {
+            queue_wait: osd.counters.latency.queue_wait.clone(),
+            op: osd.slow.start(h, SlowStage::Queued),
+        }
+    }
+}
+
+/// Run `fut` in its own task and send its reply; the permit is held until then. The delay
+/// before the task starts goes to `queue_wait`; the operation is watched for slowness until
+/// it is answered.
+fn spawn_reply<F>(
+    queued: Queued,
     sink: ReplySink,
     h: Header,
     permit: Option<OwnedSemaphorePermit>,
@@ -101,14 +123,16 @@ fn spawn_reply<F>(
 ) where
     F: std::future::Future<Output = (Status, Bytes)> + Send + 'static,
 {
-    let queued = Instant::now();
-    tokio::spawn(async move {
-        queue_wait.observe_since(queued);
+    let since = Instant::now();
+    let Queued { queue_wait, op } = queued;
+    tokio::spawn(crate::slow::scope(op, async move {
+        queue_wait.observe_since(since);
         drop(queue_wait);
+        crate::slow::stage(SlowStage::Running, None);
         let (status, data) = fut.await;
         sink.send(h.reply(status), data);
         drop(permit);
-    });
+    }));
 }
 
 /// Run one request. Replica mutations are applied here, in arrival order, so replicas apply a
@@ -127,40 +151,26 @@ pub(crate) fn dispatch(
         Opcode::Stat => sink.send(h.reply(Status::Ok), stat(osd)),
         Opcode::Usage => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move {
-                    let store = osd.store.clone();
-                    match osd.store_call(move || Ok(usage(&store, &payload))).await {
-                        Ok(Some(out)) => (Status::Ok, out),
-                        Ok(None) => (Status::Invalid, Bytes::new()),
-                        Err(e) => (status_of(&e), Bytes::new()),
-                    }
-                },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                let store = osd.store.clone();
+                match osd.store_call(move || Ok(usage(&store, &payload))).await {
+                    Ok(Some(out)) => (Status::Ok, out),
+                    Ok(None) => (Status::Invalid, Bytes::new()),
+                    Err(e) => (status_of(&e), Bytes::new()),
+                }
+            });
         }
         Opcode::Flush => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move { (flush(&osd).await, Bytes::new()) },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                (flush(&osd).await, Bytes::new())
+            });
         }
         Opcode::Purge => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move { (purge(&osd, h).await, Bytes::new()) },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                (purge(&osd, h).await, Bytes::new())
+            });
         }
         // Recovery messages come only from peer OSDs: a LIST also seals the PG, which a
         // stray client request must not be able to do.
@@ -196,13 +206,9 @@ pub(crate) fn dispatch(
         Opcode::Scrub if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move { crate::scrub::scrub(&osd, h).await },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                crate::scrub::scrub(&osd, h).await
+            });
         }
         // Erasure-coded PGs have their own client paths; object classes are not served
         // there (yet): refused, never half done.
@@ -211,13 +217,9 @@ pub(crate) fn dispatch(
         }
         Opcode::CopyUp if !replica && crate::ec::is_ec(osd, h.pg) => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move { (crate::ec::client_copy_up(&osd, h).await, Bytes::new()) },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                (crate::ec::client_copy_up(&osd, h).await, Bytes::new())
+            });
         }
         Opcode::Read | Opcode::Allocation | Opcode::Write | Opcode::Trim | Opcode::Delete
             if !replica && crate::ec::is_ec(osd, h.pg) =>
@@ -225,19 +227,18 @@ pub(crate) fn dispatch(
             ec_client_request(osd, h, payload, sink, permit);
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete | Opcode::Push if replica => {
+            // Applied inline, in arrival order: watched for slowness while it runs.
+            let op = osd.slow.start(&h, SlowStage::StoreWrite);
             let status = replica_apply(osd, &h, &payload);
+            drop(op);
             if status == Status::Ok {
                 OsdCounters::add(&osd.counters.replica_ops, 1);
             }
             if status == Status::Ok && h.flags.has(Flags::FUA) {
                 let osd = osd.clone();
-                spawn_reply(
-                    osd.counters.latency.queue_wait.clone(),
-                    sink,
-                    h,
-                    permit,
-                    async move { (flush(&osd).await, Bytes::new()) },
-                );
+                spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                    (flush(&osd).await, Bytes::new())
+                });
             } else {
                 sink.send(h.reply(status), Bytes::new());
             }
@@ -246,40 +247,26 @@ pub(crate) fn dispatch(
         Opcode::CopyUp if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::CopyUp => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move { (primary_copy_up(&osd, h).await, Bytes::new()) },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                (primary_copy_up(&osd, h).await, Bytes::new())
+            });
         }
         Opcode::Fence if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Fence => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move {
-                    osd.layers.fence(h.object.inode).await;
-                    tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
-                    (Status::Ok, Bytes::new())
-                },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                osd.layers.fence(h.object.inode).await;
+                tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
+                (Status::Ok, Bytes::new())
+            });
         }
         // Object classes run on the primary only; replicas get their effect as plain writes.
         Opcode::Call if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Call => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move { crate::kv::call(&osd, h, payload).await },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                crate::kv::call(&osd, h, payload).await
+            });
         }
         Opcode::Read | Opcode::Allocation => {
             if let Err(status) = primary_gate(osd, &h) {
@@ -307,22 +294,16 @@ pub(crate) fn dispatch(
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete => {
             let osd = osd.clone();
-            spawn_reply(
-                osd.counters.latency.queue_wait.clone(),
-                sink,
-                h,
-                permit,
-                async move {
-                    let bytes = payload.len() as u64;
-                    let status = primary_mutation(&osd, h, payload).await;
-                    if status == Status::Ok {
-                        osd.counters.write(h.pg.pool, bytes);
-                    } else {
-                        osd.counters.error(status);
-                    }
-                    (status, Bytes::new())
-                },
-            );
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                let bytes = payload.len() as u64;
+                let status = primary_mutation(&osd, h, payload).await;
+                if status == Status::Ok {
+                    osd.counters.write(h.pg.pool, bytes);
+                } else {
+                    osd.counters.error(status);
+                }
+                (status, Bytes::new())
+            });
         }
     }
 }
@@ -336,37 +317,31 @@ fn ec_client_request(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let osd = osd.clone();
-    spawn_reply(
-        osd.counters.latency.queue_wait.clone(),
-        sink,
-        h,
-        permit,
-        async move {
-            let c = &osd.counters;
-            match h.opcode {
-                Opcode::Read => {
-                    let (status, data) = crate::ec::client_read(&osd, h).await;
-                    if status == Status::Ok {
-                        c.read(h.pg.pool, data.len() as u64);
-                    } else {
-                        c.error(status);
-                    }
-                    (status, data)
+    spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+        let c = &osd.counters;
+        match h.opcode {
+            Opcode::Read => {
+                let (status, data) = crate::ec::client_read(&osd, h).await;
+                if status == Status::Ok {
+                    c.read(h.pg.pool, data.len() as u64);
+                } else {
+                    c.error(status);
                 }
-                Opcode::Allocation => crate::ec::client_allocation(&osd, &h),
-                _ => {
-                    let bytes = payload.len() as u64;
-                    let status = crate::ec::client_mutation(&osd, h, payload).await;
-                    if status == Status::Ok {
-                        c.write(h.pg.pool, bytes);
-                    } else {
-                        c.error(status);
-                    }
-                    (status, Bytes::new())
-                }
+                (status, data)
             }
-        },
-    );
+            Opcode::Allocation => crate::ec::client_allocation(&osd, &h),
+            _ => {
+                let bytes = payload.len() as u64;
+                let status = crate::ec::client_mutation(&osd, h, payload).await;
+                if status == Status::Ok {
+                    c.write(h.pg.pool, bytes);
+                } else {
+                    c.error(status);
+                }
+                (status, Bytes::new())
+            }
+        }
+    });
 }
 
 /// Serve a client READ or ALLOCATION from the first layer of the chain holding the object
@@ -389,7 +364,9 @@ fn serve_read(
         sink.send(h.reply(status), data);
         return;
     }
+    let op = osd.slow.start(&h, SlowStage::StoreRead);
     let (status, data) = read(osd, &src);
+    drop(op);
     if status == Status::Ok {
         osd.counters.read(h.pg.pool, data.len() as u64);
     }
@@ -397,13 +374,9 @@ fn serve_read(
         // Our copy is damaged (or unreadable): serve a replica's copy instead of an error
         // when one is good. Never serve the damaged bytes.
         let osd = osd.clone();
-        spawn_reply(
-            osd.counters.latency.queue_wait.clone(),
-            sink,
-            h,
-            permit,
-            async move { read_from_replicas(&osd, src).await },
-        );
+        spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+            read_from_replicas(&osd, src).await
+        });
         return;
     }
     sink.send(h.reply(status), data);
@@ -496,10 +469,14 @@ fn in_object(osd: &Osd, h: &Header) -> bool {
     h.offset as u64 + h.length as u64 <= os
 }
 
-/// STAT: the store's five counts, then the OSD's operation counters (see `OsdStats`).
+/// STAT: the store's five counts, then the OSD's operation counters (see `OsdStats`), then
+/// its slow operations (a count and fixed-size entries, `basalt_proto::slowop`).
 fn stat(osd: &Osd) -> Bytes {
     let st = osd.store.stats();
-    let mut out = BytesMut::with_capacity(88);
+    let slow = osd.slow.report();
+    let mut out = BytesMut::with_capacity(
+        STAT_WORDS_BYTES + 4 + slow.len() * basalt_proto::slowop::SLOW_OP_BYTES,
+    );
     let store = [
         st.capacity_bytes,
         st.used_bytes,
@@ -510,6 +487,8 @@ fn stat(osd: &Osd) -> Bytes {
     for v in store.into_iter().chain(osd.counters.stat_words()) {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    debug_assert_eq!(out.len(), STAT_WORDS_BYTES);
+    basalt_proto::slowop::encode_list(&slow, &mut out);
     out.freeze()
 }
 
@@ -550,6 +529,7 @@ fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
         return (Status::Invalid, Bytes::new());
     }
     let mut buf = BytesMut::zeroed(h.length as usize);
+    crate::slow::stage(SlowStage::StoreRead, None);
     let start = Instant::now();
     let result = osd.store.read(h.object, h.offset, &mut buf);
     osd.counters.latency.store_read.observe_since(start);
@@ -606,6 +586,7 @@ fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
 
 pub(crate) async fn flush(osd: &Arc<Osd>) -> Status {
     let store = osd.store.clone();
+    crate::slow::stage(SlowStage::WalFlush, None);
     let start = Instant::now();
     let result = osd.store_call(move || store.flush()).await;
     osd.counters.latency.store_flush.observe_since(start);
@@ -710,6 +691,7 @@ pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> 
     {
         return Status::Invalid;
     }
+    crate::slow::stage(SlowStage::StoreWrite, None);
     let start = Instant::now();
     let result = match h.opcode {
         Opcode::Write => osd.store.write(h.object, h.offset, payload, version),
@@ -786,6 +768,7 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
 
 /// As primary: order the mutation, apply it locally, replicate it, and wait for every replica.
 async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
+    crate::slow::stage(SlowStage::LayerChain, None);
     let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
         Ok(chain) => chain,
         Err(e) => return layer_status(osd, &h, &e),
@@ -807,6 +790,7 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
 /// COPYUP: if the layer lacks the object and an ancestor holds it, copy the nearest
 /// holder's object into the layer as one whole-object write, replicated like any write.
 async fn primary_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
+    crate::slow::stage(SlowStage::LayerChain, None);
     let chain = match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
         Ok(chain) => chain,
         Err(e) => return layer_status(osd, &h, &e),
@@ -944,6 +928,7 @@ pub(crate) async fn replicate<T>(
 ) -> Result<T, Status> {
     // Held until the mutation is answered, so a FENCE returns only after it finished.
     let _fence = osd.layers.enter().await;
+    crate::slow::stage(SlowStage::Running, None);
     primary_gate(osd, h)?;
     if refuse_frozen && osd.layers.is_frozen(h.object.inode) {
         return Err(Status::Frozen);
@@ -962,6 +947,7 @@ pub(crate) async fn replicate<T>(
             Ok(info) => info.addr.clone(),
             Err(_) => return Err(Status::Unavailable),
         };
+        crate::slow::stage(SlowStage::Connect, Some(peer));
         match osd.peers.get(peer, &addr).await {
             Ok(conn) => replicas.push((peer, conn)),
             Err(e) => {
@@ -1031,6 +1017,7 @@ pub(crate) async fn replicate<T>(
     let mut status = Status::Ok;
     let sent = (!pending.is_empty()).then(Instant::now);
     for (peer, conn, p) in pending {
+        crate::slow::stage(SlowStage::Replica, Some(peer));
         let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
             Ok(Ok(r)) => r.header.status,
             Ok(Err(e)) => {
@@ -1048,7 +1035,8 @@ pub(crate) async fn replicate<T>(
         };
         let reply_status = if reply_status == Status::Stale {
             // The replica's copy is behind (it is recovering): send it the whole object.
-            push_object(osd, h.pg, interval, h.object, &conn, fua).await
+            crate::slow::stage(SlowStage::Push, Some(peer));
+            push_object(osd, h.pg, interval, h.object, &conn, fua, PushKind::Stale).await
         } else {
             reply_status
         };

@@ -20,6 +20,7 @@ pub mod pg;
 pub mod process;
 pub mod recovery;
 mod scrub;
+pub mod slow;
 pub mod stray;
 
 /// Target of the trace events a checker can follow to verify, from outside, what the OSDs

@@ -4,9 +4,10 @@
 
 use crate::daemon::Osd;
 use crate::pg::PgPhase;
+use crate::recovery::PushKind;
 use basalt_metrics::prometheus_client::collector::Collector;
 use basalt_metrics::prometheus_client::encoding::DescriptorEncoder;
-use basalt_metrics::{counter, family, gauge, Kind, LatencyHistogram};
+use basalt_metrics::{counter, family, gauge, gauge_f64, Kind, LatencyHistogram};
 use basalt_proto::{PoolId, Status};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -17,6 +18,8 @@ pub const MAX_POOLS_LABELLED: usize = 64;
 
 /// Reply statuses (`Status as u8`), for errors by kind.
 const STATUSES: usize = Status::Denied as usize + 1;
+/// Kinds of whole-object pushes.
+const PUSH_KINDS: usize = PushKind::ALL.len();
 
 /// Monotonic counters since the OSD started. Relaxed atomics: they are statistics.
 #[derive(Default, Debug)]
@@ -36,6 +39,11 @@ pub struct OsdCounters {
     /// Objects pushed to replicas (recovery and stale copies), and their bytes.
     pub pushed_objects: AtomicU64,
     pub pushed_bytes: AtomicU64,
+    /// The same pushes by why they were made (index: [`PushKind`] order).
+    push_objects: [AtomicU64; PUSH_KINDS],
+    push_bytes: [AtomicU64; PUSH_KINDS],
+    /// PGs whose recovery (or backfill) runs on this OSD as primary now.
+    recovering_pgs: AtomicU64,
     /// Objects pulled from an authoritative copy while peering.
     pub pulled_objects: AtomicU64,
     /// Object-class calls (KV table updates, gets and lists) received as primary, and those
@@ -102,6 +110,28 @@ impl OsdCounters {
         Self::add(&p.write_bytes, bytes);
     }
 
+    /// A whole object of `bytes` pushed to a replica for `kind`.
+    pub fn pushed(&self, kind: PushKind, bytes: u64) {
+        Self::add(&self.pushed_objects, 1);
+        Self::add(&self.pushed_bytes, bytes);
+        Self::add(&self.push_objects[kind as usize], 1);
+        Self::add(&self.push_bytes[kind as usize], bytes);
+    }
+
+    /// Objects and bytes pushed for `kind` since start.
+    pub fn pushes(&self, kind: PushKind) -> (u64, u64) {
+        (
+            Self::get(&self.push_objects[kind as usize]),
+            Self::get(&self.push_bytes[kind as usize]),
+        )
+    }
+
+    /// Count a PG as recovering until the guard drops.
+    pub(crate) fn recovering(&self) -> RecoveringPg<'_> {
+        Self::add(&self.recovering_pgs, 1);
+        RecoveringPg(&self.recovering_pgs)
+    }
+
     /// The counters in STAT reply order (after the store's five words).
     pub fn stat_words(&self) -> [u64; 6] {
         [
@@ -112,6 +142,15 @@ impl OsdCounters {
             Self::get(&self.pushed_objects),
             Self::get(&self.pushed_bytes),
         ]
+    }
+}
+
+/// A PG counted in `recovering_pgs` while it lives.
+pub(crate) struct RecoveringPg<'a>(&'a AtomicU64);
+
+impl Drop for RecoveringPg<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -217,7 +256,7 @@ impl Collector for OsdCollector {
 type CounterField = fn(&OsdCounters) -> &AtomicU64;
 type PoolField = fn(&PoolOps) -> &AtomicU64;
 type LatencyField = fn(&OsdLatency) -> &LatencyHistogram;
-type GaugeField = fn(&Osd, &basalt_store::StoreStats) -> u64;
+type GaugeField = fn(&Osd, &(basalt_store::StoreStats, basalt_store::WalStats)) -> u64;
 type AuthField = fn(&crate::auth::AuthCounters) -> &AtomicU64;
 
 /// Every OSD family, a sample per OSD of `osds`.
@@ -297,6 +336,62 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 })
         }),
     )?;
+    for (name, help, bytes) in [
+        (
+            "push_objects",
+            "Objects pushed whole to replicas, by kind: recovery, backfill, stale, repair",
+            false,
+        ),
+        (
+            "push_bytes",
+            "Bytes pushed to replicas, by kind: recovery, backfill, stale, repair",
+            true,
+        ),
+    ] {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Counter,
+            osds.iter().flat_map(|o| {
+                PushKind::ALL.into_iter().map(move |k| {
+                    let (objects, b) = o.counters.pushes(k);
+                    (
+                        [("osd", o.id.to_string()), ("kind", k.label().into())],
+                        counter(if bytes { b } else { objects }),
+                    )
+                })
+            }),
+        )?;
+    }
+    family(
+        enc,
+        "basalt_osd_slow_ops",
+        "Operations in flight longer than the slow-op threshold (at the last scan)",
+        Kind::Gauge,
+        osds.iter()
+            .map(|o| ([("osd", o.id)], gauge(o.slow.slow_now() as i64))),
+    )?;
+    family(
+        enc,
+        "basalt_osd_slow_ops_found",
+        "Operations found slow (each counted once)",
+        Kind::Counter,
+        osds.iter()
+            .map(|o| ([("osd", o.id)], counter(o.slow.slow_total()))),
+    )?;
+    family(
+        enc,
+        "basalt_osd_slow_op_threshold_seconds",
+        "Age at which an operation is reported slow",
+        Kind::Gauge,
+        osds.iter().map(|o| {
+            (
+                [("osd", o.id)],
+                gauge_f64(o.slow.threshold_ms() as f64 / 1000.0),
+            )
+        }),
+    )?;
     let pool_counters: [(&str, &str, PoolField); 4] = [
         (
             "pool_reads",
@@ -373,15 +468,37 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 .map(|o| ([("osd", o.id)], field(&o.counters.latency).clone())),
         )?;
     }
-    let stats: Vec<_> = osds.iter().map(|o| o.store.stats()).collect();
-    let gauges: [(&str, &str, GaugeField); 6] = [
+    let stats: Vec<_> = osds
+        .iter()
+        .map(|o| (o.store.stats(), o.store.wal_stats()))
+        .collect();
+    let gauges: [(&str, &str, GaugeField); 11] = [
         ("capacity_bytes", "Size of the store file", |_, s| {
-            s.capacity_bytes
+            s.0.capacity_bytes
         }),
         ("used_bytes", "Bytes in allocated blocks", |_, s| {
-            s.used_bytes
+            s.0.used_bytes
         }),
-        ("objects", "Objects in the store", |_, s| s.objects),
+        ("objects", "Objects in the store", |_, s| s.0.objects),
+        ("slots", "Object slots of the store", |_, s| s.0.slots_total),
+        ("free_slots", "Object slots holding no object", |_, s| {
+            s.0.slots_free
+        }),
+        (
+            "wal_used_bytes",
+            "Live bytes of the write-ahead log (since the last checkpoint)",
+            |_, s| s.1.used_bytes,
+        ),
+        (
+            "wal_capacity_bytes",
+            "Size of the write-ahead log",
+            |_, s| s.1.capacity_bytes,
+        ),
+        (
+            "degraded_pgs",
+            "PGs this OSD is primary of with a replica being recovered or backfilled",
+            |o, _| OsdCounters::get(&o.counters.recovering_pgs),
+        ),
         (
             "unflushed_bytes",
             "Bytes written but not yet durable",
@@ -407,6 +524,26 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 .map(|(o, s)| ([("osd", o.id)], gauge(value(o, s) as i64))),
         )?;
     }
+    family(
+        enc,
+        "basalt_osd_checkpoint_age_seconds",
+        "Time since the store's last checkpoint (or since it opened)",
+        Kind::Gauge,
+        osds.iter().zip(&stats).map(|(o, s)| {
+            (
+                [("osd", o.id)],
+                gauge_f64(s.1.checkpoint_age_ms as f64 / 1000.0),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "basalt_osd_undersized_pgs",
+        "Active PGs this OSD is primary of with fewer members than the pool's size",
+        Kind::Gauge,
+        osds.iter()
+            .map(|o| ([("osd", o.id)], gauge(undersized_pgs(o)))),
+    )?;
     let auth: [(&str, &str, AuthField); 3] = [
         ("auth_accepted", "Data-plane handshakes accepted", |a| {
             &a.accepted
@@ -466,6 +603,26 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 })
         }),
     )
+}
+
+/// Active PGs `osd` is primary of whose acting set is smaller than their pool's size.
+fn undersized_pgs(osd: &Osd) -> i64 {
+    let map = osd.map();
+    let mut n = 0;
+    for (pg, e) in osd.pgs.snapshot() {
+        let Some(pool) = map.pools.get(&pg.pool) else {
+            continue;
+        };
+        let members = e
+            .acting
+            .iter()
+            .filter(|(o, _)| *o != basalt_placement::NO_OSD)
+            .count();
+        if e.phase == PgPhase::Active && (members as u32) < pool.size {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// PGs of `osd` by phase: replica, peering, active, incomplete.

@@ -123,6 +123,38 @@ pub(crate) fn apply_image_or_delete(
     }
 }
 
+/// Why an object is pushed whole to a replica (counted apart in `/metrics`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushKind {
+    /// Recovery of a replica that holds an older state of the PG (a returning OSD).
+    Recovery,
+    /// Backfill of a replica that held nothing of the PG (a new or emptied OSD).
+    Backfill,
+    /// A client write found the replica's copy stale (it is being recovered).
+    Stale,
+    /// Scrub repaired a damaged or differing copy.
+    Repair,
+}
+
+impl PushKind {
+    pub const ALL: [PushKind; 4] = [
+        PushKind::Recovery,
+        PushKind::Backfill,
+        PushKind::Stale,
+        PushKind::Repair,
+    ];
+
+    /// The `kind` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            PushKind::Recovery => "recovery",
+            PushKind::Backfill => "backfill",
+            PushKind::Stale => "stale",
+            PushKind::Repair => "repair",
+        }
+    }
+}
+
 /// Push the primary's current copy of `obj` to a replica, queued under the PG lock so it is
 /// ordered with the PG's writes; only while this OSD is still the active primary of
 /// `interval`. Returns the replica's answer.
@@ -133,6 +165,7 @@ pub(crate) async fn push_object(
     obj: ObjectId,
     conn: &Connection,
     fua: bool,
+    kind: PushKind,
 ) -> Status {
     let pending = {
         let shard = osd.pgs.shard(pg).lock().expect("pg shard lock");
@@ -148,8 +181,7 @@ pub(crate) async fn push_object(
                 return crate::handler::status_of(&e);
             }
         };
-        crate::metrics::OsdCounters::add(&osd.counters.pushed_objects, 1);
-        crate::metrics::OsdCounters::add(&osd.counters.pushed_bytes, payload.len() as u64);
+        osd.counters.pushed(kind, payload.len() as u64);
         let mut h = Header::request(Opcode::Push, 0, obj);
         h.flags = Flags(Flags::REPLICA | if fua { Flags::FUA } else { 0 });
         h.version = version;
@@ -263,6 +295,7 @@ pub(crate) async fn recover_pg(
     behind: Vec<(OsdId, u64)>,
 ) {
     let mut left = behind;
+    let _recovering = osd.counters.recovering();
     // Bound: retries go on while the interval lasts; each round waits RECOVERY_RETRY_MS.
     while !left.is_empty() && still_active(&osd, pg, generation) && !osd.stopping() {
         let mut still_behind = Vec::new();
@@ -315,11 +348,19 @@ async fn recover_replica(
             source,
         })?;
     let mut last_progress = tokio::time::Instant::now();
+    // A replica that held nothing of the PG at the first look is backfilled; one that held
+    // an older state is recovered.
+    let mut kind = None;
     for _ in 0..RECOVERY_ROUNDS_MAX {
         if !still_active(osd, pg, generation) {
             return Ok(false);
         }
         let theirs = list_remote(&conn, pg, interval, incarnation).await?;
+        let kind = *kind.get_or_insert(if theirs.is_empty() {
+            PushKind::Backfill
+        } else {
+            PushKind::Recovery
+        });
         let ours = list_local(osd, pg);
         let todo = diff(&ours, &theirs);
         if todo.is_empty() {
@@ -332,7 +373,7 @@ async fn recover_replica(
             if !still_active(osd, pg, generation) {
                 return Ok(false);
             }
-            let status = push_object(osd, pg, interval, obj, &conn, false).await;
+            let status = push_object(osd, pg, interval, obj, &conn, false, kind).await;
             if status != Status::Ok {
                 return Err(PgError::PeerStatus {
                     op: "PUSH",

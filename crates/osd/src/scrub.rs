@@ -14,7 +14,7 @@
 use crate::daemon::Osd;
 use crate::ec::EcPg;
 use crate::handler::{local_list, REPLICA_TIMEOUT};
-use crate::recovery::{apply_image, push_object, read_image};
+use crate::recovery::{apply_image, push_object, read_image, PushKind};
 use basalt_placement::NO_OSD;
 use basalt_proto::{
     Flags, Header, ObjectId, ObjectImage, Opcode, PgId, Status, Version, SCRUB_BATCH_OBJECTS,
@@ -142,7 +142,10 @@ async fn scrub_replicated(
         for i in verdicts.bad {
             let (peer, conn) = &conns[i];
             tracing::warn!(osd = osd.id, %pg, %obj, peer, "scrub: repairing the replica's copy");
-            if !fixed || push_object(osd, pg, interval, obj, conn, false).await != Status::Ok {
+            if !fixed
+                || push_object(osd, pg, interval, obj, conn, false, PushKind::Repair).await
+                    != Status::Ok
+            {
                 fixed = false;
             }
         }

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod image;
 pub mod kv;
 pub mod size;
+pub mod slowop;
 
 pub use frame::{
     DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, LIST_ENTRY_BYTES, LIST_MAX_ENTRIES,

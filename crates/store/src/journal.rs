@@ -53,6 +53,12 @@ impl WalBuffer {
         self.next_lsn - 1
     }
 
+    /// Bytes of live log (from the replay position to the newest appended record,
+    /// pending ones included) and the WAL's size.
+    pub fn fill(&self) -> (u64, u64) {
+        (self.head_pos - self.tail_pos, self.wal_bytes)
+    }
+
     /// Bytes appended but not yet handed to the leader.
     pub fn pending_bytes(&self) -> u64 {
         self.pending.len() as u64
@@ -407,6 +413,8 @@ impl Store {
         leader.checkpoint_image = image;
         result?;
         leader.checkpoint_seq = seq;
+        self.last_checkpoint_ms
+            .store(self.opened_ms(), Ordering::Relaxed);
         let last_lsn = header.next_lsn - 1;
         leader.prev_batch_last_lsn = last_lsn;
         lock(&self.wal).tail_pos = header.wal_pos;

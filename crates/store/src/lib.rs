@@ -27,5 +27,5 @@ pub use options::{
     StoreOptions, BLOCK_BYTES, DEFAULT_CAPACITY_BYTES, DEFAULT_OBJECT_BYTES, MAX_AUTO_WAL_BYTES,
     MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES, MIN_WAL_BYTES,
 };
-pub use store::{Store, StoreStats};
+pub use store::{Store, StoreStats, WalStats};
 pub use superblock::{Layout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};

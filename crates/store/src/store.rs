@@ -66,6 +66,23 @@ pub struct Store {
     /// Mirror of the WAL buffer's pending bytes, read without its lock.
     pub(crate) unflushed_bytes: AtomicU64,
     unflushed_limit_bytes: u64,
+    /// When the store was opened, and milliseconds after it of the last checkpoint (0: none
+    /// this run), read without the leader's lock (which a flush holds across fdatasync).
+    opened: std::time::Instant,
+    pub(crate) last_checkpoint_ms: AtomicU64,
+}
+
+/// How full the write-ahead log is, and how old its last checkpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Bytes of the log a replay would read: from the last checkpoint's position to the
+    /// newest appended record. A checkpoint empties it.
+    pub used_bytes: u64,
+    /// Size of the WAL region.
+    pub capacity_bytes: u64,
+    /// Milliseconds since the last checkpoint of this run, or since the store was opened
+    /// when there was none yet.
+    pub checkpoint_age_ms: u64,
 }
 
 impl Store {
@@ -120,6 +137,8 @@ impl Store {
             durable_lsn: AtomicU64::new(durable_lsn),
             unflushed_bytes: AtomicU64::new(0),
             unflushed_limit_bytes: (layout.wal_bytes / 8).min(UNFLUSHED_LIMIT_MAX_BYTES),
+            opened: std::time::Instant::now(),
+            last_checkpoint_ms: AtomicU64::new(0),
         }
     }
 
@@ -360,6 +379,23 @@ impl Store {
             slots_free: slots - index.object_count(),
             objects: index.object_count(),
         }
+    }
+
+    /// Fill of the WAL and age of the last checkpoint (takes the WAL buffer's lock briefly).
+    pub fn wal_stats(&self) -> WalStats {
+        let (used_bytes, capacity_bytes) = lock(&self.wal).fill();
+        let now_ms = self.opened.elapsed().as_millis() as u64;
+        WalStats {
+            used_bytes,
+            capacity_bytes,
+            checkpoint_age_ms: now_ms
+                .saturating_sub(self.last_checkpoint_ms.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Milliseconds since the store was opened (checkpoint stamps).
+    pub(crate) fn opened_ms(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
     }
 
     /// Checkpoint and sync, so the next open replays nothing.

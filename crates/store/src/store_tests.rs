@@ -162,3 +162,31 @@ fn freed_slots_are_reused_once_confirmed() {
     store.read(A, 0, &mut buf).expect("read");
     assert_eq!(buf, whole);
 }
+
+#[test]
+fn wal_stats_follow_writes_and_checkpoints() {
+    // Goal: the WAL's used bytes grow with writes, never pass its size, fall back at a
+    // checkpoint; the checkpoint age restarts at a checkpoint.
+    let dir = scratch();
+    let store = Store::create(&dir.path().join("store"), &opts()).expect("create");
+    let before = store.wal_stats();
+    assert_eq!(before.capacity_bytes, store.layout().wal_bytes);
+    for i in 0..8u64 {
+        store
+            .write(ObjectId::new(3, i), 0, &[1; BLOCK], v(i + 1))
+            .expect("write");
+    }
+    store.flush().expect("flush");
+    let written = store.wal_stats();
+    assert!(
+        written.used_bytes >= before.used_bytes + 8 * BLOCK as u64,
+        "{before:?} -> {written:?}"
+    );
+    assert!(written.used_bytes <= written.capacity_bytes);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    assert!(store.wal_stats().checkpoint_age_ms >= 30);
+    store.checkpoint(false).expect("checkpoint");
+    let after = store.wal_stats();
+    assert!(after.used_bytes < written.used_bytes, "{after:?}");
+    assert!(after.checkpoint_age_ms < 30, "{after:?}");
+}

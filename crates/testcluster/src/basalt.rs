@@ -35,6 +35,8 @@ pub struct Layout {
     /// Data-plane TLS: `cluster init --data-tls` makes the credentials, and every daemon
     /// and CLI call gets them through `BASALT_DATA_TLS`.
     pub data_tls: bool,
+    /// Extra arguments of every `basalt osd` (e.g. `--slow-op-ms 1000`).
+    pub osd_args: Vec<String>,
 }
 
 impl Default for Layout {
@@ -48,6 +50,7 @@ impl Default for Layout {
             data_root: None,
             ec: None,
             data_tls: false,
+            osd_args: Vec::new(),
         }
     }
 }
@@ -194,7 +197,8 @@ impl BasaltCluster {
                 &self.layout.out_after_secs.to_string(),
                 "--stray-scan-secs",
                 "2",
-            ]);
+            ])
+            .args(self.layout.osd_args.iter().map(String::as_str));
         let proc = self.net.spawn(h, spec)?;
         proc.wait_for_line("serving on", DAEMON_START)
             .with_context(|| format!("osd.{id} did not start:\n{}", proc.log()))?;
