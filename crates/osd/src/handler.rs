@@ -21,7 +21,6 @@ use basalt_proto::{
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -101,7 +100,7 @@ fn spawn_reply<F>(
 ) where
     F: std::future::Future<Output = (Status, Bytes)> + Send + 'static,
 {
-    let queued = Instant::now();
+    let queued = basalt_metrics::now();
     tokio::spawn(async move {
         queue_wait.observe_since(queued);
         drop(queue_wait);
@@ -550,7 +549,7 @@ fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
         return (Status::Invalid, Bytes::new());
     }
     let mut buf = BytesMut::zeroed(h.length as usize);
-    let start = Instant::now();
+    let start = basalt_metrics::now();
     let result = osd.store.read(h.object, h.offset, &mut buf);
     osd.counters.latency.store_read.observe_since(start);
     match result {
@@ -606,7 +605,7 @@ fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
 
 pub(crate) async fn flush(osd: &Arc<Osd>) -> Status {
     let store = osd.store.clone();
-    let start = Instant::now();
+    let start = basalt_metrics::now();
     let result = osd.store_call(move || store.flush()).await;
     osd.counters.latency.store_flush.observe_since(start);
     match result {
@@ -710,7 +709,7 @@ pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> 
     {
         return Status::Invalid;
     }
-    let start = Instant::now();
+    let start = basalt_metrics::now();
     let result = match h.opcode {
         Opcode::Write => osd.store.write(h.object, h.offset, payload, version),
         Opcode::Trim => osd.store.trim(h.object, h.offset, h.length, version),
@@ -1029,7 +1028,7 @@ pub(crate) async fn replicate<T>(
     };
     let fua = h.flags.has(Flags::FUA);
     let mut status = Status::Ok;
-    let sent = (!pending.is_empty()).then(Instant::now);
+    let sent = (!pending.is_empty()).then(basalt_metrics::now).flatten();
     for (peer, conn, p) in pending {
         let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
             Ok(Ok(r)) => r.header.status,
