@@ -104,7 +104,10 @@ impl Section for MetricsSection {
                         uri: c.uri.clone(),
                     })
                     .collect();
-                side_by_side::measure(ctx, ID, &rounds, &WORKLOADS, &variants, &mut notes)
+                let figures =
+                    side_by_side::measure(ctx, ID, &rounds, &WORKLOADS, &variants, &mut notes);
+                notes.push(check_switch(&clusters));
+                figures
             }
             Err(e) => side_by_side::failed(
                 ctx,
@@ -142,6 +145,36 @@ impl Section for MetricsSection {
             rows: rows(figures),
         }
     }
+}
+
+/// What shows the switch worked: the "off" cluster served no `/metrics`, the "on" one
+/// recorded the latency of the writes measured (a switch that did nothing would make the
+/// comparison meaningless).
+fn check_switch(clusters: &[Cluster]) -> String {
+    let [off, on] = clusters else {
+        return "Not checked: two clusters expected.".into();
+    };
+    let off = match &off.metrics {
+        None => "the \"off\" cluster served no /metrics".to_string(),
+        Some(addr) => format!("WARNING: the \"off\" cluster served /metrics at {addr}"),
+    };
+    let recorded = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let on = match on.metrics.as_deref().map(crate::cpu::scrape) {
+        Some(Ok(text)) => format!(
+            "the \"on\" cluster recorded {:.0} NBD request latencies and {:.0} OSD store \
+             write latencies",
+            recorded(&text, "basalt_frontend_request_seconds_count"),
+            recorded(&text, "basalt_osd_store_write_seconds_count")
+        ),
+        Some(Err(e)) => format!("WARNING: the \"on\" cluster's /metrics: {e:#}"),
+        None => "WARNING: the \"on\" cluster served no /metrics".into(),
+    };
+    format!("Checked after the runs: {off}; {on}.")
 }
 
 /// Per workload: IOPS and CPU per IO, metrics on vs off.
