@@ -23,6 +23,15 @@ const RATE_END_BEFORE_FIO_END_SECS: u64 = 2;
 const PROMETHEUS_READY_TIMEOUT: Duration = Duration::from_secs(60);
 const ALERT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Held by the tests that compare Prometheus's rates over a window with fio's average: two
+/// of them at once on a small machine make each one's rate swing within its run.
+static FIO_RATE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Run alone among the fio rate tests (a failed one poisons the lock: the others still run).
+fn fio_rate_test() -> std::sync::MutexGuard<'static, ()> {
+    FIO_RATE_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn contrib() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib")
 }
@@ -245,6 +254,7 @@ fn alert_rules_pass_promtool() {
 /// once the process is killed, the OSD-down alert firing.
 #[test]
 fn prometheus_scrapes_basalt_up_during_fio() {
+    let _alone = fio_rate_test();
     let fio = require_tool("fio", "fio");
     let mut cluster = Cluster::start_with(&[
         "--metrics-listen",
@@ -552,6 +562,7 @@ const TEST_OSD_DOWN_FOR_SECS: u64 = 5;
 #[test]
 fn prometheus_sees_a_three_host_cluster_and_a_killed_osd() {
     use multihost::{Fio, Layout, MultiHost};
+    let _alone = fio_rate_test();
     let mh = MultiHost::start(Layout {
         hosts: 3,
         osds_per_host: 1,
