@@ -53,6 +53,9 @@ pub struct Cluster {
     control: Option<String>,
     /// The NVMe/TCP target's address, from the banner.
     nvmf: Option<std::net::SocketAddr>,
+    /// The `/metrics` endpoint (`IP:PORT`), from the banner; `None` with
+    /// `--metrics-listen off`.
+    pub metrics: Option<String>,
 }
 
 impl Cluster {
@@ -119,6 +122,7 @@ impl Cluster {
             s3: None,
             control: None,
             nvmf: None,
+            metrics: None,
         };
         let mut s3_url = None;
         let (tx, rx) = mpsc::channel();
@@ -146,6 +150,13 @@ impl Cluster {
                     }
                     if let Some(rest) = t.strip_prefix("NVMe/TCP:") {
                         cluster.nvmf = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+                    }
+                    if let Some(rest) = t.strip_prefix("Metrics:") {
+                        cluster.metrics = rest
+                            .trim()
+                            .strip_prefix("http://")
+                            .and_then(|r| r.strip_suffix("/metrics"))
+                            .map(String::from);
                     }
                     if let Some(rest) = t.strip_prefix("S3:") {
                         s3_url = rest.split_whitespace().next().map(String::from);

@@ -375,7 +375,14 @@ fn render_assessment(s: &mut String, r: &Results) {
             let v = row.basalt.as_ref().and_then(|f| f.value).unwrap_or(0.0);
             let b = row.baseline.as_ref().and_then(|f| f.value).unwrap_or(0.0);
             let base = sec.baseline_name.to_lowercase();
-            if sec.id == crate::sections::security::ID {
+            if sec.id == crate::sections::metrics_cost::ID {
+                sentences.push(format!(
+                    "{}: {pct:.0}% of the figure with metrics off ({} vs {}).",
+                    row.label,
+                    format_value(v, &row.unit),
+                    format_value(b, &row.unit)
+                ));
+            } else if sec.id == crate::sections::security::ID {
                 // Basalt against Basalt: not a figure relative to the disk.
                 sentences.push(format!(
                     "{}: {pct:.0}% of the IOPS without it ({} vs {}).",
@@ -475,7 +482,9 @@ fn render_assessment(s: &mut String, r: &Results) {
         );
     }
     let above: Vec<String> = comparisons(r)
-        .filter(|sec| sec.id != crate::sections::security::ID)
+        .filter(|sec| {
+            sec.id != crate::sections::security::ID && sec.id != crate::sections::metrics_cost::ID
+        })
         .flat_map(|sec| sec.rows.iter())
         .filter(|row| row.higher_is_better && row.percent_of_baseline().is_some_and(|p| p > 100.0))
         .map(|row| row.label.clone())

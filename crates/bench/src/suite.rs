@@ -23,7 +23,7 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 10] = [
+pub const SECTION_IDS: [&str; 11] = [
     "network",
     "disk",
     "torus",
@@ -34,10 +34,14 @@ pub const SECTION_IDS: [&str; 10] = [
     crate::sections::plasmavmc::ID,
     crate::sections::nvmf::ID,
     crate::sections::security::ID,
+    crate::sections::metrics_cost::ID,
 ];
 /// Sections that run only when `--sections` names them (they start clusters of their own
 /// and take minutes).
-const OPT_IN_SECTIONS: [&str; 1] = [crate::sections::security::ID];
+const OPT_IN_SECTIONS: [&str; 2] = [
+    crate::sections::security::ID,
+    crate::sections::metrics_cost::ID,
+];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
 /// once before they run).
 const PROFILE_SECTIONS: [&str; 3] = ["disk", "torus", "vitastor"];
@@ -244,6 +248,10 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
                 .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir),
         }),
         Box::new(crate::sections::security::SecuritySection {
+            quick: opts.quick,
+            smoke: opts.smoke,
+        }),
+        Box::new(crate::sections::metrics_cost::MetricsSection {
             quick: opts.quick,
             smoke: opts.smoke,
         }),
@@ -497,6 +505,7 @@ mod tests {
             .iter()
             .all(|id| all.runs(id) != OPT_IN_SECTIONS.contains(id)));
         assert!(options(Some(&["security"])).runs("security"));
+        assert!(!all.runs("metrics") && options(Some(&["metrics"])).runs("metrics"));
         let some = options(Some(&["network", "scaling"]));
         assert!(some.check_sections().is_ok());
         assert!(some.runs("network") && some.runs("scaling") && !some.runs("disk"));
@@ -506,7 +515,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
-             scaling, s3, strmvol, plasmavmc, nvmf, security"
+             scaling, s3, strmvol, plasmavmc, nvmf, security, metrics"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

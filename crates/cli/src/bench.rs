@@ -58,8 +58,9 @@ pub struct StorageArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these sections, comma-separated, in their usual order: network, disk,
-    /// torus, vitastor, scaling, s3, strmvol, plasmavmc, nvmf; and security (authentication
-    /// and TLS costs: runs only when named). Example: --sections network,disk
+    /// torus, vitastor, scaling, s3, strmvol, plasmavmc, nvmf; and, only when named,
+    /// security (authentication and TLS costs) and metrics (metrics on vs off). Example:
+    /// --sections network,disk
     #[arg(long, value_delimiter = ',')]
     sections: Option<Vec<String>>,
     /// Directory being measured: the local disk baseline's test file (and a local

@@ -185,7 +185,7 @@ pub struct OsdArgs {
     pub no_monitor: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: 127.0.0.1 and the --listen
     /// port + 1000; give an IP:PORT to let a Prometheus server elsewhere scrape it; "off"
-    /// to disable].
+    /// for none, which also stops recording latency histograms].
     #[arg(long)]
     pub metrics_listen: Option<String>,
     #[command(flatten)]
@@ -225,6 +225,11 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             "--listen {listen}: give the IP other hosts reach this OSD at, not {}",
             listen.ip()
         );
+    }
+    let metrics_addr = metrics_addr(args.metrics_listen.as_deref(), Some(listen))?;
+    if metrics_addr.is_none() {
+        // Before any I/O: nothing will read the histograms (docs/metrics.md, "Off").
+        basalt_metrics::disable_latency();
     }
     let data_tls = args.meta.data_tls()?;
     let (meta, meta_latency) = args.meta.connect_timed().await?;
@@ -268,7 +273,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     osds.add(&handle.osd);
     registry.register_collector(Box::new(osds));
     registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency)));
-    let metrics = start_metrics(args.metrics_listen.as_deref(), listen, registry).await?;
+    let metrics = start_metrics(metrics_addr, registry).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let registration = Registration {
         host: host.clone(),
@@ -314,16 +319,33 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A gateway's frontend counters, or `None` with `--metrics-listen off` (then latency
+/// recording is off for the process too: nothing would read either).
+fn frontend_stats(
+    arg: Option<&str>,
+    listen: SocketAddr,
+    frontend: &'static str,
+    per_volume_limit: usize,
+) -> anyhow::Result<Option<Arc<basalt_metrics::frontend::FrontendStats>>> {
+    if metrics_addr(arg, Some(listen))?.is_none() {
+        basalt_metrics::disable_latency();
+        return Ok(None);
+    }
+    Ok(Some(basalt_metrics::frontend::FrontendStats::new(
+        frontend,
+        per_volume_limit,
+    )))
+}
+
 /// A running `/metrics` endpoint.
 type MetricsTask = (SocketAddr, tokio::task::JoinHandle<()>);
 
-/// Serve `/metrics` where `arg` says (see `metrics_addr`).
+/// Serve `/metrics` at `addr` (from `metrics_addr`), if any.
 async fn start_metrics(
-    arg: Option<&str>,
-    listen: SocketAddr,
+    addr: Option<SocketAddr>,
     registry: basalt_metrics::Registry,
 ) -> anyhow::Result<Option<MetricsTask>> {
-    match metrics_addr(arg, listen)? {
+    match addr {
         Some(addr) => Ok(Some(crate::metrics_http::start(addr, registry).await?)),
         None => Ok(None),
     }
@@ -337,18 +359,23 @@ fn metrics_suffix(metrics: &Option<MetricsTask>) -> String {
         .unwrap_or_default()
 }
 
-/// The metrics address: given, "off", or by default loopback with the data-plane port + 1000
-/// (metrics reveal volume names and load: exposing them to the network is a choice).
-fn metrics_addr(arg: Option<&str>, listen: SocketAddr) -> anyhow::Result<Option<SocketAddr>> {
-    match arg {
-        Some("off") => Ok(None),
-        Some(a) => Ok(Some(a.parse().with_context(|| {
+/// The metrics address: given, "off" (`None`), or by default loopback with the data-plane
+/// port `listen` + 1000 (metrics reveal volume names and load: exposing them to the network
+/// is a choice); `basalt up` has its own default and passes its flag always.
+pub(crate) fn metrics_addr(
+    arg: Option<&str>,
+    listen: Option<SocketAddr>,
+) -> anyhow::Result<Option<SocketAddr>> {
+    match (arg, listen) {
+        (Some("off"), _) => Ok(None),
+        (Some(a), _) => Ok(Some(a.parse().with_context(|| {
             format!("--metrics-listen {a}: expected IP:PORT or \"off\"")
         })?)),
-        None => Ok(Some(SocketAddr::new(
+        (None, Some(listen)) => Ok(Some(SocketAddr::new(
             std::net::Ipv4Addr::LOCALHOST.into(),
             listen.port().checked_add(1000).unwrap_or(0),
         ))),
+        (None, None) => anyhow::bail!("--metrics-listen: expected IP:PORT or \"off\""),
     }
 }
 
@@ -451,7 +478,7 @@ pub struct NbdArgs {
     pub socket: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: 127.0.0.1 and the --listen
     /// port + 1000; give an IP:PORT to let a Prometheus server elsewhere scrape it; "off"
-    /// to disable].
+    /// for none, which also stops recording latency and counters].
     #[arg(long)]
     pub metrics_listen: Option<String>,
     /// Export per-volume metrics for the first N volumes opened (0: totals only).
@@ -470,7 +497,7 @@ pub struct NvmfArgs {
     #[arg(long, default_value = "127.0.0.1:4420")]
     pub listen: SocketAddr,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: 127.0.0.1 and the --listen
-    /// port + 1000; "off" to disable].
+    /// port + 1000; "off" for none, which also stops recording latency and counters].
     #[arg(long)]
     pub metrics_listen: Option<String>,
     /// Export per-volume metrics for the first N volumes opened (0: totals only).
@@ -502,10 +529,15 @@ async fn gateway(
 }
 
 pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
+    let stats = frontend_stats(
+        args.metrics_listen.as_deref(),
+        args.listen,
+        "nvmf",
+        args.metrics_per_volume,
+    )?;
     let (cluster, exports, meta_latency) = gateway(&args.meta, "basalt nvmf", args.listen).await?;
-    let stats = basalt_metrics::frontend::FrontendStats::new("nvmf", args.metrics_per_volume);
     let config = basalt_nvmf::TargetConfig {
-        stats: Some(stats.clone()),
+        stats: stats.clone(),
         ..basalt_nvmf::TargetConfig::default()
     };
     let target = basalt_nvmf::Target::with_config(exports, config);
@@ -518,9 +550,13 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
     registry.register_collector(Box::new(cluster.collector()));
     registry.register_collector(Box::new(meta_latency));
     registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
-        vec![stats],
+        stats.into_iter().collect(),
     )));
-    let metrics = start_metrics(args.metrics_listen.as_deref(), addr, registry).await?;
+    let metrics = start_metrics(
+        metrics_addr(args.metrics_listen.as_deref(), Some(addr))?,
+        registry,
+    )
+    .await?;
     println!(
         "NVMe/TCP gateway serving on {addr}: subsystem {} per volume, discovery {}{}",
         basalt_nvmf::volume_nqn("VOLUME"),
@@ -544,8 +580,13 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let tls = args.tls.load()?;
     let (cluster, exports, meta_latency) = gateway(&args.meta, "basalt nbd", args.listen).await?;
     let tls_line = tls.as_ref().map(|t| format!("; TLS: {}", t.describe()));
-    let stats = basalt_metrics::frontend::FrontendStats::new("nbd", args.metrics_per_volume);
-    let nbd = nbd_server(exports, tls, Some(stats.clone()));
+    let stats = frontend_stats(
+        args.metrics_listen.as_deref(),
+        args.listen,
+        "nbd",
+        args.metrics_per_volume,
+    )?;
+    let nbd = nbd_server(exports, tls, stats.clone());
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.listen))?;
@@ -555,9 +596,13 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     registry.register_collector(Box::new(cluster.collector()));
     registry.register_collector(Box::new(meta_latency));
     registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
-        vec![stats],
+        stats.into_iter().collect(),
     )));
-    let metrics = start_metrics(args.metrics_listen.as_deref(), addr, registry).await?;
+    let metrics = start_metrics(
+        metrics_addr(args.metrics_listen.as_deref(), Some(addr))?,
+        registry,
+    )
+    .await?;
     let unix_task = match &args.socket {
         Some(path) => {
             let _ = std::fs::remove_file(path);

@@ -95,7 +95,8 @@ pub struct UpArgs {
     s3_max_connections: usize,
     /// Serve Prometheus metrics of this process (OSDs, NBD, NVMe/TCP, S3, client; see
     /// docs/metrics.md) at http://ADDR/metrics; port 0 picks a free one, shown in the
-    /// banner ("off" for none).
+    /// banner. "off": no endpoint, and no latency histograms or frontend counters are kept
+    /// (what metrics cost, saved).
     #[arg(long, default_value = "127.0.0.1:0")]
     metrics_listen: String,
     /// Export per-volume metrics for the first N volumes opened on NBD and NVMe/TCP (0:
@@ -284,6 +285,11 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
     }
     // Bad credentials stop the start before anything else happens.
     let nbd_tls = args.nbd_tls.load()?;
+    let metrics_addr = crate::daemons::metrics_addr(Some(&args.metrics_listen), None)?;
+    if metrics_addr.is_none() {
+        // Before any I/O: nothing will read the histograms (docs/metrics.md, "Off").
+        basalt_metrics::disable_latency();
+    }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
     let meta_latency = Arc::new(basalt_meta::MetaLatency::default());
@@ -439,9 +445,14 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
     let gateway = format!("the NBD server of basalt up (pid {})", std::process::id());
     let watchers = basalt_client::watchers::Watchers::new(meta.clone(), gateway);
     let exports = Arc::new(VolumeExports::new(cluster.clone(), default).with_watchers(watchers));
-    let nbd_stats = basalt_metrics::frontend::FrontendStats::new("nbd", args.metrics_per_volume);
-    let nvmf_stats = basalt_metrics::frontend::FrontendStats::new("nvmf", args.metrics_per_volume);
-    let nbd = crate::daemons::nbd_server(exports.clone(), nbd_tls.clone(), Some(nbd_stats.clone()));
+    // Frontends count nothing when no endpoint would export it.
+    let frontend_stats = |name| {
+        metrics_addr
+            .map(|_| basalt_metrics::frontend::FrontendStats::new(name, args.metrics_per_volume))
+    };
+    let nbd_stats = frontend_stats("nbd");
+    let nvmf_stats = frontend_stats("nvmf");
+    let nbd = crate::daemons::nbd_server(exports.clone(), nbd_tls.clone(), nbd_stats.clone());
     let tcp = tokio::net::TcpListener::bind(args.nbd_listen)
         .await
         .with_context(|| format!("listen for NBD on {}", args.nbd_listen))?;
@@ -468,7 +479,7 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
                 .with_context(|| format!("listen for NVMe/TCP on {listen}"))?;
             let addr = tcp.local_addr()?;
             let config = basalt_nvmf::TargetConfig {
-                stats: Some(nvmf_stats.clone()),
+                stats: nvmf_stats.clone(),
                 ..basalt_nvmf::TargetConfig::default()
             };
             let target = basalt_nvmf::Target::with_config(exports.clone(), config);
@@ -486,12 +497,9 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
     };
     let (s3_stop, s3_stop_rx) = watch::channel(false);
     let s3_stats = Arc::new(basalt_s3::stats::GatewayStats::default());
-    let metrics = match args.metrics_listen.as_str() {
-        "off" => None,
-        listen => {
-            let addr: SocketAddr = listen.parse().with_context(|| {
-                format!("--metrics-listen {listen}: expected IP:PORT or \"off\"")
-            })?;
+    let metrics = match metrics_addr {
+        None => None,
+        Some(addr) => {
             let mut registry = crate::metrics_http::registry();
             let collector = basalt_osd::metrics::OsdCollector::default();
             for h in &osds {
@@ -501,7 +509,9 @@ pub async fn run(args: UpArgs, data_tls: Option<std::path::PathBuf>) -> anyhow::
             registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency.clone())));
             registry.register_collector(Box::new(cluster.collector()));
             registry.register_collector(Box::new(
-                basalt_metrics::frontend::FrontendCollector::new(vec![nbd_stats, nvmf_stats]),
+                basalt_metrics::frontend::FrontendCollector::new(
+                    nbd_stats.into_iter().chain(nvmf_stats).collect(),
+                ),
             ));
             registry.register_collector(Box::new(s3_stats.clone()));
             Some(crate::metrics_http::start(addr, registry).await?)

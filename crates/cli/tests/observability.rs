@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod multihost;
 
 use common::*;
 use std::io::{Read, Write};
@@ -21,6 +22,15 @@ const RATE_END_BEFORE_FIO_END_SECS: u64 = 2;
 /// Longest wait for Prometheus to be ready, and for an alert to fire.
 const PROMETHEUS_READY_TIMEOUT: Duration = Duration::from_secs(60);
 const ALERT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Held by the tests that compare Prometheus's rates over a window with fio's average: two
+/// of them at once on a small machine make each one's rate swing within its run.
+static FIO_RATE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Run alone among the fio rate tests (a failed one poisons the lock: the others still run).
+fn fio_rate_test() -> std::sync::MutexGuard<'static, ()> {
+    FIO_RATE_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn contrib() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib")
@@ -100,15 +110,29 @@ impl Prometheus {
     /// Start Prometheus scraping `target` (job `basalt-up`) every second, with the alert
     /// rules of contrib/, its files under `dir`.
     fn start(dir: &Path, target: &str) -> Prometheus {
-        let prometheus = require_tool("prometheus", "prometheus");
         let rules = contrib().join("prometheus-alerts.yml");
+        Prometheus::start_jobs(dir, &rules, &[("basalt-up", vec![target.to_string()])])
+    }
+
+    /// Start Prometheus scraping every second each job's targets (job name, `IP:PORT`s),
+    /// evaluating the alert rules in `rules`, its files under `dir`.
+    fn start_jobs(dir: &Path, rules: &Path, jobs: &[(&str, Vec<String>)]) -> Prometheus {
+        let prometheus = require_tool("prometheus", "prometheus");
         let config = dir.join("prometheus.yml");
+        let mut scrape = String::new();
+        for (job, targets) in jobs {
+            let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+            scrape.push_str(&format!(
+                "  - job_name: {job}\n    static_configs:\n      - targets: [{}]\n",
+                targets.join(", ")
+            ));
+        }
         std::fs::write(
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
                  rule_files:\n  - {}\n\
-                 scrape_configs:\n  - job_name: basalt-up\n    static_configs:\n      - targets: ['{target}']\n",
+                 scrape_configs:\n{scrape}",
                 rules.display()
             ),
         )
@@ -230,6 +254,7 @@ fn alert_rules_pass_promtool() {
 /// once the process is killed, the OSD-down alert firing.
 #[test]
 fn prometheus_scrapes_basalt_up_during_fio() {
+    let _alone = fio_rate_test();
     let fio = require_tool("fio", "fio");
     let mut cluster = Cluster::start_with(&[
         "--metrics-listen",
@@ -516,4 +541,258 @@ fn status_watch_summarises_then_reports_changes() {
     wait_for("status unavailable", &mut seen);
     let _ = watch.kill();
     let _ = watch.wait();
+}
+
+/// Seconds an OSD's liveness lease lasts in the harness (`basalt osd --lease-ttl 3`).
+const MULTIHOST_LEASE_TTL_SECS: f64 = 3.0;
+/// Prometheus's scrape and rule evaluation interval in these tests.
+const SCRAPE_INTERVAL_SECS: f64 = 1.0;
+/// Allowance on top of lease + scrape for seeing an OSD down: the monitor's tick, the
+/// gateway's map watch and the query itself, on a shared 2-core machine.
+const DOWN_SLACK_SECS: f64 = 3.0;
+/// The `for` of BasaltOsdDown in the test copy of the rules (the shipped rule has 30 s).
+const TEST_OSD_DOWN_FOR_SECS: u64 = 5;
+
+/// Goal: a real Prometheus scraping the OSDs and the NBD gateway of a 3-host namespace
+/// cluster (each endpoint on its host's address) during fio sees the gateway's write rate
+/// within 20% of fio's, every write at a primary and three store writes per write (3
+/// replicas), plausible latency quantiles at the gateway and the OSDs; after a kill -9 of
+/// one OSD, its target `up == 0` and the gateway's `basalt_client_osds_up` dropping to 2
+/// within the lease time plus a scrape interval (and slack), and BasaltOsdDown going
+/// pending then firing after its `for`.
+#[test]
+fn prometheus_sees_a_three_host_cluster_and_a_killed_osd() {
+    use multihost::{Fio, Layout, MultiHost};
+    let _alone = fio_rate_test();
+    let mh = MultiHost::start(Layout {
+        hosts: 3,
+        osds_per_host: 1,
+        ..Layout::default()
+    });
+    mh.cli_ok(&["volume", "create", "vol0", "--size", "256M"]);
+    let osd_targets: Vec<String> = mh
+        .osds
+        .iter()
+        .map(|o| format!("{}:{}", mh.hosts[o.host].ip, o.port + 1000))
+        .collect();
+    let gateway_target = format!(
+        "{}:{}",
+        mh.client_host.ip,
+        basalt_testcluster::basalt::NBD_PORT + 1000
+    );
+    // The shipped rules, with BasaltOsdDown's 30 s `for` shortened to keep the test short.
+    let shipped = std::fs::read_to_string(contrib().join("prometheus-alerts.yml")).unwrap();
+    let (head, tail) = shipped.split_once("alert: BasaltOsdDown").unwrap();
+    let tail = tail.replacen("for: 30s", &format!("for: {TEST_OSD_DOWN_FOR_SECS}s"), 1);
+    let prom_dir = mh.net.dir().join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let rules = prom_dir.join("alerts.yml");
+    std::fs::write(&rules, format!("{head}alert: BasaltOsdDown{tail}")).unwrap();
+    let prom = Prometheus::start_jobs(
+        &prom_dir,
+        &rules,
+        &[
+            ("basalt-osd", osd_targets.clone()),
+            ("basalt-gateway", vec![gateway_target.clone()]),
+        ],
+    );
+
+    let fio = Fio::new(
+        &mh.uri("vol0"),
+        &prom_dir,
+        "load",
+        &[
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=256m",
+            "--iodepth=16",
+            "--time_based",
+            &format!("--runtime={FIO_RUNTIME_SECS}"),
+        ],
+    );
+    let start = now_secs();
+    let json = fio.run_ok(Duration::from_secs(FIO_RUNTIME_SECS + 120));
+    let end = now_secs();
+    let write = &json["jobs"][0]["write"];
+    let fio_iops = write["iops"].as_f64().unwrap();
+    let fio_bw = write["bw_bytes"].as_f64().unwrap();
+    assert!(fio_iops > 0.0, "{json}");
+    assert!(end - start >= FIO_RUNTIME_SECS as f64);
+
+    // Rates over a window inside the run; let a last scrape past `at` land.
+    let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
+    let w = RATE_WINDOW_SECS;
+    std::thread::sleep(Duration::from_secs(3));
+    for t in osd_targets.iter().chain([&gateway_target]) {
+        let up = prom.value(&format!("up{{instance=\"{t}\"}}"), at);
+        assert_eq!(up, 1.0, "{t} scraped");
+    }
+    let gw = "job=\"basalt-gateway\",frontend=\"nbd\",op=\"write\"";
+    let iops = prom.value(
+        &format!("sum(rate(basalt_frontend_requests_total{{{gw}}}[{w}s]))"),
+        at,
+    );
+    assert_within(iops, fio_iops, 0.2, "gateway write IOPS");
+    let bw = prom.value(
+        &format!("sum(rate(basalt_frontend_bytes_total{{{gw}}}[{w}s]))"),
+        at,
+    );
+    assert_within(bw, fio_bw, 0.2, "gateway write bytes/s");
+    // Each 4 KiB write is one object write at its primary, applied on all three hosts.
+    let primaries = prom.value(
+        &format!("sum(rate(basalt_osd_writes_total{{job=\"basalt-osd\"}}[{w}s]))"),
+        at,
+    );
+    assert_within(primaries, fio_iops, 0.2, "OSD primary writes/s");
+    let per_host = prom.query(
+        &format!("sum by (instance) (rate(basalt_osd_store_write_seconds_count[{w}s]))"),
+        at,
+    );
+    assert_eq!(
+        per_host.len(),
+        3,
+        "store writes on every host: {per_host:?}"
+    );
+    let applied = prom.value(
+        &format!("sum(rate(basalt_osd_store_write_seconds_count[{w}s]))"),
+        at,
+    );
+    assert_within(
+        applied,
+        3.0 * fio_iops,
+        0.2,
+        "store writes/s over 3 replicas",
+    );
+
+    // Latency: quantiles non-zero, ordered and under a second, at the gateway and the OSDs.
+    let quantile = |q: f64, series: &str, selector: &str| {
+        prom.value(
+            &format!(
+                "histogram_quantile({q}, sum by (le) (rate({series}_bucket{selector}[{w}s])))"
+            ),
+            at,
+        )
+    };
+    let p50 = quantile(0.5, "basalt_frontend_request_seconds", &format!("{{{gw}}}"));
+    let p99 = quantile(
+        0.99,
+        "basalt_frontend_request_seconds",
+        &format!("{{{gw}}}"),
+    );
+    assert!(
+        p50 > 0.0 && p50 <= p99 && p99 < 1.0,
+        "gateway write p50 {p50} p99 {p99}"
+    );
+    // At queue depth 16, Little's law bounds the mean latency from fio's rate.
+    let mean = prom.value(
+        &format!(
+            "sum(rate(basalt_frontend_request_seconds_sum{{{gw}}}[{w}s])) / \
+             sum(rate(basalt_frontend_request_seconds_count{{{gw}}}[{w}s]))"
+        ),
+        at,
+    );
+    assert!(
+        mean > 0.0 && mean <= 16.0 / fio_iops * 1.2,
+        "mean {mean} at {fio_iops} IOPS"
+    );
+    for stage in [
+        "basalt_osd_store_write_seconds",
+        "basalt_osd_replication_seconds",
+        "basalt_osd_queue_wait_seconds",
+    ] {
+        let p99 = quantile(0.99, stage, "{job=\"basalt-osd\"}");
+        assert!(p99 > 0.0 && p99 < 1.0, "{stage} p99 {p99}");
+        // The replica hop is part of a write: its p50 is below the gateway's.
+        let p50 = quantile(0.5, stage, "{job=\"basalt-osd\"}");
+        assert!(
+            p50 <= quantile(0.5, "basalt_frontend_request_seconds", &format!("{{{gw}}}")) * 1.5,
+            "{stage} p50 {p50}"
+        );
+    }
+    let osds_up = "basalt_client_osds_up{job=\"basalt-gateway\"}";
+    assert_eq!(prom.value(osds_up, now_secs()), 3.0);
+
+    // Kill -9 an OSD that does not hold the monitor role (else the monitor's own lease
+    // adds to the time the map takes to show it down).
+    let monitor = mh.status()["monitor"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let victim = mh
+        .osds
+        .iter()
+        .find(|o| !monitor.starts_with(&format!("osd.{} ", o.id)))
+        .unwrap();
+    let victim_target = &osd_targets[mh.osds.iter().position(|o| o.id == victim.id).unwrap()];
+    victim.proc.kill9().unwrap();
+    let killed = Instant::now();
+    let bound = MULTIHOST_LEASE_TTL_SECS + SCRAPE_INTERVAL_SECS + DOWN_SLACK_SECS;
+    let mut target_down = None;
+    let mut map_down = None;
+    let mut pending = None;
+    // Loop bound: `bound` seconds of 100 ms polls.
+    while killed.elapsed().as_secs_f64() < bound
+        && (target_down.is_none() || map_down.is_none() || pending.is_none())
+    {
+        let now = now_secs();
+        let t = killed.elapsed().as_secs_f64();
+        let up = prom.query(&format!("up{{instance=\"{victim_target}\"}}"), now);
+        if target_down.is_none() && up.first().is_some_and(|s| s["value"][1] == "0") {
+            target_down = Some(t);
+        }
+        if map_down.is_none() && prom.value(osds_up, now) == 2.0 {
+            map_down = Some(t);
+        }
+        let alerts = prom.api("/api/v1/alerts");
+        let state = alerts["data"]["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["labels"]["alertname"] == "BasaltOsdDown")
+            .map(|a| a["state"].as_str().unwrap_or_default().to_string());
+        if pending.is_none() && state.is_some() {
+            pending = Some(t);
+            assert_eq!(state.as_deref(), Some("pending"), "no `for` wait: {alerts}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "after kill -9 of osd.{}: target down at {target_down:?} s, map down at {map_down:?} \
+         s, alert pending at {pending:?} s (bound {bound} s)",
+        victim.id
+    );
+    assert!(
+        target_down.is_some(),
+        "up{{instance={victim_target}}} not 0 within {bound} s"
+    );
+    assert!(map_down.is_some(), "{osds_up} not 2 within {bound} s");
+    assert!(
+        pending.is_some(),
+        "BasaltOsdDown not pending within {bound} s"
+    );
+    // Firing once its `for` passed. Loop bound: the `for` plus ALERT_TIMEOUT.
+    loop {
+        let alerts = prom.api("/api/v1/alerts");
+        let firing = alerts["data"]["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| {
+                a["labels"]["alertname"] == "BasaltOsdDown"
+                    && a["labels"]["instance"] == victim_target.as_str()
+                    && a["state"] == "firing"
+            });
+        if firing {
+            break;
+        }
+        assert!(
+            killed.elapsed() < ALERT_TIMEOUT,
+            "BasaltOsdDown not firing {ALERT_TIMEOUT:?} after the kill: {alerts}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        killed.elapsed().as_secs_f64() >= pending.unwrap() + TEST_OSD_DOWN_FOR_SECS as f64 - 1.0,
+        "the alert fired before its `for` period"
+    );
 }

@@ -57,7 +57,7 @@ impl OpStats {
         &self.ops[op as usize]
     }
 
-    fn record(&self, op: Op, bytes: u64, start: Instant, ok: bool) {
+    fn record(&self, op: Op, bytes: u64, start: Option<Instant>, ok: bool) {
         let c = self.op(op);
         c.requests.fetch_add(1, Ordering::Relaxed);
         if ok {
@@ -135,9 +135,10 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Count a request of class `op` moving `bytes`, started at `start`, that succeeded or
-    /// not.
-    pub fn record(&self, op: Op, bytes: u64, start: Instant, ok: bool) {
+    /// Count a request of class `op` moving `bytes`, started at `start` (from
+    /// [`crate::now`]: `None` when latency recording is off), that succeeded or not.
+    pub fn record(&self, op: Op, bytes: u64, start: impl Into<Option<Instant>>, ok: bool) {
+        let start = start.into();
         self.frontend.all.record(op, bytes, start, ok);
         if let Some(v) = &self.volume {
             v.record(op, bytes, start, ok);

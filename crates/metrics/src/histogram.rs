@@ -47,17 +47,24 @@ struct Inner {
 pub struct LatencyHistogram(Arc<Inner>);
 
 impl LatencyHistogram {
-    /// Count one operation that took `d`.
+    /// Count one operation that took `d` (nothing when latency recording is off).
     pub fn observe(&self, d: Duration) {
+        if !crate::latency_on() {
+            return;
+        }
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let i = BUCKET_BOUNDS_NS.partition_point(|&bound| bound < ns);
         self.0.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.0.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// Count one operation that started at `start` and ends now.
-    pub fn observe_since(&self, start: Instant) {
-        self.observe(start.elapsed());
+    /// Count one operation that started at `start` and ends now; `start` is an `Instant` or
+    /// the `Option` of [`crate::now`] (`None`: recording is off, nothing is counted).
+    #[inline]
+    pub fn observe_since(&self, start: impl Into<Option<Instant>>) {
+        if let Some(start) = start.into() {
+            self.observe(start.elapsed());
+        }
     }
 
     /// Observations so far.

@@ -6,6 +6,11 @@
 //! here: [`LatencyHistogram`], a fixed-bucket histogram updated with two relaxed atomic adds
 //! (the library's own histogram takes a lock per observation), and [`family`], which encodes
 //! one metric family from values read at scrape time.
+//!
+//! A process that serves no `/metrics` turns latency recording off once at startup
+//! ([`disable_latency`]): histograms are then never touched and the clock is not read for
+//! them ([`now`] answers `None`). Plain counters keep counting: the wire STAT replies and
+//! `basalt status` read them too.
 
 pub mod frontend;
 pub mod histogram;
@@ -18,6 +23,32 @@ pub use prometheus_client::registry::{Registry, Unit};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Whether latency histograms record in this process (see [`disable_latency`]).
+static LATENCY_ON: AtomicBool = AtomicBool::new(true);
+
+/// Stop recording latency in this process, for good: called once at startup by a process
+/// that serves no `/metrics` (`--metrics-listen off`), where nothing would ever read the
+/// histograms. Counters are not affected.
+pub fn disable_latency() {
+    LATENCY_ON.store(false, Ordering::Relaxed);
+}
+
+/// Whether latency histograms record (a relaxed load: the flag is set once, before any I/O).
+#[inline]
+pub fn latency_on() -> bool {
+    LATENCY_ON.load(Ordering::Relaxed)
+}
+
+/// The start of an operation to time for a histogram, or `None` when latency recording is
+/// off (the clock read is part of what "off" saves). Pass it to
+/// [`LatencyHistogram::observe_since`].
+#[inline]
+pub fn now() -> Option<Instant> {
+    latency_on().then(Instant::now)
+}
 
 /// The registry in the Prometheus text format (version 0.0.4), as served on `/metrics`.
 pub fn render(registry: &Registry) -> String {

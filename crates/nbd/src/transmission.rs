@@ -392,7 +392,7 @@ impl Conn {
         let Some(recorder) = &self.recorder else {
             return self.run(handle, cmd, payload).await;
         };
-        let start = std::time::Instant::now();
+        let start = basalt_metrics::now();
         let frame = self.run(handle, cmd, payload).await;
         let (op, bytes) = op_class(&cmd);
         recorder.record(op, bytes, start, !frame.is_error());

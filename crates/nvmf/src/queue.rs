@@ -629,7 +629,7 @@ impl Queue<'_> {
                 match (ctrl.device(), ctrl.namespace()) {
                     (Some(device), Some(ns)) => match &ctrl.recorder {
                         Some(recorder) => {
-                            let start = std::time::Instant::now();
+                            let start = basalt_metrics::now();
                             let (op, bytes) = crate::io::op_class(&sqe, &data);
                             let reply = crate::io::execute(device, &ns, &sqe, data).await;
                             recorder.record(op, bytes, start, reply.is_success());

@@ -426,7 +426,7 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
                 store.flush()
             }
         };
-        let start = std::time::Instant::now();
+        let start = basalt_metrics::now();
         let result = osd.store_call(work).await;
         if unflushed > 0 {
             osd.counters.latency.store_flush.observe_since(start);

@@ -23,7 +23,6 @@ use basalt_proto::{
 use basalt_store::StoreError;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -123,7 +122,7 @@ fn spawn_reply<F>(
 ) where
     F: std::future::Future<Output = (Status, Bytes)> + Send + 'static,
 {
-    let since = Instant::now();
+    let since = basalt_metrics::now();
     let Queued { queue_wait, op } = queued;
     tokio::spawn(crate::slow::scope(op, async move {
         queue_wait.observe_since(since);
@@ -530,7 +529,7 @@ fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
     }
     let mut buf = BytesMut::zeroed(h.length as usize);
     crate::slow::stage(SlowStage::StoreRead, None);
-    let start = Instant::now();
+    let start = basalt_metrics::now();
     let result = osd.store.read(h.object, h.offset, &mut buf);
     osd.counters.latency.store_read.observe_since(start);
     match result {
@@ -587,7 +586,7 @@ fn allocation(osd: &Osd, h: &Header) -> (Status, Bytes) {
 pub(crate) async fn flush(osd: &Arc<Osd>) -> Status {
     let store = osd.store.clone();
     crate::slow::stage(SlowStage::WalFlush, None);
-    let start = Instant::now();
+    let start = basalt_metrics::now();
     let result = osd.store_call(move || store.flush()).await;
     osd.counters.latency.store_flush.observe_since(start);
     match result {
@@ -692,7 +691,7 @@ pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> 
         return Status::Invalid;
     }
     crate::slow::stage(SlowStage::StoreWrite, None);
-    let start = Instant::now();
+    let start = basalt_metrics::now();
     let result = match h.opcode {
         Opcode::Write => osd.store.write(h.object, h.offset, payload, version),
         Opcode::Trim => osd.store.trim(h.object, h.offset, h.length, version),
@@ -1015,7 +1014,7 @@ pub(crate) async fn replicate<T>(
     };
     let fua = h.flags.has(Flags::FUA);
     let mut status = Status::Ok;
-    let sent = (!pending.is_empty()).then(Instant::now);
+    let sent = (!pending.is_empty()).then(basalt_metrics::now).flatten();
     for (peer, conn, p) in pending {
         crate::slow::stage(SlowStage::Replica, Some(peer));
         let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {

@@ -293,7 +293,7 @@ impl Service<hyper::Request<Incoming>> for Front {
             req.uri().query().unwrap_or(""),
         );
         let stats = self.stats.clone();
-        let start = std::time::Instant::now();
+        let start = basalt_metrics::now();
         let method = req.method().as_str().to_string();
         let cors = self.cors.clone();
         let expects = req

@@ -118,8 +118,13 @@ impl GatewayStats {
     }
 
     /// Count a request of `class` answered `status` (HTTP) after `start` (the response
-    /// head is ready; a body streams after).
-    pub fn answered(&self, class: ApiClass, status: u16, start: std::time::Instant) {
+    /// head is ready; a body streams after; `None`: latency recording is off).
+    pub fn answered(
+        &self,
+        class: ApiClass,
+        status: u16,
+        start: impl Into<Option<std::time::Instant>>,
+    ) {
         let c = &self.classes[class as usize];
         c.latency.observe_since(start);
         let i = match status {

@@ -2,6 +2,7 @@
 //! against the shared [`Ctx`] and returns its table; a failed step becomes a failed figure,
 //! never an aborted run.
 
+pub mod metrics_cost;
 pub mod network;
 pub mod nvmf;
 pub mod plasmavmc;
@@ -10,6 +11,7 @@ pub mod s3;
 pub mod s3_load;
 pub mod scaling;
 pub mod security;
+pub mod side_by_side;
 pub mod strmvol;
 
 use crate::cpu::{self, CpuSource};

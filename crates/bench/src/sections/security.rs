@@ -7,11 +7,10 @@
 //! runs every variant of a workload back to back, in an order that rotates from round to
 //! round; a variant's figure is the median of its rounds.
 
-use super::{Ctx, FioRun, Section};
+use super::side_by_side::{self, Rounds, Variant, Workload};
+use super::{Ctx, Section};
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::fio::{self, Job, Span, Target};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
-use crate::under_test::UnderTest;
 use basalt_proto::size::format_size;
 use std::path::Path;
 use std::process::Command;
@@ -20,39 +19,11 @@ use std::process::Command;
 pub const ID: &str = "security";
 const TITLE: &str = "Security: authentication and TLS";
 
-/// One measured workload.
-struct Workload {
-    key: &'static str,
-    label: &'static str,
-    rw: &'static str,
-    iodepth: u32,
-}
-
 const WORKLOADS: [Workload; 4] = [
-    Workload {
-        key: "randread_4k_qd1",
-        label: "4k random read QD1",
-        rw: "randread",
-        iodepth: 1,
-    },
-    Workload {
-        key: "randread_4k_qd32",
-        label: "4k random read QD32",
-        rw: "randread",
-        iodepth: 32,
-    },
-    Workload {
-        key: "randwrite_4k_qd1",
-        label: "4k random write QD1",
-        rw: "randwrite",
-        iodepth: 1,
-    },
-    Workload {
-        key: "randwrite_4k_qd32",
-        label: "4k random write QD32",
-        rw: "randwrite",
-        iodepth: 32,
-    },
+    side_by_side::RANDREAD_4K_QD1,
+    side_by_side::RANDREAD_4K_QD32,
+    side_by_side::RANDWRITE_4K_QD1,
+    side_by_side::RANDWRITE_4K_QD32,
 ];
 
 /// The measured variants, in the order of [`Runs::clusters`] then NBD TLS.
@@ -65,29 +36,19 @@ pub struct SecuritySection {
 }
 
 impl SecuritySection {
-    fn rounds(&self) -> usize {
-        if self.smoke {
-            1
-        } else {
-            2
-        }
-    }
-
-    fn span(&self) -> (u32, u32) {
-        if self.smoke {
-            (1, 0)
+    fn rounds(&self) -> Rounds {
+        let (rounds, runtime_s, ramp_s, size_bytes) = if self.smoke {
+            (1, 1, 0, 64 << 20)
         } else if self.quick {
-            (5, 1)
+            (2, 5, 1, 512 << 20)
         } else {
-            (15, 2)
-        }
-    }
-
-    fn size_bytes(&self) -> u64 {
-        if self.smoke {
-            64 << 20
-        } else {
-            512 << 20
+            (2, 15, 2, 512 << 20)
+        };
+        Rounds {
+            rounds,
+            runtime_s,
+            ramp_s,
+            size_bytes,
         }
     }
 }
@@ -98,46 +59,48 @@ impl Section for SecuritySection {
     }
 
     fn plan(&self, _ctx: &Ctx) -> Vec<f64> {
-        let (runtime_s, ramp_s) = self.span();
-        let start = 3.0 * (5.0 + self.size_bytes() as f64 / (100u64 << 20) as f64);
-        let runs = self.rounds() * WORKLOADS.len() * VARIANTS.len();
+        let rounds = self.rounds();
+        let start = 3.0 * (5.0 + rounds.size_bytes as f64 / (100u64 << 20) as f64);
         std::iter::once(start)
-            .chain(std::iter::repeat_n((runtime_s + ramp_s) as f64 + 1.0, runs))
+            .chain(side_by_side::plan(&rounds, WORKLOADS.len(), VARIANTS.len()))
             .collect()
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
         let mut notes = Vec::new();
+        let rounds = self.rounds();
         ctx.progress.step(
             "security: start three clusters and write their volumes",
             0.0,
         );
         let figures = match self.start(ctx) {
-            Ok(clusters) => self.measure(ctx, &clusters, &mut notes),
-            Err(e) => {
-                let msg = format!("{e:#}");
-                ctx.progress.note(&format!("failed: {msg}"));
-                for _ in 0..self.rounds() * WORKLOADS.len() * VARIANTS.len() {
-                    ctx.progress.step("security: not measured", 0.0);
-                }
-                vec![vec![Figure::failed(msg, None, None); VARIANTS.len()]; WORKLOADS.len()]
+            Ok(clusters) => {
+                let variants = variants(&clusters);
+                side_by_side::measure(ctx, ID, &rounds, &WORKLOADS, &variants, &mut notes)
             }
+            Err(e) => side_by_side::failed(
+                ctx,
+                ID,
+                format!("{e:#}"),
+                &rounds,
+                WORKLOADS.len(),
+                VARIANTS.len(),
+            ),
         };
         let _ = std::fs::remove_dir_all(ctx.work_dir.join(ID));
-        let (runtime_s, ramp_s) = self.span();
         SectionReport {
             id: ID.into(),
             title: TITLE.into(),
             intro: format!(
-                "fio's nbd engine, 4k random I/O at QD1 and QD32, {runtime_s} s per run \
-                 ({ramp_s} s ramp), {} rounds, the median round shown. Three `basalt up` (3 \
+                "fio's nbd engine, 4k random I/O at QD1 and QD32, {} s per run \
+                 ({} s ramp), {} rounds, the median round shown. Three `basalt up` (3 \
                  OSDs, 3 replicas, `--no-local-path`: gateway to OSD and OSD to OSD over \
                  loopback TCP) run side by side: authentication off (`--insecure-no-auth`, \
                  benchmark only), as by default (authentication on; NBD also offers TLS, \
                  reached with `nbds://`), and with `--data-tls`. Each row compares a \
                  variant with the one without its feature; the ratio is the share of IOPS \
                  kept. Goals: authentication costs < 2 %, TLS ≤ 15 % at QD32.",
-                self.rounds()
+                rounds.runtime_s, rounds.ramp_s, rounds.rounds
             ),
             baseline_name: "Without".into(),
             status: SectionStatus::Measured,
@@ -148,18 +111,16 @@ impl Section for SecuritySection {
     }
 }
 
-/// The three clusters: authentication off, default (with NBD TLS offered), data-plane TLS.
-struct Runs {
-    clusters: Vec<Cluster>,
-}
-
 impl SecuritySection {
-    fn start(&self, ctx: &mut Ctx) -> anyhow::Result<Runs> {
+    /// The three clusters: authentication off, default (with NBD TLS offered), data-plane
+    /// TLS.
+    fn start(&self, ctx: &mut Ctx) -> anyhow::Result<Vec<Cluster>> {
         let dir = ctx.work_dir.join(ID);
         let nbd_tls = dir.join("nbd-tls");
         make_nbd_certs(&nbd_tls)?;
         let nbd_tls = nbd_tls.display().to_string();
         let data_tls = dir.join("data-tls").display().to_string();
+        let size_bytes = self.rounds().size_bytes;
         let config = ClusterConfig {
             osds: 3,
             replicas: 3,
@@ -167,116 +128,44 @@ impl SecuritySection {
             pgs: 32,
             object_size: "128K".into(),
             osd_size: "4G".into(),
-            volume_size: format_size(self.size_bytes()),
+            volume_size: format_size(size_bytes),
             s3: false,
             nvmf: false,
         };
-        let exe = std::env::current_exe()?;
-        let extra: [Vec<&str>; 3] = [
-            vec!["--insecure-no-auth"],
-            vec!["--nbd-tls-cert", &nbd_tls],
-            vec!["--data-tls", &data_tls],
+        let clusters = [
+            ("noauth", vec!["--no-local-path", "--insecure-no-auth"]),
+            ("auth", vec!["--no-local-path", "--nbd-tls-cert", &nbd_tls]),
+            ("datatls", vec!["--no-local-path", "--data-tls", &data_tls]),
         ];
-        let mut clusters = Vec::new();
-        for (name, extra) in ["noauth", "auth", "datatls"].iter().zip(extra) {
-            let mut args = vec!["--no-local-path"];
-            args.extend(extra);
-            let log = ctx.raw_dir.join(format!("basalt-up-{ID}-{name}.log"));
-            let c = Cluster::start_exe_with(&exe, &dir.join(name), &log, &config, &args)
-                .map_err(|e| anyhow::anyhow!("basalt up ({name}) did not start: {e:#}"))?;
-            clusters.push(c);
-        }
-        for (c, name) in clusters.iter().zip(["noauth", "auth", "datatls"]) {
-            let fill = FioRun {
-                file: format!("{ID}-{name}-precondition"),
-                job: &fio::FILL,
-                target: Target::Nbd { uri: c.uri.clone() },
-                size_bytes: self.size_bytes(),
-                span: Span::Once,
-                timeout: fio::fill_bound(self.size_bytes()),
-            };
-            if let Some(e) = ctx.fio(&fill, &c.cpu_sources()).error {
-                anyhow::bail!("writing the {name} cluster's volume failed: {e}");
-            }
-        }
-        Ok(Runs { clusters })
-    }
-
-    /// Figures by workload, then by variant ([`VARIANTS`] order).
-    fn measure(&self, ctx: &mut Ctx, runs: &Runs, notes: &mut Vec<String>) -> Vec<Vec<Figure>> {
-        let (runtime_s, ramp_s) = self.span();
-        let mut all: Vec<Vec<Vec<Figure>>> =
-            vec![vec![Vec::new(); VARIANTS.len()]; WORKLOADS.len()];
-        for round in 0..self.rounds() {
-            for (wi, w) in WORKLOADS.iter().enumerate() {
-                let job = Job {
-                    rw: w.rw,
-                    bs: "4k",
-                    iodepth: w.iodepth,
-                    numjobs: 1,
-                    rwmixread: None,
-                };
-                for k in 0..VARIANTS.len() {
-                    let vi = (k + round + wi) % VARIANTS.len();
-                    let v = VARIANTS[vi];
-                    ctx.progress.step(
-                        &format!("security: {} ({v}, round {})", w.label, round + 1),
-                        (runtime_s + ramp_s) as f64,
-                    );
-                    // NBD TLS is measured on the default cluster.
-                    let c = &runs.clusters[if v == "nbdtls" { 1 } else { vi }];
-                    let uri = if v == "nbdtls" {
-                        // fio refuses URIs naming local files: the server is not verified,
-                        // which changes nothing to the cost of an established session.
-                        format!(
-                            "{}?tls-verify-peer=false",
-                            c.uri.replacen("nbd://", "nbds://", 1)
-                        )
-                    } else {
-                        c.uri.clone()
-                    };
-                    let run = FioRun {
-                        file: format!("{ID}-{}-{v}-r{}", w.key, round + 1),
-                        job: &job,
-                        target: Target::Nbd { uri },
-                        size_bytes: self.size_bytes(),
-                        span: Span::Timed { runtime_s, ramp_s },
-                        timeout: fio::timed_bound(runtime_s, ramp_s),
-                    };
-                    let f = ctx.fio(&run, &c.cpu_sources());
-                    let value = f.fio.as_ref().map(|s| s.read_iops + s.write_iops);
-                    all[wi][vi].push(Figure { value, ..f });
-                }
-            }
-        }
-        if self.rounds() > 1 {
-            notes.push(format!(
-                "Each figure is the median of {} rounds; the raw outputs of every round are \
-                 under raw/{ID}-*.",
-                self.rounds()
-            ));
-        }
-        all.into_iter()
-            .map(|by_variant| by_variant.into_iter().map(median).collect())
-            .collect()
+        side_by_side::start_clusters(ctx, ID, &config, &clusters, size_bytes)
     }
 }
 
-/// The run with the median IOPS (a failed run if none succeeded).
-fn median(mut figures: Vec<Figure>) -> Figure {
-    let ok = figures.iter().filter(|f| f.value.is_some()).count();
-    if ok == 0 {
-        return figures
-            .pop()
-            .unwrap_or_else(|| Figure::failed("not run", None, None));
+/// The variants ([`VARIANTS`] order) on the clusters of `start`; NBD TLS is measured on the
+/// default cluster.
+fn variants(clusters: &[Cluster]) -> Vec<Variant<'_>> {
+    let mut out: Vec<Variant> = clusters
+        .iter()
+        .zip(VARIANTS)
+        .map(|(c, name)| Variant {
+            name,
+            cluster: c,
+            uri: c.uri.clone(),
+        })
+        .collect();
+    if let Some(auth) = clusters.get(1) {
+        out.push(Variant {
+            name: VARIANTS[3],
+            cluster: auth,
+            // fio refuses URIs naming local files: the server is not verified, which
+            // changes nothing to the cost of an established session.
+            uri: format!(
+                "{}?tls-verify-peer=false",
+                auth.uri.replacen("nbd://", "nbds://", 1)
+            ),
+        });
     }
-    figures.retain(|f| f.value.is_some());
-    figures.sort_by(|a, b| {
-        a.value
-            .partial_cmp(&b.value)
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    figures.swap_remove((figures.len() - 1) / 2)
+    out
 }
 
 /// Per workload: authentication (vs none), data-plane TLS and NBD TLS (vs the default).
