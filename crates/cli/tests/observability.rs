@@ -227,7 +227,8 @@ fn assert_within(got: f64, want: f64, tolerance: f64, what: &str) {
     );
 }
 
-/// Goal: the alert rules in contrib/ are valid and their unit tests pass.
+/// Goal: the alert rules in contrib/ are valid and their unit tests pass, and the example
+/// Prometheus configuration there is valid.
 #[test]
 fn alert_rules_pass_promtool() {
     let promtool = require_tool("promtool", "prometheus");
@@ -246,6 +247,15 @@ fn alert_rules_pass_promtool() {
         Duration::from_secs(60),
     );
     assert_ok(&test, "promtool test rules");
+    // The example configuration the README points operators to loads those rules.
+    let config = run(
+        Command::new(&promtool)
+            .args(["check", "config", "prometheus.yml"])
+            .current_dir(contrib()),
+        Duration::from_secs(60),
+    );
+    assert_ok(&config, "promtool check config");
+    assert!(text(&config).contains("SUCCESS"), "{}", text(&config));
 }
 
 /// Goal: a real Prometheus scraping `basalt up` during fio sees the write rate fio
