@@ -14,7 +14,7 @@ use crate::daemon::Osd;
 use crate::error::PgError;
 use crate::handler::{flush, primary_gate, status_of, REPLICA_TIMEOUT};
 use crate::pg::PgPhase;
-use crate::recovery::{call_peer, list_remote, read_record};
+use crate::recovery::{call_peer, list_remote, read_record, PushKind};
 use basalt_client::Connection;
 use basalt_ec::decide::{decide, Plan, PositionState};
 use basalt_ec::Scheme;
@@ -382,7 +382,7 @@ async fn decode_stripe(
     stripe: ObjectId,
     repair: bool,
 ) -> Result<Option<(Version, Vec<u8>)>, Status> {
-    let decoded = decode_and_repair(osd, ctx, stripe, repair).await?;
+    let decoded = decode_and_repair(osd, ctx, stripe, repair.then_some(PushKind::Repair)).await?;
     Ok(decoded.map(|d| (d.version, d.object)))
 }
 
@@ -398,11 +398,12 @@ struct Decoded {
 
 /// [`decode_stripe`], also telling how many live positions were left without the
 /// stripe's version — what recovery must see as zero before it counts a position rebuilt.
+/// Chunks rewritten are counted as pushes of `repair`'s kind.
 async fn decode_and_repair(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     stripe: ObjectId,
-    repair: bool,
+    repair: Option<PushKind>,
 ) -> Result<Option<Decoded>, Status> {
     let read = read_all_chunks(osd, ctx, stripe).await;
     let chunks: Vec<Option<ChunkRead>> = read.iter().map(|r| r.1.clone()).collect();
@@ -475,9 +476,7 @@ async fn decode_and_repair(
         })
         .map(|(i, _)| i)
         .collect();
-    if !repair {
-        unsettled += bad.len();
-    } else {
+    if let Some(kind) = repair {
         if !bad.is_empty() {
             let fresh = ctx.scheme.encode(&object).map_err(|_| Status::Io)?;
             for pos in bad {
@@ -494,10 +493,18 @@ async fn decode_and_repair(
                 )
                 .await
                 {
-                    Ok(()) => tracing::warn!(
-                        osd = osd.id, pg = %ctx.pg, %stripe, pos, peer,
-                        "rebuilt a missing, stale or damaged chunk"
-                    ),
+                    Ok(()) => {
+                        osd.counters.pushed(kind, ctx.chunk_bytes as u64);
+                        if kind == PushKind::Recovery {
+                            // Expected while rebuilding a position: the round logs progress.
+                            tracing::debug!(osd = osd.id, pg = %ctx.pg, %stripe, pos, peer, "rebuilt a chunk");
+                        } else {
+                            tracing::warn!(
+                                osd = osd.id, pg = %ctx.pg, %stripe, pos, peer,
+                                "rebuilt a missing, stale or damaged chunk"
+                            );
+                        }
+                    }
                     Err(s) => {
                         unsettled += 1;
                         tracing::warn!(osd = osd.id, %stripe, pos, peer, "chunk repair: {s:?}");
@@ -505,6 +512,8 @@ async fn decode_and_repair(
                 }
             }
         }
+    } else {
+        unsettled += bad.len();
     }
     Ok(Some(Decoded {
         version: target,
@@ -1335,7 +1344,7 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
             return Ok(false);
         }
         let _lock = osd.stripes.lock(stripe).await;
-        match decode_and_repair(osd, &ctx, stripe, true).await {
+        match decode_and_repair(osd, &ctx, stripe, Some(PushKind::Recovery)).await {
             Ok(None) => {}
             Ok(Some(d)) if d.unsettled == 0 => {}
             Ok(Some(d)) => {

@@ -126,13 +126,15 @@ pub(crate) fn apply_image_or_delete(
 /// Why an object is pushed whole to a replica (counted apart in `/metrics`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PushKind {
-    /// Recovery of a replica that holds an older state of the PG (a returning OSD).
+    /// Recovery of a replica that holds an older state of the PG (a returning OSD), or an
+    /// erasure-coded position's chunk rebuilt in the background.
     Recovery,
     /// Backfill of a replica that held nothing of the PG (a new or emptied OSD).
     Backfill,
     /// A client write found the replica's copy stale (it is being recovered).
     Stale,
-    /// Scrub repaired a damaged or differing copy.
+    /// Scrub repaired a damaged or differing copy (or, on an erasure-coded pool, a read
+    /// found a chunk missing, stale or damaged and rewrote it).
     Repair,
 }
 

@@ -453,6 +453,19 @@ async fn ec_rebuild_waits_for_a_returning_osd_that_refuses_pushes() {
     lagging.send_replace(ec.maps.borrow().clone());
     ec.wait_clean().await;
     ec.check_stripes(info.id, &model);
+    // The chunks rebuilt are counted as recovery pushes on the primaries.
+    let rebuilt: u64 = ec
+        .osds
+        .iter()
+        .flatten()
+        .map(|h| {
+            h.osd
+                .counters
+                .pushes(basalt_osd::recovery::PushKind::Recovery)
+                .0
+        })
+        .sum();
+    assert!(rebuilt >= behind_seen, "rebuilt chunks counted: {rebuilt}");
     let back = volume.read(0, model.len() as u32).await.unwrap();
     assert!(back[..] == model[..], "reads after the rebuild");
 }
