@@ -40,7 +40,7 @@ trap cleanup EXIT
 
 port=$((20000 + RANDOM % 20000))
 "$basalt" up --data-dir "$scratch/data" --osd-size 4G --default-volume-size 512M \
-  --nbd-listen "127.0.0.1:$port" --control-listen 127.0.0.1:0 --s3-listen off \
+  --nbd-listen "127.0.0.1:$port" --s3-listen off \
   >"$scratch/up.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
