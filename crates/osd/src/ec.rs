@@ -562,8 +562,9 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
     let (first, last) = (h.offset as u64 / c, (end - 1) / c);
     let mut pieces = Vec::new();
     let mut version: Option<Option<Version>> = None;
-    // Each position read so far, counted current (not being rebuilt), with its version.
-    let mut counted_current: Vec<(usize, Option<Version>)> = Vec::new();
+    // The position that ended the fast path with a chunk at another version (or none),
+    // though counted current (not being rebuilt); the ones before it all held `version`.
+    let mut mismatch: Option<(usize, Option<Version>)> = None;
     let mut healthy = true;
     for i in first..=last {
         let pos = i as usize;
@@ -590,12 +591,11 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
             // exists (seen once: a position moved back to a returning OSD, read before its
             // chunk was rebuilt).
             Ok((v @ Some(_), data)) if version.is_none_or(|seen| seen == v) => {
-                counted_current.push((pos, v));
                 version = Some(v);
                 pieces.push(data);
             }
             Ok((v, _)) => {
-                counted_current.push((pos, v));
+                mismatch = Some((pos, v));
                 healthy = false;
                 break;
             }
@@ -621,7 +621,10 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
             // not means a chunk was lost or never promoted without the PG knowing (a
             // bug, or a disk that lost acknowledged data). The read is still right
             // (decoded, and the chunk repaired), but say so loudly.
-            for &(pos, v) in &counted_current {
+            let read_before = (first as usize..)
+                .take(pieces.len())
+                .map(|pos| (pos, version.flatten()));
+            for (pos, v) in read_before.chain(mismatch) {
                 if v != Some(target) {
                     tracing::error!(
                         osd = osd.id, pg = %ctx.pg, stripe = %h.object, pos,
@@ -873,8 +876,9 @@ async fn promote_stripe(
 ) -> Result<(), Status> {
     let mut todo: Vec<(usize, OsdId)> = ctx.live().collect();
     let mut pause = Duration::from_millis(PROMOTE_RETRY_FIRST_MS);
+    let mut attempt = 0u32;
     // Bound: runs while this interval lasts; each retry waits at least PROMOTE_RETRY_FIRST_MS.
-    for attempt in 0u32.. {
+    loop {
         let promotes = todo.iter().map(|&(pos, peer)| {
             let (osd, ctx) = (osd.clone(), ctx);
             async move { promote_chunk(&osd, ctx, peer, stripe, pos, version).await }
@@ -907,10 +911,10 @@ async fn promote_stripe(
             );
         }
         todo = failed;
+        attempt = attempt.wrapping_add(1);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(PROMOTE_RETRY_MAX_MS));
     }
-    unreachable!("the retry loop returns")
 }
 
 /// First and longest pause between tries of a failed promote.
