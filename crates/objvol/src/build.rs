@@ -101,7 +101,7 @@ impl Built {
 }
 
 /// What a build reports as it goes (objects listed so far).
-pub type Progress<'a> = &'a (dyn Fn(u64) + Send + Sync);
+pub type ListingProgress<'a> = &'a (dyn Fn(u64) + Send + Sync);
 
 /// Build the index of the objects under `prefix` (keys relative to it become paths),
 /// temporary files in `tmp`.
@@ -110,7 +110,7 @@ pub async fn build(
     prefix: &str,
     tmp: &std::path::Path,
     built_at: u64,
-    progress: Progress<'_>,
+    progress: ListingProgress<'_>,
 ) -> Result<Built, BuildError> {
     let started = Instant::now();
     let meta = tempfile::tempfile_in(tmp)?;

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::sync::watch;
 
 /// What a pending run's GET gives: set once, when the GET ends.
-pub type Outcome = Option<Result<Bytes, SourceError>>;
+pub type FetchOutcome = Option<Result<Bytes, SourceError>>;
 
 /// A stretch of cached object bytes `[start, end)` of the device.
 struct Run {
@@ -29,7 +29,7 @@ struct Run {
 }
 
 enum State {
-    Pending(watch::Receiver<Outcome>),
+    Pending(watch::Receiver<FetchOutcome>),
     Ready(Bytes),
 }
 
@@ -46,7 +46,7 @@ pub enum Seg {
     /// Bytes of a run still being fetched: the run starts at `run_start`; once it is
     /// ready, take `[a, b)` of it (see [`Cache::take`]).
     Wait {
-        rx: watch::Receiver<Outcome>,
+        rx: watch::Receiver<FetchOutcome>,
         run_start: u64,
         a: u64,
         b: u64,
@@ -227,7 +227,7 @@ impl Cache {
     /// Reserve `[a, b)` (which no run covers) for a GET: evict ready runs, least recently
     /// used first, until its bytes fit the bound. None if they cannot (pending runs fill
     /// it); else the sender the GET's outcome goes to, after [`Cache::fill`].
-    pub fn reserve(&mut self, a: u64, b: u64) -> Option<watch::Sender<Outcome>> {
+    pub fn reserve(&mut self, a: u64, b: u64) -> Option<watch::Sender<FetchOutcome>> {
         debug_assert!(
             a < b && self.gaps(a, b) == vec![(a, b)],
             "reserve over a run"

@@ -187,7 +187,7 @@ pub enum ObjvolError {
 
 /// How a build or refresh is going: objects listed (`total` 0), then bytes of the index
 /// stored out of `total`.
-pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Send + Sync);
+pub type BuildProgress<'a> = &'a (dyn Fn(u64, u64) + Send + Sync);
 
 /// The prefix as the index uses it: empty, or ending in `/`.
 pub fn normal_prefix(prefix: &str) -> String {
@@ -215,7 +215,7 @@ pub async fn create(
     credentials: &crate::s3::Credentials,
     pool: PoolId,
     tmp: &std::path::Path,
-    progress: Progress<'_>,
+    progress: BuildProgress<'_>,
 ) -> Result<ObjvolInfo, ObjvolError> {
     basalt_client::volumes::check_name(name).map_err(|_| {
         invalid(format!(
@@ -260,7 +260,7 @@ pub async fn refresh(
     name: &str,
     credentials: &crate::s3::Credentials,
     tmp: &std::path::Path,
-    progress: Progress<'_>,
+    progress: BuildProgress<'_>,
 ) -> Result<ObjvolInfo, ObjvolError> {
     let (old, rev) = record(cluster, name).await?;
     let built = build_from(&old.source, credentials, tmp, progress).await?;
@@ -285,7 +285,7 @@ async fn build_from(
     source: &Source,
     credentials: &crate::s3::Credentials,
     tmp: &std::path::Path,
-    progress: Progress<'_>,
+    progress: BuildProgress<'_>,
 ) -> Result<Built, ObjvolError> {
     let s3 = source.open(credentials)?;
     let listed = move |n: u64| progress(n, 0);

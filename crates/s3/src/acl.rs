@@ -196,7 +196,7 @@ pub fn is_public(acl: &[Grant]) -> bool {
 
 /// Where an ACL is set, for the canned ACLs that only make sense on one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum AclTarget {
     Bucket,
     Object,
 }
@@ -204,7 +204,7 @@ pub enum Target {
 /// The grants a canned ACL (`x-amz-acl`) gives beyond the owner's FULL_CONTROL.
 /// `bucket_owner` is the owner of the bucket an object is written to (the
 /// `bucket-owner-*` ACLs grant it access to an object someone else owns).
-pub fn canned(name: &str, target: Target, bucket_owner: &str) -> Result<Vec<Grant>, AclError> {
+pub fn canned(name: &str, target: AclTarget, bucket_owner: &str) -> Result<Vec<Grant>, AclError> {
     let grant = |grantee, permission| Grant {
         grantee,
         permission,
@@ -217,10 +217,10 @@ pub fn canned(name: &str, target: Target, bucket_owner: &str) -> Result<Vec<Gran
             grant(Grantee::AllUsers, Permission::Write),
         ],
         ("authenticated-read", _) => vec![grant(Grantee::AuthenticatedUsers, Permission::Read)],
-        ("bucket-owner-read", Target::Object) => {
+        ("bucket-owner-read", AclTarget::Object) => {
             vec![grant(Grantee::User(bucket_owner.into()), Permission::Read)]
         }
-        ("bucket-owner-full-control", Target::Object) => vec![grant(
+        ("bucket-owner-full-control", AclTarget::Object) => vec![grant(
             Grantee::User(bucket_owner.into()),
             Permission::FullControl,
         )],
@@ -344,27 +344,27 @@ mod tests {
 
     #[test]
     fn canned_acls() {
-        assert_eq!(canned("private", Target::Bucket, "o"), Ok(vec![]));
+        assert_eq!(canned("private", AclTarget::Bucket, "o"), Ok(vec![]));
         assert_eq!(
-            canned("public-read-write", Target::Bucket, "o")
+            canned("public-read-write", AclTarget::Bucket, "o")
                 .unwrap()
                 .len(),
             2
         );
         assert_eq!(
-            canned("bucket-owner-full-control", Target::Object, "o"),
+            canned("bucket-owner-full-control", AclTarget::Object, "o"),
             Ok(vec![g(Grantee::User("o".into()), Permission::FullControl)])
         );
         assert!(matches!(
-            canned("bucket-owner-read", Target::Bucket, "o"),
+            canned("bucket-owner-read", AclTarget::Bucket, "o"),
             Err(AclError::Malformed(_))
         ));
         assert!(matches!(
-            canned("log-delivery-write", Target::Bucket, "o"),
+            canned("log-delivery-write", AclTarget::Bucket, "o"),
             Err(AclError::Unsupported(_))
         ));
         assert!(matches!(
-            canned("nonsense", Target::Object, "o"),
+            canned("nonsense", AclTarget::Object, "o"),
             Err(AclError::Malformed(_))
         ));
     }

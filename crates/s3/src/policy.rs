@@ -97,7 +97,7 @@ fn unsupported(message: impl Into<String>) -> PolicyError {
 
 /// One request as a policy sees it.
 #[derive(Clone, Debug)]
-pub struct Request<'a> {
+pub struct PolicyRequest<'a> {
     /// The user that signed it; None: anonymous.
     pub user: Option<&'a str>,
     /// One of [`ACTIONS`].
@@ -396,7 +396,7 @@ pub fn parse(doc: &str, bucket: &str) -> Result<Policy, PolicyError> {
 }
 
 impl Statement {
-    fn applies(&self, req: &Request<'_>) -> bool {
+    fn applies(&self, req: &PolicyRequest<'_>) -> bool {
         let principal = match (&self.principals, req.user) {
             (None, _) => true,
             (Some(names), Some(user)) => names.iter().any(|n| n == user),
@@ -425,7 +425,7 @@ impl Statement {
 }
 
 impl Condition {
-    fn holds(&self, req: &Request<'_>) -> bool {
+    fn holds(&self, req: &PolicyRequest<'_>) -> bool {
         match self {
             Condition::SourceIp { negate, nets } => match req.source_ip {
                 // A request whose source is unknown matches no network either way.
@@ -453,12 +453,12 @@ impl Condition {
 
 impl Policy {
     /// What the policy says of `req`: an applicable Deny wins over any Allow.
-    pub fn evaluate(&self, req: &Request<'_>) -> Decision {
+    pub fn evaluate(&self, req: &PolicyRequest<'_>) -> Decision {
         self.evaluate_where(req, |_| true)
     }
 
     /// [`Policy::evaluate`] counting only the statements `keep` accepts (`true`: public).
-    fn evaluate_where(&self, req: &Request<'_>, keep: impl Fn(bool) -> bool) -> Decision {
+    fn evaluate_where(&self, req: &PolicyRequest<'_>, keep: impl Fn(bool) -> bool) -> Decision {
         let mut decision = Decision::Silent;
         for s in self.statements.iter().filter(|s| keep(s.is_public())) {
             if s.applies(req) {
@@ -472,7 +472,7 @@ impl Policy {
     }
 
     /// Without the statements that grant everyone (RestrictPublicBuckets).
-    pub fn evaluate_non_public(&self, req: &Request<'_>) -> Decision {
+    pub fn evaluate_non_public(&self, req: &PolicyRequest<'_>) -> Decision {
         self.evaluate_where(req, |public| !public)
     }
 
@@ -486,8 +486,8 @@ impl Policy {
 mod tests {
     use super::*;
 
-    fn req<'a>(user: Option<&'a str>, action: &'a str, key: Option<&'a str>) -> Request<'a> {
-        Request {
+    fn req<'a>(user: Option<&'a str>, action: &'a str, key: Option<&'a str>) -> PolicyRequest<'a> {
+        PolicyRequest {
             user,
             action,
             bucket: "pics",

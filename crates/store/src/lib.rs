@@ -28,4 +28,4 @@ pub use options::{
     MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES, MIN_WAL_BYTES,
 };
 pub use store::{Store, StoreStats, WalStats};
-pub use superblock::{Layout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};
+pub use superblock::{StoreLayout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};

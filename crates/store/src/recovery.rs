@@ -15,7 +15,7 @@ use crate::index::{Index, BLOCK};
 use crate::journal::{Leader, WalBuffer};
 use crate::options::StoreOptions;
 use crate::store::Store;
-use crate::superblock::{Layout, SUPERBLOCK_BYTES};
+use crate::superblock::{StoreLayout, SUPERBLOCK_BYTES};
 use crate::wal::{
     self, BlockCrcs, WalBody, WalError, WalRecord, MAX_RECORD_BLOCKS, RECORD_HEADER_BYTES,
 };
@@ -35,7 +35,7 @@ const DECODE_ATTEMPTS_MAX: usize = 4;
 
 /// Create a new store file; on failure the half-made file is removed again.
 pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
-    let layout = Layout::compute(opts, new_store_id())?;
+    let layout = StoreLayout::compute(opts, new_store_id())?;
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -53,7 +53,7 @@ pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreErr
 
 /// Create a new store on `disk`, which must be at least `opts.capacity_bytes` long.
 pub(crate) fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Store, StoreError> {
-    let layout = Layout::compute(opts, new_store_id())?;
+    let layout = StoreLayout::compute(opts, new_store_id())?;
     let len = disk.size_bytes().map_err(io_err("size of the disk"))?;
     if len < layout.capacity_bytes {
         return Err(StoreError::bad_options(format!(
@@ -65,7 +65,7 @@ pub(crate) fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Stor
 }
 
 /// Lock a new file, size it and allocate its metadata regions.
-fn prepare_file(file: &File, layout: &Layout) -> Result<(), StoreError> {
+fn prepare_file(file: &File, layout: &StoreLayout) -> Result<(), StoreError> {
     lock_file(file)?;
     file.set_len(layout.capacity_bytes)
         .map_err(io_err("size store file"))?;
@@ -73,7 +73,7 @@ fn prepare_file(file: &File, layout: &Layout) -> Result<(), StoreError> {
 }
 
 /// Write an empty store's first checkpoint and superblock, durably.
-fn format(file: DataFile, layout: Layout) -> Result<Store, StoreError> {
+fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
     let mut index = Index::new(layout.slot_count, layout.blocks_per_slot());
     index.rebuild_free_list();
     let header = CheckpointHeader {
@@ -127,7 +127,7 @@ pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
     file.sync("fdatasync at open")?;
     let mut sb = vec![0u8; SUPERBLOCK_BYTES as usize];
     file.read_at(&mut sb, 0, "read superblock")?;
-    let layout = Layout::decode(&sb)?;
+    let layout = StoreLayout::decode(&sb)?;
     if len < layout.capacity_bytes {
         return Err(StoreError::corrupt(format!(
             "file is {len} bytes, its superblock says {}",
@@ -166,7 +166,7 @@ pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
 /// The newest checkpoint whose header and crc are intact, loaded into a table.
 fn load_checkpoint(
     file: &DataFile,
-    layout: &Layout,
+    layout: &StoreLayout,
 ) -> Result<(CheckpointHeader, Index), StoreError> {
     let blocks = layout.blocks_per_slot();
     let mut best: Option<(CheckpointHeader, Vec<u8>)> = None;
@@ -218,7 +218,7 @@ struct Loc {
 
 fn replay_wal(
     file: &DataFile,
-    layout: &Layout,
+    layout: &StoreLayout,
     header: &CheckpointHeader,
     index: &mut Index,
 ) -> Result<Replay, StoreError> {
@@ -340,7 +340,7 @@ fn confirmed_lsn(locs: &[Loc], base: u64) -> u64 {
 /// were scanned before it.
 fn surviving_records(
     file: &DataFile,
-    layout: &Layout,
+    layout: &StoreLayout,
     buf: &[u8],
     locs: &[Loc],
     confirmed: u64,
@@ -434,7 +434,7 @@ fn forget_slot(newest: &mut NewestData, slot: u32, blocks: u32) {
 /// Pass 3: apply record number `i` to the table, noting which logged blocks will need copying
 /// into place; refuses anything a correct store never logs.
 fn apply_record(
-    layout: &Layout,
+    layout: &StoreLayout,
     index: &mut Index,
     rec: &WalRecord<'_>,
     i: usize,
@@ -554,7 +554,7 @@ fn decode_known<'a>(buf: &'a [u8], loc: &Loc) -> Result<(WalRecord<'a>, usize), 
 /// Reads the live log into a linear buffer (unwrapping the circle), a chunk at a time.
 struct WalReader<'a> {
     file: &'a DataFile,
-    layout: &'a Layout,
+    layout: &'a StoreLayout,
     start_pos: u64,
     buf: Vec<u8>,
 }

@@ -10,7 +10,7 @@ use crate::index::{Block, Index, BLOCK};
 use crate::journal::{Leader, WalBuffer, WalFull};
 use crate::options::{StoreOptions, MAX_BLOCKS_PER_OBJECT};
 use crate::recovery;
-use crate::superblock::Layout;
+use crate::superblock::StoreLayout;
 use crate::wal::MAX_RECORD_BLOCKS;
 use basalt_proto::{ObjectId, Version};
 use std::ops::Range;
@@ -52,7 +52,7 @@ pub struct StoreStats {
 /// Dropping a store without [`Store::close`] is like a crash: writes not yet flushed may be
 /// lost, and the next open replays the log.
 pub struct Store {
-    pub(crate) layout: Layout,
+    pub(crate) layout: StoreLayout,
     pub(crate) file: DataFile,
     pub(crate) index: RwLock<Index>,
     pub(crate) wal: Mutex<WalBuffer>,
@@ -119,7 +119,7 @@ impl Store {
     }
 
     pub(crate) fn assemble(
-        layout: Layout,
+        layout: StoreLayout,
         file: DataFile,
         index: Index,
         wal: WalBuffer,
@@ -148,7 +148,7 @@ impl Store {
     }
 
     /// Where everything lives in the file (for tools and fault-injection tests).
-    pub fn layout(&self) -> Layout {
+    pub fn layout(&self) -> StoreLayout {
         self.layout
     }
 

@@ -20,7 +20,7 @@ const MAX_SLOTS: u64 = u32::MAX as u64 - 1;
 
 /// Where everything lives in the data file. Exposed for tools and fault-injection tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct StoreLayout {
     /// Length of the data file.
     pub capacity_bytes: u64,
     /// Object and slot size.
@@ -41,10 +41,10 @@ pub struct Layout {
     pub slot_count: u32,
 }
 
-impl Layout {
+impl StoreLayout {
     /// Place the regions for `opts`: superblock, WAL, two checkpoint areas sized for a full
     /// table, then as many slots as fit.
-    pub fn compute(opts: &StoreOptions, store_id: u64) -> Result<Layout, StoreError> {
+    pub fn compute(opts: &StoreOptions, store_id: u64) -> Result<StoreLayout, StoreError> {
         let object = opts.object_size_bytes;
         if !object.is_power_of_two() || !(MIN_OBJECT_BYTES..=MAX_OBJECT_BYTES).contains(&object) {
             return Err(StoreError::bad_options(format!(
@@ -75,7 +75,7 @@ impl Layout {
         }
         let checkpoint_bytes = checkpoint::area_bytes(slot_count, blocks);
         let ckpt0 = fixed;
-        let layout = Layout {
+        let layout = StoreLayout {
             capacity_bytes: opts.capacity_bytes,
             object_size_bytes: object,
             store_id,
@@ -137,8 +137,8 @@ impl Layout {
     }
 
     /// Parse and check a superblock: its crc, and that its geometry is exactly what
-    /// [`Layout::compute`] yields for its capacity, object size and WAL size.
-    pub(crate) fn decode(b: &[u8]) -> Result<Layout, StoreError> {
+    /// [`StoreLayout::compute`] yields for its capacity, object size and WAL size.
+    pub(crate) fn decode(b: &[u8]) -> Result<StoreLayout, StoreError> {
         if b.len() < ENCODED_BYTES || b[0..8] != MAGIC {
             return Err(StoreError::corrupt("no store superblock (bad magic)"));
         }
@@ -155,7 +155,7 @@ impl Layout {
         if u32_at(b, 12) != BLOCK_BYTES {
             return Err(StoreError::corrupt("superblock block size is not 4096"));
         }
-        let found = Layout {
+        let found = StoreLayout {
             object_size_bytes: u32_at(b, 16),
             slot_count: u32_at(b, 20),
             capacity_bytes: u64_at(b, 24),
@@ -171,7 +171,7 @@ impl Layout {
             object_size_bytes: found.object_size_bytes,
             wal_bytes: found.wal_bytes,
         };
-        let expected = Layout::compute(&opts, found.store_id)
+        let expected = StoreLayout::compute(&opts, found.store_id)
             .map_err(|e| StoreError::corrupt(format!("superblock geometry: {e}")))?;
         if expected != found {
             return Err(StoreError::corrupt(format!(
@@ -194,7 +194,7 @@ mod tests {
                 object_size_bytes: obj,
                 wal_bytes: 0,
             };
-            let l = Layout::compute(&opts, 42).expect("layout");
+            let l = StoreLayout::compute(&opts, 42).expect("layout");
             assert!(l.slot_offset(l.slot_count) <= cap);
             let entry = checkpoint::entry_bytes(l.blocks_per_slot()) as u64;
             let waste_max = 2 * (8192 + entry);
@@ -203,14 +203,14 @@ mod tests {
                 "wastes only the slack"
             );
             assert_eq!(l.slots_offset % 4096, 0);
-            assert_eq!(Layout::decode(&l.encode()).expect("decode"), l);
+            assert_eq!(StoreLayout::decode(&l.encode()).expect("decode"), l);
         }
     }
 
     #[test]
     fn bad_options_and_damaged_superblocks_are_refused() {
         let bad = |o: u32, c: u64| {
-            Layout::compute(
+            StoreLayout::compute(
                 &StoreOptions {
                     capacity_bytes: c,
                     object_size_bytes: o,
@@ -235,7 +235,7 @@ mod tests {
         let mut b = l.encode();
         b[30] ^= 1;
         assert!(matches!(
-            Layout::decode(&b),
+            StoreLayout::decode(&b),
             Err(StoreError::Corrupt { .. })
         ));
     }

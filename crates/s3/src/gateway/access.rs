@@ -289,7 +289,7 @@ pub(super) fn allowed(
         None => Decision::Silent,
         Some(doc) => {
             let policy = policy::parse(doc, &bucket.name).map_err(|e| internal(e.message))?;
-            let request = policy::Request {
+            let request = policy::PolicyRequest {
                 user,
                 action,
                 bucket: &bucket.name,

@@ -9,7 +9,7 @@
 use super::access::{Access, Need};
 use super::dto::owner;
 use super::Gateway;
-use crate::acl::{self, AclError, Grant, Grantee, Permission, Target};
+use crate::acl::{self, AclError, AclTarget, Grant, Grantee, Permission};
 use crate::buckets::{self, BucketError, BucketRecord};
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -80,7 +80,7 @@ fn acls_disabled() -> S3Error {
 fn asked(
     canned: Option<&str>,
     headers: &[(Option<&str>, Permission)],
-    target: Target,
+    target: AclTarget,
     bucket_owner: &str,
 ) -> S3Result<Option<Vec<Grant>>> {
     let mut grants = Vec::new();
@@ -132,7 +132,7 @@ pub(super) fn object_acl(
     canned: Option<&str>,
     headers: &[(Option<&str>, Permission)],
 ) -> S3Result<(Option<String>, Vec<Grant>)> {
-    let grants = asked(canned, headers, Target::Object, &bucket.owner)?;
+    let grants = asked(canned, headers, AclTarget::Object, &bucket.owner)?;
     let grants = grants.unwrap_or_default();
     if !bucket.ownership.acls_enabled() {
         if !owner_only(&grants, &bucket.owner) {
@@ -162,7 +162,7 @@ pub(super) fn bucket_acl_on_create(
     let grants = asked(
         canned,
         &grant_headers!(input, write),
-        Target::Bucket,
+        AclTarget::Bucket,
         owner_name,
     )?;
     let grants = grants.unwrap_or_default();
@@ -230,7 +230,7 @@ fn put_acl(
     canned: Option<&str>,
     headers: &[(Option<&str>, Permission)],
     document_: Option<&AccessControlPolicy>,
-    target: Target,
+    target: AclTarget,
     owner_name: &str,
     bucket_owner: &str,
 ) -> S3Result<Vec<Grant>> {
@@ -305,7 +305,7 @@ pub(super) async fn put_bucket_acl(
         input.acl.as_ref().map(|a| a.as_str()),
         &grant_headers!(input, write),
         input.access_control_policy.as_ref(),
-        Target::Bucket,
+        AclTarget::Bucket,
         &bucket.owner,
         &bucket.owner,
     )?;
@@ -368,7 +368,7 @@ pub(super) async fn put_object_acl(
             canned,
             &headers,
             input.access_control_policy.as_ref(),
-            Target::Object,
+            AclTarget::Object,
             &bucket.owner,
             &bucket.owner,
         )?;
@@ -390,7 +390,7 @@ pub(super) async fn put_object_acl(
                 canned,
                 &headers,
                 input.access_control_policy.as_ref(),
-                Target::Object,
+                AclTarget::Object,
                 &owner_name,
                 &bucket.owner,
             )?;
