@@ -95,10 +95,14 @@ fn primary_writes(mh: &MultiHost, id: u32) -> Option<u64> {
 /// acknowledged `WRITES_WHILE_AWAY` more writes: the load goes on without `old`. Returns
 /// the new primary.
 fn load_moves_on_without(mh: &MultiHost, old: u32) -> u32 {
-    let new = wait_for("a new primary takes over from the old one", REACT_TIMEOUT, || {
-        let p = mh.0.locate("vol", 0).ok()?["primary"].as_u64()? as u32;
-        (p != old).then_some(p)
-    });
+    let new = wait_for(
+        "a new primary takes over from the old one",
+        REACT_TIMEOUT,
+        || {
+            let p = mh.0.locate("vol", 0).ok()?["primary"].as_u64()? as u32;
+            (p != old).then_some(p)
+        },
+    );
     let start = wait_for("the new primary's write count", REACT_TIMEOUT, || {
         primary_writes(mh, new)
     });

@@ -462,7 +462,11 @@ impl OtherS3 {
         let stdout = child.stdout.take().unwrap();
         // Bounded: the server prints its address first; a dead one closes the pipe.
         std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
-        let Some(addr) = line.trim().strip_prefix("listening on ").map(str::to_string) else {
+        let Some(addr) = line
+            .trim()
+            .strip_prefix("listening on ")
+            .map(str::to_string)
+        else {
             let _ = child.kill();
             let status = child.wait();
             panic!("basalt-test-s3 did not start: its first line was {line:?} ({status:?})");

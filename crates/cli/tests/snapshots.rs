@@ -499,7 +499,9 @@ fn flatten_under_load_then_the_parent_goes() {
     let running = flatten.try_wait().expect("poll flatten").is_none();
     cluster.kill9();
     let _ = flatten.kill();
-    let out = flatten.wait_with_output().expect("collect flatten's output");
+    let out = flatten
+        .wait_with_output()
+        .expect("collect flatten's output");
     assert!(
         progress.is_some() && running,
         "the flatten was under way when the daemon was killed: first progress line \

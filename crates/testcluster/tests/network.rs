@@ -120,9 +120,16 @@ fn loopback_fallback_serves_and_partitions() {
     let server = serve(&a, 7000, 0);
     assert!(reaches(Some(&b), server.addr));
     assert!(net.limit_bandwidth(&a, 1000).is_err());
-    assert!(have_nft(), "`nft` is not installed (Debian package nftables)");
+    assert!(
+        have_nft(),
+        "`nft` is not installed (Debian package nftables)"
+    );
     // SAFETY: geteuid(2) cannot fail.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "not root: nftables rules need root");
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "not root: nftables rules need root"
+    );
     net.partition_all(&a).unwrap();
     assert!(cut(Some(&b), server.addr), "a's address cut off");
     let server_b = serve(&b, 7001, 0);
