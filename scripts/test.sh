@@ -28,19 +28,85 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+e2e_dir=$(mktemp -d)
+trap 'rm -rf "$log" "$e2e_dir"' EXIT
 status=0
+
+# The end-to-end test binaries of crates/cli/tests, longest first (measured), so that the
+# lanes below end together. They start their own daemons on ephemeral ports, in their own
+# temporary directories, network namespaces and subnets (basalt-testcluster allocates those
+# across processes), so two binaries run side by side without sharing anything.
+e2e_parallel=(
+    cluster_failures bench_smoke ec_multihost s3_clients vm_boot restart objvol
+    snapshots io_clients layers_multihost s3_multihost volume_cli auth_multihost nvmf
+    ec_pool filesystem nbd_tls bench_existing slow_ops protocol operator_script s3_limits
+    nbdinfo data_tls status
+)
+# Binaries that compare rates measured over a window with a run's average: they run alone,
+# after the others, so that no neighbour's load swings the rate within their window.
+e2e_alone=(observability)
+# How many end-to-end binaries run at once (each runs its own tests two at a time).
+e2e_lanes="${BASALT_E2E_LANES:-2}"
+
+# One end-to-end binary, its output into $e2e_dir/NAME.log; prints one line when it ends.
+run_e2e() {
+    local name=$1 start=$SECONDS rc=0
+    cargo test -p basalt-cli --test "$name" --no-fail-fast >"$e2e_dir/$name.log" 2>&1 || rc=$?
+    echo "$rc" >"$e2e_dir/$name.rc"
+    echo "== e2e $name: $([ "$rc" = 0 ] && echo ok || echo FAILED) in $((SECONDS - start)) s"
+}
+export -f run_e2e
+export e2e_dir
+
 if [ "$fast" = 1 ]; then
     echo "== cargo test (fast tier)"
     { cargo test --workspace --exclude basalt-cli --no-fail-fast \
         && cargo test -p basalt-cli --bins --no-fail-fast; } 2>&1 | tee "$log" || status=$?
 else
     echo "== cargo test"
-    cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+    # Build every test target once; the runs below then only run.
+    cargo test --workspace --no-run || status=$?
+    { cargo test --workspace --exclude basalt-cli --no-fail-fast \
+        && cargo test -p basalt-cli --bins --no-fail-fast; } 2>&1 | tee "$log" || status=$?
+    # Every binary in the list above and every one in the directory: a new test file
+    # joins the parallel lanes without an edit here.
+    mapfile -t all_e2e < <(ls crates/cli/tests/*.rs | xargs -n1 basename | sed 's/\.rs$//')
+    queue=("${e2e_parallel[@]}")
+    for name in "${all_e2e[@]}"; do
+        case " ${e2e_parallel[*]} ${e2e_alone[*]} " in
+            *" $name "*) ;;
+            *) queue+=("$name") ;;
+        esac
+    done
+    echo "== end-to-end tests: ${#queue[@]} binaries in $e2e_lanes lanes, then ${e2e_alone[*]} alone"
+    printf '%s\n' "${queue[@]}" | xargs -P "$e2e_lanes" -I{} bash -c 'run_e2e {}'
+    for name in "${e2e_alone[@]}"; do
+        run_e2e "$name"
+    done
+    for name in "${queue[@]}" "${e2e_alone[@]}"; do
+        echo "== output of e2e $name"
+        cat "$e2e_dir/$name.log"
+    done | tee -a "$log"
+    for name in "${queue[@]}" "${e2e_alone[@]}"; do
+        [ "$(cat "$e2e_dir/$name.rc")" = 0 ] || status=1
+    done
     # Every fuzz target for a few seconds each; its targets count as tests in the closing line.
     echo "== fuzz smoke"
     ./scripts/fuzz-smoke.sh 2>&1 | tee -a "$log" || status=$?
 fi
+# The tests that did not run, by name with the reason given in their #[ignore = "..."],
+# under the test binary that holds them (cargo prints "test NAME ... ignored, REASON").
+echo
+echo "== skipped (ignored) tests"
+awk '
+    /^ *Running / { bin = $NF; gsub(/[()]/, "", bin); sub(/^.*\//, "", bin); sub(/-[0-9a-f]+$/, "", bin) }
+    /^ *Doc-tests / { bin = "doc-tests " $2 }
+    /^test .* \.\.\. ignored/ {
+        name = $0; sub(/^test /, "", name); sub(/ \.\.\. ignored.*$/, "", name); reason = $0
+        if (sub(/^.*\.\.\. ignored, /, "", reason) == 0) reason = "(no reason given)"
+        printf "  %s: %s - %s\n", bin, name, reason
+    }
+' "$log"
 # One closing line for the whole run (cargo prints one per test binary).
 passed=$(awk '/^test result:/ {s += $4} /^fuzz: [0-9]+ passed/ {s += $2} END {print s + 0}' "$log")
 failed=$(awk '/^test result:/ {s += $6} /^fuzz: [0-9]+ passed/ {s += $4} END {print s + 0}' "$log")

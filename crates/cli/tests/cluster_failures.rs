@@ -62,6 +62,58 @@ fn busy_cluster() -> (tempfile::TempDir, MultiHost, u32, multihost::Loader) {
     (dir, mh, primary, loader)
 }
 
+/// Bound on waiting for the cluster to react to a fault (a failure noticed, a new primary).
+const REACT_TIMEOUT: Duration = Duration::from_secs(90);
+/// Writes the new primary must acknowledge while the old one is away.
+const WRITES_WHILE_AWAY: u64 = 200;
+
+/// Poll `probe` every 250 ms until it gives a value; fails naming `what` after `timeout`.
+fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    // Bound: `timeout` of 250 ms rounds.
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Writes OSD `id` acknowledged as primary (`basalt_osd_writes_total`), if it answers.
+fn primary_writes(mh: &MultiHost, id: u32) -> Option<u64> {
+    let metrics = mh.0.osd_metrics(id).ok()?;
+    let series = format!("basalt_osd_writes_total{{osd=\"{id}\"}}");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+/// Wait until a primary other than `old` serves the first byte of `vol` and has
+/// acknowledged `WRITES_WHILE_AWAY` more writes: the load goes on without `old`. Returns
+/// the new primary.
+fn load_moves_on_without(mh: &MultiHost, old: u32) -> u32 {
+    let new = wait_for(
+        "a new primary takes over from the old one",
+        REACT_TIMEOUT,
+        || {
+            let p = mh.0.locate("vol", 0).ok()?["primary"].as_u64()? as u32;
+            (p != old).then_some(p)
+        },
+    );
+    let start = wait_for("the new primary's write count", REACT_TIMEOUT, || {
+        primary_writes(mh, new)
+    });
+    wait_for(
+        &format!("{WRITES_WHILE_AWAY} writes acknowledged by osd.{new} while osd.{old} is away"),
+        REACT_TIMEOUT,
+        || primary_writes(mh, new).filter(|&n| n >= start + WRITES_WHILE_AWAY),
+    );
+    new
+}
+
 /// Scenario a: kill -9 the primary OSD of a busy PG under fio write load: I/O resumes after
 /// a pause (no error reaches fio), every block verifies, and once the OSD is back the
 /// cluster is clean and the data still verifies.
@@ -294,9 +346,10 @@ fn osd_out_is_rereplicated() {
     verify(&mh, dir.path(), "vol", "d-verify", 32);
 }
 
-/// Scenario e: cut the host of a primary off from everyone (peers, etcd, clients) for 30 s
-/// under load, then heal: no acknowledged write is lost, reads never return stale data
-/// (fio verifies every block it reads), and the cut-off OSDs rejoin and catch up.
+/// Scenario e: cut the host of a primary off from everyone (peers, etcd, clients) under load
+/// until the cluster reports it down and the load has gone on at a new primary, then heal:
+/// no acknowledged write is lost, reads never return stale data (fio verifies every block
+/// it reads), and the cut-off OSDs rejoin and catch up.
 #[test]
 fn partition_primary_host_then_heal() {
     let (dir, mh, primary, loader) = busy_cluster();
@@ -304,19 +357,18 @@ fn partition_primary_host_then_heal() {
     mh.net
         .partition_all(&host)
         .expect("partition the primary's host");
-    std::thread::sleep(Duration::from_secs(30));
-    let st = mh.status();
-    let down: Vec<u64> = st["osds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["up"].as_bool() == Some(false))
-        .map(|o| o["id"].as_u64().unwrap())
-        .collect();
-    assert!(
-        down.contains(&(primary as u64)),
-        "the cut-off primary is reported down: {st}"
+    mh.wait_status(
+        "the cut-off primary is reported down",
+        REACT_TIMEOUT,
+        |st| {
+            st["osds"].as_array().is_some_and(|osds| {
+                osds.iter().any(|o| {
+                    o["id"].as_u64() == Some(primary as u64) && o["up"].as_bool() == Some(false)
+                })
+            })
+        },
     );
+    load_moves_on_without(&mh, primary);
     mh.net.heal(&host).expect("heal");
     let st = mh.wait_clean(Duration::from_secs(120));
     assert!(
@@ -443,7 +495,8 @@ fn full_cluster_gives_enospc_and_frees_on_delete() {
     verify(&mh, dir.path(), "keep", "h-keep-verify2", 16);
 }
 
-/// A stuck primary: SIGSTOP the primary of a busy PG for 10 s under load, then SIGCONT.
+/// A stuck primary: SIGSTOP the primary of a busy PG under load until a new primary has
+/// taken the load on, then SIGCONT.
 /// Clients move to the new primary once the old one's lease expires; the old one, woken
 /// with requests still queued, fences itself and re-peers instead of serving them; nothing
 /// is lost and the cluster becomes clean with it back in.
@@ -452,13 +505,7 @@ fn stopped_primary_is_fenced_and_rejoins() {
     let (dir, mh, primary, loader) = busy_cluster();
     let p = &mh.osd(primary).proc;
     p.stop().expect("SIGSTOP the primary");
-    std::thread::sleep(Duration::from_secs(10));
-    let moved = mh.locate("vol", 0);
-    assert_ne!(
-        moved["primary"].as_u64(),
-        Some(primary as u64),
-        "a new primary took over: {moved}"
-    );
+    load_moves_on_without(&mh, primary);
     p.cont().expect("SIGCONT");
     mh.wait_clean(Duration::from_secs(120));
     loader.finish();
@@ -466,7 +513,7 @@ fn stopped_primary_is_fenced_and_rejoins() {
 }
 
 /// No split brain: cut the primary's host off from etcd only (peers and clients still reach
-/// it) for 15 s under load. It cannot renew its lease, so it fences itself before the
+/// it) under load. It cannot renew its lease, so it fences itself before the
 /// cluster picks a new primary; clients that still reach it are refused and retry at the new
 /// one; nothing is lost or read stale, and after healing it rejoins.
 #[test]
@@ -476,17 +523,16 @@ fn primary_cut_from_etcd_only_fences_itself() {
     mh.net
         .partition(&host, &[&mh.etcd_host])
         .expect("cut the primary's host off from etcd");
-    std::thread::sleep(Duration::from_secs(15));
-    let moved = mh.locate("vol", 0);
-    assert_ne!(
-        moved["primary"].as_u64(),
-        Some(primary as u64),
-        "a new primary took over: {moved}"
-    );
-    let metrics = mh.osd_metrics(primary);
-    assert!(
-        metrics.contains(&format!("basalt_osd_fenced{{osd=\"{primary}\"}} 1")),
-        "the cut-off primary knows it is fenced:\n{metrics}"
+    load_moves_on_without(&mh, primary);
+    let fenced = format!("basalt_osd_fenced{{osd=\"{primary}\"}} 1");
+    wait_for(
+        "the cut-off primary knows it is fenced",
+        REACT_TIMEOUT,
+        || {
+            mh.0.osd_metrics(primary)
+                .ok()
+                .filter(|m| m.contains(&fenced))
+        },
     );
     mh.net.heal(&host).expect("heal");
     mh.wait_clean(Duration::from_secs(120));

@@ -1,7 +1,7 @@
 //! A real filesystem on a Basalt volume: nbdfuse exposes the export as a file, losetup turns
 //! it into a block device, and mkfs.ext4, mount, fsck.ext4 and a remount must all agree.
 //!
-//! Skipped, with a printed reason, where FUSE, nbdfuse, loop devices or root are unavailable.
+//! They need FUSE, nbdfuse, loop devices and root; without one they fail, naming it.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -15,22 +15,25 @@ use std::time::{Duration, Instant};
 /// How long nbdfuse may take to write its pid file (it does once it serves).
 const NBDFUSE_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why this machine cannot run the test, if it cannot.
-fn skip_reason() -> Option<String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse is missing (no FUSE)".into());
-    }
-    if find_tool("nbdfuse").is_none() {
-        return Some("nbdfuse is not installed (Debian package nbdfuse)".into());
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Some("/dev/loop-control is missing (no loop devices)".into());
-    }
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root: losetup and mount need root".into());
-    }
-    None
+/// Fails the test, naming what is missing, unless this machine can attach a volume as a
+/// block device and mount it: /dev/fuse, nbdfuse, loop devices, root.
+fn require_block_stack() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: these tests need FUSE"
+    );
+    require_tool("nbdfuse", "nbdfuse");
+    require_tool("losetup", "mount");
+    assert!(
+        Path::new("/dev/loop-control").exists(),
+        "/dev/loop-control is missing: these tests need loop devices"
+    );
+    let uid = run(Command::new("id").arg("-u"), CLIENT_TIMEOUT);
+    assert_eq!(
+        String::from_utf8_lossy(&uid.stdout).trim(),
+        "0",
+        "not root: losetup and mount need root"
+    );
 }
 
 /// The nbdfuse process serving `dir/disk`; unmounted and reaped on drop.
@@ -129,14 +132,14 @@ struct Attached {
     _fuse: FuseGuard,
 }
 
-/// Attach export `uri` of `size_bytes` as a loop device through nbdfuse; `None` (after a
-/// printed reason) when no loop device is free.
-fn attach(uri: &str, size_bytes: u64, work: &Path) -> Option<Attached> {
+/// Attach export `uri` of `size_bytes` as a loop device through nbdfuse; no free loop
+/// device fails the test.
+fn attach(uri: &str, size_bytes: u64, work: &Path) -> Attached {
     attach_as(uri, size_bytes, work, false)
 }
 
 /// `attach`, read-only when `read_only` (nbdfuse -r, losetup -r).
-fn attach_as(uri: &str, size_bytes: u64, work: &Path, read_only: bool) -> Option<Attached> {
+fn attach_as(uri: &str, size_bytes: u64, work: &Path, read_only: bool) -> Attached {
     let nbdfuse = require_tool("nbdfuse", "nbdfuse");
     let losetup = require_tool("losetup", "mount");
     let fuse_dir = work.join("fuse");
@@ -182,20 +185,14 @@ fn attach_as(uri: &str, size_bytes: u64, work: &Path, read_only: bool) -> Option
         cmd.arg("-r");
     }
     let out = run(cmd.args(["-f", "--show"]).arg(&disk), CLIENT_TIMEOUT);
-    if !out.status.success() {
-        eprintln!(
-            "SKIPPED ext4_on_nbdfuse_loop_device: no free loop device ({})",
-            text(&out).trim()
-        );
-        return None;
-    }
+    assert_ok(&out, "losetup -f --show (a free loop device)");
     let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(dev.starts_with("/dev/loop"), "losetup printed {dev:?}");
-    Some(Attached {
+    Attached {
         dev: dev.clone(),
         _loop: LoopGuard { dev },
         _fuse: fuse,
-    })
+    }
 }
 
 fn fsck_clean(dev: &str) {
@@ -222,12 +219,7 @@ fn check_files(dev: &str, mnt: &Path, files: &[(String, Vec<u8>)]) {
 /// fresh attachment after the cluster restarted.
 #[test]
 fn ext4_on_nbdfuse_loop_device() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("SKIPPED ext4_on_nbdfuse_loop_device: {reason}");
-        return;
-    }
-    require_tool("nbdfuse", "nbdfuse");
-    require_tool("losetup", "mount");
+    require_block_stack();
     let mkfs = require_tool("mkfs.ext4", "e2fsprogs");
     require_tool("fsck.ext4", "e2fsprogs");
     require_tool("mount", "mount");
@@ -241,9 +233,7 @@ fn ext4_on_nbdfuse_loop_device() {
     std::fs::create_dir_all(&mnt).expect("create mount dir");
     let files = files();
     {
-        let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch) else {
-            return;
-        };
+        let a = attach(&cluster.uri("fs"), size_bytes, &scratch);
         let out = run(
             Command::new(&mkfs).args(["-q", "-F"]).arg(&a.dev),
             CLIENT_TIMEOUT,
@@ -270,9 +260,7 @@ fn ext4_on_nbdfuse_loop_device() {
     // Everything detached: restart the cluster and attach afresh.
     cluster.stop();
     cluster.restart();
-    let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch) else {
-        return;
-    };
+    let a = attach(&cluster.uri("fs"), size_bytes, &scratch);
     fsck_clean(&a.dev);
     check_files(&a.dev, &mnt, &files);
 }
@@ -282,10 +270,7 @@ fn ext4_on_nbdfuse_loop_device() {
 /// snapshot keeps reading exactly the files it was taken with.
 #[test]
 fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("SKIPPED ext4_on_a_clone_while_its_snapshot_is_mounted_read_only: {reason}");
-        return;
-    }
+    require_block_stack();
     let mkfs = require_tool("mkfs.ext4", "e2fsprogs");
     let cluster = Cluster::start();
     let size_bytes: u64 = 128 << 20;
@@ -296,9 +281,7 @@ fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
     std::fs::create_dir_all(&snap_mnt).expect("mkdir");
     std::fs::create_dir_all(&clone_mnt).expect("mkdir");
     {
-        let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch.join("orig")) else {
-            return;
-        };
+        let a = attach(&cluster.uri("fs"), size_bytes, &scratch.join("orig"));
         assert_ok(
             &run(
                 Command::new(&mkfs).args(["-q", "-F"]).arg(&a.dev),
@@ -316,14 +299,12 @@ fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
     }
     cluster.volume_ok(&["snapshot", "fs@golden"]);
     cluster.volume_ok(&["clone", "fs@golden", "work"]);
-    let Some(snap) = attach_as(
+    let snap = attach_as(
         &cluster.uri("fs@golden"),
         size_bytes,
         &scratch.join("snap"),
         true,
-    ) else {
-        return;
-    };
+    );
     // Read-only: no journal replay (noload).
     let out = run(
         Command::new("mount")
@@ -338,9 +319,7 @@ fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
         mounted: true,
     };
     {
-        let Some(c) = attach(&cluster.uri("work"), size_bytes, &scratch.join("clone")) else {
-            return;
-        };
+        let c = attach(&cluster.uri("work"), size_bytes, &scratch.join("clone"));
         let mut m = MountGuard::mount(&c.dev, &clone_mnt);
         std::fs::write(clone_mnt.join("clone-only.txt"), b"written in the clone\n")
             .expect("write in the clone");
@@ -366,8 +345,6 @@ fn ext4_on_a_clone_while_its_snapshot_is_mounted_read_only() {
     fsck_clean(&snap.dev);
     drop(snap);
     // The origin volume was never touched by either.
-    let Some(a) = attach(&cluster.uri("fs"), size_bytes, &scratch.join("orig2")) else {
-        return;
-    };
+    let a = attach(&cluster.uri("fs"), size_bytes, &scratch.join("orig2"));
     check_files(&a.dev, &clone_mnt, &files);
 }

@@ -18,6 +18,27 @@ use std::time::{Duration, Instant};
 /// Longest a guest may run (TCG boot, a short fio, a failover pause).
 const VM_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Where fio writes while the snapshot is taken, and how much (bytes).
+const DURING_OFFSET: u64 = 220 << 20;
+const DURING_BYTES: u64 = 32 << 20;
+/// fio's block size there.
+const FIO_BLOCK: u64 = 4096;
+
+/// How many `FIO_BLOCK` blocks of `image[offset..offset + len]` hold fio's verify header
+/// for their own position (magic 0xacca, the block's length, its offset): blocks fio wrote.
+fn fio_blocks(image: &[u8], offset: u64, len: u64) -> u64 {
+    let le_u64 = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap());
+    (offset..offset + len)
+        .step_by(FIO_BLOCK as usize)
+        .filter(|&at| {
+            let b = &image[at as usize..(at + FIO_BLOCK) as usize];
+            b[..2] == [0xca, 0xac]
+                && u32::from_le_bytes(b[4..8].try_into().unwrap()) as u64 == FIO_BLOCK
+                && le_u64(&b[16..24]) == at
+        })
+        .count() as u64
+}
+
 fn copy_out(uri: &str, dest: &Path) -> Vec<u8> {
     let out = run(
         Command::new(require_tool("nbdcopy", "libnbd-bin"))
@@ -92,8 +113,8 @@ fn vms_boot_from_clones_through_an_osd_kill_and_snapshots_fence_other_gateways()
             "--rw=randwrite",
             "--bs=4k",
             "--iodepth=16",
-            "--offset=220m",
-            "--size=32m",
+            &format!("--offset={DURING_OFFSET}"),
+            &format!("--size={DURING_BYTES}"),
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
@@ -109,6 +130,14 @@ fn vms_boot_from_clones_through_an_osd_kill_and_snapshots_fence_other_gateways()
     // The snapshot's clone reads what the snapshot holds, and vm2's own data.
     mh.cli_ok(&["volume", "clone", "vm2@during", "vm3"]);
     let snap = copy_out(&mh.uri("vm2@during"), &dir.path().join("snap.raw"));
+    // The snapshot was taken during fio's writes: it holds some of fio's blocks, not all
+    // (fio writes each block of its region once, and verified every one at the end).
+    let written = fio_blocks(&snap, DURING_OFFSET, DURING_BYTES);
+    let blocks = DURING_BYTES / FIO_BLOCK;
+    assert!(
+        0 < written && written < blocks,
+        "the snapshot holds {written} of fio's {blocks} blocks: it was not taken during the writes"
+    );
     let clone = copy_out(&mh.uri("vm3"), &dir.path().join("vm3.raw"));
     assert_same_bytes(&clone, &snap, "the clone of vm2@during");
     let debugfs = run(

@@ -22,6 +22,8 @@ const RATE_END_BEFORE_FIO_END_SECS: u64 = 2;
 /// Longest wait for Prometheus to be ready, and for an alert to fire.
 const PROMETHEUS_READY_TIMEOUT: Duration = Duration::from_secs(60);
 const ALERT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for every target's scrape past a given time to land (1 s scrape interval).
+const SCRAPED_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Held by the tests that compare Prometheus's rates over a window with fio's average: two
 /// of them at once on a small machine make each one's rate swing within its run.
@@ -192,6 +194,28 @@ impl Prometheus {
         v["data"]["result"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Wait (bounded) until every target has a sample scraped at or after `at`: a target's
+    /// samples land in order, so then all of them up to `at` are queryable.
+    fn wait_scraped_past(&self, at: f64) {
+        let deadline = Instant::now() + SCRAPED_TIMEOUT;
+        // Loop bound: SCRAPED_TIMEOUT.
+        loop {
+            let oldest_latest = self
+                .query("min(timestamp(up))", now_secs())
+                .first()
+                .and_then(|r| r["value"][1].as_str()?.parse::<f64>().ok());
+            if oldest_latest.is_some_and(|t| t >= at) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no scrape of every target at or after {at} within {SCRAPED_TIMEOUT:?} \
+                 (oldest latest sample {oldest_latest:?})"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The single value of `query` at `at`.
     fn value(&self, query: &str, at: f64) -> f64 {
         let r = self.query(query, at);
@@ -313,8 +337,7 @@ fn prometheus_scrapes_basalt_up_during_fio() {
     // Rates over a window inside the run (fio's figures are averages over all of it).
     let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
     let w = RATE_WINDOW_SECS;
-    // Let a last scrape past `at` land.
-    std::thread::sleep(Duration::from_secs(3));
+    prom.wait_scraped_past(at);
     let iops = prom.value(
         &format!(
             "sum(rate(basalt_frontend_requests_total{{frontend=\"nbd\",op=\"write\"}}[{w}s]))"
@@ -629,10 +652,10 @@ fn prometheus_sees_a_three_host_cluster_and_a_killed_osd() {
     assert!(fio_iops > 0.0, "{json}");
     assert!(end - start >= FIO_RUNTIME_SECS as f64);
 
-    // Rates over a window inside the run; let a last scrape past `at` land.
+    // Rates over a window inside the run, once every target's samples up to `at` are in.
     let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
     let w = RATE_WINDOW_SECS;
-    std::thread::sleep(Duration::from_secs(3));
+    prom.wait_scraped_past(at);
     for t in osd_targets.iter().chain([&gateway_target]) {
         let up = prom.value(&format!("up{{instance=\"{t}\"}}"), at);
         assert_eq!(up, 1.0, "{t} scraped");

@@ -196,15 +196,12 @@ fn lifecycle_rules_expire_objects_versions_and_uploads() {
 }
 
 /// A bucket of a million keys (`basalt up` defaults: 128 KiB tables), put by 16 clients
-/// while another lists, then listed in order; an hour here, so only with
-/// BASALT_LARGE_BUCKET=1. Most objects are empty (see large_bucket.py): every non-empty
+/// while another lists, then listed in order; an hour here, so ignored by default (run it
+/// with `-- --ignored`). Most objects are empty (see large_bucket.py): every non-empty
 /// object takes a store slot per copy, and a million of 128 KiB does not fit here.
 #[test]
+#[ignore = "large: a million keys, an hour; run with --ignored"]
 fn a_million_keys_in_one_bucket() {
-    if std::env::var_os("BASALT_LARGE_BUCKET").is_none() {
-        eprintln!("skipped: set BASALT_LARGE_BUCKET=1 to put and list 1,000,000 keys");
-        return;
-    }
     let cluster = Cluster::start();
     python_suite_with(
         &cluster,

@@ -475,7 +475,8 @@ fn flatten_under_load_then_the_parent_goes() {
     qemu_io_ok(&cluster.uri("vm"), &["read -P 0x5e 32M 32M"]);
     qemu_io_ok(&cluster.uri("vol0"), &["read -P 0x5e 0 64M"]);
 
-    // kill -9 in the middle of a flatten, then run it again.
+    // kill -9 in the middle of a flatten (after its first progress report, before it
+    // ends), then run it again.
     cluster.volume_ok(&["snapshot", "vol0@g2"]);
     cluster.volume_ok(&["clone", "vol0@g2", "vm2"]);
     let mut flatten = Command::new(env!("CARGO_BIN_EXE_basalt"))
@@ -486,15 +487,33 @@ fn flatten_under_load_then_the_parent_goes() {
             "flatten",
             "vm2",
         ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start flatten");
-    std::thread::sleep(Duration::from_millis(300));
+    let progress = first_line_starting(
+        flatten.stderr.take().expect("piped stderr"),
+        "flattening vm2: ",
+        Duration::from_secs(60),
+    );
+    let running = flatten.try_wait().expect("poll flatten").is_none();
     cluster.kill9();
     let _ = flatten.kill();
-    let _ = flatten.wait();
+    let out = flatten
+        .wait_with_output()
+        .expect("collect flatten's output");
+    assert!(
+        progress.is_some() && running,
+        "the flatten was under way when the daemon was killed: first progress line \
+         {progress:?}, still running {running}, stdout {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     cluster.restart();
+    let info = cluster.volume_ok(&["info", "vm2"]);
+    assert!(
+        info.contains("parent:      vol0@g2"),
+        "the killed flatten had not finished: {info}"
+    );
     let again = cluster.volume(&["flatten", "vm2"]);
     let all = text(&again);
     assert!(
@@ -503,6 +522,28 @@ fn flatten_under_load_then_the_parent_goes() {
     );
     cluster.volume_ok(&["snapshot", "rm", "vol0@g2"]);
     qemu_io_ok(&cluster.uri("vm2"), &["read -P 0x5e 0 64M"]);
+}
+
+/// The first line of `stream` starting with `prefix`, read within `timeout` (`None` if the
+/// stream ends or the time passes first); the rest of the stream is drained in the background.
+fn first_line_starting(
+    stream: impl std::io::Read + Send + 'static,
+    prefix: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let prefix = prefix.to_string();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { return };
+            if !sent && line.starts_with(&prefix) {
+                sent = true;
+                let _ = tx.send(line);
+            }
+        }
+    });
+    rx.recv_timeout(timeout).ok()
 }
 
 /// `volume info --json` usage: (head bytes, [snapshot bytes]).

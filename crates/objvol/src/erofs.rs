@@ -741,28 +741,28 @@ mod tests {
         (path, summary, added)
     }
 
-    /// fsck.erofs on the image; with `extract`, the tree it unpacks.
-    fn fsck(image: &Path, extract: Option<&Path>) -> Option<String> {
+    /// fsck.erofs on the image (it must pass); with `extract`, the tree it unpacks. A
+    /// missing fsck.erofs fails the test, naming it.
+    fn fsck(image: &Path, extract: Option<&Path>) -> String {
         let mut cmd = Command::new("fsck.erofs");
         if let Some(dir) = extract {
             cmd.arg(format!("--extract={}", dir.display()));
         }
-        match cmd.arg(image).output() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                eprintln!("skipped: fsck.erofs is not installed (scripts/install-test-deps.sh)");
-                None
-            }
+        let out = match cmd.arg(image).output() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => panic!(
+                "required tool `fsck.erofs` is not installed (Debian package erofs-utils; \
+                 scripts/install-test-deps.sh installs it)"
+            ),
             Err(e) => panic!("fsck.erofs: {e}"),
-            Ok(out) => {
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                assert!(out.status.success(), "fsck.erofs failed:\n{text}");
-                Some(text)
-            }
-        }
+            Ok(out) => out,
+        };
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "fsck.erofs failed:\n{text}");
+        text
     }
 
     /// Every regular file under `root`, by path relative to it, with its bytes.
@@ -833,9 +833,7 @@ mod tests {
         let (img, summary, _) = image(dir.path(), &objects);
         assert_eq!(summary.skipped_count, 0, "{:?}", summary.skipped);
         let out = dir.path().join("out");
-        if fsck(&img, Some(&out)).is_none() {
-            return;
-        }
+        fsck(&img, Some(&out));
         let got = tree(&out);
         let want: BTreeMap<Vec<u8>, Vec<u8>> = objects
             .into_iter()
@@ -890,9 +888,7 @@ mod tests {
         assert_eq!(summary.skipped_count, 7);
         assert_eq!(summary.files, 3, "a!x, a/b, ok");
         let out = dir.path().join("out");
-        if fsck(&img, Some(&out)).is_none() {
-            return;
-        }
+        fsck(&img, Some(&out));
         let got: Vec<Vec<u8>> = tree(&out).into_keys().collect();
         assert_eq!(got, vec![b"a!x".to_vec(), b"a/b".to_vec(), b"ok".to_vec()]);
     }
@@ -950,13 +946,13 @@ mod tests {
     }
 
     /// Goal: the Linux kernel mounts the image (loop device, read-only) and reads every
-    /// file's bytes, sizes and modification times (as root; skipped otherwise).
+    /// file's bytes, sizes and modification times (mounting needs root: it fails without).
     #[test]
     fn the_kernel_mounts_the_image() {
-        if running_as_root().is_none() {
-            eprintln!("skipped: mounting needs root");
-            return;
-        }
+        assert!(
+            running_as_root().is_some(),
+            "not root: mounting the image (a loop device) needs root"
+        );
         let mut objects: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for i in 0..700 {
             objects.insert(

@@ -370,6 +370,7 @@ def warm_tables():
         t.start()
     for t in threads:
         t.join(SOCKET_TIMEOUT_S * 10)
+    assert not any(t.is_alive() for t in threads), "a table-warming worker is still running"
     assert not errors, errors
     return settled_objects()
 
@@ -423,6 +424,7 @@ def concurrent_half_puts():
         t.start()
     for t in threads:
         t.join(SOCKET_TIMEOUT_S * 2)
+    assert not any(t.is_alive() for t in threads), "a serving check is still running"
     assert not errors, errors
     for s in socks:
         s.close()
@@ -490,7 +492,9 @@ class StalledHead:
     def check(self):
         step("a request head that stalls half-way")
         self.thread.join(HEAD_READ_TIMEOUT_S * 4)
+        alive = self.thread.is_alive()
         self.sock.close()
+        assert not alive, f"the stalled connection is still open after {HEAD_READ_TIMEOUT_S * 4} s"
         what, got, after_s = self.outcome
         assert what in ("closed", "reset"), ("stalled head", what, after_s)
         assert got == b"" or got.startswith(b"HTTP/1.1 408"), got[:300]

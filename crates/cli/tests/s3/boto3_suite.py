@@ -2,7 +2,9 @@
 
 Run by crates/cli/tests/s3_clients.rs against a fresh `basalt up`; reads the endpoint from
 S3_ENDPOINT and the credentials from the usual AWS_* variables. Every check asserts a real
-outcome; the first failure ends the run with a traceback and a non-zero exit.
+outcome. Each group of steps is its own result: a failing group prints its traceback and
+the run goes on with the next, so one failure does not hide the others; the run ends with
+one line per group and a non-zero exit if any failed.
 """
 
 import concurrent.futures
@@ -10,6 +12,7 @@ import hashlib
 import os
 import sys
 import time
+import traceback
 import urllib.request
 
 import boto3
@@ -1389,25 +1392,48 @@ def users():
         time.sleep(0.5)
 
 
+GROUPS = [
+    buckets,
+    objects,
+    ranges,
+    conditionals,
+    listing,
+    multipart,
+    copies,
+    never_silently_wrong,
+    versioning,
+    tags_and_attributes,
+    cors,
+    encryption,
+    object_lock,
+    users,
+    presigned_and_auth,
+    deletes,
+]
+
+
 def main():
+    """Runs every group, each as its own result; 0 if all passed, 1 otherwise."""
     started = time.time()
-    buckets()
-    objects()
-    ranges()
-    conditionals()
-    listing()
-    multipart()
-    copies()
-    never_silently_wrong()
-    versioning()
-    tags_and_attributes()
-    cors()
-    encryption()
-    object_lock()
-    users()
-    presigned_and_auth()
-    deletes()
+    results = []
+    for group in GROUPS:
+        t = time.time()
+        try:
+            group()
+            results.append((group.__name__, None, time.time() - t))
+        except Exception:  # reported here and in the summary; the next group runs
+            tb = traceback.format_exc()
+            print(f"FAILED group {group.__name__}:\n{tb}", flush=True)
+            results.append((group.__name__, tb.strip().splitlines()[-1], time.time() - t))
+    print("== results", flush=True)
+    for name, failure, secs in results:
+        print(f"group {name}: {'ok' if failure is None else 'FAILED: ' + failure} ({secs:.1f} s)")
+    failed = [name for name, failure, _ in results if failure is not None]
+    if failed:
+        print(f"boto3 suite: {len(failed)} of {len(results)} groups failed: {', '.join(failed)}", flush=True)
+        return 1
     print(f"boto3 suite passed in {time.time() - started:.1f} s", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ delimiter, paged) must give exactly the keys that exist, in order, once each.
 
 Run by crates/cli/tests/s3_clients.rs against `basalt up --object-size 8K` (tables of 8 KiB
 split every few dozen entries); LARGE_BUCKET_KEYS sets the number of keys (1,000,000 for
-the large-bucket run behind BASALT_LARGE_BUCKET=1).
+the large-bucket run, an ignored test: `cargo test ... a_million_keys -- --ignored`).
 """
 
 import concurrent.futures
