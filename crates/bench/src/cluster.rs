@@ -124,45 +124,74 @@ impl Cluster {
             nvmf: None,
             metrics: None,
         };
-        let mut s3_url = None;
+        let banner = Banner::read(stdout, log)?;
+        if !banner.nbd_uri.starts_with("nbd://") {
+            bail!("basalt up did not print its NBD address");
+        }
+        cluster.s3 = match banner.s3_url {
+            Some(url) => {
+                let path = data_dir.join("s3-credentials");
+                let key = basalt_s3client::Credentials::load_profile(&path, Some("basalt"))
+                    .context("read the S3 key `basalt up` wrote")?;
+                Some(crate::under_test::S3Endpoint {
+                    url,
+                    access_key: key.access_key,
+                    secret_key: key.secret_key,
+                })
+            }
+            None => None,
+        };
+        cluster.uri = banner.nbd_uri;
+        cluster.banner = banner.line;
+        cluster.control = banner.control;
+        cluster.nvmf = banner.nvmf;
+        cluster.metrics = banner.metrics;
+        Ok(cluster)
+    }
+
+    /// Process id of `basalt up`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// What `basalt up` printed before serving: the one place the bench reads its human
+/// banner (`basalt up --ready-file` can replace it here).
+#[derive(Debug, Default, PartialEq)]
+struct Banner {
+    /// The "Basalt is up: ..." line.
+    line: Option<String>,
+    /// `nbd://127.0.0.1:PORT/bench`.
+    nbd_uri: String,
+    /// The control socket's path.
+    control: Option<String>,
+    /// The NVMe/TCP target's address.
+    nvmf: Option<std::net::SocketAddr>,
+    /// The `/metrics` endpoint (`IP:PORT`).
+    metrics: Option<String>,
+    /// The S3 gateway's URL.
+    s3_url: Option<String>,
+}
+
+impl Banner {
+    /// Read the banner from `basalt up`'s `stdout` (bounded by [`STARTUP_TIMEOUT`]), then
+    /// keep draining it so the daemon never blocks on it; `log` is named in errors.
+    fn read(stdout: std::process::ChildStdout, log: &Path) -> anyhow::Result<Banner> {
         let (tx, rx) = mpsc::channel();
-        // Reads the banner, then keeps draining stdout so the daemon never blocks on it.
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let _ = tx.send(line);
             }
         });
+        let mut banner = Banner::default();
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
-                    let t = line.trim();
-                    if t.starts_with("Basalt is up") {
-                        cluster.banner = Some(t.to_string());
-                    }
-                    if let Some(rest) = t.strip_prefix(NBD_PREFIX) {
-                        cluster.uri = rest.trim().to_string();
-                    }
-                    if let Some(rest) = t.strip_prefix("Control API:") {
-                        cluster.control = rest.split_whitespace().next().map(String::from);
-                    }
-                    if let Some(rest) = t.strip_prefix("NVMe/TCP:") {
-                        cluster.nvmf = rest.split_whitespace().next().and_then(|a| a.parse().ok());
-                    }
-                    if let Some(rest) = t.strip_prefix("Metrics:") {
-                        cluster.metrics = rest
-                            .trim()
-                            .strip_prefix("http://")
-                            .and_then(|r| r.strip_suffix("/metrics"))
-                            .map(String::from);
-                    }
-                    if let Some(rest) = t.strip_prefix("S3:") {
-                        s3_url = rest.split_whitespace().next().map(String::from);
-                    }
-                    if t == READY_LINE {
-                        break;
+                    if banner.take(&line) {
+                        return Ok(banner);
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => bail!(
@@ -175,29 +204,35 @@ impl Cluster {
                 }
             }
         }
-        if !cluster.uri.starts_with("nbd://") {
-            bail!("basalt up did not print its NBD address");
-        }
-        cluster.s3 = s3_url.and_then(|url| {
-            let creds = std::fs::read_to_string(data_dir.join("s3-credentials")).ok()?;
-            let field = |name: &str| {
-                creds.lines().find_map(|l| {
-                    let (k, v) = l.split_once('=')?;
-                    (k.trim() == name).then(|| v.trim().to_string())
-                })
-            };
-            Some(crate::under_test::S3Endpoint {
-                url,
-                access_key: field("aws_access_key_id")?,
-                secret_key: field("aws_secret_access_key")?,
-            })
-        });
-        Ok(cluster)
     }
 
-    /// Process id of `basalt up`.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// Take one line of the banner; true once it is complete ([`READY_LINE`]).
+    fn take(&mut self, line: &str) -> bool {
+        let t = line.trim();
+        let first_word = |rest: &str| rest.split_whitespace().next().map(String::from);
+        if t.starts_with("Basalt is up") {
+            self.line = Some(t.to_string());
+        }
+        if let Some(rest) = t.strip_prefix(NBD_PREFIX) {
+            self.nbd_uri = rest.trim().to_string();
+        }
+        if let Some(rest) = t.strip_prefix("Control API:") {
+            self.control = first_word(rest);
+        }
+        if let Some(rest) = t.strip_prefix("NVMe/TCP:") {
+            self.nvmf = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+        }
+        if let Some(rest) = t.strip_prefix("Metrics:") {
+            self.metrics = rest
+                .trim()
+                .strip_prefix("http://")
+                .and_then(|r| r.strip_suffix("/metrics"))
+                .map(String::from);
+        }
+        if let Some(rest) = t.strip_prefix("S3:") {
+            self.s3_url = first_word(rest);
+        }
+        t == READY_LINE
     }
 }
 
@@ -247,5 +282,42 @@ impl crate::under_test::UnderTest for Cluster {
 
     fn nvmf(&self) -> Option<std::net::SocketAddr> {
         self.nvmf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: every address the bench uses is read from `basalt up`'s banner, and the banner
+    /// ends at the ready line (lines after it are not read).
+    #[test]
+    fn reads_the_banner() {
+        let text = "Basalt is up: 3 OSDs, pool \"rbd\" (3 replicas, 32 PGs), data in /d\n\
+                    \x20 NBD (TCP):   nbd://127.0.0.1:4001/bench\n\
+                    \x20 NBD (unix):  nbd+unix:///bench?socket=/d/nbd.sock\n\
+                    \x20 NVMe/TCP:    127.0.0.1:4002 subsystem nqn.x:bench\n\
+                    \x20 Control API: /d/control.sock (basalt volume --control /d/control.sock ls)\n\
+                    \x20 S3:          http://127.0.0.1:4003 (access key in /d/s3-credentials, profile \"basalt\")\n\
+                    \x20 Metrics:     http://127.0.0.1:4004/metrics\n\
+                    Try:\n\
+                    Press Ctrl-C to stop.\n\
+                    \x20 S3:          http://after.the.banner:1\n";
+        let mut banner = Banner::default();
+        let ready = text.lines().position(|l| banner.take(l));
+        assert_eq!(ready, Some(8));
+        assert_eq!(
+            banner,
+            Banner {
+                line: Some(
+                    "Basalt is up: 3 OSDs, pool \"rbd\" (3 replicas, 32 PGs), data in /d".into()
+                ),
+                nbd_uri: "nbd://127.0.0.1:4001/bench".into(),
+                control: Some("/d/control.sock".into()),
+                nvmf: Some("127.0.0.1:4002".parse().unwrap()),
+                metrics: Some("127.0.0.1:4004".into()),
+                s3_url: Some("http://127.0.0.1:4003".into()),
+            }
+        );
     }
 }

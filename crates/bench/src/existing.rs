@@ -15,7 +15,7 @@ use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
 use basalt_proto::size::format_size;
 use basalt_proto::ObjectId;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,9 +55,10 @@ pub struct Existing {
 }
 
 impl Existing {
-    /// Connect to the cluster at `meta_url` and check that `pool` exists; read the storage
+    /// Connect to the cluster `access` names and check that `pool` exists; read the storage
     /// hosts, the OSDs' metrics addresses and capacities, and earlier runs' leftovers.
-    pub fn connect(meta_url: &str, pool: &str) -> anyhow::Result<Existing> {
+    pub fn connect(access: &ClusterAccess, pool: &str) -> anyhow::Result<Existing> {
+        let meta_url = access.meta_url.as_str();
         let rt = Arc::new(
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -65,7 +66,7 @@ impl Existing {
                 .context("start the client runtime")?,
         );
         let cluster = rt
-            .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, open_cluster(meta_url)).await })
+            .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, open_cluster(access)).await })
             .with_context(|| {
                 format!(
                     "no answer from the cluster metadata at {meta_url} within {CONNECT_TIMEOUT:?}"
@@ -204,32 +205,58 @@ impl Existing {
     }
 }
 
-/// A client of the cluster whose metadata is at `meta_url` (etcd://...), proving the key of
-/// the keyring named by `BASALT_KEYRING` (the cluster's OSDs refuse connections without).
-pub async fn open_cluster(meta_url: &str) -> anyhow::Result<Arc<Cluster>> {
-    let Some(path) = std::env::var_os("BASALT_KEYRING") else {
-        anyhow::bail!(
-            "set BASALT_KEYRING to a keyring of the cluster at {meta_url} (its OSDs refuse \
-             unauthenticated connections)"
-        );
-    };
-    open_cluster_with(meta_url, std::path::Path::new(&path)).await
+/// How the benchmark reaches an existing cluster: what `basalt` daemons and admin commands
+/// are given (`--meta` and etcd's TLS and user, `--keyring`, `--data-tls`), every part used.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterAccess {
+    /// The metadata URL, etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] (etcds:// for TLS).
+    pub meta_url: String,
+    /// etcd's CA, client certificate and user (`--meta-ca`, `--meta-cert`, `--meta-key`,
+    /// `--meta-user`, `--meta-password-file`).
+    pub meta: basalt_meta::MetaAccess,
+    /// The keyring whose key the OSDs check (`--keyring`); required.
+    pub keyring: Option<PathBuf>,
+    /// The data-plane TLS directory (`--data-tls`): every OSD connection inside TLS.
+    pub data_tls: Option<PathBuf>,
 }
 
-/// [`open_cluster`] with the keyring at `keyring` (and data-plane TLS when `BASALT_DATA_TLS`
-/// names the cluster's TLS directory).
-pub async fn open_cluster_with(
-    meta_url: &str,
-    keyring: &std::path::Path,
-) -> anyhow::Result<Arc<Cluster>> {
-    let tls = match std::env::var_os("BASALT_DATA_TLS") {
-        Some(dir) => Some(basalt_auth::DataTls::load(std::path::Path::new(&dir))?),
+impl ClusterAccess {
+    /// The cluster at `meta_url`, proving the key of the keyring at `keyring`, with no
+    /// other setting.
+    pub fn new(meta_url: &str, keyring: &Path) -> Self {
+        Self {
+            meta_url: meta_url.to_string(),
+            keyring: Some(keyring.to_path_buf()),
+            ..Self::default()
+        }
+    }
+}
+
+/// A client of the cluster `access` names: its keyring's key proven to the OSDs (which
+/// refuse connections without), inside data-plane TLS when it names a TLS directory, the
+/// metadata reached with its etcd TLS and user. Local files are checked before the network.
+pub async fn open_cluster(access: &ClusterAccess) -> anyhow::Result<Arc<Cluster>> {
+    let meta_url = &access.meta_url;
+    let Some(keyring) = &access.keyring else {
+        bail!(
+            "--keyring FILE is required to measure the cluster at {meta_url} (or set \
+             BASALT_KEYRING): its OSDs refuse unauthenticated connections"
+        );
+    };
+    let tls = match &access.data_tls {
+        Some(dir) => Some(basalt_auth::DataTls::load(dir).with_context(|| {
+            format!(
+                "--data-tls: load the data-plane TLS credentials of {}",
+                dir.display()
+            )
+        })?),
         None => None,
     };
-    let credentials = basalt_auth::Keyring::load(keyring)?
+    let credentials = basalt_auth::Keyring::load(keyring)
+        .with_context(|| format!("--keyring {}", keyring.display()))?
         .client_credentials()
         .with_tls(tls);
-    let meta = basalt_meta::connect_meta(meta_url)
+    let meta = basalt_meta::connect_meta_with(meta_url, &access.meta)
         .await
         .with_context(|| format!("connect to the cluster metadata at {meta_url}"))?;
     Cluster::connect_as(meta, Some(credentials))

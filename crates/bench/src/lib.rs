@@ -34,6 +34,7 @@ pub mod svg;
 pub mod under_test;
 
 pub use compare::compare_files;
+pub use existing::ClusterAccess;
 pub use nbd::NbdOptions;
 pub use results::Results;
 pub use suite::{run_storage, run_storage_on, StorageOptions, SECTION_IDS};

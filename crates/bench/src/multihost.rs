@@ -54,8 +54,8 @@ pub fn failover_pauses(cluster: &BasaltCluster, trials: usize) -> Result<Vec<Fai
         .enable_all()
         .build()?;
     let volume = rt.block_on(async {
-        let client =
-            crate::existing::open_cluster_with(&cluster.meta_url, &cluster.keyring).await?;
+        let access = crate::existing::ClusterAccess::new(&cluster.meta_url, &cluster.keyring);
+        let client = crate::existing::open_cluster(&access).await?;
         anyhow::Ok(std::sync::Arc::new(client.open_volume("failover").await?))
     })?;
     let mut out = Vec::new();

@@ -121,10 +121,30 @@ mod tests {
 
     #[test]
     fn reads_own_process() {
-        // Goal: the /proc reader works on a live process (this test) and sees its memory.
-        let s = read(std::process::id()).unwrap();
-        assert!(s.cpu_seconds >= 0.0);
+        // Goal: the /proc reader works on a live process (this test): it sees its memory,
+        // and its CPU time grows while it works.
+        let pid = std::process::id();
+        let s = read(pid).unwrap();
         assert!(s.resident_bytes > 0);
-        assert!(cpu_seconds(std::process::id()).unwrap() >= 0.0);
+        // Work until the CPU time moves on by a clock tick (bounded: a tick is 10 ms of
+        // CPU; the bound is far beyond it, so hitting it means the reader is stuck).
+        let mut x = 1u64;
+        let mut rounds = 0u32;
+        while cpu_seconds(pid).unwrap() <= s.cpu_seconds && rounds < MAX_BUSY_ROUNDS {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+            rounds += 1;
+        }
+        let after = cpu_seconds(pid).unwrap();
+        assert!(
+            after > s.cpu_seconds,
+            "{} -> {after} after {rounds} rounds",
+            s.cpu_seconds
+        );
     }
+
+    /// Rounds of a million multiplications (about 1 ms each) before the CPU time of
+    /// [`reads_own_process`] must have grown.
+    const MAX_BUSY_ROUNDS: u32 = 100_000;
 }

@@ -3,11 +3,13 @@
 //! plots.
 
 use crate::cluster::{Cluster, ClusterConfig};
+use crate::existing::ClusterAccess;
 use crate::progress::Progress;
-use crate::results::{Environment, PoolSettings, Results, FORMAT_VERSION};
+use crate::results::{Environment, ExistingClusterInfo, PoolSettings, Results, FORMAT_VERSION};
 use crate::sections::network::NetworkSection;
 use crate::sections::profiles::ProfilesSection;
 use crate::sections::scaling::{self, ScalingPlan, ScalingSection};
+use crate::sections::strmvol::StrmvolSection;
 use crate::sections::{Ctx, Section, Settings, Side};
 use crate::under_test::{ExistingCluster, UnderTest};
 use crate::{environment, fio, interrupt, report, svg};
@@ -136,19 +138,21 @@ pub fn run_storage(opts: &StorageOptions) -> anyhow::Result<PathBuf> {
     run(opts, None)
 }
 
-/// Run the suite on a volume in `pool` of the existing cluster whose metadata is at
-/// `meta_url` (etcd://...), and return the path of `report.md`. The volume is removed however
-/// the run ends (a failed step, an error, Ctrl-C).
+/// Run the suite on a volume in `pool` of the existing cluster `access` names (its metadata,
+/// keyring and TLS), and return the path of `report.md`. The volume is removed however the
+/// run ends (a failed step, an error, Ctrl-C).
 pub fn run_storage_on(
     opts: &StorageOptions,
-    meta_url: &str,
+    access: &ClusterAccess,
     pool: &str,
 ) -> anyhow::Result<PathBuf> {
     opts.check_sections()?;
-    let existing = crate::existing::Existing::connect(meta_url, pool)?;
+    let existing = crate::existing::Existing::connect(access, pool)?;
     run(opts, Some(&existing))
 }
 
+/// The run: prepare, plan, start (or serve), precondition, run every section, release,
+/// then write the outputs.
 fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
     let generated_utc = environment::utc_now();
@@ -157,183 +161,28 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         bail!("fio is not installed; install it with: apt-get install -y fio iperf3");
     }
     interrupt::install();
-    let raw_dir = opts.out.join("raw");
-    std::fs::create_dir_all(&raw_dir).with_context(|| format!("create {}", raw_dir.display()))?;
-    std::fs::create_dir_all(&opts.data_dir)
-        .with_context(|| format!("create {}", opts.data_dir.display()))?;
-    let work = opts
-        .data_dir
-        .join(format!("basalt-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
-    let _cleanup = RemoveOnDrop(work.clone());
-    // The bench volume's NBD socket lives here: only this user may connect.
-    std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .with_context(|| format!("restrict {}", work.display()))?;
-    let work = work
-        .canonicalize()
-        .with_context(|| format!("resolve {}", work.display()))?;
-
-    let cores = environment::cores();
-    let settings = opts.settings(cores);
-    let strmvol = crate::sections::strmvol::StrmvolSection {
-        quick: opts.quick || opts.smoke,
-    };
-    // The strmvol section stores a small object per slot: its buckets need room.
-    let osd_bytes = MIN_OSD_SIZE_BYTES.max(settings.size_bytes * 2).max(
-        if opts.runs(crate::sections::strmvol::ID) {
-            strmvol.store_bytes()
-        } else {
-            0
-        },
-    );
-    let config = ClusterConfig {
-        osds: 3,
-        replicas: 3,
-        ec: None,
-        pgs: 32,
-        object_size: "128K".into(),
-        osd_size: format_size(osd_bytes),
-        volume_size: format_size(settings.size_bytes),
-        s3: true,
-        nvmf: opts.runs(crate::sections::nvmf::ID),
-    };
-    let disk_direct = environment::supports_direct_io(&work);
+    let dirs = Dirs::make(opts)?;
+    let settings = opts.settings(environment::cores());
+    let config = cluster_config(opts, &settings);
+    let disk_direct = environment::supports_direct_io(&dirs.work);
     let info = existing.map(|e| e.info());
-    let network: Box<dyn Section> = match (existing, &info) {
-        (Some(cluster), Some(info)) => Box::new(NetworkSection::Hosts {
-            hosts: info.hosts.clone(),
-            cluster,
-        }),
-        _ => Box::new(NetworkSection::Loopback),
-    };
-    let scaling = if existing.is_some() {
-        ScalingSection::skipped(opts.scaling_plan(), &config, scaling::NOT_ON_EXISTING)
-    } else {
-        ScalingSection::new(opts.scaling_plan(), &config)
-    };
-    let sections: Vec<Box<dyn Section>> = vec![
-        network,
-        Box::new(ProfilesSection::basic()),
-        Box::new(ProfilesSection::torus()),
-        Box::new(ProfilesSection::vitastor(&settings)),
-        Box::new(scaling),
-        Box::new(crate::sections::s3::S3Section {
-            quick: opts.quick || opts.smoke,
-        }),
-        Box::new(strmvol),
-        Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
-            image_data_bytes: if opts.smoke {
-                16 << 20
-            } else if opts.quick {
-                128 << 20
-            } else {
-                512 << 20
-            },
-            guest_dir: opts
-                .guest_dir
-                .clone()
-                .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir),
-        }),
-        Box::new(crate::sections::nvmf::NvmfSection {
-            fio_s: if opts.smoke {
-                1
-            } else if opts.quick {
-                3
-            } else {
-                10
-            },
-            guest_dir: opts
-                .guest_dir
-                .clone()
-                .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir),
-        }),
-        Box::new(crate::sections::security::SecuritySection {
-            quick: opts.quick,
-            smoke: opts.smoke,
-        }),
-        Box::new(crate::sections::metrics_cost::MetricsSection {
-            quick: opts.quick,
-            smoke: opts.smoke,
-        }),
-    ]
-    .into_iter()
-    .filter(|s| opts.runs(s.id()))
-    .collect();
-    let profiles = PROFILE_SECTIONS.iter().any(|id| opts.runs(id));
-    let precondition_s = settings.size_bytes as f64 / (300u64 << 20) as f64 + 1.0;
+    let sections = sections(opts, &settings, &config, existing, info.as_ref());
     let mut ctx = Ctx {
         settings: settings.clone(),
         out_dir: opts.out.clone(),
-        raw_dir,
-        work_dir: work.clone(),
-        disk_file: work.join("disk-baseline.dat"),
+        raw_dir: dirs.raw.clone(),
+        work_dir: dirs.work.clone(),
+        disk_file: dirs.work.join("disk-baseline.dat"),
         disk_direct,
         cluster: Err("not started".into()),
         progress: Progress::new(0, 0.0, false),
         network_mib_s: None,
     };
-    let plans: Vec<Vec<f64>> = sections.iter().map(|s| s.plan(&ctx)).collect();
-    let prep = if profiles {
-        vec![START_S, precondition_s, precondition_s]
-    } else {
-        vec![START_S]
-    };
-    let steps = prep.len() + plans.iter().map(Vec::len).sum::<usize>();
-    let planned = prep.iter().sum::<f64>() + plans.iter().flatten().sum::<f64>();
-    ctx.progress = Progress::new(steps, planned, false);
-    eprintln!(
-        "basalt bench storage: {steps} steps, about {}; output in {}",
-        crate::progress::format_duration(planned),
-        opts.out.display()
-    );
-    let mut notes = Vec::new();
-    if let Some(ids) = &opts.sections {
-        notes.push(format!(
-            "Only these sections ran (`--sections`): {}.",
-            ids.join(", ")
-        ));
-    }
-    if let Some(info) = &info {
-        notes.extend(info.notes.iter().cloned());
-    }
-    if !disk_direct {
-        notes.push(format!(
-            "{} does not support O_DIRECT: the disk baseline ran buffered (direct=0).",
-            opts.data_dir.display()
-        ));
-    }
+    let profiles = PROFILE_SECTIONS.iter().any(|id| opts.runs(id));
+    let prep = plan_progress(&mut ctx, &sections, profiles, opts);
+    let mut notes = first_notes(opts, info.as_ref(), disk_direct);
 
-    let mut banner = None;
-    ctx.cluster = match existing {
-        None => {
-            ctx.progress.step("start basalt up", prep[0]);
-            Cluster::start(
-                &work.join("basalt-data"),
-                &ctx.raw_dir.join("basalt-up.log"),
-                &config,
-            )
-            .map(|c| {
-                banner = c.banner.clone();
-                Box::new(c) as Box<dyn UnderTest>
-            })
-        }
-        Some(cluster) => {
-            ctx.progress.step(
-                "create the bench volume and serve it over NBD from this process",
-                prep[0],
-            );
-            cluster.serve_volume(settings.size_bytes, &work)
-        }
-    }
-    .map_err(|e| format!("{e:#}"));
-    if let Err(e) = &ctx.cluster {
-        ctx.progress.note(&format!("failed: {e}"));
-        let what = match existing {
-            None => "`basalt up` did not start",
-            Some(_) => "The bench volume could not be created and served",
-        };
-        notes.push(format!("{what}: {e}. Every Basalt figure is missing."));
-    }
+    let banner = start_cluster(&mut ctx, existing, &config, prep[0], &mut notes);
     let idle_cpu = ctx
         .cluster
         .as_ref()
@@ -346,47 +195,15 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
              includes that share."
         ));
     }
-    // Reads must find written data: write each target once over its whole size.
-    let bound = fio::fill_bound(settings.size_bytes);
-    let sides = if profiles {
-        vec![Side::Disk, Side::Basalt]
-    } else {
-        Vec::new()
-    };
-    for (i, side) in sides.into_iter().enumerate() {
-        ctx.progress.step(
-            &format!("precondition: write the {} once", target_name(side)),
-            prep[1 + i],
-        );
-        if let Some(e) = ctx.fio_once("precondition", &fio::FILL, side, bound).error {
-            notes.push(format!(
-                "Preconditioning the {} failed: {e}",
-                target_name(side)
-            ));
-        }
+    if profiles {
+        precondition(&mut ctx, &prep[1..], &mut notes);
     }
-
-    let mut reports = Vec::new();
-    for s in &sections {
-        reports.push(s.run(&mut ctx));
-    }
-    // Release the cluster (stop `basalt up`, remove the bench volume) before writing the
-    // report, so its shutdown is in no figure and the report says how the clean-up went.
-    if let Ok(cluster) = ctx.cluster.as_mut() {
-        ctx.progress.note("releasing the cluster");
-        notes.extend(cluster.close());
-    }
-    ctx.cluster = Err("stopped".into());
-    let interrupted = interrupt::requested();
-    if interrupted {
-        notes.push(
-            "The run was interrupted (Ctrl-C): the steps after it have no figure.".to_string(),
-        );
-    }
+    let reports: Vec<_> = sections.iter().map(|s| s.run(&mut ctx)).collect();
+    let interrupted = release(&mut ctx, &mut notes);
 
     let environment = Environment {
         cpu_model: environment::cpu_model(),
-        cores,
+        cores: environment::cores(),
         kernel: environment::kernel(),
         basalt_version: env!("CARGO_PKG_VERSION").into(),
         git_commit: environment::git_commit(),
@@ -421,8 +238,272 @@ fn run(opts: &StorageOptions, existing: Option<&dyn ExistingCluster>) -> anyhow:
         notes,
         sections: reports,
     };
-    write_outputs(&opts.out, &results)?;
-    let report_path = opts.out.join("report.md");
+    finish(&opts.out, &results, interrupted)
+}
+
+/// The run's directories: `OUT/raw`, and a scratch directory under the data directory
+/// (only this user may enter it: the bench volume's NBD socket lives there), removed
+/// however the run ends.
+struct Dirs {
+    raw: PathBuf,
+    /// The scratch directory, canonical.
+    work: PathBuf,
+    _cleanup: RemoveOnDrop,
+}
+
+impl Dirs {
+    fn make(opts: &StorageOptions) -> anyhow::Result<Dirs> {
+        let raw = opts.out.join("raw");
+        std::fs::create_dir_all(&raw).with_context(|| format!("create {}", raw.display()))?;
+        std::fs::create_dir_all(&opts.data_dir)
+            .with_context(|| format!("create {}", opts.data_dir.display()))?;
+        let work = opts
+            .data_dir
+            .join(format!("basalt-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
+        let cleanup = RemoveOnDrop(work.clone());
+        std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .with_context(|| format!("restrict {}", work.display()))?;
+        let work = work
+            .canonicalize()
+            .with_context(|| format!("resolve {}", work.display()))?;
+        Ok(Dirs {
+            raw,
+            work,
+            _cleanup: cleanup,
+        })
+    }
+}
+
+/// The `basalt up` a local run starts: 3 OSDs of 3 replicas, stores large enough for the
+/// volume and for the strmvol section's buckets when it runs.
+fn cluster_config(opts: &StorageOptions, settings: &Settings) -> ClusterConfig {
+    let strmvol_bytes = if opts.runs(crate::sections::strmvol::ID) {
+        strmvol_section(opts).store_bytes()
+    } else {
+        0
+    };
+    let osd_bytes = MIN_OSD_SIZE_BYTES
+        .max(settings.size_bytes * 2)
+        .max(strmvol_bytes);
+    ClusterConfig {
+        osds: 3,
+        replicas: 3,
+        ec: None,
+        pgs: 32,
+        object_size: "128K".into(),
+        osd_size: format_size(osd_bytes),
+        volume_size: format_size(settings.size_bytes),
+        s3: true,
+        nvmf: opts.runs(crate::sections::nvmf::ID),
+    }
+}
+
+fn strmvol_section(opts: &StorageOptions) -> StrmvolSection {
+    StrmvolSection {
+        quick: opts.quick || opts.smoke,
+    }
+}
+
+/// The sections `opts` selects, in run order.
+fn sections<'a>(
+    opts: &StorageOptions,
+    settings: &Settings,
+    config: &ClusterConfig,
+    existing: Option<&'a dyn ExistingCluster>,
+    info: Option<&ExistingClusterInfo>,
+) -> Vec<Box<dyn Section + 'a>> {
+    let network: Box<dyn Section + 'a> = match (existing, info) {
+        (Some(cluster), Some(info)) => Box::new(NetworkSection::Hosts {
+            hosts: info.hosts.clone(),
+            cluster,
+        }),
+        _ => Box::new(NetworkSection::Loopback),
+    };
+    let scaling = if existing.is_some() {
+        ScalingSection::skipped(opts.scaling_plan(), config, scaling::NOT_ON_EXISTING)
+    } else {
+        ScalingSection::new(opts.scaling_plan(), config)
+    };
+    let by_size = |smoke, quick, full| {
+        if opts.smoke {
+            smoke
+        } else if opts.quick {
+            quick
+        } else {
+            full
+        }
+    };
+    let guest_dir = opts
+        .guest_dir
+        .clone()
+        .or_else(crate::sections::plasmavmc::PlasmaVmcSection::default_guest_dir);
+    let all: Vec<Box<dyn Section + 'a>> = vec![
+        network,
+        Box::new(ProfilesSection::basic()),
+        Box::new(ProfilesSection::torus()),
+        Box::new(ProfilesSection::vitastor(settings)),
+        Box::new(scaling),
+        Box::new(crate::sections::s3::S3Section {
+            quick: opts.quick || opts.smoke,
+        }),
+        Box::new(strmvol_section(opts)),
+        Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
+            image_data_bytes: by_size(16 << 20, 128 << 20, 512 << 20),
+            guest_dir: guest_dir.clone(),
+        }),
+        Box::new(crate::sections::nvmf::NvmfSection {
+            fio_s: by_size(1, 3, 10) as u32,
+            guest_dir,
+        }),
+        Box::new(crate::sections::security::SecuritySection {
+            quick: opts.quick,
+            smoke: opts.smoke,
+        }),
+        Box::new(crate::sections::metrics_cost::MetricsSection {
+            quick: opts.quick,
+            smoke: opts.smoke,
+        }),
+    ];
+    all.into_iter().filter(|s| opts.runs(s.id())).collect()
+}
+
+/// Plan every step for the progress bar and print the run's size; returns the planned
+/// seconds of the preparation steps (start, then one precondition per target when profile
+/// sections run).
+fn plan_progress(
+    ctx: &mut Ctx,
+    sections: &[Box<dyn Section + '_>],
+    profiles: bool,
+    opts: &StorageOptions,
+) -> Vec<f64> {
+    let precondition_s = ctx.settings.size_bytes as f64 / (300u64 << 20) as f64 + 1.0;
+    let plans: Vec<Vec<f64>> = sections.iter().map(|s| s.plan(ctx)).collect();
+    let prep = if profiles {
+        vec![START_S, precondition_s, precondition_s]
+    } else {
+        vec![START_S]
+    };
+    let steps = prep.len() + plans.iter().map(Vec::len).sum::<usize>();
+    let planned = prep.iter().sum::<f64>() + plans.iter().flatten().sum::<f64>();
+    ctx.progress = Progress::new(steps, planned, false);
+    eprintln!(
+        "basalt bench storage: {steps} steps, about {}; output in {}",
+        crate::progress::format_duration(planned),
+        opts.out.display()
+    );
+    prep
+}
+
+/// The report's notes known before the first step.
+fn first_notes(
+    opts: &StorageOptions,
+    info: Option<&ExistingClusterInfo>,
+    disk_direct: bool,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(ids) = &opts.sections {
+        notes.push(format!(
+            "Only these sections ran (`--sections`): {}.",
+            ids.join(", ")
+        ));
+    }
+    if let Some(info) = info {
+        notes.extend(info.notes.iter().cloned());
+    }
+    if !disk_direct {
+        notes.push(format!(
+            "{} does not support O_DIRECT: the disk baseline ran buffered (direct=0).",
+            opts.data_dir.display()
+        ));
+    }
+    notes
+}
+
+/// Start `basalt up` (or create and serve the bench volume of the existing cluster) into
+/// `ctx.cluster`; a failure becomes a note. Returns `basalt up`'s banner line.
+fn start_cluster(
+    ctx: &mut Ctx,
+    existing: Option<&dyn ExistingCluster>,
+    config: &ClusterConfig,
+    planned_s: f64,
+    notes: &mut Vec<String>,
+) -> Option<String> {
+    let mut banner = None;
+    ctx.cluster = match existing {
+        None => {
+            ctx.progress.step("start basalt up", planned_s);
+            Cluster::start(
+                &ctx.work_dir.join("basalt-data"),
+                &ctx.raw_dir.join("basalt-up.log"),
+                config,
+            )
+            .map(|c| {
+                banner = c.banner.clone();
+                Box::new(c) as Box<dyn UnderTest>
+            })
+        }
+        Some(cluster) => {
+            ctx.progress.step(
+                "create the bench volume and serve it over NBD from this process",
+                planned_s,
+            );
+            cluster.serve_volume(ctx.settings.size_bytes, &ctx.work_dir)
+        }
+    }
+    .map_err(|e| format!("{e:#}"));
+    if let Err(e) = &ctx.cluster {
+        ctx.progress.note(&format!("failed: {e}"));
+        let what = match existing {
+            None => "`basalt up` did not start",
+            Some(_) => "The bench volume could not be created and served",
+        };
+        notes.push(format!("{what}: {e}. Every Basalt figure is missing."));
+    }
+    banner
+}
+
+/// Write the disk test file and the Basalt volume once over their whole size (reads must
+/// find written data), each step planned at `planned_s`.
+fn precondition(ctx: &mut Ctx, planned_s: &[f64], notes: &mut Vec<String>) {
+    let bound = fio::fill_bound(ctx.settings.size_bytes);
+    for (side, planned) in [Side::Disk, Side::Basalt].into_iter().zip(planned_s) {
+        ctx.progress.step(
+            &format!("precondition: write the {} once", target_name(side)),
+            *planned,
+        );
+        if let Some(e) = ctx.fio_once("precondition", &fio::FILL, side, bound).error {
+            notes.push(format!(
+                "Preconditioning the {} failed: {e}",
+                target_name(side)
+            ));
+        }
+    }
+}
+
+/// Release the cluster (stop `basalt up`, remove the bench volume) before the report is
+/// written, so its shutdown is in no figure and the report says how the clean-up went.
+/// Returns whether the run was interrupted.
+fn release(ctx: &mut Ctx, notes: &mut Vec<String>) -> bool {
+    if let Ok(cluster) = ctx.cluster.as_mut() {
+        ctx.progress.note("releasing the cluster");
+        notes.extend(cluster.close());
+    }
+    ctx.cluster = Err("stopped".into());
+    let interrupted = interrupt::requested();
+    if interrupted {
+        notes.push(
+            "The run was interrupted (Ctrl-C): the steps after it have no figure.".to_string(),
+        );
+    }
+    interrupted
+}
+
+/// Write the outputs and say where the report is; an interrupted run is an error that
+/// names it.
+fn finish(out: &Path, results: &Results, interrupted: bool) -> anyhow::Result<PathBuf> {
+    write_outputs(out, results)?;
+    let report_path = out.join("report.md");
     if interrupted {
         bail!(
             "interrupted (Ctrl-C); the report of what was measured is {}",

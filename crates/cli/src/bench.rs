@@ -1,6 +1,7 @@
 //! `basalt bench`: the arguments of the benchmarks in crates/bench, and their output.
 
-use anyhow::Context;
+use crate::daemons::MetaArgs;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -23,7 +24,10 @@ pub enum BenchCommand {
     ///   and the replica count on fresh clusters. CPU: the `basalt up` process.
     ///
     ///   --cluster etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] measures an existing
-    ///   multi-host cluster (the --meta URL its daemons take). The benchmark creates a volume
+    ///   multi-host cluster (the --meta URL its daemons take), reached with the access flags
+    ///   its daemons take: --keyring (required), --data-tls, and for a secured etcd
+    ///   --meta-ca, --meta-cert, --meta-key, --meta-user, --meta-password-file (with
+    ///   --cluster local these flags are refused). The benchmark creates a volume
     ///   in --pool, serves it over NBD from its own process on a private unix socket (fio
     ///   connects there), and removes it afterwards, also when a step fails or on Ctrl-C.
     ///   The network baseline runs from every storage host to this one: iperf3 where an
@@ -36,7 +40,8 @@ pub enum BenchCommand {
     ///
     ///   basalt bench storage --quick                          # ~2.5 minutes, local cluster
     ///
-    ///   basalt bench storage --cluster etcd://10.0.0.1:2379 --pool rbd --out report/
+    ///   basalt bench storage --cluster etcd://10.0.0.1:2379 --keyring client.keyring \
+    ///     --pool rbd --out report/
     ///
     ///   basalt bench storage --cluster etcd://10.0.0.1:2379 --quick --sections network,disk
     #[command(verbatim_doc_comment)]
@@ -123,10 +128,15 @@ pub struct NbdArgs {
     profiles: Vec<String>,
 }
 
-pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+/// Run a `basalt bench` command; `meta` holds the global cluster-access flags, which only
+/// `bench storage --cluster etcd://...` uses (the other benchmarks refuse them).
+pub fn run(command: BenchCommand, meta: &MetaArgs) -> anyhow::Result<()> {
     match command {
-        BenchCommand::Nbd(args) => nbd(args),
-        BenchCommand::Storage(args) => storage(args),
+        BenchCommand::Nbd(args) => {
+            refuse_access_flags(meta, "`bench nbd` starts the clusters it measures")?;
+            nbd(args)
+        }
+        BenchCommand::Storage(args) => storage(args, meta),
         BenchCommand::Compare(args) => {
             print!("{}", basalt_bench::compare_files(&args.a, &args.b)?);
             Ok(())
@@ -149,11 +159,80 @@ fn parse_cluster(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-fn storage(args: StorageArgs) -> anyhow::Result<()> {
+/// The cluster-access flags set in `meta` (each also set by its BASALT_* variable), with
+/// their values as the command line gives them.
+fn access_flags(meta: &MetaArgs) -> Vec<(&'static str, String)> {
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    [
+        ("--meta", meta.meta.clone()),
+        ("--meta-ca", path(&meta.meta_ca)),
+        ("--meta-cert", path(&meta.meta_cert)),
+        ("--meta-key", path(&meta.meta_key)),
+        ("--meta-user", meta.meta_user.clone()),
+        ("--meta-password-file", path(&meta.meta_password_file)),
+        ("--keyring", path(&meta.keyring)),
+        ("--data-tls", path(&meta.data_tls)),
+    ]
+    .into_iter()
+    .filter_map(|(flag, value)| Some((flag, value?)))
+    .collect()
+}
+
+/// Refuse every cluster-access flag (a benchmark that starts its own cluster would ignore
+/// it), naming the first one and its variable.
+fn refuse_access_flags(meta: &MetaArgs, why: &str) -> anyhow::Result<()> {
+    if let Some((flag, _)) = access_flags(meta).first() {
+        let var = format!(
+            "BASALT_{}",
+            flag.trim_start_matches('-')
+                .replace('-', "_")
+                .to_uppercase()
+        );
+        bail!(
+            "{flag} (or {var}) is for an existing cluster, `bench storage --cluster \
+             etcd://...`; {why}, so it would be ignored: leave it out"
+        );
+    }
+    Ok(())
+}
+
+/// How `bench storage --cluster URL` reaches the cluster: URL with every access flag given.
+fn cluster_access(url: &str, meta: &MetaArgs) -> anyhow::Result<basalt_bench::ClusterAccess> {
+    if let Some(other) = meta.meta.as_deref().filter(|m| *m != url) {
+        bail!(
+            "--meta {other} and --cluster {url} name different clusters; the benchmark \
+             measures --cluster (leave --meta out)"
+        );
+    }
+    Ok(basalt_bench::ClusterAccess {
+        meta_url: url.to_string(),
+        meta: basalt_meta::MetaAccess {
+            ca: meta.meta_ca.clone(),
+            cert: meta.meta_cert.clone(),
+            key: meta.meta_key.clone(),
+            user: meta.meta_user.clone(),
+            password_file: meta.meta_password_file.clone(),
+        },
+        keyring: meta.keyring.clone(),
+        data_tls: meta.data_tls.clone(),
+    })
+}
+
+fn storage(args: StorageArgs, meta: &MetaArgs) -> anyhow::Result<()> {
     let existing = args.cluster != "local";
+    let access = if existing {
+        Some(cluster_access(&args.cluster, meta)?)
+    } else {
+        refuse_access_flags(meta, "`--cluster local` starts its own `basalt up`")?;
+        None
+    };
     let mut command_line = format!("basalt bench storage --cluster {}", args.cluster);
     if existing {
         command_line.push_str(&format!(" --pool {}", args.pool));
+        // How the cluster was reached, as the report's reader would repeat it.
+        for (flag, value) in access_flags(meta).iter().filter(|(f, _)| *f != "--meta") {
+            command_line.push_str(&format!(" {flag} {value}"));
+        }
     }
     if args.quick {
         command_line.push_str(" --quick");
@@ -178,10 +257,9 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
         command_line,
         guest_dir: args.guest_dir.clone(),
     };
-    let report = if existing {
-        basalt_bench::run_storage_on(&opts, &args.cluster, &args.pool)
-    } else {
-        basalt_bench::run_storage(&opts)
+    let report = match &access {
+        Some(access) => basalt_bench::run_storage_on(&opts, access, &args.pool),
+        None => basalt_bench::run_storage(&opts),
     }
     .context("basalt bench storage")?;
     println!("{}", report.display());

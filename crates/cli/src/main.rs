@@ -352,7 +352,7 @@ fn main() -> std::process::ExitCode {
         }
         Command::Bench { command } => {
             init_logging("warn");
-            bench::run(command)
+            bench::run(command, &global.meta)
         }
         Command::Completions { shell } => help::completions(&mut Cli::command(), shell),
         Command::Man { out } => help::man_pages(&Cli::command(), &out),

@@ -57,6 +57,12 @@ pub struct S3Args {
     /// Connections served at once; beyond, new ones are answered 503 SlowDown.
     #[arg(long, default_value_t = basalt_s3::server::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Serve Prometheus metrics (S3 requests by operation and API class, latency, the
+    /// client's and the metadata's) at http://ADDR/metrics [default: 127.0.0.1 and the
+    /// --listen port + 1000; give an IP:PORT to let a Prometheus server elsewhere scrape it;
+    /// "off" for none, which also stops recording latency histograms].
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
 }
 
 /// `basalt s3 ...` subcommands.
@@ -105,13 +111,19 @@ pub enum KeyCommand {
     },
 }
 
-async fn connect_cluster(args: &MetaArgs) -> anyhow::Result<Arc<Cluster>> {
+/// The cluster, and the latency of its metadata calls (for `/metrics`).
+async fn connect_cluster(
+    args: &MetaArgs,
+) -> anyhow::Result<(Arc<Cluster>, basalt_meta::MetaCollector)> {
     let credentials = args.credentials()?;
-    let meta = args.connect().await?;
+    let (meta, latency) = args.connect_timed().await?;
     let map = basalt_client::follow_map(meta.clone())
         .await
         .context("read the cluster map")?;
-    Ok(Cluster::new_as(meta, map, Some(credentials)))
+    Ok((
+        Cluster::new_as(meta, map, Some(credentials)),
+        basalt_meta::MetaCollector(latency),
+    ))
 }
 
 /// The pool id of `name`, or a precise error.
@@ -132,7 +144,7 @@ pub fn pool_id(cluster: &Cluster, name: &str) -> anyhow::Result<basalt_proto::Po
 
 /// Run the gateway until SIGINT/SIGTERM.
 pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
-    let cluster = connect_cluster(&args.meta).await?;
+    let (cluster, meta_latency) = connect_cluster(&args.meta).await?;
     let pool = pool_id(&cluster, &args.pool)?;
     let data_pool = args
         .data_pool
@@ -145,6 +157,22 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen for S3 on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let metrics_addr = crate::daemons::metrics_addr(args.metrics_listen.as_deref(), Some(addr))?;
+    if metrics_addr.is_none() {
+        // Before any request: nothing will read the histograms (docs/metrics.md, "Off").
+        basalt_metrics::disable_latency();
+    }
+    let stats = Arc::new(basalt_s3::stats::GatewayStats::default());
+    let metrics = match metrics_addr {
+        Some(metrics_addr) => {
+            let mut registry = crate::metrics_http::registry();
+            registry.register_collector(Box::new(cluster.collector()));
+            registry.register_collector(Box::new(meta_latency));
+            registry.register_collector(Box::new(stats.clone()));
+            Some(crate::metrics_http::start(metrics_addr, registry).await?)
+        }
+        None => None,
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let config = GatewayConfig {
         pool,
@@ -153,7 +181,7 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         reclaim_after: std::time::Duration::from_secs(args.reclaim_after.max(1)),
         lifecycle_every: std::time::Duration::from_secs(args.lifecycle_every.max(1)),
         lifecycle_day: std::time::Duration::from_secs(args.lifecycle_day.max(1)),
-        stats: Default::default(),
+        stats,
         body_idle_timeout: std::time::Duration::from_secs(args.body_idle_timeout.max(1)),
         max_connections: args.max_connections.max(1),
     };
@@ -165,9 +193,13 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         stop_rx,
     ));
     println!(
-        "S3 gateway serving on http://{addr} (bucket indexes in pool {}, data in pool {})",
+        "S3 gateway serving on http://{addr} (bucket indexes in pool {}, data in pool {}){}",
         args.pool,
-        args.data_pool.as_deref().unwrap_or(&args.pool)
+        args.data_pool.as_deref().unwrap_or(&args.pool),
+        metrics
+            .as_ref()
+            .map(|(a, _)| format!(", metrics http://{a}/metrics"))
+            .unwrap_or_default()
     );
     println!(
         "  keys: basalt s3 key create --user NAME --meta ... --master-key {}",
@@ -177,6 +209,9 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
     crate::up::wait_for_signal().await?;
     let _ = stop_tx.send(true);
     let _ = task.await;
+    if let Some((_, task)) = metrics {
+        task.abort();
+    }
     Ok(())
 }
 

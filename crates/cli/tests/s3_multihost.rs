@@ -288,3 +288,180 @@ fn two_gateways_serve_the_same_buckets_through_an_osd_failure() {
     }
     drop(gateways);
 }
+
+/// One signed request on `c`: its status and body.
+async fn send(
+    c: &mut basalt_s3client::Connection,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    use sha2::Digest;
+    let sha = hex::encode(sha2::Sha256::digest(body));
+    let status = c
+        .send(method, path, "", &[], body, &sha)
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    (status, c.body().to_vec())
+}
+
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("connect to /metrics at {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// A started `basalt s3` on the client host of `mh` listening on `port`, with the given
+/// `--metrics-listen` (none: the default); returns it and its banner line.
+fn gateway(mh: &MultiHost, master: &str, port: u16, metrics: Option<&str>) -> (Proc, String) {
+    let listen = format!("{}:{port}", mh.client_host.ip);
+    let mut spec = ProcessSpec::new(basalt_bin())
+        .name(format!("s3-{port}"))
+        .args(["s3", "--meta", &mh.meta_url, "--listen", &listen])
+        .env("BASALT_KEYRING", &mh.keyring)
+        .args(["--master-key", master]);
+    if let Some(m) = metrics {
+        spec = spec.args(["--metrics-listen", m]);
+    }
+    let proc = mh
+        .net
+        .spawn(&mh.client_host, spec)
+        .expect("spawn basalt s3");
+    let line = proc
+        .wait_for_line("S3 gateway serving", DAEMON_START)
+        .unwrap_or_else(|e| panic!("basalt s3 did not start: {e:#}\n{}", proc.log()));
+    (proc, line)
+}
+
+#[test]
+fn s3_gateway_serves_metrics_of_its_requests() {
+    // Goal: `basalt s3 --metrics-listen IP:PORT` serves /metrics there with the S3 series of
+    // the requests it answered (by operation, API class and status), beside the process
+    // series every daemon serves; by default it serves them on loopback at its port + 1000;
+    // `--metrics-listen off` serves none.
+    let mh = MultiHost::start(Layout {
+        hosts: 3,
+        osds_per_host: 1,
+        pgs: 8,
+        ..Layout::default()
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let master = dir.path().join("s3-master.key");
+    let master = master.to_str().expect("utf-8 path");
+    let created = mh.cli_ok(&["s3", "key", "create", "--master-key", master]);
+    let (access, secret) = (
+        field(&created, "access key:"),
+        field(&created, "secret key:"),
+    );
+    let ip = mh.client_host.ip.to_string();
+    let metrics = format!("{ip}:9100");
+    let (gw, banner) = gateway(&mh, master, 9000, Some(&metrics));
+    assert!(
+        banner.contains(&format!("metrics http://{metrics}/metrics")),
+        "{banner}"
+    );
+
+    // A bucket, one object written and read back, one listing, one refused GET.
+    let body = b"what the metrics must count".to_vec();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = basalt_s3client::Connection::new(
+            &format!("{ip}:9000"),
+            &basalt_s3client::Signer::new(access, secret, "us-east-1"),
+        );
+        assert_eq!(send(&mut c, "PUT", "/metered", b"").await.0, 200);
+        assert_eq!(send(&mut c, "PUT", "/metered/k", &body).await.0, 200);
+        assert_eq!(
+            send(&mut c, "GET", "/metered/k", b"").await,
+            (200, body.clone())
+        );
+        assert_eq!(send(&mut c, "GET", "/metered", b"").await.0, 200);
+        assert_eq!(send(&mut c, "GET", "/metered/absent", b"").await.0, 404);
+    });
+
+    let text = scrape(&metrics);
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    };
+    assert_eq!(value("basalt_s3_requests_total{op=\"PutObject\"}"), 1.0);
+    assert_eq!(value("basalt_s3_requests_total{op=\"GetObject\"}"), 1.0);
+    assert_eq!(value("basalt_s3_requests_total{op=\"List\"}"), 1.0);
+    assert_eq!(value("basalt_s3_get_object_bytes_total"), body.len() as f64);
+    assert_eq!(
+        value("basalt_s3_responses_total{class=\"object_write\",code=\"2xx\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("basalt_s3_responses_total{class=\"object_read\",code=\"2xx\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("basalt_s3_responses_total{class=\"object_read\",code=\"4xx\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("basalt_s3_request_seconds_count{class=\"object_read\"}"),
+        2.0
+    );
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    assert!(value("process_resident_memory_bytes") > 0.0);
+    drop(gw);
+
+    // The default: loopback, the S3 port + 1000 (reachable from the gateway's own host).
+    let (gw, banner) = gateway(&mh, master, 9001, None);
+    assert!(
+        banner.contains("metrics http://127.0.0.1:10001/metrics"),
+        "{banner}"
+    );
+    let listening = listeners(&mh);
+    assert!(
+        listening.contains(&"127.0.0.1:10001".to_string()),
+        "{listening:?}"
+    );
+    drop(gw);
+
+    // Off: no endpoint, none announced, nothing listening but S3.
+    let (gw, banner) = gateway(&mh, master, 9002, Some("off"));
+    assert!(!banner.contains("metrics"), "{banner}");
+    let listening = listeners(&mh);
+    assert!(listening.contains(&format!("{ip}:9002")), "{listening:?}");
+    assert!(
+        !listening.iter().any(|a| a.ends_with(":10002")),
+        "{listening:?}"
+    );
+    drop(gw);
+}
+
+/// The local addresses of the TCP listeners on the client host of `mh` (`ss -ltn`).
+fn listeners(mh: &MultiHost) -> Vec<String> {
+    let out = mh
+        .net
+        .run(
+            &mh.client_host,
+            ProcessSpec::new("ss").args(["-ltnH"]),
+            Duration::from_secs(30),
+        )
+        .expect("ss -ltn on the client host");
+    assert_ok(&out, "ss -ltn");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3).map(String::from))
+        .collect()
+}

@@ -17,59 +17,13 @@ const MAX_IDLE: usize = 64;
 /// Largest piece one GET may return (an NBD request is at most 32 MiB).
 const MAX_GET_BYTES: usize = 64 << 20;
 
-/// An access key and its secret.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub access_key: String,
-    pub secret_key: String,
-}
+/// The access key an objvol's requests are signed with, and its file reader (one parser
+/// for every tool: `basalt-s3client`'s).
+pub use basalt_s3client::credentials::{Credentials, CredentialsError};
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credentials({}, secret hidden)", self.access_key)
-    }
-}
-
-impl Credentials {
-    /// Read a credentials file: the AWS format (`aws_access_key_id` and
-    /// `aws_secret_access_key` of its first profile, as `basalt up` writes
-    /// `DATA_DIR/s3-credentials`), or one line `ACCESS:SECRET`.
-    pub fn load(path: &std::path::Path) -> Result<Self, SourceError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            SourceError::Failed(format!("read the credentials {}: {e}", path.display()))
-        })?;
-        Self::parse(&text).ok_or_else(|| {
-            SourceError::Failed(format!(
-                "{} holds no credentials (an AWS credentials file, or one line ACCESS:SECRET)",
-                path.display()
-            ))
-        })
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        let field = |name: &str| {
-            text.lines().find_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                (k.trim() == name).then(|| v.trim().to_string())
-            })
-        };
-        if let (Some(access_key), Some(secret_key)) =
-            (field("aws_access_key_id"), field("aws_secret_access_key"))
-        {
-            return Some(Self {
-                access_key,
-                secret_key,
-            });
-        }
-        let line = text
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with('#'))?;
-        let (a, s) = line.split_once(':')?;
-        (!a.is_empty() && !s.is_empty()).then(|| Self {
-            access_key: a.to_string(),
-            secret_key: s.to_string(),
-        })
+impl std::convert::From<CredentialsError> for SourceError {
+    fn from(e: CredentialsError) -> Self {
+        SourceError::Failed(e.to_string())
     }
 }
 
@@ -416,23 +370,16 @@ mod tests {
         }
     }
 
-    /// Goal: the two credentials formats read; anything else is refused.
+    /// Goal: a credentials file's error reaches an objvol's reader as a failure naming the
+    /// file (the parsing itself is tested in basalt-s3client).
     #[test]
-    fn credentials_files() {
-        let aws = "[basalt]\naws_access_key_id = AKIA1\naws_secret_access_key = s3cr3t\n";
-        assert_eq!(
-            Credentials::parse(aws),
-            Some(Credentials {
-                access_key: "AKIA1".into(),
-                secret_key: "s3cr3t".into()
-            })
+    fn credentials_errors_are_source_failures() {
+        let path = std::path::Path::new("/no/such/s3-credentials");
+        let e: SourceError = Credentials::load(path).unwrap_err().into();
+        assert!(
+            matches!(&e, SourceError::Failed(m) if m.contains("/no/such/s3-credentials")),
+            "{e}"
         );
-        assert_eq!(
-            Credentials::parse("# key\nAK:SK\n").map(|c| c.secret_key),
-            Some("SK".into())
-        );
-        assert_eq!(Credentials::parse("nothing here"), None);
-        assert!(!format!("{:?}", Credentials::parse(aws).unwrap()).contains("s3cr3t"));
     }
 
     /// Goal: S3's listing times convert to Unix seconds; malformed ones are None.
@@ -451,7 +398,7 @@ mod tests {
     /// anything else, or a CA file for plain http, is refused naming the endpoint.
     #[test]
     fn endpoints() {
-        let c = Credentials::parse("a:b").unwrap();
+        let c = Credentials::new("a", "b");
         assert!(S3Source::new("http://127.0.0.1:9000", "b", &c).is_ok());
         let aws = S3Source::new("https://s3.amazonaws.com", "b", &c).unwrap();
         assert_eq!(aws.addr, "s3.amazonaws.com:443");

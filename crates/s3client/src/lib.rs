@@ -5,8 +5,12 @@
 //! little next to the gateway. It speaks status, headers, a body by Content-Length or
 //! chunked, and `Connection: close`; [`list`] adds ListObjectsV2. https endpoints go
 //! through rustls ([`Tls`]): the system's roots, or a CA file for a private endpoint.
+//! [`credentials`] reads the access key requests are signed with from a credentials file.
 
+pub mod credentials;
 pub mod list;
+
+pub use credentials::{Credentials, CredentialsError};
 
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
