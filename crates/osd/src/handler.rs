@@ -806,7 +806,21 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
         );
         return Status::Invalid;
     }
-    apply(osd, h, payload, h.version)
+    let status = apply(osd, h, payload, h.version);
+    // Versions only grow on a replica, under the PG lock: the copy ends at the mutation's
+    // version, stays at the one before (nothing to change) or is gone, never elsewhere.
+    let after = osd.store.version(h.object);
+    assert!(
+        status != Status::Ok || after.is_none_or(|v| (h.prev_version..=h.version).contains(&v)),
+        "osd.{} pg {} {}: a replica {:?} from {:?} to {:?} left the copy at {after:?}",
+        osd.id,
+        h.pg,
+        h.object,
+        h.opcode,
+        h.prev_version,
+        h.version
+    );
+    status
 }
 
 /// As primary: order the mutation, apply it locally, replicate it, and wait for every replica.
@@ -984,6 +998,14 @@ pub(crate) async fn replicate<T>(
     if acting.first() != Some(&osd.id) {
         return Err(Status::NotPrimary);
     }
+    // The placement never names more OSDs than the pool's size.
+    debug_assert!(
+        map.pools
+            .get(&h.pg.pool)
+            .is_some_and(|p| acting.len() <= p.size as usize),
+        "pg {}: acting set {acting:?} larger than its pool's size",
+        h.pg
+    );
     let mut replicas = Vec::with_capacity(acting.len().saturating_sub(1));
     for &peer in &acting[1..] {
         let addr = match map.osd(peer) {
@@ -1033,6 +1055,16 @@ pub(crate) async fn replicate<T>(
         let Some((fwd, payload)) = forward else {
             return Ok(out);
         };
+        // What is forwarded was applied here at `version` (or removed the object, or
+        // changed nothing): replicas must not be sent a state the primary lacks.
+        let after = current_version(osd, h.object);
+        assert!(
+            after == Version::ZERO || (prev..=version).contains(&after),
+            "osd.{} pg {} {}: applied at {version:?} (from {prev:?}) but the copy is at {after:?}",
+            osd.id,
+            h.pg,
+            h.object
+        );
         let mut fwd = Header {
             version,
             prev_version: prev,

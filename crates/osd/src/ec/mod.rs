@@ -77,6 +77,15 @@ impl EcPg {
             return Err(Status::Invalid);
         }
         let positions = map.positions(pg).map_err(|_| Status::Invalid)?;
+        if positions.len() != scheme.width() {
+            // The placement pads every EC PG to its code's width (holes: NO_OSD); chunk i
+            // must be position i, or chunks would be read and written at the wrong OSDs.
+            tracing::error!(
+                osd = osd.id, %pg,
+                "the map places {} positions for a {}-wide code", positions.len(), scheme.width()
+            );
+            return Err(Status::Invalid);
+        }
         Ok(Some(EcPg {
             pg,
             interval: map.interval(pg),

@@ -38,6 +38,13 @@ pub(crate) async fn peer(
         promoted,
         dropped,
     } = settled;
+    // Positions are bits of a u32: the code is at most 20 wide (basalt_ec::MAX_K + MAX_M).
+    assert!(
+        u64::from(behind) >> ctx.positions.len() == 0,
+        "osd.{} pg {pg}: positions behind {behind:#b} outside a {}-wide code",
+        osd.id,
+        ctx.positions.len()
+    );
     if promoted + dropped + rebuilds + unfound > 0 {
         tracing::info!(
             osd = osd.id, %pg, interval = ctx.interval, promoted, dropped, rebuilds, unfound,
@@ -232,6 +239,16 @@ async fn settle_stripe(
         return Ok(());
     }
     let target = plan.target.map(|t| version_of(&merged, t));
+    // A committed chunk means its write was acknowledged (promotes start once every stash
+    // is durable): the version the stripe settles at never undoes one.
+    let newest_committed = merged.iter().flatten().filter_map(|(c, _)| *c).max();
+    assert!(
+        newest_committed <= target,
+        "osd.{} pg {} stripe {stripe}: peering settles at {target:?} below the committed \
+         {newest_committed:?}",
+        osd.id,
+        ctx.pg
+    );
     settle_elsewhere(osd, ctx, stripe, state, target).await;
     settle_holders(osd, ctx, stripe, state, target, settled).await
 }

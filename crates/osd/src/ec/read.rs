@@ -136,10 +136,27 @@ pub(super) async fn decode_and_repair(
             _ => None,
         })
         .collect();
+    // Decoded only from chunks of the one version chosen, k of them at least: chunks of
+    // two versions would decode to bytes no write produced.
+    assert!(
+        usable.len() == ctx.positions.len() && usable.iter().flatten().count() >= k,
+        "osd.{} pg {} {stripe}: decoding {target} from {} of {} chunks (k = {k})",
+        osd.id,
+        ctx.pg,
+        usable.iter().flatten().count(),
+        usable.len()
+    );
     let object = ctx.scheme.decode(&usable).map_err(|e| {
         tracing::error!(osd = osd.id, %stripe, "decode: {e}");
         Status::Io
     })?;
+    assert_eq!(
+        object.len(),
+        ctx.stripe_bytes as usize,
+        "osd.{} pg {} {stripe}: decoded a stripe of the wrong size",
+        osd.id,
+        ctx.pg
+    );
     // Holders not answering: their chunk is unknown, and cannot be repaired now.
     let mut unsettled = read
         .iter()
@@ -286,6 +303,15 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
         }
     }
     if healthy {
+        // The pieces are the asked range exactly: one per data chunk it covers.
+        assert_eq!(
+            pieces.iter().map(|p| p.len()).sum::<usize>(),
+            h.length as usize,
+            "osd.{} pg {} {}: the fast read's pieces miss the asked range",
+            osd.id,
+            ctx.pg,
+            h.object
+        );
         if pieces.len() == 1 {
             return (Status::Ok, pieces.pop().expect("one piece"));
         }

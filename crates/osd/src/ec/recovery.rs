@@ -61,6 +61,18 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
         );
     }
     let total = stripes.len();
+    // Every listing is filtered to the PG: a stripe of another PG rebuilt here would have
+    // its chunks written at this PG's positions.
+    if let Some(pool) = map.pools.get(&pg.pool) {
+        for &stripe in &stripes {
+            assert_eq!(
+                ClusterMap::pg_of(pool, stripe),
+                pg,
+                "osd.{}: EC recovery of pg {pg} listed {stripe} of another PG",
+                osd.id
+            );
+        }
+    }
     // Stripes some live position still lacks after this round: while any is left, the
     // behind positions stay behind (reads keep decoding) and the round is tried again.
     let mut unsettled = 0usize;

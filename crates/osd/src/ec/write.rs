@@ -145,6 +145,17 @@ async fn stash_stripe(
     old_version: Option<Version>,
     object: &[u8],
 ) -> Result<Version, Status> {
+    assert_eq!(
+        object.len(),
+        ctx.stripe_bytes as usize,
+        "osd.{} pg {} {stripe}: a stripe write of the wrong size",
+        osd.id,
+        ctx.pg
+    );
+    if ctx.live().count() < ctx.scheme.k() {
+        // Fewer than k chunks cannot be decoded: such a write must not be acknowledged.
+        return Err(Status::Unavailable);
+    }
     let chunks = match ctx.scheme.encode(object) {
         Ok(c) => c,
         Err(e) => {
@@ -159,6 +170,16 @@ async fn stash_stripe(
         if entry.interval != ctx.interval || entry.phase != PgPhase::Active {
             return Err(Status::Unavailable);
         }
+        // Peering sealed this copy at the interval before activating it: an older
+        // interval's primary can no longer stash or promote here.
+        assert!(
+            entry.sealed >= entry.interval,
+            "osd.{} pg {}: writing in interval {} with the copy sealed only at {}",
+            osd.id,
+            ctx.pg,
+            entry.interval,
+            entry.sealed
+        );
         entry.counter += 1;
         Version::new(ctx.interval as u64, entry.counter)
     };
@@ -170,6 +191,16 @@ async fn stash_stripe(
             ctx.pg
         );
     }
+    // Chunk i goes to position i: k + m of each.
+    assert_eq!(
+        chunks.len(),
+        ctx.positions.len(),
+        "osd.{} pg {}: {} chunks encoded for {} positions",
+        osd.id,
+        ctx.pg,
+        chunks.len(),
+        ctx.positions.len()
+    );
     // Phase 1: a durable stash on every live position.
     let chunks: Vec<Bytes> = chunks.into_iter().map(Bytes::from).collect();
     let stashes = ctx.live().map(|(pos, peer)| {
