@@ -235,6 +235,17 @@ async fn settle_stripe(
     let plan = plan_of(ctx.scheme.k(), &merged);
     if let Some(v) = plan.unfound {
         settled.unfound += 1;
+        // A holder without the newest committed chunk must not serve the stripe: its fast
+        // read would answer older bytes than an acknowledged write (seen: a position back
+        // from a long outage, while the OSD with that write's other chunk was down). Behind,
+        // reads decode, which fails while the stripe is unfound; a later interval with
+        // enough chunks rebuilds it.
+        let newest = version_of(&merged, v);
+        for (pos, _) in ctx.live() {
+            if state[pos].holder.0 != Some(newest) {
+                settled.behind |= 1 << pos;
+            }
+        }
         tracing::error!(osd = osd.id, pg = %ctx.pg, %stripe, "stripe unfound: a committed write (rank {v}) lost more chunks than the code tolerates");
         return Ok(());
     }
