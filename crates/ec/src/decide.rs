@@ -115,7 +115,72 @@ pub fn decide(k: usize, positions: &[Option<PositionState>]) -> Plan {
             }
         }
     }
+    assert_consistent(k, positions, &plan);
     plan
+}
+
+/// The plan's promises checked against its input (a few comparisons per position). A
+/// violation would make peering change chunks wrongly, so it stops the process: the stripe
+/// never settles below a committed (hence acknowledged) version, its target is held by k
+/// positions, and every action names a live position in the state it acts on.
+fn assert_consistent(k: usize, positions: &[Option<PositionState>], plan: &Plan) {
+    let at = |i: usize| positions.get(i).copied().flatten();
+    let newest_committed = positions.iter().flatten().filter_map(|p| p.committed).max();
+    if plan.unfound.is_some() {
+        assert!(
+            plan.promote.is_empty()
+                && plan.rebuild.is_empty()
+                && plan.drop_stash.is_empty()
+                && plan.delete.is_empty(),
+            "an unfound stripe must be left as it is: {plan:?}"
+        );
+        return;
+    }
+    assert!(
+        newest_committed <= plan.target,
+        "the stripe settles at {:?}, below the committed {newest_committed:?}",
+        plan.target
+    );
+    if let Some(t) = plan.target {
+        let holding = positions
+            .iter()
+            .flatten()
+            .filter(|p| p.committed == Some(t) || p.stash == Some(t))
+            .count();
+        assert!(
+            holding >= k,
+            "target {t} held by {holding} < k = {k} positions"
+        );
+        assert!(
+            plan.delete.is_empty(),
+            "chunks deleted from a stripe that stays: {plan:?}"
+        );
+    }
+    for &i in &plan.promote {
+        assert!(
+            plan.target.is_some() && at(i).is_some_and(|p| p.stash == plan.target),
+            "position {i} promoted without a stash of the target: {plan:?} from {positions:?}"
+        );
+    }
+    for &i in &plan.rebuild {
+        assert!(
+            at(i).is_some_and(|p| p.committed != plan.target && p.stash != plan.target)
+                && !plan.promote.contains(&i),
+            "position {i} rebuilt though it holds the target: {plan:?} from {positions:?}"
+        );
+    }
+    for &i in &plan.drop_stash {
+        assert!(
+            at(i).is_some_and(|p| p.stash.is_some() && p.stash != plan.target),
+            "position {i}'s stash dropped though it is the target or absent: {plan:?}"
+        );
+    }
+    for &i in &plan.delete {
+        assert!(
+            at(i).is_some_and(|p| p.committed.is_some()),
+            "position {i} deleted without a committed chunk: {plan:?}"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -148,17 +148,7 @@ pub(crate) fn dispatch(
     match h.opcode {
         Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),
         Opcode::Stat => sink.send(h.reply(Status::Ok), stat(osd)),
-        Opcode::Usage => {
-            let osd = osd.clone();
-            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
-                let store = osd.store.clone();
-                match osd.store_call(move || Ok(usage(&store, &payload))).await {
-                    Ok(Some(out)) => (Status::Ok, out),
-                    Ok(None) => (Status::Invalid, Bytes::new()),
-                    Err(e) => (status_of(&e), Bytes::new()),
-                }
-            });
-        }
+        Opcode::Usage => usage_request(osd, h, payload, sink, permit),
         Opcode::Flush => {
             let osd = osd.clone();
             spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
@@ -226,21 +216,7 @@ pub(crate) fn dispatch(
             ec_client_request(osd, h, payload, sink, permit);
         }
         Opcode::Write | Opcode::Trim | Opcode::Delete | Opcode::Push if replica => {
-            // Applied inline, in arrival order: watched for slowness while it runs.
-            let op = osd.slow.start(&h, SlowStage::StoreWrite);
-            let status = replica_apply(osd, &h, &payload);
-            drop(op);
-            if status == Status::Ok {
-                OsdCounters::add(&osd.counters.replica_ops, 1);
-            }
-            if status == Status::Ok && h.flags.has(Flags::FUA) {
-                let osd = osd.clone();
-                spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
-                    (flush(&osd).await, Bytes::new())
-                });
-            } else {
-                sink.send(h.reply(status), Bytes::new());
-            }
+            replica_request(osd, h, payload, sink, permit);
         }
         Opcode::Push => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::CopyUp if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
@@ -251,14 +227,7 @@ pub(crate) fn dispatch(
             });
         }
         Opcode::Fence if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
-        Opcode::Fence => {
-            let osd = osd.clone();
-            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
-                osd.layers.fence(h.object.inode).await;
-                tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
-                (Status::Ok, Bytes::new())
-            });
-        }
+        Opcode::Fence => fence_request(osd, h, sink, permit),
         // Object classes run on the primary only; replicas get their effect as plain writes.
         Opcode::Call if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Call => {
@@ -267,44 +236,119 @@ pub(crate) fn dispatch(
                 crate::kv::call(&osd, h, payload).await
             });
         }
-        Opcode::Read | Opcode::Allocation => {
-            if let Err(status) = primary_gate(osd, &h) {
-                osd.counters.error(status);
-                sink.send(h.reply(status), Bytes::new());
-                return;
-            }
-            if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
-                // A reader that has not learnt of the snapshot must not see the old head.
-                sink.send(h.reply(Status::Frozen), Bytes::new());
-                return;
-            }
-            match osd.layers.cached_chain(h.object.inode) {
-                Some(chain) => serve_read(osd, h, &chain, sink, permit),
-                None => {
-                    let osd = osd.clone();
-                    tokio::spawn(async move {
-                        match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
-                            Ok(chain) => serve_read(&osd, h, &chain, sink, permit),
-                            Err(e) => sink.send(h.reply(layer_status(&osd, &h, &e)), Bytes::new()),
-                        }
-                    });
-                }
-            }
-        }
+        Opcode::Read | Opcode::Allocation => client_read_request(osd, h, sink, permit),
         Opcode::Write | Opcode::Trim | Opcode::Delete => {
+            client_mutation_request(osd, h, payload, sink, permit);
+        }
+    }
+}
+
+/// USAGE: the space this OSD's objects of the asked inodes take, in its own task.
+fn usage_request(
+    osd: &Arc<Osd>,
+    h: Header,
+    payload: Bytes,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let osd = osd.clone();
+    spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+        let store = osd.store.clone();
+        match osd.store_call(move || Ok(usage(&store, &payload))).await {
+            Ok(Some(out)) => (Status::Ok, out),
+            Ok(None) => (Status::Invalid, Bytes::new()),
+            Err(e) => (status_of(&e), Bytes::new()),
+        }
+    });
+}
+
+/// A mutation or push from a PG's primary: applied inline, in arrival order (watched for
+/// slowness while it runs); with FUA, answered once flushed, from its own task.
+fn replica_request(
+    osd: &Arc<Osd>,
+    h: Header,
+    payload: Bytes,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let op = osd.slow.start(&h, SlowStage::StoreWrite);
+    let status = replica_apply(osd, &h, &payload);
+    drop(op);
+    if status == Status::Ok {
+        OsdCounters::add(&osd.counters.replica_ops, 1);
+    }
+    if status == Status::Ok && h.flags.has(Flags::FUA) {
+        let osd = osd.clone();
+        spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+            (flush(&osd).await, Bytes::new())
+        });
+    } else {
+        sink.send(h.reply(status), Bytes::new());
+    }
+}
+
+/// FENCE: freeze a layer, answered once no mutation that saw it unfrozen is in progress.
+fn fence_request(osd: &Arc<Osd>, h: Header, sink: ReplySink, permit: Option<OwnedSemaphorePermit>) {
+    let osd = osd.clone();
+    spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+        osd.layers.fence(h.object.inode).await;
+        tracing::info!(osd = osd.id, "layer {:#x} frozen", h.object.inode);
+        (Status::Ok, Bytes::new())
+    });
+}
+
+/// A client READ or ALLOCATION of a replicated PG: checked as the active primary, then
+/// served from the layer chain (inline when it is cached, else from a task that loads it).
+fn client_read_request(
+    osd: &Arc<Osd>,
+    h: Header,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    if let Err(status) = primary_gate(osd, &h) {
+        osd.counters.error(status);
+        sink.send(h.reply(status), Bytes::new());
+        return;
+    }
+    if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
+        // A reader that has not learnt of the snapshot must not see the old head.
+        sink.send(h.reply(Status::Frozen), Bytes::new());
+        return;
+    }
+    match osd.layers.cached_chain(h.object.inode) {
+        Some(chain) => serve_read(osd, h, &chain, sink, permit),
+        None => {
             let osd = osd.clone();
-            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
-                let bytes = payload.len() as u64;
-                let status = primary_mutation(&osd, h, payload).await;
-                if status == Status::Ok {
-                    osd.counters.write(h.pg.pool, bytes);
-                } else {
-                    osd.counters.error(status);
+            tokio::spawn(async move {
+                match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+                    Ok(chain) => serve_read(&osd, h, &chain, sink, permit),
+                    Err(e) => sink.send(h.reply(layer_status(&osd, &h, &e)), Bytes::new()),
                 }
-                (status, Bytes::new())
             });
         }
     }
+}
+
+/// A client WRITE, TRIM or DELETE of a replicated PG, in its own task (see
+/// [`primary_mutation`]).
+fn client_mutation_request(
+    osd: &Arc<Osd>,
+    h: Header,
+    payload: Bytes,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let osd = osd.clone();
+    spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+        let bytes = payload.len() as u64;
+        let status = primary_mutation(&osd, h, payload).await;
+        if status == Status::Ok {
+            osd.counters.write(h.pg.pool, bytes);
+        } else {
+            osd.counters.error(status);
+        }
+        (status, Bytes::new())
+    });
 }
 
 /// A client request to an erasure-coded PG (see [`crate::ec`]), in its own task.
@@ -762,7 +806,21 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
         );
         return Status::Invalid;
     }
-    apply(osd, h, payload, h.version)
+    let status = apply(osd, h, payload, h.version);
+    // Versions only grow on a replica, under the PG lock: the copy ends at the mutation's
+    // version, stays at the one before (nothing to change) or is gone, never elsewhere.
+    let after = osd.store.version(h.object);
+    assert!(
+        status != Status::Ok || after.is_none_or(|v| (h.prev_version..=h.version).contains(&v)),
+        "osd.{} pg {} {}: a replica {:?} from {:?} to {:?} left the copy at {after:?}",
+        osd.id,
+        h.pg,
+        h.object,
+        h.opcode,
+        h.prev_version,
+        h.version
+    );
+    status
 }
 
 /// As primary: order the mutation, apply it locally, replicate it, and wait for every replica.
@@ -940,6 +998,14 @@ pub(crate) async fn replicate<T>(
     if acting.first() != Some(&osd.id) {
         return Err(Status::NotPrimary);
     }
+    // The placement never names more OSDs than the pool's size.
+    debug_assert!(
+        map.pools
+            .get(&h.pg.pool)
+            .is_some_and(|p| acting.len() <= p.size as usize),
+        "pg {}: acting set {acting:?} larger than its pool's size",
+        h.pg
+    );
     let mut replicas = Vec::with_capacity(acting.len().saturating_sub(1));
     for &peer in &acting[1..] {
         let addr = match map.osd(peer) {
@@ -989,6 +1055,16 @@ pub(crate) async fn replicate<T>(
         let Some((fwd, payload)) = forward else {
             return Ok(out);
         };
+        // What is forwarded was applied here at `version` (or removed the object, or
+        // changed nothing): replicas must not be sent a state the primary lacks.
+        let after = current_version(osd, h.object);
+        assert!(
+            after == Version::ZERO || (prev..=version).contains(&after),
+            "osd.{} pg {} {}: applied at {version:?} (from {prev:?}) but the copy is at {after:?}",
+            osd.id,
+            h.pg,
+            h.object
+        );
         let mut fwd = Header {
             version,
             prev_version: prev,

@@ -197,6 +197,8 @@ mod tests {
     use super::*;
     use basalt_meta::EmbeddedMeta;
     use basalt_proto::make_inode;
+    use std::future::Future;
+    use std::task::Poll;
 
     async fn put_layer(meta: &dyn MetaStore, inode: InodeId, parent: Option<InodeId>) {
         let record = LayerRecord {
@@ -246,20 +248,19 @@ mod tests {
     /// the records.
     #[tokio::test]
     async fn fence_drains_and_reload() {
-        let layers = Arc::new(Layers::default());
+        let layers = Layers::default();
         let guard = layers.enter().await;
-        let fenced = tokio::spawn({
-            let layers = layers.clone();
-            async move { layers.fence(42).await }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Polled by hand, not raced against a timer: the fence's first poll freezes the
+        // layer and then waits for the mutation in progress, however slow the machine.
+        let mut fenced = std::pin::pin!(layers.fence(42));
+        let first = std::future::poll_fn(|cx| Poll::Ready(fenced.as_mut().poll(cx))).await;
         assert!(layers.is_frozen(42));
         assert!(
-            !fenced.is_finished(),
+            first.is_pending(),
             "the fence waits for the mutation in progress"
         );
         drop(guard);
-        fenced.await.unwrap();
+        fenced.await;
 
         let dir = tempfile::tempdir().unwrap();
         let meta = EmbeddedMeta::open(&dir.path().join("meta.json")).unwrap();

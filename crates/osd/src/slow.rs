@@ -14,8 +14,11 @@ use basalt_proto::{Flags, Header, ObjectId, Opcode, OsdId, PgId};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock (the system's outside tests): the simulator's virtual time ages operations
+// deterministically, and the tests advance a paused clock instead of sleeping.
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Default age at which an operation is slow (`--slow-op-ms`).
 pub const SLOW_OP_THRESHOLD_MS: u64 = 5_000;
@@ -324,8 +327,8 @@ mod tests {
         h
     }
 
-    #[test]
-    fn a_slow_op_is_reported_once_with_its_stage_and_peer() {
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_op_is_reported_once_with_its_stage_and_peer() {
         // Goal: an operation older than the threshold is returned by one scan only, is
         // reported with its object, PG, opcode and current stage (and peer) while in flight,
         // then as finished; a fast one never is.
@@ -336,7 +339,7 @@ mod tests {
         let slow = t.start(&header(Opcode::Write, 2), SlowStage::Queued);
         slow.stage(SlowStage::Replica, Some(4));
         assert!(t.scan().is_empty(), "nothing is slow yet");
-        std::thread::sleep(Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(40)).await;
         let new = t.scan();
         assert_eq!(new.len(), 1, "{new:?}");
         let op = new[0];
@@ -381,8 +384,8 @@ mod tests {
         drop(again);
     }
 
-    #[test]
-    fn the_report_is_bounded() {
+    #[tokio::test(start_paused = true)]
+    async fn the_report_is_bounded() {
         // Goal: however many operations are slow, a report holds at most SLOW_OPS_MAX, the
         // gauge still counts them all.
         let t = Arc::new(InFlight::new(256));
@@ -390,14 +393,14 @@ mod tests {
         let held: Vec<_> = (0..100)
             .map(|i| t.start(&header(Opcode::Write, i), SlowStage::Queued))
             .collect();
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::advance(Duration::from_millis(5)).await;
         assert_eq!(t.scan().len(), 100);
         assert_eq!(t.slow_now(), 100);
         assert_eq!(t.report().len(), SLOW_OPS_MAX);
         drop(held);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn stage_follows_the_task_of_its_scope() {
         // Goal: `stage` inside a scope updates that operation; outside any scope it does
         // nothing.

@@ -12,7 +12,7 @@ use basalt_mon::MonitorConfig;
 use basalt_osd::{
     Network, Osd, OsdConfig, RecoveryConfig, Registration, RunningOsd, StoreLocation,
 };
-use basalt_proto::OsdId;
+use basalt_proto::{EcProfile, OsdId};
 use basalt_store::{MemDisk, StoreOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,6 +35,9 @@ pub struct ClusterShape {
     pub lease_ttl_secs: u64,
     /// How long an OSD may be down before its data is re-replicated elsewhere.
     pub out_after_secs: u64,
+    /// An erasure-coded pool instead of a replicated one: `size` is then k + m,
+    /// `object_size` the stripe's bytes and each OSD stores chunks of `object_size / k`.
+    pub ec: Option<EcProfile>,
 }
 
 impl Default for ClusterShape {
@@ -48,6 +51,29 @@ impl Default for ClusterShape {
             capacity_bytes: 24 << 20,
             lease_ttl_secs: 3,
             out_after_secs: 20,
+            ec: None,
+        }
+    }
+}
+
+impl ClusterShape {
+    /// This shape with an erasure-coded `k`+`m` pool of min_size `min_size` instead (size
+    /// k + m), on at least k + m + 1 OSDs so a position can move when its OSD goes out.
+    pub fn with_ec(self, k: u32, m: u32, min_size: u32) -> ClusterShape {
+        ClusterShape {
+            osds: self.osds.max(k + m + 1),
+            size: k + m,
+            min_size,
+            ec: Some(EcProfile { k, m }),
+            ..self
+        }
+    }
+
+    /// Bytes of one object of an OSD's store: a chunk (erasure coded) or a whole object.
+    pub fn store_object_bytes(&self) -> u32 {
+        match self.ec {
+            Some(ec) => self.object_size / ec.k,
+            None => self.object_size,
         }
     }
 }
@@ -99,7 +125,7 @@ impl SimCluster {
                 pg_count: shape.pgs,
                 failure_domain: "osd".into(),
                 object_size: shape.object_size,
-                ec: None,
+                ec: shape.ec,
             },
         )
         .await
@@ -207,7 +233,7 @@ impl SimCluster {
             store: StoreLocation::Disk(slot.disk.attach()),
             store_options: StoreOptions {
                 capacity_bytes: self.shape.capacity_bytes,
-                object_size_bytes: self.shape.object_size,
+                object_size_bytes: self.shape.store_object_bytes(),
                 wal_bytes: 4 << 20,
             },
             listen: addr,

@@ -7,8 +7,10 @@
 //! disk that loses unsynced writes in a power cut. A seeded workload ([`run`]) writes, trims,
 //! reads and flushes one volume while a seeded injector kills, power-cuts, partitions and
 //! isolates OSDs; reads are checked against a [`model`] of acknowledged data, and after
-//! healing every replica must equal its primary. The same seed on the same commit replays the
-//! same run (`scripts/sim.sh --seed N`).
+//! healing every replica must equal its primary. Every fourth seed runs an erasure-coded 2+1
+//! pool instead ([`SimConfig::shape_for`]): its writes count as durable once acknowledged,
+//! and after healing every stripe must be whole (one version, parity matching). The same seed
+//! on the same commit replays the same run (`scripts/sim.sh --seed N`).
 
 pub mod cluster;
 pub mod meta;

@@ -30,6 +30,9 @@ pub struct SimConfig {
     pub faults: bool,
     /// Print the cluster's log (from this level up) and the workload's operations as it runs.
     pub echo_log: Option<tracing::Level>,
+    /// Every `ec_every`-th seed (`seed % ec_every == ec_every - 1`) runs an erasure-coded
+    /// 2+1 pool instead of `shape`'s (0: none); see [`SimConfig::shape_for`].
+    pub ec_every: u64,
 }
 
 impl Default for SimConfig {
@@ -41,7 +44,26 @@ impl Default for SimConfig {
             volume_objects: 12,
             faults: true,
             echo_log: None,
+            ec_every: 4,
         }
+    }
+}
+
+impl SimConfig {
+    /// The cluster seed `seed` runs: `shape`, or for every `ec_every`-th seed the same with
+    /// an erasure-coded 2+1 pool, min_size 2 (writes go on with one position lost) or 3
+    /// (the default a pool gets) by turns. The choice takes nothing from the seed's random
+    /// stream, so replicated seeds run as they did before.
+    pub fn shape_for(&self, seed: u64) -> ClusterShape {
+        if self.ec_every == 0 || seed % self.ec_every != self.ec_every - 1 {
+            return self.shape.clone();
+        }
+        let min_size = if (seed / self.ec_every).is_multiple_of(2) {
+            2
+        } else {
+            3
+        };
+        self.shape.clone().with_ec(2, 1, min_size)
     }
 }
 
@@ -58,6 +80,8 @@ pub struct Outcome {
     pub virtual_ms: u64,
     /// Digest of everything the run did: two runs of a seed must agree.
     pub digest: u64,
+    /// The run's pool was erasure coded.
+    pub erasure_coded: bool,
 }
 
 /// A run that broke an invariant (or could not run).
@@ -180,6 +204,9 @@ struct Shared {
     records: Mutex<BTreeMap<PgId, basalt_meta::schema::PgRecord>>,
     /// The PG of every object of the volume.
     object_pgs: Vec<PgId>,
+    /// Every acknowledged write is durable (an erasure-coded pool stashes every chunk with
+    /// FUA before it acknowledges).
+    durable_on_ack: bool,
     digest: Mutex<Digest>,
     started: Instant,
     observer: Observer,
@@ -350,11 +377,13 @@ async fn follow_records(meta: Arc<basalt_meta::EmbeddedMeta>, shared: Arc<Shared
 async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<Outcome, String> {
     let started = Instant::now();
     let mut rng = SimRng::new(seed);
-    let mut cluster = SimCluster::start(config.shape.clone(), &mut rng).await?;
+    let shape = config.shape_for(seed);
+    let erasure_coded = shape.ec.is_some();
+    let mut cluster = SimCluster::start(shape.clone(), &mut rng).await?;
     wait_clean(&cluster.client, CLEAN_TIMEOUT)
         .await
         .map_err(|e| format!("the new cluster {e}"))?;
-    let object_size = config.shape.object_size as u64;
+    let object_size = shape.object_size as u64;
     let size = config.volume_objects * object_size;
     cluster
         .client
@@ -382,7 +411,8 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         model: Mutex::new(Model::new(size / BLOCK as u64)),
         violation: Mutex::new(None),
         ops: Mutex::new((0, 0)),
-        crashes: Mutex::new(vec![0; config.shape.osds as usize]),
+        crashes: Mutex::new(vec![0; shape.osds as usize]),
+        durable_on_ack: erasure_coded,
         acting: Mutex::new(BTreeMap::new()),
         incarnations: Mutex::new(BTreeMap::new()),
         records: Mutex::new(BTreeMap::new()),
@@ -453,7 +483,10 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         .await
         .map_err(|e| format!("after healing, the cluster {e}"))?;
     check_volume(&cluster, &volume, &shared).await?;
-    check_replicas(&cluster, &volume).await?;
+    match shape.ec {
+        Some(ec) => check_stripes(&cluster, &volume, ec).await?,
+        None => check_replicas(&cluster, &volume).await?,
+    }
     follower.abort();
     record_follower.abort();
     let (ops, failed_ops) = *shared.ops.lock().expect("ops lock");
@@ -465,6 +498,7 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         faults,
         virtual_ms: started.elapsed().as_millis() as u64,
         digest,
+        erasure_coded,
     })
 }
 
@@ -572,6 +606,73 @@ async fn check_replicas(cluster: &SimCluster, volume: &Volume) -> Result<(), Str
     Ok(())
 }
 
+/// Every stripe of the volume is whole after recovery: each position's OSD holds its
+/// committed chunk at one version (or none holds any), and the parity chunks are the
+/// encoding of the data chunks.
+async fn check_stripes(
+    cluster: &SimCluster,
+    volume: &Volume,
+    ec: basalt_proto::EcProfile,
+) -> Result<(), String> {
+    let map = cluster.client.map();
+    let pool = map
+        .pools
+        .get(&cluster.pool().id)
+        .ok_or("the pool is not in the map")?;
+    let scheme = basalt_ec::Scheme::new(ec.k, ec.m).map_err(|e| e.to_string())?;
+    let chunk_bytes = cluster.shape.store_object_bytes() as usize;
+    let stripe_bytes = volume.info().object_size as u64;
+    for index in 0..volume.size() / stripe_bytes {
+        let stripe = ObjectId::new(volume.head(), index);
+        let pg = basalt_placement::ClusterMap::pg_of(pool, stripe);
+        let positions = map.positions(pg).map_err(|e| e.to_string())?;
+        if positions.len() != scheme.width() {
+            return Err(format!(
+                "pg {pg}: {} positions for a {ec} code",
+                positions.len()
+            ));
+        }
+        let mut versions = Vec::with_capacity(positions.len());
+        let mut chunks = Vec::with_capacity(positions.len());
+        for (pos, &osd) in positions.iter().enumerate() {
+            let Some(o) = cluster.osd(osd) else {
+                return Err(format!(
+                    "osd.{osd} at position {pos} of pg {pg} is not running"
+                ));
+            };
+            let key = stripe.chunk(pos, false);
+            let mut bytes = vec![0u8; chunk_bytes];
+            let version = o.store.version(key);
+            if version.is_some() {
+                o.store
+                    .read(key, 0, &mut bytes)
+                    .map_err(|e| format!("read {key:?} on osd.{osd}: {e}"))?;
+            }
+            versions.push(version);
+            chunks.push(bytes);
+        }
+        if versions.windows(2).any(|w| w[0] != w[1]) {
+            return Err(format!(
+                "pg {pg}: the chunks of stripe {index} differ in version after recovery: \
+                 {versions:?} at {positions:?}"
+            ));
+        }
+        if versions[0].is_none() {
+            continue;
+        }
+        let data = chunks[..scheme.k()].concat();
+        let fresh = scheme.encode(&data).map_err(|e| e.to_string())?;
+        if let Some(pos) = (0..chunks.len()).find(|&p| fresh[p] != chunks[p]) {
+            return Err(format!(
+                "pg {pg}: stripe {index}'s chunk {pos} (osd.{}) is not the encoding of its \
+                 data chunks after recovery",
+                positions[pos]
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One writer: random writes, trims, reads and flushes on the objects it owns.
 struct Writer {
     id: u64,
@@ -645,11 +746,11 @@ impl Writer {
         if ok {
             let object = blocks.start / self.blocks_per_object;
             let holders = self.shared.holders(&self.client, object, &before);
-            self.shared
-                .model
-                .lock()
-                .expect("model lock")
-                .acked(&written, fua, holders);
+            self.shared.model.lock().expect("model lock").acked(
+                &written,
+                fua || self.shared.durable_on_ack,
+                holders,
+            );
         }
         self.shared.count(ok);
         self.shared.record(&format!(

@@ -38,6 +38,10 @@ fn run_seeds(first: u64, count: u64, run_secs: u64) {
     };
     let began = Instant::now();
     let (mut ops, mut faults, mut virtual_ms) = (0u64, 0usize, 0u64);
+    let erasure_coded = seeds
+        .iter()
+        .filter(|&&s| config.shape_for(s).ec.is_some())
+        .count();
     let mut failures = Vec::new();
     for &seed in &seeds {
         match run(seed, &config) {
@@ -55,8 +59,8 @@ fn run_seeds(first: u64, count: u64, run_secs: u64) {
         }
     }
     eprintln!(
-        "simulation: {} seeds from {}, {} failed, in {:.1} s: {ops} client operations, \
-         {faults} faults, {:.0} virtual seconds",
+        "simulation: {} seeds from {} ({erasure_coded} with an erasure-coded pool), {} failed, \
+         in {:.1} s: {ops} client operations, {faults} faults, {:.0} virtual seconds",
         seeds.len(),
         seeds[0],
         failures.len(),
@@ -72,8 +76,8 @@ fn run_seeds(first: u64, count: u64, run_secs: u64) {
 }
 
 /// Goal: the real OSD, monitor and client code keeps every acknowledged write and converges
-/// to identical replicas under kills, power cuts, partitions and metadata cuts, for many
-/// seeds.
+/// to identical replicas (or whole stripes, for the seeds with an erasure-coded pool) under
+/// kills, power cuts, partitions and metadata cuts, for many seeds.
 #[test]
 fn seeds_hold_every_invariant() {
     let count = env_u64("BASALT_SIM_SEEDS").unwrap_or(200);
@@ -81,7 +85,7 @@ fn seeds_hold_every_invariant() {
 }
 
 /// Goal: a seed replays exactly: two runs of one seed do the same operations with the same
-/// results at the same virtual times.
+/// results at the same virtual times (seed 3 runs an erasure-coded pool, 17 a replicated one).
 #[test]
 fn a_seed_replays_exactly() {
     assert!(
@@ -92,6 +96,7 @@ fn a_seed_replays_exactly() {
     let config = config(10);
     for seed in [3, 17] {
         let a = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(a.erasure_coded, config.shape_for(seed).ec.is_some());
         let b = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(a, b, "seed {seed} ran differently twice");
     }

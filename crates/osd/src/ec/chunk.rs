@@ -1,0 +1,187 @@
+//! One chunk at one position: read, replaced (stash, rewrite, delete) or promoted, on this
+//! OSD's own store or through the position's OSD; and a member's side of PROMOTE.
+
+use super::{ChunkRead, EcPg};
+use crate::daemon::Osd;
+use crate::handler::{status_of, REPLICA_TIMEOUT};
+use basalt_client::Connection;
+use basalt_proto::{
+    Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, Status, Version, IMAGE_BLOCK_BYTES,
+};
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+/// A peer's connection for a position's OSD.
+async fn connect(osd: &Osd, peer: OsdId) -> Result<Arc<Connection>, Status> {
+    let map = osd.map();
+    let addr = map.osd(peer).map_err(|_| Status::Unavailable)?.addr.clone();
+    osd.peers.get(peer, &addr).await.map_err(|e| {
+        tracing::warn!(osd = osd.id, peer, "EC member unreachable: {e}");
+        Status::Unavailable
+    })
+}
+
+fn member_header(ctx: &EcPg, opcode: Opcode, key: ObjectId, version: Version) -> Header {
+    let mut h = Header::request(opcode, 0, key);
+    h.pg = ctx.pg;
+    h.map_epoch = ctx.interval;
+    h.version = version;
+    h.flags = Flags(Flags::REPLICA);
+    h
+}
+
+async fn wait(
+    osd: &Osd,
+    peer: OsdId,
+    p: basalt_client::conn::Pending,
+) -> Result<basalt_client::Reply, Status> {
+    crate::slow::stage(basalt_proto::slowop::SlowStage::Chunks, Some(peer));
+    match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
+        Ok(Ok(r)) if r.header.status == Status::Ok => Ok(r),
+        Ok(Ok(r)) => Err(r.header.status),
+        Ok(Err(e)) => {
+            tracing::warn!(osd = osd.id, peer, "EC member request failed: {e}");
+            Err(Status::Unavailable)
+        }
+        Err(_) => Err(Status::Unavailable),
+    }
+}
+
+/// Read `len` bytes at `offset` of the chunk key `key` at position holder `peer`.
+pub(super) async fn read_chunk(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    key: ObjectId,
+    offset: u32,
+    len: u32,
+) -> ChunkRead {
+    if peer == osd.id {
+        let version = osd.store.version(key);
+        let mut buf = BytesMut::zeroed(len as usize);
+        return match osd.store.read(key, offset, &mut buf) {
+            Ok(()) => Ok((version, buf.freeze())),
+            Err(e) => {
+                tracing::error!(osd = osd.id, object = %key, "chunk read failed: {e}");
+                Err(status_of(&e))
+            }
+        };
+    }
+    let conn = connect(osd, peer).await?;
+    let mut h = member_header(ctx, Opcode::Read, key, Version::ZERO);
+    h.offset = offset;
+    h.length = len;
+    let r = wait(osd, peer, conn.start(h, Bytes::new())).await?;
+    if r.payload.len() != len as usize {
+        return Err(Status::Io);
+    }
+    let version = (r.header.version != Version::ZERO).then_some(r.header.version);
+    Ok((version, r.payload))
+}
+
+/// A whole chunk as an object image (every block allocated).
+fn full_image(ctx: &EcPg, data: Bytes) -> Bytes {
+    let blocks = ctx.chunk_bytes / IMAGE_BLOCK_BYTES as u32;
+    let mut bitmap = vec![0u64; (blocks as usize).div_ceil(64)];
+    for b in 0..blocks {
+        bitmap[(b / 64) as usize] |= 1 << (b % 64);
+    }
+    ObjectImage {
+        blocks,
+        bitmap,
+        data,
+    }
+    .encode()
+}
+
+/// Replace the chunk key `key` at `peer` with `data` at `version` (None: delete it), made
+/// durable first when `durable`.
+pub(super) async fn put_chunk(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    key: ObjectId,
+    version: Version,
+    data: Option<Bytes>,
+    durable: bool,
+) -> Result<(), Status> {
+    if peer == osd.id {
+        let store = osd.store.clone();
+        let result = osd
+            .store_call(move || {
+                match &data {
+                    Some(d) => store.write(key, 0, d, version)?,
+                    None => store.delete(key, version)?,
+                }
+                if durable {
+                    store.flush()?;
+                }
+                Ok(())
+            })
+            .await;
+        return result.map_err(|e| {
+            tracing::error!(osd = osd.id, object = %key, "chunk write failed: {e}");
+            status_of(&e)
+        });
+    }
+    let conn = connect(osd, peer).await?;
+    let mut h = member_header(ctx, Opcode::Push, key, version);
+    if durable {
+        h.flags = Flags(h.flags.0 | Flags::FUA);
+    }
+    let payload = data.map(|d| full_image(ctx, d)).unwrap_or_default();
+    wait(osd, peer, conn.start(h, payload)).await.map(|_| ())
+}
+
+/// Promote the stash of `stripe` at position `pos` (held by `peer`) at `version`.
+pub(super) async fn promote_chunk(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    stripe: ObjectId,
+    pos: usize,
+    version: Version,
+) -> Result<(), Status> {
+    let stash = stripe.chunk(pos, true);
+    if peer == osd.id {
+        return promote_local(osd, stash, version);
+    }
+    let conn = connect(osd, peer).await?;
+    let h = member_header(ctx, Opcode::Promote, stash, version);
+    wait(osd, peer, conn.start(h, Bytes::new()))
+        .await
+        .map(|_| ())
+}
+
+/// Make the stash `stash` at `version` the committed chunk (idempotent).
+fn promote_local(osd: &Osd, stash: ObjectId, version: Version) -> Result<(), Status> {
+    let Some((pos, true)) = stash.chunk_position() else {
+        return Err(Status::Invalid);
+    };
+    let key = stash.stripe().chunk(pos, false);
+    match osd.store.version(stash) {
+        Some(v) if v == version => match osd.store.promote(stash, key) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(status_of(&e)),
+        },
+        Some(_) => Err(Status::Stale),
+        None if osd.store.version(key) == Some(version) => Ok(()),
+        None => Err(Status::Stale),
+    }
+}
+
+/// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
+pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
+    let map = osd.map();
+    if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
+        return Status::Unavailable;
+    }
+    let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
+    if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
+        return Status::NotPrimary;
+    }
+    match promote_local(osd, h.object, h.version) {
+        Ok(()) => Status::Ok,
+        Err(s) => s,
+    }
+}

@@ -1,0 +1,451 @@
+//! Peering an erasure-coded PG: list every position (sealing it), settle each stripe with
+//! a stash by [`basalt_ec::decide::decide`], and record which positions are behind.
+
+use super::chunk::{promote_chunk, put_chunk};
+use super::EcPg;
+use crate::daemon::Osd;
+use crate::error::PgError;
+use crate::recovery::{list_remote, read_record};
+use basalt_ec::decide::{decide, Plan, PositionState};
+use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
+use basalt_placement::{ClusterMap, NO_OSD};
+use basalt_proto::{ObjectId, OsdId, Status, Version};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Peer an erasure-coded PG as its new primary: list every live position (sealing them),
+/// settle every stripe with a stash (promote, roll back, or drop), note the positions that
+/// lack chunks for background recovery, record and activate. Returns the positions behind.
+pub(crate) async fn peer(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    acting: &[(OsdId, u64)],
+    generation: u64,
+) -> Result<u32, PgError> {
+    let pg = ctx.pg;
+    let (previous, expected_rev) = previous_sources(osd, ctx).await?;
+    osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
+    let map = osd.map();
+    let survey = survey(osd, &map, ctx, acting, &previous).await?;
+    let mut settled = Settled::default();
+    for (stripe, state) in &survey.seen {
+        settle_stripe(osd, ctx, *stripe, state, &mut settled).await?;
+    }
+    let Settled {
+        behind,
+        rebuilds,
+        unfound,
+        promoted,
+        dropped,
+    } = settled;
+    // Positions are bits of a u32: the code is at most 20 wide (basalt_ec::MAX_K + MAX_M).
+    assert!(
+        u64::from(behind) >> ctx.positions.len() == 0,
+        "osd.{} pg {pg}: positions behind {behind:#b} outside a {}-wide code",
+        osd.id,
+        ctx.positions.len()
+    );
+    if promoted + dropped + rebuilds + unfound > 0 {
+        tracing::info!(
+            osd = osd.id, %pg, interval = ctx.interval, promoted, dropped, rebuilds, unfound,
+            "EC peering settled the stripes of cut writes"
+        );
+    }
+    if !crate::peering::is_current(osd, pg, generation) {
+        return Err(PgError::TakenOver);
+    }
+    let sources = rebuild_sources(ctx, behind, &previous, &survey.found_elsewhere);
+    let complete = ctx
+        .live()
+        .filter(|(pos, _)| behind & (1 << pos) == 0)
+        .map(|(_, peer)| CompleteCopy {
+            osd: peer,
+            incarnation: incarnation_of(&map, acting, peer),
+        })
+        .collect();
+    let rec = PgRecord {
+        epoch: ctx.interval,
+        primary: osd.id,
+        acting: acting.iter().map(|a| a.0).collect(),
+        complete,
+        degraded_objects: rebuilds,
+        holders: Vec::new(),
+        unfound_objects: unfound,
+        ec_sources: sources.clone(),
+    };
+    let value = serde_json::to_vec(&rec).expect("PG record serialises");
+    match osd
+        .meta
+        .compare_and_swap(&pg_key(pg.pool, pg.index), expected_rev, value)
+        .await
+    {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(PgError::RecordChanged),
+        Err(e) => return Err(PgError::Meta(e)),
+    }
+    osd.pgs.with(pg, |e| {
+        if e.generation == generation {
+            e.ec_sources = sources;
+        }
+    });
+    Ok(behind)
+}
+
+/// Step 1 of [`peer`]: the PG's record (refused when a later interval wrote it) and where
+/// each position's chunks may be besides its holder — the OSDs that held it in earlier
+/// intervals and were not rebuilt from yet (a placement change moved it). Returns those and
+/// the record's revision.
+async fn previous_sources(osd: &Arc<Osd>, ctx: &EcPg) -> Result<(Vec<Vec<OsdId>>, u64), PgError> {
+    let record = read_record(osd, ctx.pg).await?;
+    let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
+    if let Some((rec, _)) = &record {
+        if rec.epoch > ctx.interval {
+            return Err(PgError::RecordAhead {
+                recorded: rec.epoch,
+            });
+        }
+    }
+    let width = ctx.positions.len();
+    let previous = record
+        .as_ref()
+        .map(|(r, _)| r.ec_sources.clone())
+        .filter(|s| s.len() == width)
+        .unwrap_or_else(|| vec![Vec::new(); width]);
+    Ok((previous, expected_rev))
+}
+
+/// The incarnation `peer` must be: as named in the acting set, else as in `map` (0: any).
+fn incarnation_of(map: &ClusterMap, acting: &[(OsdId, u64)], peer: OsdId) -> u64 {
+    acting
+        .iter()
+        .find(|a| a.0 == peer)
+        .map(|a| a.1)
+        .or_else(|| map.osds.get(&peer).map(|o| o.incarnation))
+        .unwrap_or(0)
+}
+
+/// Every chunk peering found of the PG.
+struct Survey {
+    /// Per stripe, what each position holds at its holder and elsewhere.
+    seen: BTreeMap<ObjectId, Vec<Seen>>,
+    /// Per position, the OSDs other than its holder found holding chunks of it.
+    found_elsewhere: Vec<Vec<OsdId>>,
+}
+
+/// Step 2 of [`peer`]: list every member (each must answer: the LIST seals the PG there)
+/// and every earlier holder that is up (only a possible source), and gather what each
+/// holds of every stripe.
+async fn survey(
+    osd: &Arc<Osd>,
+    map: &ClusterMap,
+    ctx: &EcPg,
+    acting: &[(OsdId, u64)],
+    previous: &[Vec<OsdId>],
+) -> Result<Survey, PgError> {
+    let width = ctx.positions.len();
+    let members: std::collections::BTreeSet<OsdId> = ctx.live().map(|(_, o)| o).collect();
+    let mut to_list = members.clone();
+    to_list.extend(
+        previous
+            .iter()
+            .flatten()
+            .filter(|o| map.osds.get(o).is_some_and(|i| i.up)),
+    );
+    let mut survey = Survey {
+        seen: BTreeMap::new(),
+        found_elsewhere: vec![Vec::new(); width],
+    };
+    for &peer in &to_list {
+        let listed = match list_at(osd, map, ctx, peer, incarnation_of(map, acting, peer)).await {
+            Ok(l) => l,
+            // A member must answer; an earlier holder is only a possible source.
+            Err(e) if members.contains(&peer) => return Err(e),
+            Err(e) => {
+                tracing::warn!(osd = osd.id, pg = %ctx.pg, peer, "earlier chunk holder did not list: {e}");
+                continue;
+            }
+        };
+        for (key, version) in listed {
+            survey.note(ctx, peer, key, version);
+        }
+    }
+    Ok(survey)
+}
+
+impl Survey {
+    /// `peer` listed the chunk key `key` at `version`.
+    fn note(&mut self, ctx: &EcPg, peer: OsdId, key: ObjectId, version: Version) {
+        let width = ctx.positions.len();
+        let Some((p, stash)) = key.chunk_position() else {
+            return;
+        };
+        if p >= width {
+            return;
+        }
+        let slot = self
+            .seen
+            .entry(key.stripe())
+            .or_insert_with(|| vec![Seen::default(); width]);
+        let (committed, stashed) = if ctx.positions[p] == peer {
+            let h = &mut slot[p].holder;
+            (&mut h.0, &mut h.1)
+        } else {
+            if !self.found_elsewhere[p].contains(&peer) {
+                self.found_elsewhere[p].push(peer);
+            }
+            let list = &mut slot[p].elsewhere;
+            let i = match list.iter().position(|e| e.0 == peer) {
+                Some(i) => i,
+                None => {
+                    list.push((peer, None, None));
+                    list.len() - 1
+                }
+            };
+            let e = &mut list[i];
+            (&mut e.1, &mut e.2)
+        };
+        let field = if stash { stashed } else { committed };
+        *field = (*field).max(Some(version));
+    }
+}
+
+/// What peering did to the PG's stripes, for its log line and record.
+#[derive(Default)]
+struct Settled {
+    /// Positions (bit per position) whose holder lacks some stripe's version: rebuilt in
+    /// the background.
+    behind: u32,
+    rebuilds: u64,
+    unfound: u64,
+    promoted: u64,
+    dropped: u64,
+}
+
+/// Step 3 of [`peer`], for one stripe: decide its version from every chunk found for each
+/// position, wherever it is, then settle the chunks left on earlier holders and make each
+/// holder end at that version (or note it behind).
+async fn settle_stripe(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    state: &[Seen],
+    settled: &mut Settled,
+) -> Result<(), PgError> {
+    let merged = merged_state(ctx, state);
+    let plan = plan_of(ctx.scheme.k(), &merged);
+    if let Some(v) = plan.unfound {
+        settled.unfound += 1;
+        // A holder without the newest committed chunk must not serve the stripe: its fast
+        // read would answer older bytes than an acknowledged write (seen: a position back
+        // from a long outage, while the OSD with that write's other chunk was down). Behind,
+        // reads decode, which fails while the stripe is unfound; a later interval with
+        // enough chunks rebuilds it.
+        let newest = version_of(&merged, v);
+        for (pos, _) in ctx.live() {
+            if state[pos].holder.0 != Some(newest) {
+                settled.behind |= 1 << pos;
+            }
+        }
+        tracing::error!(osd = osd.id, pg = %ctx.pg, %stripe, "stripe unfound: a committed write (rank {v}) lost more chunks than the code tolerates");
+        return Ok(());
+    }
+    let target = plan.target.map(|t| version_of(&merged, t));
+    // A committed chunk means its write was acknowledged (promotes start once every stash
+    // is durable): the version the stripe settles at never undoes one.
+    let newest_committed = merged.iter().flatten().filter_map(|(c, _)| *c).max();
+    assert!(
+        newest_committed <= target,
+        "osd.{} pg {} stripe {stripe}: peering settles at {target:?} below the committed \
+         {newest_committed:?}",
+        osd.id,
+        ctx.pg
+    );
+    settle_elsewhere(osd, ctx, stripe, state, target).await;
+    settle_holders(osd, ctx, stripe, state, target, settled).await
+}
+
+/// The decision's input for one stripe: per position, the newest committed and stashed
+/// versions found at its holder or elsewhere; None for a hole with no chunk found.
+fn merged_state(ctx: &EcPg, state: &[Seen]) -> Vec<Option<(Option<Version>, Option<Version>)>> {
+    state
+        .iter()
+        .enumerate()
+        .map(|(p, s)| {
+            let live = ctx.positions[p] != NO_OSD;
+            let committed = s.elsewhere.iter().map(|e| e.1).max().flatten();
+            let stashed = s.elsewhere.iter().map(|e| e.2).max().flatten();
+            (live || !s.elsewhere.is_empty())
+                .then_some((s.holder.0.max(committed), s.holder.1.max(stashed)))
+        })
+        .collect()
+}
+
+/// Chunks left on earlier holders are sources for the rebuild: a stash of the target there
+/// is promoted (recovery reads committed chunks), any other stash dropped. Failures are
+/// logged only: these OSDs are not members.
+async fn settle_elsewhere(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    state: &[Seen],
+    target: Option<Version>,
+) {
+    for (pos, seen_at) in state.iter().enumerate() {
+        for &(other, c, st) in &seen_at.elsewhere {
+            let result = match (st, target) {
+                (Some(v), Some(t)) if v == t && c != Some(t) => {
+                    promote_chunk(osd, ctx, other, stripe, pos, t).await
+                }
+                (Some(v), _) => {
+                    put_chunk(osd, ctx, other, stripe.chunk(pos, true), v, None, false).await
+                }
+                _ => Ok(()),
+            };
+            if let Err(status) = result {
+                tracing::warn!(osd = osd.id, pg = %ctx.pg, %stripe, pos, other, "settling a chunk left on an earlier holder: {status:?}");
+            }
+        }
+    }
+}
+
+/// What each holder does to end at the target (the chunks found elsewhere are only
+/// sources: a holder lacking the target is rebuilt from them in the background).
+async fn settle_holders(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    stripe: ObjectId,
+    state: &[Seen],
+    target: Option<Version>,
+    settled: &mut Settled,
+) -> Result<(), PgError> {
+    for (pos, peer) in ctx.live() {
+        let (hc, hs) = state[pos].holder;
+        match target {
+            Some(t) => {
+                if hc != Some(t) {
+                    if hs == Some(t) {
+                        promote_chunk(osd, ctx, peer, stripe, pos, t)
+                            .await
+                            .map_err(|status| peer_status("PROMOTE", peer, status))?;
+                        settled.promoted += 1;
+                        continue;
+                    }
+                    settled.behind |= 1 << pos;
+                    settled.rebuilds += 1;
+                }
+                if let Some(v) = hs.filter(|_| hs != Some(t) || hc == Some(t)) {
+                    put_chunk(osd, ctx, peer, stripe.chunk(pos, true), v, None, false)
+                        .await
+                        .map_err(|status| peer_status("DROP", peer, status))?;
+                    settled.dropped += 1;
+                }
+            }
+            None => {
+                if let Some(v) = hs {
+                    put_chunk(osd, ctx, peer, stripe.chunk(pos, true), v, None, false)
+                        .await
+                        .map_err(|status| peer_status("DROP", peer, status))?;
+                    settled.dropped += 1;
+                }
+                if let Some(v) = hc {
+                    put_chunk(osd, ctx, peer, stripe.chunk(pos, false), v, None, false)
+                        .await
+                        .map_err(|status| peer_status("DELETE", peer, status))?;
+                    settled.dropped += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where recovery reads each position from: its holder, then — for a position behind or a
+/// hole — the earlier holders recorded and those peering found chunks on.
+fn rebuild_sources(
+    ctx: &EcPg,
+    behind: u32,
+    previous: &[Vec<OsdId>],
+    found_elsewhere: &[Vec<OsdId>],
+) -> Vec<Vec<OsdId>> {
+    (0..ctx.positions.len())
+        .map(|p| {
+            let holder = ctx.positions[p];
+            let mut v: Vec<OsdId> = (holder != NO_OSD).then_some(holder).into_iter().collect();
+            if behind & (1 << p) != 0 || holder == NO_OSD {
+                for &o in previous[p].iter().chain(&found_elsewhere[p]) {
+                    if !v.contains(&o) {
+                        v.push(o);
+                    }
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+/// What peering found of one position of a stripe: at its holder, and elsewhere (an OSD
+/// that held the position in an earlier interval): (committed, stash) versions.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    holder: (Option<Version>, Option<Version>),
+    elsewhere: Vec<(OsdId, Option<Version>, Option<Version>)>,
+}
+
+/// Every object of the PG held by `peer` (this OSD's own store, or a LIST, which also seals
+/// the PG there), which must be the run `incarnation` (0: any).
+pub(super) async fn list_at(
+    osd: &Arc<Osd>,
+    map: &ClusterMap,
+    ctx: &EcPg,
+    peer: OsdId,
+    incarnation: u64,
+) -> Result<Vec<(ObjectId, Version)>, PgError> {
+    if peer == osd.id {
+        return Ok(crate::recovery::list_local(osd, ctx.pg));
+    }
+    let conn = crate::peering::connect(osd, map, peer).await?;
+    list_remote(&conn, ctx.pg, ctx.interval, incarnation).await
+}
+
+fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {
+    PgError::PeerStatus {
+        op,
+        peer: format!("osd.{peer}"),
+        status,
+    }
+}
+
+/// Every version in a stripe's listed state, ascending: a version's rank is its index + 1.
+fn listed_versions(state: &[Option<(Option<Version>, Option<Version>)>]) -> Vec<Version> {
+    let mut all: Vec<Version> = state
+        .iter()
+        .flatten()
+        .flat_map(|(c, s)| [*c, *s])
+        .flatten()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// The plan for one stripe's listed state, with versions ranked (the decision only
+/// compares them).
+fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Plan {
+    let all = listed_versions(state);
+    let rank = |v: Option<Version>| v.map(|v| all.binary_search(&v).expect("listed") as u64 + 1);
+    let positions: Vec<Option<PositionState>> = state
+        .iter()
+        .map(|p| {
+            p.map(|(c, s)| PositionState {
+                committed: rank(c),
+                stash: rank(s),
+            })
+        })
+        .collect();
+    decide(k, &positions)
+}
+
+/// The version of rank `rank` in a stripe's listed state.
+fn version_of(state: &[Option<(Option<Version>, Option<Version>)>], rank: u64) -> Version {
+    listed_versions(state)[rank as usize - 1]
+}
