@@ -125,11 +125,8 @@ fn loopback_fallback_serves_and_partitions() {
         "`nft` is not installed (Debian package nftables)"
     );
     // SAFETY: geteuid(2) cannot fail.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "not root: nftables rules need root"
-    );
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(uid, 0, "not root: nftables rules need root");
     net.partition_all(&a).unwrap();
     assert!(cut(Some(&b), server.addr), "a's address cut off");
     let server_b = serve(&b, 7001, 0);
