@@ -2,12 +2,9 @@
 
 use crate::control::Request;
 use crate::daemons::MetaArgs;
-use crate::exit::failure;
 use crate::global::GlobalArgs;
 use anyhow::Context;
-use basalt_client::{create_pool, Cluster, ErrorKind};
-use basalt_meta::schema::{osd_key, OsdRecord, PoolRecord, POOLS_PREFIX};
-use basalt_meta::MetaStore;
+use basalt_client::{create_pool_for, Cluster, PoolRequest};
 use basalt_proto::size::parse_size;
 use clap::Subcommand;
 use std::sync::Arc;
@@ -28,7 +25,11 @@ pub enum PoolCommand {
     /// Examples:
     ///   basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
     ///   basalt pool create cold --ec 4+2 --pgs 64    # 1.5x the data, survives 2 failures
-    ///   basalt pool create scratch --size 2 --failure-domain osd    # on `basalt up`
+    ///   basalt pool create scratch --size 2    # on `basalt up`: failure domain osd
+    ///
+    /// A pool needing more hosts (or OSDs) than the cluster has is refused, saying why:
+    /// its PGs could never hold all their copies (with fewer than --min-size, never serve
+    /// I/O). --allow-unplaceable creates it anyway, for a cluster still growing.
     #[command(verbatim_doc_comment)]
     Create {
         name: String,
@@ -38,20 +39,26 @@ pub enum PoolCommand {
         /// Erasure code K+M, e.g. 2+1, 4+2, 8+3 (K 2..=16 data chunks, M 1..=4 parity).
         #[arg(long, value_name = "K+M")]
         ec: Option<String>,
-        /// Fewest live members that still accept I/O (below it, I/O waits) [default: 2 for
-        /// replicas, K+1 for --ec].
+        /// Fewest live members that still accept I/O (below it, I/O waits) [default: 2 (1 for
+        /// --size 1) for replicas, K+1 for --ec].
         #[arg(long)]
         min_size: Option<u32>,
-        /// Placement groups (the unit of placement and recovery).
-        #[arg(long, default_value_t = 64)]
-        pgs: u32,
-        /// Where two members of a PG must never meet: "host" or "osd".
-        #[arg(long, default_value = "host")]
-        failure_domain: String,
+        /// Placement groups (the unit of placement and recovery) [default: 64].
+        #[arg(long)]
+        pgs: Option<u32>,
+        /// Where two members of a PG must never meet: "host" or "osd" [default: "osd" when
+        /// every OSD is on one host, as on `basalt up`; else "host"].
+        #[arg(long)]
+        failure_domain: Option<String>,
         /// Object size of volumes in this pool [default: 128K, for --ec K × 128K]; must be
         /// the OSDs' store object size (× K for --ec).
         #[arg(long)]
         object_size: Option<String>,
+        /// Create the pool even if the cluster has fewer failure domains than it needs
+        /// (its PGs then stay degraded or inactive until OSDs join; `basalt status` says
+        /// why). Without it such a pool is refused with the reason.
+        #[arg(long)]
+        allow_unplaceable: bool,
     },
     /// List pools: id, name, redundancy, PGs, failure domain, object size.
     ///
@@ -85,6 +92,7 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
             pgs,
             failure_domain,
             object_size,
+            allow_unplaceable,
         } => {
             let ec = ec
                 .map(|text| {
@@ -96,21 +104,20 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
                         .map_err(|e| anyhow::anyhow!("--ec: {e}"))
                 })
                 .transpose()?;
-            let k = ec.map_or(1, |e| e.k);
             let object_size = match object_size {
-                // Too large for u32: the check below rejects it by name.
-                Some(text) => u32::try_from(parse_size(&text)?).unwrap_or(u32::MAX),
-                None => k.saturating_mul(128 << 10),
+                // Too large for u32: the pool check rejects it by name.
+                Some(text) => Some(u32::try_from(parse_size(&text)?).unwrap_or(u32::MAX)),
+                None => None,
             };
-            let record = PoolRecord {
-                id: 0,
+            let request = PoolRequest {
                 name,
-                size: ec.map_or(size.unwrap_or(3), |e| e.k + e.m),
-                min_size: min_size.unwrap_or(ec.map_or(2, |e| e.k + 1)),
+                size,
+                ec,
+                min_size,
                 pg_count: pgs,
                 failure_domain,
                 object_size,
-                ec,
+                allow_unplaceable,
             };
             let r = match global.meta.meta {
                 Some(_) => {
@@ -120,7 +127,7 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
                     let mut maps = basalt_client::follow_map(meta.clone())
                         .await
                         .context("read the cluster map")?;
-                    let r = create_pool(meta.as_ref(), record).await?;
+                    let r = create_pool_for(meta.as_ref(), &request).await?;
                     if let Some(wait) = global.wait() {
                         basalt_client::wait_for_pool(&mut maps, &r.name, wait).await?;
                     }
@@ -128,7 +135,7 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
                 }
                 None => {
                     let req = Request::PoolCreate {
-                        pool: record,
+                        pool: request,
                         wait_ms: global.wait().map(|w| w.as_millis() as u64),
                     };
                     let resp = crate::control::call(&global.control, &req).await?;
@@ -194,7 +201,9 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
         }
         PoolCommand::Ls => {
             let pools = match global.meta.meta {
-                Some(_) => list_pools(global.meta.connect().await?.as_ref()).await?,
+                Some(_) => {
+                    basalt_client::pools::list_pools(global.meta.connect().await?.as_ref()).await?
+                }
                 None => {
                     let resp = crate::control::call(&global.control, &Request::PoolLs).await?;
                     resp.pools.unwrap_or_default()
@@ -228,16 +237,6 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
         }
     }
     Ok(())
-}
-
-/// Every pool record, by name (records that do not decode are skipped).
-pub async fn list_pools(meta: &dyn MetaStore) -> anyhow::Result<Vec<PoolRecord>> {
-    Ok(meta
-        .list(POOLS_PREFIX)
-        .await?
-        .into_iter()
-        .filter_map(|(_, v, _)| serde_json::from_slice::<PoolRecord>(&v).ok())
-        .collect())
 }
 
 #[derive(Subcommand, Debug)]
@@ -286,36 +285,7 @@ pub async fn run_osd_admin(global: &GlobalArgs, command: OsdAdminCommand) -> any
             let out = matches!(command, OsdAdminCommand::Out { .. });
             let word = if out { "out" } else { "in" };
             let meta = meta_args.connect().await?;
-            let mut maps = basalt_client::follow_map(meta.clone())
-                .await
-                .context("read the cluster map")?;
-            let key = osd_key(id);
-            let Some((v, rev)) = meta.get(&key).await? else {
-                return Err(failure(
-                    ErrorKind::NotFound,
-                    format!("osd.{id} does not exist"),
-                ));
-            };
-            let mut rec: OsdRecord = serde_json::from_slice(&v)?;
-            rec.admin_out = out;
-            if meta
-                .compare_and_swap(&key, rev, serde_json::to_vec(&rec)?)
-                .await?
-                .is_none()
-            {
-                return Err(failure(
-                    ErrorKind::Conflict,
-                    format!("osd.{id} changed concurrently; try again"),
-                ));
-            }
-            if let Some(wait) = global.wait() {
-                // Placement follows the map: the change is in effect once it shows there.
-                let what = format!("osd.{id} is {word} in the cluster map");
-                basalt_client::wait_for_map(&mut maps, &what, wait, |m| {
-                    m.osds.get(&id).is_some_and(|o| o.is_in != out)
-                })
-                .await?;
-            }
+            basalt_client::osds::set_osd_out(meta, id, out, global.wait()).await?;
             if global.json {
                 println!("{}", serde_json::json!({ "osd": id, "in": !out }));
             } else {
