@@ -198,9 +198,14 @@ pub async fn create_pool_for(
             } else {
                 ""
             };
+            let more = if record.failure_domain == "host" {
+                "hosts"
+            } else {
+                "OSDs"
+            };
             return Err(ClientError::Invalid {
                 reason: format!(
-                    "{why}; give {fix}a smaller --size, add OSDs, or --allow-unplaceable to \
+                    "{why}; give {fix}a smaller --size, add {more}, or --allow-unplaceable to \
                      create it anyway"
                 ),
             });
