@@ -2,14 +2,11 @@
 
 use crate::control::Request;
 use crate::daemons::MetaArgs;
-use crate::exit::failure;
 use crate::global::GlobalArgs;
 use anyhow::Context;
-use basalt_client::{create_pool, Cluster, ErrorKind};
-use basalt_meta::schema::{osd_key, OsdRecord, PoolRecord, POOLS_PREFIX};
-use basalt_meta::MetaStore;
+use basalt_client::{create_pool_for, Cluster, PoolRequest};
 use basalt_proto::size::parse_size;
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use std::sync::Arc;
 
 #[derive(Subcommand, Debug)]
@@ -28,31 +25,13 @@ pub enum PoolCommand {
     /// Examples:
     ///   basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
     ///   basalt pool create cold --ec 4+2 --pgs 64    # 1.5x the data, survives 2 failures
-    ///   basalt pool create scratch --size 2 --failure-domain osd    # on `basalt up`
+    ///   basalt pool create scratch --size 2    # on `basalt up`: failure domain osd
+    ///
+    /// A pool needing more hosts (or OSDs) than the cluster has is refused, saying why:
+    /// its PGs could never hold all their copies (with fewer than --min-size, never serve
+    /// I/O). --allow-unplaceable creates it anyway, for a cluster still growing.
     #[command(verbatim_doc_comment)]
-    Create {
-        name: String,
-        /// Replicas of every object (replicated pools).
-        #[arg(long, conflicts_with = "ec")]
-        size: Option<u32>,
-        /// Erasure code K+M, e.g. 2+1, 4+2, 8+3 (K 2..=16 data chunks, M 1..=4 parity).
-        #[arg(long, value_name = "K+M")]
-        ec: Option<String>,
-        /// Fewest live members that still accept I/O (below it, I/O waits) [default: 2 for
-        /// replicas, K+1 for --ec].
-        #[arg(long)]
-        min_size: Option<u32>,
-        /// Placement groups (the unit of placement and recovery).
-        #[arg(long, default_value_t = 64)]
-        pgs: u32,
-        /// Where two members of a PG must never meet: "host" or "osd".
-        #[arg(long, default_value = "host")]
-        failure_domain: String,
-        /// Object size of volumes in this pool [default: 128K, for --ec K × 128K]; must be
-        /// the OSDs' store object size (× K for --ec).
-        #[arg(long)]
-        object_size: Option<String>,
-    },
+    Create(PoolCreateArgs),
     /// List pools: id, name, redundancy, PGs, failure domain, object size.
     ///
     /// Examples:
@@ -75,169 +54,202 @@ pub enum PoolCommand {
     Rm { name: String },
 }
 
+/// `pool create`'s flags.
+#[derive(Args, Debug)]
+pub struct PoolCreateArgs {
+    name: String,
+    /// Replicas of every object (replicated pools).
+    #[arg(long, conflicts_with = "ec")]
+    size: Option<u32>,
+    /// Erasure code K+M, e.g. 2+1, 4+2, 8+3 (K 2..=16 data chunks, M 1..=4 parity).
+    #[arg(long, value_name = "K+M")]
+    ec: Option<String>,
+    /// Fewest live members that still accept I/O (below it, I/O waits) [default: 2 (1 for
+    /// --size 1) for replicas, K+1 for --ec].
+    #[arg(long)]
+    min_size: Option<u32>,
+    /// Placement groups (the unit of placement and recovery) [default: 64].
+    #[arg(long)]
+    pgs: Option<u32>,
+    /// Where two members of a PG must never meet: "host" or "osd" [default: "osd" when
+    /// every OSD is on one host, as on `basalt up`; else "host"].
+    #[arg(long)]
+    failure_domain: Option<String>,
+    /// Object size of volumes in this pool [default: 128K, for --ec K × 128K]; must be
+    /// the OSDs' store object size (× K for --ec).
+    #[arg(long)]
+    object_size: Option<String>,
+    /// Create the pool even if the cluster has fewer failure domains than it needs
+    /// (its PGs then stay degraded or inactive until OSDs join; `basalt status` says
+    /// why). Without it such a pool is refused with the reason.
+    #[arg(long)]
+    allow_unplaceable: bool,
+}
+
 pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Result<()> {
     match command {
-        PoolCommand::Create {
-            name,
-            size,
-            ec,
-            min_size,
-            pgs,
-            failure_domain,
-            object_size,
-        } => {
-            let ec = ec
-                .map(|text| {
-                    basalt_ec::Scheme::parse(&text)
-                        .map(|s| basalt_proto::EcProfile {
-                            k: s.k() as u32,
-                            m: s.m() as u32,
-                        })
-                        .map_err(|e| anyhow::anyhow!("--ec: {e}"))
+        PoolCommand::Create(args) => create_pool_cmd(global, args).await,
+        PoolCommand::Rm { name } => remove_pool_cmd(global, name).await,
+        PoolCommand::Ls => list_pools_cmd(global).await,
+    }
+}
+
+/// `pool create`: over the metadata (--meta) or the control API.
+async fn create_pool_cmd(global: &GlobalArgs, args: PoolCreateArgs) -> anyhow::Result<()> {
+    let PoolCreateArgs {
+        name,
+        size,
+        ec,
+        min_size,
+        pgs,
+        failure_domain,
+        object_size,
+        allow_unplaceable,
+    } = args;
+    let ec = ec
+        .map(|text| {
+            basalt_ec::Scheme::parse(&text)
+                .map(|s| basalt_proto::EcProfile {
+                    k: s.k() as u32,
+                    m: s.m() as u32,
                 })
-                .transpose()?;
-            let k = ec.map_or(1, |e| e.k);
-            let object_size = match object_size {
-                // Too large for u32: the check below rejects it by name.
-                Some(text) => u32::try_from(parse_size(&text)?).unwrap_or(u32::MAX),
-                None => k.saturating_mul(128 << 10),
-            };
-            let record = PoolRecord {
-                id: 0,
-                name,
-                size: ec.map_or(size.unwrap_or(3), |e| e.k + e.m),
-                min_size: min_size.unwrap_or(ec.map_or(2, |e| e.k + 1)),
-                pg_count: pgs,
-                failure_domain,
-                object_size,
-                ec,
-            };
-            let r = match global.meta.meta {
-                Some(_) => {
-                    let meta = global.meta.connect().await?;
-                    // Follow the map from before the record exists: the map with it is
-                    // then seen however soon the monitor publishes it.
-                    let mut maps = basalt_client::follow_map(meta.clone())
-                        .await
-                        .context("read the cluster map")?;
-                    let r = create_pool(meta.as_ref(), record).await?;
-                    if let Some(wait) = global.wait() {
-                        basalt_client::wait_for_pool(&mut maps, &r.name, wait).await?;
-                    }
-                    r
-                }
-                None => {
-                    let req = Request::PoolCreate {
-                        pool: record,
-                        wait_ms: global.wait().map(|w| w.as_millis() as u64),
-                    };
-                    let resp = crate::control::call(&global.control, &req).await?;
-                    resp.pool.context("the control API sent no pool")?
-                }
-            };
-            if global.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-                return Ok(());
+                .map_err(|e| anyhow::anyhow!("--ec: {e}"))
+        })
+        .transpose()?;
+    let object_size = match object_size {
+        // Too large for u32: the pool check rejects it by name.
+        Some(text) => Some(u32::try_from(parse_size(&text)?).unwrap_or(u32::MAX)),
+        None => None,
+    };
+    let request = PoolRequest {
+        name,
+        size,
+        ec,
+        min_size,
+        pg_count: pgs,
+        failure_domain,
+        object_size,
+        allow_unplaceable,
+    };
+    let r = match global.meta.meta {
+        Some(_) => {
+            let meta = global.meta.connect().await?;
+            // Follow the map from before the record exists: the map with it is
+            // then seen however soon the monitor publishes it.
+            let mut maps = basalt_client::follow_map(meta.clone())
+                .await
+                .context("read the cluster map")?;
+            let r = create_pool_for(meta.as_ref(), &request).await?;
+            if let Some(wait) = global.wait() {
+                basalt_client::wait_for_pool(&mut maps, &r.name, wait).await?;
             }
-            let scheme = match r.ec {
-                Some(ec) => format!(
-                    "erasure coded {ec} ({:.2}× the data, survives {} failures), stripes of {}",
-                    r.size as f64 / ec.k as f64,
-                    ec.m,
-                    basalt_proto::size::human_bytes(r.object_size as u64)
-                ),
-                None => format!("{} replicas", r.size),
-            };
-            println!(
-                "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}{}",
-                r.name,
-                r.id,
-                r.min_size,
-                r.pg_count,
-                r.failure_domain,
-                if global.no_wait {
-                    " (--no-wait: it may not be in the cluster map yet)"
-                } else {
-                    ""
-                }
-            );
+            r
         }
-        PoolCommand::Rm { name } => {
-            let r = match global.meta.meta {
-                Some(_) => {
-                    let meta = global.meta.connect().await?;
-                    let mut maps = basalt_client::follow_map(meta.clone())
-                        .await
-                        .context("read the cluster map")?;
-                    basalt_client::remove_pool(meta.as_ref(), &name, &mut maps, global.wait())
-                        .await?
-                }
-                None => {
-                    let req = Request::PoolRm {
-                        name: name.clone(),
-                        wait_ms: global.wait().map(|w| w.as_millis() as u64),
-                    };
-                    let resp = crate::control::call(&global.control, &req).await?;
-                    resp.pool.context("the control API sent no pool")?
-                }
+        None => {
+            let req = Request::PoolCreate {
+                pool: request,
+                wait_ms: global.wait().map(|w| w.as_millis() as u64),
             };
-            if global.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else if global.no_wait {
-                println!(
-                    "removed pool \"{}\" (id {}) (--no-wait: it may still be in the cluster map)",
-                    r.name, r.id
-                );
-            } else {
-                println!("removed pool \"{}\" (id {})", r.name, r.id);
-            }
+            let resp = crate::control::call(&global.control, &req).await?;
+            resp.pool.context("the control API sent no pool")?
         }
-        PoolCommand::Ls => {
-            let pools = match global.meta.meta {
-                Some(_) => list_pools(global.meta.connect().await?.as_ref()).await?,
-                None => {
-                    let resp = crate::control::call(&global.control, &Request::PoolLs).await?;
-                    resp.pools.unwrap_or_default()
-                }
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let scheme = match r.ec {
+        Some(ec) => format!(
+            "erasure coded {ec} ({:.2}× the data, survives {} failures), stripes of {}",
+            r.size as f64 / ec.k as f64,
+            ec.m,
+            basalt_proto::size::human_bytes(r.object_size as u64)
+        ),
+        None => format!("{} replicas", r.size),
+    };
+    println!(
+        "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}{}",
+        r.name,
+        r.id,
+        r.min_size,
+        r.pg_count,
+        r.failure_domain,
+        if global.no_wait {
+            " (--no-wait: it may not be in the cluster map yet)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// `pool rm`.
+async fn remove_pool_cmd(global: &GlobalArgs, name: String) -> anyhow::Result<()> {
+    let r = match global.meta.meta {
+        Some(_) => {
+            let meta = global.meta.connect().await?;
+            let mut maps = basalt_client::follow_map(meta.clone())
+                .await
+                .context("read the cluster map")?;
+            basalt_client::remove_pool(meta.as_ref(), &name, &mut maps, global.wait()).await?
+        }
+        None => {
+            let req = Request::PoolRm {
+                name: name.clone(),
+                wait_ms: global.wait().map(|w| w.as_millis() as u64),
             };
-            if global.json {
-                println!("{}", serde_json::to_string_pretty(&pools)?);
-                return Ok(());
-            }
-            println!(
-                "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
-                "ID", "NAME", "SCHEME", "SIZE", "MIN_SIZE", "PGS", "DOMAIN", "OBJECT"
-            );
-            for p in pools {
-                let scheme = match p.ec {
-                    Some(ec) => format!("ec {ec}"),
-                    None => format!("replicas {}", p.size),
-                };
-                println!(
-                    "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
-                    p.id,
-                    p.name,
-                    scheme,
-                    p.size,
-                    p.min_size,
-                    p.pg_count,
-                    p.failure_domain,
-                    basalt_proto::size::human_bytes(p.object_size as u64)
-                );
-            }
+            let resp = crate::control::call(&global.control, &req).await?;
+            resp.pool.context("the control API sent no pool")?
         }
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if global.no_wait {
+        println!(
+            "removed pool \"{}\" (id {}) (--no-wait: it may still be in the cluster map)",
+            r.name, r.id
+        );
+    } else {
+        println!("removed pool \"{}\" (id {})", r.name, r.id);
     }
     Ok(())
 }
 
-/// Every pool record, by name (records that do not decode are skipped).
-pub async fn list_pools(meta: &dyn MetaStore) -> anyhow::Result<Vec<PoolRecord>> {
-    Ok(meta
-        .list(POOLS_PREFIX)
-        .await?
-        .into_iter()
-        .filter_map(|(_, v, _)| serde_json::from_slice::<PoolRecord>(&v).ok())
-        .collect())
+/// `pool ls`.
+async fn list_pools_cmd(global: &GlobalArgs) -> anyhow::Result<()> {
+    let pools = match global.meta.meta {
+        Some(_) => basalt_client::pools::list_pools(global.meta.connect().await?.as_ref()).await?,
+        None => {
+            let resp = crate::control::call(&global.control, &Request::PoolLs).await?;
+            resp.pools.unwrap_or_default()
+        }
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&pools)?);
+        return Ok(());
+    }
+    println!(
+        "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
+        "ID", "NAME", "SCHEME", "SIZE", "MIN_SIZE", "PGS", "DOMAIN", "OBJECT"
+    );
+    for p in pools {
+        let scheme = match p.ec {
+            Some(ec) => format!("ec {ec}"),
+            None => format!("replicas {}", p.size),
+        };
+        println!(
+            "{:<4} {:<20} {:<12} {:>5} {:>9} {:>6} {:<8} {:>10}",
+            p.id,
+            p.name,
+            scheme,
+            p.size,
+            p.min_size,
+            p.pg_count,
+            p.failure_domain,
+            basalt_proto::size::human_bytes(p.object_size as u64)
+        );
+    }
+    Ok(())
 }
 
 #[derive(Subcommand, Debug)]
@@ -286,36 +298,7 @@ pub async fn run_osd_admin(global: &GlobalArgs, command: OsdAdminCommand) -> any
             let out = matches!(command, OsdAdminCommand::Out { .. });
             let word = if out { "out" } else { "in" };
             let meta = meta_args.connect().await?;
-            let mut maps = basalt_client::follow_map(meta.clone())
-                .await
-                .context("read the cluster map")?;
-            let key = osd_key(id);
-            let Some((v, rev)) = meta.get(&key).await? else {
-                return Err(failure(
-                    ErrorKind::NotFound,
-                    format!("osd.{id} does not exist"),
-                ));
-            };
-            let mut rec: OsdRecord = serde_json::from_slice(&v)?;
-            rec.admin_out = out;
-            if meta
-                .compare_and_swap(&key, rev, serde_json::to_vec(&rec)?)
-                .await?
-                .is_none()
-            {
-                return Err(failure(
-                    ErrorKind::Conflict,
-                    format!("osd.{id} changed concurrently; try again"),
-                ));
-            }
-            if let Some(wait) = global.wait() {
-                // Placement follows the map: the change is in effect once it shows there.
-                let what = format!("osd.{id} is {word} in the cluster map");
-                basalt_client::wait_for_map(&mut maps, &what, wait, |m| {
-                    m.osds.get(&id).is_some_and(|o| o.is_in != out)
-                })
-                .await?;
-            }
+            basalt_client::osds::set_osd_out(meta, id, out, global.wait()).await?;
             if global.json {
                 println!("{}", serde_json::json!({ "osd": id, "in": !out }));
             } else {

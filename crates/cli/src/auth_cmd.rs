@@ -110,7 +110,7 @@ pub async fn run_cluster(
             }
             let mut made = false;
             if let Some(dir) = &meta.data_tls {
-                made = crate::data_tls::ensure(dir)?;
+                made = basalt_node::data_tls::ensure(dir)?;
                 if made && !json {
                     println!(
                         "data-plane TLS: cluster CA and certificate made in {} (ca-key.pem \
@@ -118,7 +118,7 @@ pub async fn run_cluster(
                         dir.display()
                     );
                 }
-                crate::data_tls::load(dir)?;
+                basalt_node::data_tls::load(dir)?;
             }
             if json {
                 let result = InitResult {

@@ -1,20 +1,17 @@
-//! The multi-host daemons: `basalt osd`, `basalt mon` and `basalt nbd`, each pointed at the
-//! cluster's etcd with `--meta etcd://HOST:2379`.
+//! The multi-host daemons' flags and banners: `basalt osd`, `basalt mon`, `basalt nbd` and
+//! `basalt nvmf`, each pointed at the cluster's etcd with `--meta etcd://HOST:2379`. Their
+//! lifecycles are `basalt_node`'s.
 
 use anyhow::{bail, Context};
 use basalt_auth::{ClusterSecret, Credentials, Keyring};
-use basalt_client::Cluster;
 use basalt_meta::MetaStore;
-use basalt_mon::MonitorConfig;
-use basalt_nbd::VolumeExports;
-use basalt_osd::{Osd, OsdConfig, RecoveryConfig, Registration};
+use basalt_node::metrics_http::metrics_addr;
+use basalt_node::{wait_for_signal, GatewayConfig, MonitorSettings};
 use basalt_proto::size::parse_size;
-use basalt_store::StoreOptions;
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::sync::watch;
 
 /// Where the cluster's metadata lives, and the keyring that proves who we are to its OSDs.
 /// Global flags: given once on the command line, in any position (docs/cli.md).
@@ -81,7 +78,7 @@ impl MetaArgs {
     pub fn data_tls(&self) -> anyhow::Result<Option<Arc<basalt_auth::DataTls>>> {
         self.data_tls
             .as_deref()
-            .map(crate::data_tls::load)
+            .map(basalt_node::data_tls::load)
             .transpose()
     }
 
@@ -192,29 +189,18 @@ pub struct OsdArgs {
     pub mon: MonArgs,
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".into())
+impl MonArgs {
+    fn settings(&self) -> MonitorSettings {
+        MonitorSettings {
+            out_after_secs: self.out_after,
+            lease_ttl_secs: self.mon_lease_ttl,
+        }
+    }
 }
 
-/// Start a monitor candidate in this process.
-pub fn spawn_monitor(
-    meta: Arc<dyn MetaStore>,
-    holder: String,
-    args: &MonArgs,
-    stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    let mut config = MonitorConfig::new(holder);
-    config.out_after_secs = args.out_after;
-    config.lease_ttl_secs = args.mon_lease_ttl;
-    tokio::spawn(basalt_mon::run(meta, config, stop))
-}
-
-pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
-    let Some(dir) = args.data.clone() else {
+/// `basalt osd`'s flags, checked, as the daemon's config.
+fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
+    let Some(data) = args.data.clone() else {
         bail!("--data DIR is required: the directory of this OSD's store");
     };
     let Some(listen) = args.listen else {
@@ -226,157 +212,59 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
             listen.ip()
         );
     }
-    let metrics_addr = metrics_addr(args.metrics_listen.as_deref(), Some(listen))?;
-    if metrics_addr.is_none() {
+    let metrics = metrics_addr(args.metrics_listen.as_deref(), Some(listen))?;
+    if metrics.is_none() {
         // Before any I/O: nothing will read the histograms (docs/metrics.md, "Off").
         basalt_metrics::disable_latency();
     }
-    let data_tls = args.meta.data_tls()?;
-    let (meta, meta_latency) = args.meta.connect_timed().await?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let secret = args.meta.checked_secret(meta.as_ref()).await?;
-    let authority = Arc::new(basalt_auth::Authority::new(secret, meta.clone()));
-    let (id, is_new) = basalt_osd::identity(&dir, args.id, meta.as_ref()).await?;
-    let host = args.host.clone().unwrap_or_else(hostname);
-    let map = basalt_client::follow_map(meta.clone())
-        .await
-        .context("read the cluster map")?;
-    let config = OsdConfig {
-        id,
-        store: basalt_osd::StoreLocation::File(dir.join("store.dat")),
-        store_options: StoreOptions {
-            capacity_bytes: parse_size(&args.capacity)?,
-            object_size_bytes: parse_size(&args.object_size)? as u32,
-            ..StoreOptions::default()
-        },
+    Ok(basalt_node::OsdDaemonConfig {
+        data,
         listen,
-        network: match data_tls {
-            Some(tls) => basalt_osd::Network::Tls(tls),
-            None => basalt_osd::Network::Tcp,
-        },
-        create_if_missing: is_new,
-        incarnation: None,
-        recovery: RecoveryConfig {
+        id: args.id,
+        host: args.host.clone().unwrap_or_else(basalt_node::hostname),
+        capacity_bytes: parse_size(&args.capacity)?,
+        object_size_bytes: parse_size(&args.object_size)? as u32,
+        lease_ttl_secs: args.lease_ttl,
+        recovery: basalt_osd::RecoveryConfig {
             idle_bytes_per_sec: parse_size(&args.recovery_rate)?,
             busy_bytes_per_sec: parse_size(&args.recovery_rate_busy)?,
         },
         stray_scan: (args.stray_scan_secs > 0)
             .then(|| std::time::Duration::from_secs(args.stray_scan_secs)),
-        auth: Some(authority),
-    };
-    let handle = Osd::start(config, map, meta.clone())
-        .await
-        .with_context(|| format!("start osd.{id}"))?;
-    handle.osd.slow.set_threshold_ms(args.slow_op_ms);
-    let mut registry = crate::metrics_http::registry();
-    let osds = basalt_osd::metrics::OsdCollector::default();
-    osds.add(&handle.osd);
-    registry.register_collector(Box::new(osds));
-    registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency)));
-    let metrics = start_metrics(metrics_addr, registry).await?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let registration = Registration {
-        host: host.clone(),
-        lease_ttl_secs: args.lease_ttl.max(2),
-        metrics_addr: metrics.as_ref().map(|m| m.0.to_string()),
-    };
-    let keepalive = basalt_osd::register(
-        handle.osd.clone(),
-        handle.addr,
-        registration,
-        stop_rx.clone(),
-    )
-    .await
-    .context("register with the cluster")?;
-    let monitor = (!args.no_monitor).then(|| {
-        spawn_monitor(
-            meta.clone(),
-            format!("osd.{id} on {host}"),
-            &args.mon,
-            stop_rx.clone(),
-        )
-    });
+        slow_op_ms: args.slow_op_ms,
+        monitor: (!args.no_monitor).then(|| args.mon.settings()),
+        metrics,
+        data_tls: args.meta.data_tls()?,
+    })
+}
+
+pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
+    let config = osd_config(&args)?;
+    let (meta, meta_latency) = args.meta.connect_timed().await?;
+    let secret = args.meta.checked_secret(meta.as_ref()).await?;
+    let host = config.host.clone();
+    let osd = basalt_node::OsdDaemon::start(config, meta, meta_latency, secret).await?;
+    let id = osd.id;
     println!(
         "osd.{id} serving on {} (host {host}, incarnation {:x}, store {}{})",
-        handle.addr,
-        handle.osd.incarnation,
-        dir.join("store.dat").display(),
-        metrics_suffix(&metrics)
+        osd.addr,
+        osd.incarnation,
+        osd.store.display(),
+        metrics_suffix(osd.metrics)
     );
     flush_stdout();
-    crate::up::wait_for_signal().await?;
+    wait_for_signal().await?;
     eprintln!("osd.{id}: stopping");
-    let _ = stop_tx.send(true);
-    let _ = keepalive.await;
-    if let Some(m) = monitor {
-        let _ = m.await;
-    }
-    handle
-        .shutdown()
-        .await
-        .with_context(|| format!("stop osd.{id}"))?;
+    osd.stop().await?;
     eprintln!("osd.{id}: stopped cleanly");
     Ok(())
 }
 
-/// A gateway's frontend counters, or `None` with `--metrics-listen off` (then latency
-/// recording is off for the process too: nothing would read either).
-fn frontend_stats(
-    arg: Option<&str>,
-    listen: SocketAddr,
-    frontend: &'static str,
-    per_volume_limit: usize,
-) -> anyhow::Result<Option<Arc<basalt_metrics::frontend::FrontendStats>>> {
-    if metrics_addr(arg, Some(listen))?.is_none() {
-        basalt_metrics::disable_latency();
-        return Ok(None);
-    }
-    Ok(Some(basalt_metrics::frontend::FrontendStats::new(
-        frontend,
-        per_volume_limit,
-    )))
-}
-
-/// A running `/metrics` endpoint.
-type MetricsTask = (SocketAddr, tokio::task::JoinHandle<()>);
-
-/// Serve `/metrics` at `addr` (from `metrics_addr`), if any.
-async fn start_metrics(
-    addr: Option<SocketAddr>,
-    registry: basalt_metrics::Registry,
-) -> anyhow::Result<Option<MetricsTask>> {
-    match addr {
-        Some(addr) => Ok(Some(crate::metrics_http::start(addr, registry).await?)),
-        None => Ok(None),
-    }
-}
-
 /// ", metrics http://ADDR/metrics" for banners, or nothing.
-fn metrics_suffix(metrics: &Option<MetricsTask>) -> String {
+fn metrics_suffix(metrics: Option<SocketAddr>) -> String {
     metrics
-        .as_ref()
-        .map(|m| format!(", metrics http://{}/metrics", m.0))
+        .map(|addr| format!(", metrics http://{addr}/metrics"))
         .unwrap_or_default()
-}
-
-/// The metrics address: given, "off" (`None`), or by default loopback with the data-plane
-/// port `listen` + 1000 (metrics reveal volume names and load: exposing them to the network
-/// is a choice); `basalt up` has its own default and passes its flag always.
-pub(crate) fn metrics_addr(
-    arg: Option<&str>,
-    listen: Option<SocketAddr>,
-) -> anyhow::Result<Option<SocketAddr>> {
-    match (arg, listen) {
-        (Some("off"), _) => Ok(None),
-        (Some(a), _) => Ok(Some(a.parse().with_context(|| {
-            format!("--metrics-listen {a}: expected IP:PORT or \"off\"")
-        })?)),
-        (None, Some(listen)) => Ok(Some(SocketAddr::new(
-            std::net::Ipv4Addr::LOCALHOST.into(),
-            listen.port().checked_add(1000).unwrap_or(0),
-        ))),
-        (None, None) => anyhow::bail!("--metrics-listen: expected IP:PORT or \"off\""),
-    }
 }
 
 pub(crate) fn flush_stdout() {
@@ -399,13 +287,12 @@ pub async fn run_mon(args: MonCmdArgs) -> anyhow::Result<()> {
     // The monitor reads and writes metadata only, but a cluster's daemons all start with
     // its keyring: a mistyped etcd address or a foreign cluster is caught here.
     args.meta.checked_secret(meta.as_ref()).await?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let task = spawn_monitor(meta, format!("mon on {}", hostname()), &args.mon, stop_rx);
+    let holder = format!("mon on {}", basalt_node::hostname());
+    let monitor = basalt_node::Monitor::spawn(meta, holder, args.mon.settings());
     println!("monitor candidate running (it takes the role when no one holds it)");
     flush_stdout();
-    crate::up::wait_for_signal().await?;
-    let _ = stop_tx.send(true);
-    let _ = task.await;
+    wait_for_signal().await?;
+    monitor.stop().await;
     Ok(())
 }
 
@@ -450,20 +337,6 @@ impl NbdTlsArgs {
     }
 }
 
-/// The NBD server of `exports` with `tls`.
-pub fn nbd_server(
-    exports: Arc<dyn basalt_nbd::Exports>,
-    tls: Option<Arc<basalt_nbd::TlsConfig>>,
-    stats: Option<Arc<basalt_metrics::frontend::FrontendStats>>,
-) -> Arc<basalt_nbd::Server> {
-    let config = basalt_nbd::ServerConfig {
-        tls,
-        stats,
-        ..basalt_nbd::ServerConfig::default()
-    };
-    basalt_nbd::Server::with_config(exports, config)
-}
-
 /// `basalt nbd`: an NBD gateway serving every volume under its name.
 #[derive(Args, Debug)]
 pub struct NbdArgs {
@@ -505,130 +378,62 @@ pub struct NvmfArgs {
     pub metrics_per_volume: usize,
 }
 
-/// A gateway's view of the cluster: the client library (proving the keyring's key to the
-/// OSDs) and every volume as an export, each open one recorded as `what` (for `volume rm`).
-async fn gateway(
-    meta: &MetaArgs,
-    what: &str,
-    listen: SocketAddr,
-) -> anyhow::Result<(Arc<Cluster>, Arc<VolumeExports>, basalt_meta::MetaCollector)> {
-    let credentials = meta.credentials()?;
-    let (meta, latency) = meta.connect_timed().await?;
-    let map = basalt_client::follow_map(meta.clone())
-        .await
-        .context("read the cluster map")?;
-    let cluster = Cluster::new_as(meta.clone(), map, Some(credentials));
-    let gateway = format!(
-        "{what} on {} (pid {}, {listen})",
-        hostname(),
-        std::process::id()
-    );
-    let watchers = basalt_client::watchers::Watchers::new(meta, gateway);
-    let exports = Arc::new(VolumeExports::new(cluster.clone(), None).with_watchers(watchers));
-    Ok((cluster, exports, basalt_meta::MetaCollector(latency)))
+impl MetaArgs {
+    /// What a gateway listening on `listen` is started with.
+    async fn gateway_config(
+        &self,
+        listen: SocketAddr,
+        metrics_listen: Option<String>,
+        metrics_per_volume: usize,
+    ) -> anyhow::Result<GatewayConfig> {
+        let credentials = self.credentials()?;
+        let (meta, meta_latency) = self.connect_timed().await?;
+        Ok(GatewayConfig {
+            meta,
+            meta_latency,
+            credentials,
+            listen,
+            metrics_listen,
+            metrics_per_volume,
+        })
+    }
 }
 
 pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
-    let stats = frontend_stats(
-        args.metrics_listen.as_deref(),
-        args.listen,
-        "nvmf",
-        args.metrics_per_volume,
-    )?;
-    let (cluster, exports, meta_latency) = gateway(&args.meta, "basalt nvmf", args.listen).await?;
-    let config = basalt_nvmf::TargetConfig {
-        stats: stats.clone(),
-        ..basalt_nvmf::TargetConfig::default()
-    };
-    let target = basalt_nvmf::Target::with_config(exports, config);
-    let tcp = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listen for NVMe/TCP on {}", args.listen))?;
-    let addr = tcp.local_addr()?;
-    let task = tokio::spawn(target.clone().serve_tcp(tcp));
-    let mut registry = crate::metrics_http::registry();
-    registry.register_collector(Box::new(cluster.collector()));
-    registry.register_collector(Box::new(meta_latency));
-    registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
-        stats.into_iter().collect(),
-    )));
-    let metrics = start_metrics(
-        metrics_addr(args.metrics_listen.as_deref(), Some(addr))?,
-        registry,
-    )
-    .await?;
+    let config = args
+        .meta
+        .gateway_config(args.listen, args.metrics_listen, args.metrics_per_volume)
+        .await?;
+    let gateway = basalt_node::NvmfGateway::start(config).await?;
     println!(
-        "NVMe/TCP gateway serving on {addr}: subsystem {} per volume, discovery {}{}",
+        "NVMe/TCP gateway serving on {}: subsystem {} per volume, discovery {}{}",
+        gateway.addr,
         basalt_nvmf::volume_nqn("VOLUME"),
         basalt_nvmf::DISCOVERY_NQN,
-        metrics_suffix(&metrics)
+        metrics_suffix(gateway.metrics)
     );
     flush_stdout();
-    crate::up::wait_for_signal().await?;
-    target.shutdown();
-    let _ = task.await;
-    if let Some((_, task)) = metrics {
-        task.abort();
-    }
-    if let Err(e) = cluster.flush().await {
-        tracing::error!("final flush failed: {e}");
-    }
+    wait_for_signal().await?;
+    gateway.stop().await;
     Ok(())
 }
 
 pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let tls = args.tls.load()?;
-    let (cluster, exports, meta_latency) = gateway(&args.meta, "basalt nbd", args.listen).await?;
     let tls_line = tls.as_ref().map(|t| format!("; TLS: {}", t.describe()));
-    let stats = frontend_stats(
-        args.metrics_listen.as_deref(),
-        args.listen,
-        "nbd",
-        args.metrics_per_volume,
-    )?;
-    let nbd = nbd_server(exports, tls, stats.clone());
-    let tcp = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listen for NBD on {}", args.listen))?;
-    let addr = tcp.local_addr()?;
-    let tcp_task = tokio::spawn(nbd.clone().serve_tcp(tcp));
-    let mut registry = crate::metrics_http::registry();
-    registry.register_collector(Box::new(cluster.collector()));
-    registry.register_collector(Box::new(meta_latency));
-    registry.register_collector(Box::new(basalt_metrics::frontend::FrontendCollector::new(
-        stats.into_iter().collect(),
-    )));
-    let metrics = start_metrics(
-        metrics_addr(args.metrics_listen.as_deref(), Some(addr))?,
-        registry,
-    )
-    .await?;
-    let unix_task = match &args.socket {
-        Some(path) => {
-            let _ = std::fs::remove_file(path);
-            let unix = tokio::net::UnixListener::bind(path)
-                .with_context(|| format!("listen for NBD on {}", path.display()))?;
-            Some(tokio::spawn(nbd.clone().serve_unix(unix)))
-        }
-        None => None,
-    };
+    let config = args
+        .meta
+        .gateway_config(args.listen, args.metrics_listen, args.metrics_per_volume)
+        .await?;
+    let gateway = basalt_node::NbdGateway::start(config, args.socket, tls).await?;
     println!(
-        "NBD gateway serving on nbd://{addr}/VOLUME (every volume under its name){}{}",
-        metrics_suffix(&metrics),
+        "NBD gateway serving on nbd://{}/VOLUME (every volume under its name){}{}",
+        gateway.addr,
+        metrics_suffix(gateway.metrics),
         tls_line.unwrap_or_default()
     );
     flush_stdout();
-    crate::up::wait_for_signal().await?;
-    nbd.shutdown();
-    if let Some((_, task)) = metrics {
-        task.abort();
-    }
-    let _ = tcp_task.await;
-    if let Some(t) = unix_task {
-        let _ = t.await;
-    }
-    if let Err(e) = cluster.flush().await {
-        tracing::error!("final flush failed: {e}");
-    }
+    wait_for_signal().await?;
+    gateway.stop().await;
     Ok(())
 }

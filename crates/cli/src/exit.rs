@@ -17,31 +17,6 @@ pub const CONFLICT: u8 = 4;
 /// The change is made but clients did not see it within --wait-timeout.
 pub const NOT_VISIBLE: u8 = 5;
 
-/// An error whose kind is known without a library error to carry it: one that crossed the
-/// control socket of `basalt up`, or that the CLI found itself.
-#[derive(Debug)]
-pub struct Failure {
-    pub kind: ErrorKind,
-    pub message: String,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Failure {}
-
-/// An error of kind `kind` saying `message`.
-pub fn failure(kind: ErrorKind, message: impl Into<String>) -> anyhow::Error {
-    Failure {
-        kind,
-        message: message.into(),
-    }
-    .into()
-}
-
 /// The exit code of `kind`.
 pub fn code_of(kind: ErrorKind) -> u8 {
     match kind {
@@ -58,8 +33,8 @@ pub fn code(err: &anyhow::Error) -> u8 {
         .find_map(|cause| {
             if let Some(e) = cause.downcast_ref::<ClientError>() {
                 Some(e.kind())
-            } else if let Some(f) = cause.downcast_ref::<Failure>() {
-                Some(f.kind)
+            } else if let Some(e) = cause.downcast_ref::<basalt_control::ControlError>() {
+                e.kind()
             } else if let Some(basalt_placement::MapError::NoSuchPool { .. }) =
                 cause.downcast_ref::<basalt_placement::MapError>()
             {
@@ -81,7 +56,11 @@ mod tests {
         let e = anyhow::Error::from(ClientError::NoSuchVolume { name: "v".into() })
             .context("show volume v");
         assert_eq!(code(&e), NOT_FOUND);
-        let e = failure(ErrorKind::Exists, "pool \"p\" exists").context("create pool p");
+        let e = anyhow::Error::from(basalt_control::ControlError::Failed {
+            kind: Some(ErrorKind::Exists),
+            message: "pool \"p\" exists".into(),
+        })
+        .context("create pool p");
         assert_eq!(code(&e), CONFLICT);
         assert_eq!(code(&anyhow::anyhow!("plain")), ERROR);
         assert_eq!(OK, 0);

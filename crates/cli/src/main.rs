@@ -5,13 +5,11 @@ mod auth_cmd;
 mod bench;
 mod control;
 mod daemons;
-mod data_tls;
 mod exit;
 mod global;
 mod help;
 mod image_cmd;
 mod iostat;
-mod metrics_http;
 mod objvol_cmd;
 mod progress;
 mod s3_cmd;
@@ -37,10 +35,13 @@ pub const DEFAULT_CONTROL: &str = "basalt-data/control.sock";
         One machine: start a local cluster with `basalt up`, then attach \
         `nbd://127.0.0.1:10809/vol0` with qemu, qemu-img, nbdcopy or fio, and manage volumes \
         with `basalt volume`.\n\n\
-        Many machines: run etcd, then on every host `basalt osd --meta etcd://ETCD:2379 \
-        --data DIR --listen IP:PORT`, create a pool with `basalt pool create`, volumes with \
-        `basalt volume --meta ... create`, and serve them with `basalt nbd --meta ...`. \
-        `basalt status --meta ...` shows the cluster.\n\n\
+        Many machines: run etcd; make the cluster's secret once with `basalt cluster init \
+        --meta etcd://ETCD:2379 --keyring /etc/basalt/keyring` and copy that file (mode \
+        0600) to every host; then on every host `basalt osd --meta etcd://ETCD:2379 \
+        --keyring /etc/basalt/keyring --data DIR --listen IP:PORT`. With the same --meta and \
+        --keyring (or BASALT_META and BASALT_KEYRING), create a pool with `basalt pool \
+        create rbd`, volumes with `basalt volume create`, and serve them with `basalt nbd`. \
+        `basalt status` shows the cluster.\n\n\
         Scripts: the global flags (--meta, --keyring, --control, --json, --no-wait, \
         --wait-timeout) go in any position and are also read from BASALT_META, \
         BASALT_KEYRING, BASALT_CONTROL, ...; a command that changes the cluster returns once \
@@ -67,7 +68,7 @@ enum Command {
     /// Talks to `basalt up` through its control API, or to a multi-host cluster through
     /// its metadata with --meta.
     Volume {
-        /// Pool of new volumes (with --meta).
+        /// Pool of new volumes.
         #[arg(long, global = true, default_value = "rbd")]
         pool: String,
         #[command(subcommand)]
@@ -76,7 +77,7 @@ enum Command {
     /// Import VM images (raw, qcow2) and manage them; volumes are made from them in O(1)
     /// with `basalt volume create NAME --from-image IMAGE`.
     Image {
-        /// Pool of new images (with --meta).
+        /// Pool of new images.
         #[arg(long, global = true, default_value = "rbd")]
         pool: String,
         #[command(subcommand)]
@@ -85,7 +86,7 @@ enum Command {
     /// Object-backed read-only volumes: an S3 bucket served over NBD as an EROFS
     /// filesystem whose file data is fetched from the bucket as it is read.
     Objvol {
-        /// Pool of objvol indexes (with --meta).
+        /// Pool of objvol indexes.
         #[arg(long, global = true, default_value = "rbd")]
         pool: String,
         #[command(subcommand)]
@@ -112,7 +113,7 @@ enum Command {
     ///
     /// Examples:
     ///   basalt scrub    # the `basalt up` cluster
-    ///   basalt scrub --meta etcd://10.0.0.1:2379 --pool cold
+    ///   basalt scrub --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring --pool cold
     #[command(verbatim_doc_comment)]
     Scrub {
         /// Only this pool (default: every pool).
@@ -125,9 +126,10 @@ enum Command {
     /// liveness lease in etcd, and also runs a monitor candidate (--no-monitor to not).
     ///
     /// Examples:
-    ///   basalt osd --meta etcd://10.0.0.1:2379 --data /var/lib/basalt/osd0 \
-    ///       --listen 10.0.0.2:6800
-    ///   basalt osd ls --meta etcd://10.0.0.1:2379
+    ///   basalt cluster init --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring  # once
+    ///   basalt osd --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring \
+    ///       --data /var/lib/basalt/osd0 --listen 10.0.0.2:6800
+    ///   basalt osd ls --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring
     // No args_conflicts_with_subcommands: it would refuse global flags before `osd ls`.
     #[command(verbatim_doc_comment)]
     Osd {
@@ -142,7 +144,8 @@ enum Command {
     /// command of a cluster must share the --master-key file.
     ///
     /// Examples:
-    ///   basalt s3 --meta etcd://10.0.0.1:2379 --listen 0.0.0.0:9000
+    ///   basalt s3 --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring \
+    ///       --listen 0.0.0.0:9000
     ///   basalt s3 key create --meta etcd://10.0.0.1:2379 --user alice
     // No args_conflicts_with_subcommands: it would refuse global flags before `s3 key`.
     #[command(verbatim_doc_comment)]

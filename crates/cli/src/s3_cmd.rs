@@ -244,7 +244,7 @@ pub async fn run_command(
             };
             let reply = crate::control::s3_key_request(meta.as_ref(), master.as_ref(), req).await;
             if !reply.ok {
-                return Err(reply.into_error());
+                return Err(reply.into_error().into());
             }
             reply
         }

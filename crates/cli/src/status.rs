@@ -31,7 +31,11 @@ pub fn print(r: &StatusReport) {
         .any(|o| o.slow_ops.iter().any(|op| op.in_flight));
     let health = if r.pgs_inactive > 0 || r.unfound_objects > 0 {
         "HEALTH_ERR"
-    } else if r.pgs_active_clean == r.pgs_total && up == r.osds.len() && !slow_now {
+    } else if r.pgs_active_clean == r.pgs_total
+        && up == r.osds.len()
+        && !slow_now
+        && r.unplaceable.is_empty()
+    {
         "HEALTH_OK"
     } else {
         "HEALTH_WARN"
@@ -55,6 +59,9 @@ pub fn print(r: &StatusReport) {
         pg_line.push_str(&format!(", {} inactive", r.pgs_inactive));
     }
     println!("  pgs:    {pg_line}");
+    for why in &r.unplaceable {
+        println!("  placement: {why}");
+    }
     if r.degraded_objects > 0 {
         println!(
             "  recovery: {} object copies to recover",

@@ -34,7 +34,9 @@ impl Target {
     /// Every pool's name, by id.
     pub(crate) async fn pool_names(&self) -> anyhow::Result<PoolNames> {
         let pools = match self.meta.meta {
-            Some(_) => crate::admin::list_pools(self.meta.connect().await?.as_ref()).await?,
+            Some(_) => {
+                basalt_client::pools::list_pools(self.meta.connect().await?.as_ref()).await?
+            }
             None => self.call(Request::PoolLs).await?.pools.unwrap_or_default(),
         };
         Ok(pools.into_iter().map(|p| (p.id, p.name)).collect())
@@ -44,56 +46,31 @@ impl Target {
         self.call_with_progress(req, |_, _| {}).await
     }
 
-    /// Send `req`; a long operation reports `progress(done, total)` while it runs.
+    /// Send `req`; a long operation reports `progress(done, total)` while it runs. With
+    /// --meta the request runs here, on the cluster opened from its metadata.
     pub(crate) async fn call_with_progress(
         &self,
         req: Request,
         progress: impl Fn(u64, u64) + Send + Sync,
     ) -> anyhow::Result<Response> {
         if self.meta.meta.is_none() {
-            return crate::control::call_with_progress(&self.control, &req, progress).await;
+            return Ok(crate::control::call_with_progress(&self.control, &req, progress).await?);
         }
         let cluster = crate::admin::open_cluster(&self.meta).await?;
-        let pool = match &req {
-            // Requests that make something in the pool need it (a pool created a moment
-            // ago is waited for until the map has it).
-            Request::Create {
-                from_image: None, ..
-            }
-            | Request::ImageBegin { .. }
-            | Request::ObjvolCreate { .. } => {
-                let wait = self.wait.unwrap_or_default();
-                crate::control::pool_in_map(&cluster, &self.pool, wait).await?
-            }
-            _ => cluster
-                .map()
-                .pools
-                .values()
-                .find(|p| p.name == self.pool)
-                .map_or(0, |p| p.id),
-        };
-        let throttle = crate::control::Throttle::new(progress);
-        let ctx = crate::control::ServeContext {
-            pool,
-            nbd_socket: None,
-            s3_master: None,
-            s3_endpoint: None,
-            s3_credentials: None,
-            reserved_pools: Vec::new(),
-        };
-        let resp = crate::control::handle(&cluster, &ctx, req, &throttle).await;
-        if !resp.ok {
-            return Err(resp.into_error());
-        }
-        Ok(resp)
+        let wait = self.wait.unwrap_or_default();
+        Ok(basalt_control::run_local(&cluster, &self.pool, wait, req, progress).await?)
     }
 }
 
 #[derive(Subcommand)]
 pub enum VolumeCommand {
-    /// Per-volume IOPS, MiB/s and latency from gateways' metrics, every --interval seconds.
+    /// Per-volume IOPS, MiB/s and latency, every --interval seconds: from `basalt up`
+    /// through its control API, or from gateways' metrics (--endpoint).
     ///
-    /// Example: basalt volume iostat --endpoint 127.0.0.1:9464 --interval 2
+    /// Examples:
+    ///   basalt volume iostat
+    ///   basalt volume iostat --endpoint 10.0.0.5:11809 --interval 2    # a `basalt nbd`
+    #[command(verbatim_doc_comment)]
     Iostat(crate::iostat::IostatArgs),
     /// Create a volume; it is exported over NBD under its name at once.
     ///
@@ -343,301 +320,360 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
 }
 
 pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
-    let json = target.json;
+    let target = &target;
     match command {
-        VolumeCommand::Iostat(args) => {
-            tokio::task::spawn_blocking(move || crate::iostat::run(args)).await??;
-        }
+        VolumeCommand::Iostat(args) => crate::iostat::run(target, args).await,
         VolumeCommand::Create {
             name,
             size,
             from_image,
-        } => {
-            let size = size.as_deref().map(parse_size).transpose()?.unwrap_or(0);
-            let started = std::time::Instant::now();
-            let resp = target
-                .call(Request::Create {
-                    name,
-                    size,
-                    pool: Some(target.pool.clone()),
-                    from_image: from_image.clone(),
-                })
-                .await?;
-            let v = resp.volume.expect("create returns the volume");
-            if json {
-                return print_volume_json(&target, &v, None).await;
-            }
-            match from_image {
-                Some(image) => println!(
-                    "created volume \"{}\" ({}) as a clone of image {image} in {:.1} ms",
-                    v.name,
-                    human_bytes(v.size),
-                    started.elapsed().as_secs_f64() * 1000.0
-                ),
-                None => println!("created volume \"{}\" ({})", v.name, human_bytes(v.size)),
-            }
-        }
-        VolumeCommand::Ls => {
-            let resp = target.call(Request::Ls).await?;
-            let volumes = resp.volumes.unwrap_or_default();
-            let usages = resp.usages.unwrap_or_default();
-            let pools = target.pool_names().await?;
-            if json {
-                let rows: Vec<serde_json::Value> = volumes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| volume_json(v, usages.get(i), &pools))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                println!(
-                    "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  PARENT",
-                    "NAME", "SIZE", "USED", "POOL", "SNAPS", "CREATED (UTC)"
-                );
-                for (i, v) in volumes.iter().enumerate() {
-                    let used = usages
-                        .get(i)
-                        .map(|u| human_bytes(u.total_bytes))
-                        .unwrap_or_default();
-                    println!(
-                        "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  {}",
-                        v.name,
-                        human_bytes(v.size),
-                        used,
-                        pool_name(&pools, v.pool),
-                        v.snapshots.len(),
-                        utc_from_unix(v.created),
-                        v.parent
-                            .as_ref()
-                            .map(|p| p.to_string())
-                            .unwrap_or_else(|| "-".into())
-                    );
-                }
-                // Object-backed volumes, read-only, under their export names.
-                let objvols = target.call(Request::ObjvolLs).await?.objvols;
-                for o in objvols.unwrap_or_default() {
-                    println!(
-                        "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  s3://{}/{} (objvol, read-only)",
-                        format!("objvol:{}", o.name),
-                        human_bytes(o.size()),
-                        human_bytes(o.index_bytes + o.extents_bytes),
-                        pool_name(&pools, o.pool),
-                        0,
-                        utc_from_unix(o.created),
-                        o.source.bucket,
-                        o.source.prefix
-                    );
-                }
-            }
-        }
-        VolumeCommand::Info { name } => {
-            let resp = target.call(Request::Info { name }).await?;
-            let v = resp.volume.expect("info returns the volume");
-            let pools = target.pool_names().await?;
-            if json {
-                let out = volume_json(&v, resp.usage.as_ref(), &pools);
-                println!("{}", serde_json::to_string_pretty(&out)?);
-            } else {
-                print_info(&v, resp.usage.as_ref(), &pools);
-            }
-        }
+        } => create(target, name, size, from_image).await,
+        VolumeCommand::Ls => list(target).await,
+        VolumeCommand::Info { name } => info(target, name).await,
         VolumeCommand::Resize {
             name,
             size,
             allow_shrink,
-        } => {
-            let size = parse_size(&size)?;
-            let resp = target
-                .call(Request::Resize {
-                    name,
-                    size,
-                    allow_shrink,
-                })
-                .await?;
-            let v = resp.volume.expect("resize returns the volume");
-            if json {
-                return print_volume_json(&target, &v, None).await;
-            }
-            println!("resized volume \"{}\" to {}", v.name, human_bytes(v.size));
-        }
-        VolumeCommand::Locate { name, offset } => {
-            if target.meta.meta.is_none() {
-                anyhow::bail!("volume locate needs --meta (the cluster's metadata)");
-            }
-            let cluster = crate::admin::open_cluster(&target.meta).await?;
-            let info = cluster.volume_info(&name).await?;
-            let map = cluster.map();
-            let pool = map
-                .pools
-                .get(&info.pool)
-                .ok_or_else(|| anyhow::anyhow!("pool {} is not in the map", info.pool))?;
-            let obj = basalt_proto::ObjectId::new(info.id, offset / info.object_size as u64);
-            let pg = basalt_placement::ClusterMap::pg_of(pool, obj);
-            let acting = map.acting(pg)?.to_vec();
-            let placement = map.placement(pg)?.to_vec();
-            let out = serde_json::json!({
-                "volume": name,
-                "offset": offset,
-                "object": obj.to_string(),
-                "object_index": obj.index,
-                "pg": pg.to_string(),
-                "epoch": map.epoch,
-                "placement": placement,
-                "acting": acting,
-                "primary": acting.first(),
-            });
-            println!("{}", serde_json::to_string_pretty(&out)?);
-        }
-        VolumeCommand::Snapshot(SnapshotArgs {
-            command: Some(SnapshotCommand::Ls { volume }),
-            ..
-        }) => {
-            let resp = target.call(Request::Info { name: volume }).await?;
-            let v = resp.volume.expect("info returns the volume");
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v.snapshots)?);
-            } else if v.snapshots.is_empty() {
-                println!("volume \"{}\" has no snapshots", v.name);
-            } else {
-                print_snapshots(&v, resp.usage.as_ref());
-            }
-        }
-        VolumeCommand::Snapshot(SnapshotArgs {
-            command: None,
-            spec,
-        }) => {
-            let Some(spec) = spec else {
-                anyhow::bail!(
-                    "name the snapshot to take (basalt volume snapshot VOLUME@SNAPSHOT), \
-                     or list them (basalt volume snapshot ls VOLUME)"
-                );
-            };
-            let (name, snapshot) = parse_snapshot_spec(&spec)?;
-            let started = std::time::Instant::now();
-            let resp = target
-                .call(Request::Snapshot {
-                    name: name.to_string(),
-                    snapshot: snapshot.to_string(),
-                })
-                .await?;
-            if json {
-                let v = resp.volume.expect("snapshot returns the volume");
-                let s = v
-                    .snapshot(snapshot)
-                    .expect("the new snapshot is in the volume");
-                println!("{}", serde_json::to_string_pretty(s)?);
-                return Ok(());
-            }
+        } => resize(target, name, size, allow_shrink).await,
+        VolumeCommand::Locate { name, offset } => locate(target, name, offset).await,
+        VolumeCommand::Snapshot(SnapshotArgs { command, spec }) => match command {
+            Some(SnapshotCommand::Ls { volume }) => snapshot_ls(target, volume).await,
+            Some(SnapshotCommand::Rm { snapshot }) => snapshot_rm(target, snapshot).await,
+            None => snapshot_take(target, spec).await,
+        },
+        VolumeCommand::Rollback { snapshot } => rollback(target, snapshot).await,
+        VolumeCommand::Flatten { name } => flatten(target, name).await,
+        VolumeCommand::Clone { snapshot, new } => clone(target, snapshot, new).await,
+        VolumeCommand::Rm { name, force } => remove(target, name, force).await,
+    }
+}
+
+/// Take `name`, new in the target's pool or cloned from `from_image`.
+async fn create(
+    target: &Target,
+    name: String,
+    size: Option<String>,
+    from_image: Option<String>,
+) -> anyhow::Result<()> {
+    let json = target.json;
+    let size = size.as_deref().map(parse_size).transpose()?.unwrap_or(0);
+    let started = std::time::Instant::now();
+    let resp = target
+        .call(Request::Create {
+            name,
+            size,
+            pool: Some(target.pool.clone()),
+            from_image: from_image.clone(),
+        })
+        .await?;
+    let v = resp.volume.expect("create returns the volume");
+    if json {
+        return print_volume_json(target, &v, None).await;
+    }
+    match from_image {
+        Some(image) => println!(
+            "created volume \"{}\" ({}) as a clone of image {image} in {:.1} ms",
+            v.name,
+            human_bytes(v.size),
+            started.elapsed().as_secs_f64() * 1000.0
+        ),
+        None => println!("created volume \"{}\" ({})", v.name, human_bytes(v.size)),
+    }
+    Ok(())
+}
+
+/// List volumes, then objvols (read-only, under their export names).
+async fn list(target: &Target) -> anyhow::Result<()> {
+    let json = target.json;
+    let resp = target.call(Request::Ls).await?;
+    let volumes = resp.volumes.unwrap_or_default();
+    let usages = resp.usages.unwrap_or_default();
+    let pools = target.pool_names().await?;
+    if json {
+        let rows: Vec<serde_json::Value> = volumes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| volume_json(v, usages.get(i), &pools))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  PARENT",
+            "NAME", "SIZE", "USED", "POOL", "SNAPS", "CREATED (UTC)"
+        );
+        for (i, v) in volumes.iter().enumerate() {
+            let used = usages
+                .get(i)
+                .map(|u| human_bytes(u.total_bytes))
+                .unwrap_or_default();
             println!(
-                "took snapshot {name}@{snapshot} in {:.1} ms",
-                started.elapsed().as_secs_f64() * 1000.0
-            );
-        }
-        VolumeCommand::Snapshot(SnapshotArgs {
-            command: Some(SnapshotCommand::Rm { snapshot }),
-            ..
-        }) => {
-            let (name, snap) = parse_snapshot_spec(&snapshot)?;
-            let started = std::time::Instant::now();
-            target
-                .call_with_progress(
-                    Request::SnapshotRm {
-                        name: name.to_string(),
-                        snapshot: snap.to_string(),
-                    },
-                    object_progress(&format!("merging {name}@{snap}")),
-                )
-                .await?;
-            if json {
-                println!("{}", serde_json::json!({ "removed": snapshot }));
-                return Ok(());
-            }
-            println!(
-                "removed snapshot {name}@{snap} in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        VolumeCommand::Rollback { snapshot } => {
-            let (name, snap) = parse_snapshot_spec(&snapshot)?;
-            let started = std::time::Instant::now();
-            let resp = target
-                .call(Request::Rollback {
-                    name: name.to_string(),
-                    snapshot: snap.to_string(),
-                })
-                .await?;
-            let v = resp.volume.expect("rollback returns the volume");
-            if json {
-                return print_volume_json(&target, &v, None).await;
-            }
-            println!(
-                "rolled volume \"{name}\" back to {name}@{snap} ({}) in {:.1} ms",
-                human_bytes(v.size),
-                started.elapsed().as_secs_f64() * 1000.0
-            );
-        }
-        VolumeCommand::Flatten { name } => {
-            let started = std::time::Instant::now();
-            target
-                .call_with_progress(
-                    Request::Flatten { name: name.clone() },
-                    object_progress(&format!("flattening {name}")),
-                )
-                .await?;
-            if json {
-                let resp = target.call(Request::Info { name: name.clone() }).await?;
-                let v = resp.volume.expect("info returns the volume");
-                return print_volume_json(&target, &v, resp.usage.as_ref()).await;
-            }
-            println!(
-                "flattened volume \"{name}\" in {:.1} s: it no longer depends on a snapshot",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        VolumeCommand::Clone { snapshot, new } => {
-            let (name, snap) = parse_snapshot_spec(&snapshot)?;
-            let started = std::time::Instant::now();
-            let resp = target
-                .call(Request::Clone {
-                    name: name.to_string(),
-                    snapshot: snap.to_string(),
-                    new,
-                })
-                .await?;
-            let v = resp.volume.expect("clone returns the volume");
-            if json {
-                return print_volume_json(&target, &v, None).await;
-            }
-            println!(
-                "created volume \"{}\" ({}) as a clone of {name}@{snap} in {:.1} ms",
+                "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  {}",
                 v.name,
                 human_bytes(v.size),
-                started.elapsed().as_secs_f64() * 1000.0
+                used,
+                pool_name(&pools, v.pool),
+                v.snapshots.len(),
+                utc_from_unix(v.created),
+                v.parent
+                    .as_ref()
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "-".into())
             );
         }
-        VolumeCommand::Rm { name, force } => {
-            // Say what went: the size and the snapshots that went with it.
-            let before = target.call(Request::Info { name: name.clone() }).await?;
-            target
-                .call(Request::Rm {
-                    name: name.clone(),
-                    force,
-                })
-                .await?;
-            if json {
-                println!("{}", serde_json::json!({ "removed": name }));
-                return Ok(());
-            }
-            match before.volume {
-                Some(v) => println!(
-                    "removed volume \"{name}\" ({}, {} snapshot{})",
-                    human_bytes(v.size),
-                    v.snapshots.len(),
-                    if v.snapshots.len() == 1 { "" } else { "s" }
-                ),
-                None => println!("removed volume \"{name}\""),
-            }
+        // Object-backed volumes, read-only, under their export names.
+        let objvols = target.call(Request::ObjvolLs).await?.objvols;
+        for o in objvols.unwrap_or_default() {
+            println!(
+                "{:<32} {:>10} {:>10} {:<12} {:>5}  {:<20}  s3://{}/{} (objvol, read-only)",
+                format!("objvol:{}", o.name),
+                human_bytes(o.size()),
+                human_bytes(o.index_bytes + o.extents_bytes),
+                pool_name(&pools, o.pool),
+                0,
+                utc_from_unix(o.created),
+                o.source.bucket,
+                o.source.prefix
+            );
         }
+    }
+    Ok(())
+}
+
+/// Show one volume.
+async fn info(target: &Target, name: String) -> anyhow::Result<()> {
+    let json = target.json;
+    let resp = target.call(Request::Info { name }).await?;
+    let v = resp.volume.expect("info returns the volume");
+    let pools = target.pool_names().await?;
+    if json {
+        let out = volume_json(&v, resp.usage.as_ref(), &pools);
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_info(&v, resp.usage.as_ref(), &pools);
+    }
+    Ok(())
+}
+
+/// Resize a volume.
+async fn resize(
+    target: &Target,
+    name: String,
+    size: String,
+    allow_shrink: bool,
+) -> anyhow::Result<()> {
+    let json = target.json;
+    let size = parse_size(&size)?;
+    let resp = target
+        .call(Request::Resize {
+            name,
+            size,
+            allow_shrink,
+        })
+        .await?;
+    let v = resp.volume.expect("resize returns the volume");
+    if json {
+        return print_volume_json(target, &v, None).await;
+    }
+    println!("resized volume \"{}\" to {}", v.name, human_bytes(v.size));
+    Ok(())
+}
+
+/// Where a byte of a volume lives (multi-host clusters).
+async fn locate(target: &Target, name: String, offset: u64) -> anyhow::Result<()> {
+    if target.meta.meta.is_none() {
+        anyhow::bail!("volume locate needs --meta (the cluster's metadata)");
+    }
+    let cluster = crate::admin::open_cluster(&target.meta).await?;
+    let info = cluster.volume_info(&name).await?;
+    let map = cluster.map();
+    let pool = map
+        .pools
+        .get(&info.pool)
+        .ok_or_else(|| anyhow::anyhow!("pool {} is not in the map", info.pool))?;
+    let obj = basalt_proto::ObjectId::new(info.id, offset / info.object_size as u64);
+    let pg = basalt_placement::ClusterMap::pg_of(pool, obj);
+    let acting = map.acting(pg)?.to_vec();
+    let placement = map.placement(pg)?.to_vec();
+    let out = serde_json::json!({
+        "volume": name,
+        "offset": offset,
+        "object": obj.to_string(),
+        "object_index": obj.index,
+        "pg": pg.to_string(),
+        "epoch": map.epoch,
+        "placement": placement,
+        "acting": acting,
+        "primary": acting.first(),
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// List a volume's snapshots.
+async fn snapshot_ls(target: &Target, volume: String) -> anyhow::Result<()> {
+    let json = target.json;
+    let resp = target.call(Request::Info { name: volume }).await?;
+    let v = resp.volume.expect("info returns the volume");
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v.snapshots)?);
+    } else if v.snapshots.is_empty() {
+        println!("volume \"{}\" has no snapshots", v.name);
+    } else {
+        print_snapshots(&v, resp.usage.as_ref());
+    }
+    Ok(())
+}
+
+/// Take snapshot VOLUME@SNAPSHOT.
+async fn snapshot_take(target: &Target, spec: Option<String>) -> anyhow::Result<()> {
+    let json = target.json;
+    let Some(spec) = spec else {
+        anyhow::bail!(
+            "name the snapshot to take (basalt volume snapshot VOLUME@SNAPSHOT), \
+                 or list them (basalt volume snapshot ls VOLUME)"
+        );
+    };
+    let (name, snapshot) = parse_snapshot_spec(&spec)?;
+    let started = std::time::Instant::now();
+    let resp = target
+        .call(Request::Snapshot {
+            name: name.to_string(),
+            snapshot: snapshot.to_string(),
+        })
+        .await?;
+    if json {
+        let v = resp.volume.expect("snapshot returns the volume");
+        let s = v
+            .snapshot(snapshot)
+            .expect("the new snapshot is in the volume");
+        println!("{}", serde_json::to_string_pretty(s)?);
+        return Ok(());
+    }
+    println!(
+        "took snapshot {name}@{snapshot} in {:.1} ms",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+/// Remove a snapshot.
+async fn snapshot_rm(target: &Target, snapshot: String) -> anyhow::Result<()> {
+    let json = target.json;
+    let (name, snap) = parse_snapshot_spec(&snapshot)?;
+    let started = std::time::Instant::now();
+    target
+        .call_with_progress(
+            Request::SnapshotRm {
+                name: name.to_string(),
+                snapshot: snap.to_string(),
+            },
+            object_progress(&format!("merging {name}@{snap}")),
+        )
+        .await?;
+    if json {
+        println!("{}", serde_json::json!({ "removed": snapshot }));
+        return Ok(());
+    }
+    println!(
+        "removed snapshot {name}@{snap} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Roll a volume back to a snapshot.
+async fn rollback(target: &Target, snapshot: String) -> anyhow::Result<()> {
+    let json = target.json;
+    let (name, snap) = parse_snapshot_spec(&snapshot)?;
+    let started = std::time::Instant::now();
+    let resp = target
+        .call(Request::Rollback {
+            name: name.to_string(),
+            snapshot: snap.to_string(),
+        })
+        .await?;
+    let v = resp.volume.expect("rollback returns the volume");
+    if json {
+        return print_volume_json(target, &v, None).await;
+    }
+    println!(
+        "rolled volume \"{name}\" back to {name}@{snap} ({}) in {:.1} ms",
+        human_bytes(v.size),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+/// Make a clone independent of its parent.
+async fn flatten(target: &Target, name: String) -> anyhow::Result<()> {
+    let json = target.json;
+    let started = std::time::Instant::now();
+    target
+        .call_with_progress(
+            Request::Flatten { name: name.clone() },
+            object_progress(&format!("flattening {name}")),
+        )
+        .await?;
+    if json {
+        let resp = target.call(Request::Info { name: name.clone() }).await?;
+        let v = resp.volume.expect("info returns the volume");
+        return print_volume_json(target, &v, resp.usage.as_ref()).await;
+    }
+    println!(
+        "flattened volume \"{name}\" in {:.1} s: it no longer depends on a snapshot",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Make a volume from a snapshot.
+async fn clone(target: &Target, snapshot: String, new: String) -> anyhow::Result<()> {
+    let json = target.json;
+    let (name, snap) = parse_snapshot_spec(&snapshot)?;
+    let started = std::time::Instant::now();
+    let resp = target
+        .call(Request::Clone {
+            name: name.to_string(),
+            snapshot: snap.to_string(),
+            new,
+        })
+        .await?;
+    let v = resp.volume.expect("clone returns the volume");
+    if json {
+        return print_volume_json(target, &v, None).await;
+    }
+    println!(
+        "created volume \"{}\" ({}) as a clone of {name}@{snap} in {:.1} ms",
+        v.name,
+        human_bytes(v.size),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+/// Remove a volume, saying what went with it.
+async fn remove(target: &Target, name: String, force: bool) -> anyhow::Result<()> {
+    let json = target.json;
+    // Say what went: the size and the snapshots that went with it.
+    let before = target.call(Request::Info { name: name.clone() }).await?;
+    target
+        .call(Request::Rm {
+            name: name.clone(),
+            force,
+        })
+        .await?;
+    if json {
+        println!("{}", serde_json::json!({ "removed": name }));
+        return Ok(());
+    }
+    match before.volume {
+        Some(v) => println!(
+            "removed volume \"{name}\" ({}, {} snapshot{})",
+            human_bytes(v.size),
+            v.snapshots.len(),
+            if v.snapshots.len() == 1 { "" } else { "s" }
+        ),
+        None => println!("removed volume \"{name}\""),
     }
     Ok(())
 }

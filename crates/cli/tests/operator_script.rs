@@ -46,6 +46,35 @@ fn provisioning_script_runs_on_basalt_up() {
     );
 }
 
+/// Goal: on `basalt up` (one host) a pool made with every default serves I/O at once, and a
+/// pool the cluster cannot place is refused with the reason, or (on request) made and
+/// explained by `basalt status` (tests/operator/one_host_pool.sh).
+#[test]
+fn a_one_host_pool_with_defaults_serves_and_an_unplaceable_one_is_refused() {
+    require_tool("qemu-io", "qemu-utils");
+    let cluster = Cluster::start();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/operator/one_host_pool.sh"
+    );
+    let mut cmd = Command::new("bash");
+    cmd.arg(script)
+        .env("BASALT", env!("CARGO_BIN_EXE_basalt"))
+        .env_remove("BASALT_META")
+        .env_remove("BASALT_JSON")
+        .env_remove("BASALT_NO_WAIT")
+        .env("BASALT_CONTROL", &cluster.control)
+        .env("NBD_BASE", cluster.server_uri())
+        .current_dir(cluster.scratch());
+    let out = run(&mut cmd, SCRIPT_TIMEOUT);
+    assert_ok(&out, "tests/operator/one_host_pool.sh on basalt up");
+    assert!(
+        text(&out).contains("an unplaceable one is refused or explained"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// Goal: the same script passes unchanged on a 3-host cluster (etcd, OSDs and the NBD
 /// gateway in network namespaces), given the cluster through BASALT_META/BASALT_KEYRING.
 #[test]

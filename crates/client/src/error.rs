@@ -93,6 +93,9 @@ pub enum ClientError {
     /// A condition of a KV table update did not hold; nothing was applied.
     #[error("KV update conflict: the condition of edit {index} does not hold")]
     KvConflict { index: u32 },
+    /// A compare-and-swap lost to another writer of `what`; nothing was changed.
+    #[error("{what} changed concurrently; try again")]
+    ChangedConcurrently { what: String },
     /// An OSD's reply could not be understood.
     #[error("malformed reply: {reason}")]
     BadReply { reason: String },
@@ -110,7 +113,9 @@ impl ClientError {
             | NotFound { .. } => ErrorKind::NotFound,
             Map(basalt_placement::MapError::NoSuchPool { .. }) => ErrorKind::NotFound,
             VolumeExists { .. } | PoolExists { .. } | Exists { .. } => ErrorKind::Exists,
-            InUse { .. } | PoolInUse { .. } | KvConflict { .. } => ErrorKind::Conflict,
+            InUse { .. } | PoolInUse { .. } | KvConflict { .. } | ChangedConcurrently { .. } => {
+                ErrorKind::Conflict
+            }
             Invalid { .. } | OutOfRange { .. } | ReadOnly { .. } => ErrorKind::Invalid,
             NotVisible { .. } => ErrorKind::Timeout,
             Connect { .. }

@@ -153,6 +153,16 @@ pub async fn create_pool(
     Ok(record)
 }
 
+/// Every pool record, by name (records that do not decode are skipped).
+pub async fn list_pools(meta: &dyn MetaStore) -> Result<Vec<PoolRecord>, ClientError> {
+    Ok(meta
+        .list(basalt_meta::schema::POOLS_PREFIX)
+        .await?
+        .into_iter()
+        .filter_map(|(_, v, _)| serde_json::from_slice::<PoolRecord>(&v).ok())
+        .collect())
+}
+
 /// Wait until pool `name` is in the map on `maps` (the monitor adds a new pool record to the
 /// next map it publishes; until then volumes cannot be made in it), for at most `timeout`.
 pub async fn wait_for_pool(

@@ -133,6 +133,10 @@ pub struct StatusReport {
     /// OSD did not answer in time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_error: Option<String>,
+    /// Why pools the cluster cannot place (made with `--allow-unplaceable`, or whose
+    /// failure domains were lost since) are degraded or inactive, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unplaceable: Vec<String>,
 }
 
 /// Cluster-wide rates measured between two samples of every OSD's counters.
@@ -389,5 +393,15 @@ async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport
         images: images.len() as u64,
         image_used_bytes: image_usage.iter().map(|u| u.bytes).sum(),
         usage_error,
+        unplaceable: pool_shortfalls(&map),
     })
+}
+
+/// For each pool of `map` its OSDs counted in placement cannot place, why.
+fn pool_shortfalls(map: &ClusterMap) -> Vec<String> {
+    let shape = crate::pool_spec::ClusterShape::of_map(map);
+    map.pools
+        .values()
+        .filter_map(|p| shape.map_shortfall(p))
+        .collect()
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long `basalt up` may take to print its banner.
+/// How long `basalt up` may take to become ready (write its ready file).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `basalt up` may take to exit after SIGTERM.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,8 +29,6 @@ pub const VOL0_BYTES: u64 = 1 << 30;
 
 /// How long to wait for the daemon's pipes to reach end-of-file after it exited.
 const READER_JOIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// The banner line printed once the cluster serves.
-const READY_LINE: &str = "Press Ctrl-C to stop.";
 
 /// A running `basalt up` with its own data directory; killed (SIGKILL) on drop.
 pub struct Cluster {
@@ -140,16 +138,27 @@ impl Cluster {
         self.child.as_ref().expect("basalt up is running").id()
     }
 
+    /// Where `basalt up` writes its ready file (`--ready-file`).
+    fn ready_file(&self) -> PathBuf {
+        self.dir.path().join("ready.json")
+    }
+
+    /// Start `basalt up` and wait for its ready file: the endpoints it serves, written once
+    /// everything serves (the banner is for people).
     fn spawn(&mut self) {
         assert!(
             self.child.is_none(),
             "spawn while basalt up is still running"
         );
+        let ready_file = self.ready_file();
+        let _ = std::fs::remove_file(&ready_file);
         let bin = env!("CARGO_BIN_EXE_basalt");
         let mut cmd = Command::new(bin);
         cmd.arg("up")
             .arg("--data-dir")
             .arg(self.dir.path())
+            .arg("--ready-file")
+            .arg(&ready_file)
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--s3-listen", "127.0.0.1:0"])
             .args(&self.extra_args)
@@ -165,98 +174,61 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("spawn {bin} up: {e}"));
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-
-        // Drain stderr forever so the daemon never blocks on a full pipe.
-        let err_buf = self.stderr.clone();
-        self.readers.push(std::thread::spawn(move || {
-            let mut stderr = stderr;
-            let mut chunk = [0u8; 8192];
-            loop {
-                match stderr.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => err_buf
-                        .lock()
-                        .expect("stderr buffer")
-                        .extend_from_slice(&chunk[..n]),
+        // Drain both pipes forever so the daemon never blocks on a full one.
+        for (mut pipe, buf) in [
+            (
+                Box::new(stdout) as Box<dyn Read + Send>,
+                self.stdout.clone(),
+            ),
+            (Box::new(stderr), self.stderr.clone()),
+        ] {
+            self.readers.push(std::thread::spawn(move || {
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match pipe.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf
+                            .lock()
+                            .expect("pipe buffer")
+                            .extend_from_slice(&chunk[..n]),
+                    }
                 }
-            }
-        }));
-        // Stdout lines go to the channel (for the banner) and to the buffer.
-        let (tx, rx) = mpsc::channel::<String>();
-        let out_buf = self.stdout.clone();
-        self.readers.push(std::thread::spawn(move || {
-            let reader = BufReader::new(stdout);
-            for line in reader.lines() {
-                let Ok(line) = line else { return };
-                {
-                    let mut b = out_buf.lock().expect("stdout buffer");
-                    b.extend_from_slice(line.as_bytes());
-                    b.push(b'\n');
-                }
-                // The receiver goes away after the banner; keep draining regardless.
-                let _ = tx.send(line);
-            }
-        }));
+            }));
+        }
         self.child = Some(child);
 
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let mut nbd_addr = None;
-        let mut nbd_socket = None;
-        let mut control = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                self.fail_startup(&format!("no \"{READY_LINE}\" within {STARTUP_TIMEOUT:?}"));
-            }
-            let line = match rx.recv_timeout(left) {
-                Ok(line) => line,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    // stdout closed: the daemon exited (or closed stdout) before the banner.
-                    std::thread::sleep(Duration::from_millis(200));
-                    self.fail_startup("stdout closed before the banner was complete");
+        // Bound: STARTUP_TIMEOUT of 50 ms polls. The file appears whole (renamed into place).
+        let ready: serde_json::Value = loop {
+            if let Ok(bytes) = std::fs::read(&ready_file) {
+                match serde_json::from_slice(&bytes) {
+                    Ok(v) => break v,
+                    Err(e) => self.fail_startup(&format!("unreadable ready file: {e}")),
                 }
-            };
-            let t = line.trim();
-            if let Some(rest) = t.strip_prefix("NBD (TCP):") {
-                let rest = rest.trim();
-                let hostport = rest
-                    .strip_prefix("nbd://")
-                    .and_then(|r| r.split('/').next())
-                    .unwrap_or("");
-                nbd_addr = Some(hostport.parse::<SocketAddr>().unwrap_or_else(|e| {
-                    self.fail_startup(&format!("bad NBD (TCP) banner line {line:?}: {e}"))
-                }));
-            } else if let Some(rest) = t.strip_prefix("NBD (unix):") {
-                let Some((_, path)) = rest.trim().split_once("?socket=") else {
-                    self.fail_startup(&format!("bad NBD (unix) banner line {line:?}"));
-                };
-                nbd_socket = Some(PathBuf::from(path.trim()));
-            } else if let Some(rest) = t.strip_prefix("Control API:") {
-                let path = rest.split_whitespace().next().unwrap_or("");
-                if path.is_empty() {
-                    self.fail_startup(&format!("bad Control API banner line {line:?}"));
-                }
-                control = Some(path.to_string());
-            } else if let Some(rest) = t.strip_prefix("S3:") {
-                let url = rest.split_whitespace().next().unwrap_or("");
-                let addr = url.strip_prefix("http://").unwrap_or(url);
-                self.s3_addr = Some(addr.parse::<SocketAddr>().unwrap_or_else(|e| {
-                    self.fail_startup(&format!("bad S3 banner line {line:?}: {e}"))
-                }));
-            } else if t == READY_LINE {
-                break;
             }
-        }
-        match (nbd_addr, nbd_socket, control) {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                std::thread::sleep(Duration::from_millis(200));
+                self.fail_startup(&format!("exited with {status} before it was ready"));
+            }
+            if Instant::now() >= deadline {
+                self.fail_startup(&format!("no ready file within {STARTUP_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let text = |key: &str| ready[key].as_str().map(str::to_string);
+        let addr = |key: &str| text(key).and_then(|t| t.parse::<SocketAddr>().ok());
+        match (addr("nbd_tcp"), text("nbd_socket"), text("control_socket")) {
             (Some(a), Some(s), Some(c)) => {
                 self.nbd_addr = a;
-                self.nbd_socket = s;
+                self.nbd_socket = PathBuf::from(s);
                 self.control = c;
+                self.s3_addr = addr("s3");
             }
-            (a, s, c) => self.fail_startup(&format!(
-                "banner incomplete: nbd tcp {a:?}, unix socket {s:?}, control {c:?}"
-            )),
+            _ => self.fail_startup(&format!("ready file incomplete: {ready}")),
         }
     }
 

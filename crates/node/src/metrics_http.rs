@@ -1,4 +1,4 @@
-//! The metrics of a `basalt` process: one registry (basalt_metrics, on prometheus-client)
+//! The metrics of a Basalt process: one registry (basalt_metrics, on prometheus-client)
 //! into which each subsystem of the process registers its collector, served on `GET
 //! /metrics` by basalt_metrics::http. Every registry also carries the standard process
 //! metrics (CPU time, resident memory), as Prometheus client libraries export them, so
@@ -49,6 +49,9 @@ pub fn registry() -> Registry {
     registry
 }
 
+/// A running `/metrics` endpoint: its address and its task.
+pub type MetricsTask = (std::net::SocketAddr, tokio::task::JoinHandle<()>);
+
 /// Bind `addr` and serve `registry` there in the background.
 pub async fn start(
     addr: std::net::SocketAddr,
@@ -58,6 +61,49 @@ pub async fn start(
     basalt_metrics::http::start(addr, Arc::new(registry))
         .await
         .with_context(|| format!("listen for /metrics on {addr}"))
+}
+
+/// Serve `registry` at `addr` (from [`metrics_addr`]), if any.
+pub async fn start_if(
+    addr: Option<std::net::SocketAddr>,
+    registry: Registry,
+) -> anyhow::Result<Option<MetricsTask>> {
+    match addr {
+        Some(addr) => Ok(Some(start(addr, registry).await?)),
+        None => Ok(None),
+    }
+}
+
+/// The metrics address: given, "off" (`None`), or by default loopback with the data-plane
+/// port `listen` + 1000 (metrics reveal volume names and load: exposing them to the network
+/// is a choice); `basalt up` has its own default and passes its flag always.
+pub fn metrics_addr(
+    arg: Option<&str>,
+    listen: Option<std::net::SocketAddr>,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    use anyhow::Context;
+    match (arg, listen) {
+        (Some("off"), _) => Ok(None),
+        (Some(a), _) => Ok(Some(a.parse().with_context(|| {
+            format!("--metrics-listen {a}: expected IP:PORT or \"off\"")
+        })?)),
+        (None, Some(listen)) => Ok(Some(std::net::SocketAddr::new(
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            listen.port().checked_add(1000).unwrap_or(0),
+        ))),
+        (None, None) => anyhow::bail!("--metrics-listen: expected IP:PORT or \"off\""),
+    }
+}
+
+/// A collector shared with its owner, who keeps adding to it after it is registered (the
+/// OSDs of a process start after its `/metrics` does, so they can register its address).
+#[derive(Debug)]
+pub struct Shared<C>(pub Arc<C>);
+
+impl<C: Collector> Collector for Shared<C> {
+    fn encode(&self, enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(enc)
+    }
 }
 
 #[cfg(test)]
