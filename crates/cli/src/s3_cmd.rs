@@ -157,7 +157,8 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen for S3 on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let metrics_addr = crate::daemons::metrics_addr(args.metrics_listen.as_deref(), Some(addr))?;
+    let metrics_addr =
+        basalt_node::metrics_http::metrics_addr(args.metrics_listen.as_deref(), Some(addr))?;
     if metrics_addr.is_none() {
         // Before any request: nothing will read the histograms (docs/metrics.md, "Off").
         basalt_metrics::disable_latency();
@@ -165,11 +166,11 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
     let stats = Arc::new(basalt_s3::stats::GatewayStats::default());
     let metrics = match metrics_addr {
         Some(metrics_addr) => {
-            let mut registry = crate::metrics_http::registry();
+            let mut registry = basalt_node::metrics_http::registry();
             registry.register_collector(Box::new(cluster.collector()));
             registry.register_collector(Box::new(meta_latency));
             registry.register_collector(Box::new(stats.clone()));
-            Some(crate::metrics_http::start(metrics_addr, registry).await?)
+            Some(basalt_node::metrics_http::start(metrics_addr, registry).await?)
         }
         None => None,
     };
