@@ -1,21 +1,20 @@
-//! The `basalt up` process under test: started from the current executable, its NBD address
-//! read from the banner, its CPU time read from /proc (see `cpu`), and stopped when dropped.
+//! The `basalt up` process under test: started from the current executable, its endpoints
+//! read from its ready file (`basalt up --ready-file`), its CPU time read from /proc (see
+//! `cpu`), and stopped when dropped.
 
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long `basalt up` may take to print its banner.
+/// How long `basalt up` may take to become ready (write its ready file).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `basalt up` may take to exit after SIGTERM before it is killed.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
-/// The banner line printed once the cluster serves.
-const READY_LINE: &str = "Press Ctrl-C to stop.";
-/// The banner line carrying the NBD address.
-const NBD_PREFIX: &str = "NBD (TCP):";
+/// How often the ready file is looked for while `basalt up` starts.
+const READY_POLL: Duration = Duration::from_millis(50);
 
 /// How the cluster is configured (passed explicitly so the report can state it).
 #[derive(Clone, Debug)]
@@ -86,10 +85,21 @@ impl Cluster {
     ) -> anyhow::Result<Cluster> {
         let log_file =
             std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+        // Beside the log: one per run. A file left by an earlier run must not pass for this
+        // run's (basalt up also removes it when it starts, but after this process looks).
+        let ready_file = log.with_extension("ready.json");
+        match std::fs::remove_file(&ready_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("remove {}", ready_file.display()))
+            }
+            _ => {}
+        }
         let mut child = Command::new(exe)
             .arg("up")
             .arg("--data-dir")
             .arg(data_dir)
+            .arg("--ready-file")
+            .arg(&ready_file)
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--s3-listen", if config.s3 { "127.0.0.1:0" } else { "off" }])
             .args(if config.nvmf {
@@ -124,13 +134,13 @@ impl Cluster {
             nvmf: None,
             metrics: None,
         };
-        let banner = Banner::read(stdout, log)?;
-        if !banner.nbd_uri.starts_with("nbd://") {
-            bail!("basalt up did not print its NBD address");
-        }
-        cluster.s3 = match banner.s3_url {
-            Some(url) => {
-                let path = data_dir.join("s3-credentials");
+        let headline = drain_stdout(stdout);
+        let ready = Ready::wait(&mut cluster.child, &ready_file, log)?;
+        let Some(uri) = ready.nbd_uri.filter(|u| u.starts_with("nbd://")) else {
+            bail!("basalt up's ready file names no NBD address of the volume `bench`");
+        };
+        cluster.s3 = match (ready.s3_url, ready.s3_credentials) {
+            (Some(url), Some(path)) => {
                 let key = basalt_s3client::Credentials::load_profile(&path, Some("basalt"))
                     .context("read the S3 key `basalt up` wrote")?;
                 Some(crate::under_test::S3Endpoint {
@@ -139,13 +149,14 @@ impl Cluster {
                     secret_key: key.secret_key,
                 })
             }
-            None => None,
+            (Some(_), None) => bail!("basalt up's ready file names S3 but no credentials file"),
+            (None, _) => None,
         };
-        cluster.uri = banner.nbd_uri;
-        cluster.banner = banner.line;
-        cluster.control = banner.control;
-        cluster.nvmf = banner.nvmf;
-        cluster.metrics = banner.metrics;
+        cluster.uri = uri;
+        cluster.banner = headline.lock().ok().and_then(|h| h.clone());
+        cluster.control = Some(ready.control_socket.display().to_string());
+        cluster.nvmf = ready.nvmf;
+        cluster.metrics = ready.metrics.map(|a| a.to_string());
         Ok(cluster)
     }
 
@@ -155,85 +166,73 @@ impl Cluster {
     }
 }
 
-/// What `basalt up` printed before serving: the one place the bench reads its human
-/// banner (`basalt up --ready-file` can replace it here).
-#[derive(Debug, Default, PartialEq)]
-struct Banner {
-    /// The "Basalt is up: ..." line.
-    line: Option<String>,
+/// The part of `basalt up`'s ready file (format version 1, docs/cli.md) the bench uses.
+#[derive(Debug, serde::Deserialize)]
+struct Ready {
+    version: u32,
     /// `nbd://127.0.0.1:PORT/bench`.
-    nbd_uri: String,
-    /// The control socket's path.
-    control: Option<String>,
-    /// The NVMe/TCP target's address.
+    nbd_uri: Option<String>,
+    control_socket: PathBuf,
     nvmf: Option<std::net::SocketAddr>,
-    /// The `/metrics` endpoint (`IP:PORT`).
-    metrics: Option<String>,
-    /// The S3 gateway's URL.
+    /// The `/metrics` endpoint.
+    metrics: Option<std::net::SocketAddr>,
+    /// `http://IP:PORT` of the S3 gateway.
     s3_url: Option<String>,
+    s3_credentials: Option<PathBuf>,
 }
 
-impl Banner {
-    /// Read the banner from `basalt up`'s `stdout` (bounded by [`STARTUP_TIMEOUT`]), then
-    /// keep draining it so the daemon never blocks on it; `log` is named in errors.
-    fn read(stdout: std::process::ChildStdout, log: &Path) -> anyhow::Result<Banner> {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let mut banner = Banner::default();
+impl Ready {
+    /// Wait (bounded by [`STARTUP_TIMEOUT`]) until `child` has written `path`; an exit before
+    /// that is an error naming `log`.
+    fn wait(child: &mut Child, path: &Path, log: &Path) -> anyhow::Result<Ready> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if banner.take(&line) {
-                        return Ok(banner);
-                    }
+            // The file is renamed into place whole, so a file that exists is complete.
+            if let Ok(bytes) = std::fs::read(path) {
+                let ready: Ready = serde_json::from_slice(&bytes)
+                    .with_context(|| format!("parse basalt up's ready file {}", path.display()))?;
+                if ready.version != 1 {
+                    bail!(
+                        "basalt up's ready file has format version {}, the bench reads 1",
+                        ready.version
+                    );
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
-                    "basalt up printed no banner within {} s (log: {})",
+                return Ok(ready);
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "basalt up exited ({status}) during start-up (log: {})",
+                    log.display()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "basalt up was not ready within {} s (log: {})",
                     STARTUP_TIMEOUT.as_secs(),
                     log.display()
-                ),
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!("basalt up exited during start-up (log: {})", log.display())
+                );
+            }
+            std::thread::sleep(READY_POLL);
+        }
+    }
+}
+
+/// Drain `basalt up`'s stdout (so it never blocks on it) in a thread; the "Basalt is up: ..."
+/// line, for the report, lands in the returned cell once printed.
+fn drain_stdout(stdout: std::process::ChildStdout) -> Arc<Mutex<Option<String>>> {
+    let headline = Arc::new(Mutex::new(None));
+    let cell = headline.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("Basalt is up") {
+                if let Ok(mut h) = cell.lock() {
+                    *h = Some(line);
                 }
             }
         }
-    }
-
-    /// Take one line of the banner; true once it is complete ([`READY_LINE`]).
-    fn take(&mut self, line: &str) -> bool {
-        let t = line.trim();
-        let first_word = |rest: &str| rest.split_whitespace().next().map(String::from);
-        if t.starts_with("Basalt is up") {
-            self.line = Some(t.to_string());
-        }
-        if let Some(rest) = t.strip_prefix(NBD_PREFIX) {
-            self.nbd_uri = rest.trim().to_string();
-        }
-        if let Some(rest) = t.strip_prefix("Control API:") {
-            self.control = first_word(rest);
-        }
-        if let Some(rest) = t.strip_prefix("NVMe/TCP:") {
-            self.nvmf = rest.split_whitespace().next().and_then(|a| a.parse().ok());
-        }
-        if let Some(rest) = t.strip_prefix("Metrics:") {
-            self.metrics = rest
-                .trim()
-                .strip_prefix("http://")
-                .and_then(|r| r.strip_suffix("/metrics"))
-                .map(String::from);
-        }
-        if let Some(rest) = t.strip_prefix("S3:") {
-            self.s3_url = first_word(rest);
-        }
-        t == READY_LINE
-    }
+    });
+    headline
 }
 
 impl Drop for Cluster {
@@ -289,35 +288,26 @@ impl crate::under_test::UnderTest for Cluster {
 mod tests {
     use super::*;
 
-    /// Goal: every address the bench uses is read from `basalt up`'s banner, and the banner
-    /// ends at the ready line (lines after it are not read).
+    /// Goal: the bench reads every address it uses from a ready file as `basalt up` writes
+    /// it (the example of docs/cli.md), ignoring fields it does not use.
     #[test]
-    fn reads_the_banner() {
-        let text = "Basalt is up: 3 OSDs, pool \"rbd\" (3 replicas, 32 PGs), data in /d\n\
-                    \x20 NBD (TCP):   nbd://127.0.0.1:4001/bench\n\
-                    \x20 NBD (unix):  nbd+unix:///bench?socket=/d/nbd.sock\n\
-                    \x20 NVMe/TCP:    127.0.0.1:4002 subsystem nqn.x:bench\n\
-                    \x20 Control API: /d/control.sock (basalt volume --control /d/control.sock ls)\n\
-                    \x20 S3:          http://127.0.0.1:4003 (access key in /d/s3-credentials, profile \"basalt\")\n\
-                    \x20 Metrics:     http://127.0.0.1:4004/metrics\n\
-                    Try:\n\
-                    Press Ctrl-C to stop.\n\
-                    \x20 S3:          http://after.the.banner:1\n";
-        let mut banner = Banner::default();
-        let ready = text.lines().position(|l| banner.take(l));
-        assert_eq!(ready, Some(8));
+    fn reads_the_ready_file() {
+        let text = r#"{"version":1,"pid":7,"data_dir":"/d","pool":"rbd","osds":3,
+            "default_volume":"bench","nbd_tcp":"127.0.0.1:4001","nbd_socket":"/d/nbd.sock",
+            "control_socket":"/d/control.sock","s3":"127.0.0.1:4003",
+            "s3_credentials":"/d/s3-credentials","metrics":"127.0.0.1:4004",
+            "nvmf":"127.0.0.1:4002","s3_url":"http://127.0.0.1:4003",
+            "nbd_uri":"nbd://127.0.0.1:4001/bench"}"#;
+        let ready: Ready = serde_json::from_str(text).unwrap();
+        assert_eq!(ready.version, 1);
+        assert_eq!(ready.nbd_uri.as_deref(), Some("nbd://127.0.0.1:4001/bench"));
+        assert_eq!(ready.control_socket, Path::new("/d/control.sock"));
+        assert_eq!(ready.nvmf, Some("127.0.0.1:4002".parse().unwrap()));
+        assert_eq!(ready.metrics, Some("127.0.0.1:4004".parse().unwrap()));
+        assert_eq!(ready.s3_url.as_deref(), Some("http://127.0.0.1:4003"));
         assert_eq!(
-            banner,
-            Banner {
-                line: Some(
-                    "Basalt is up: 3 OSDs, pool \"rbd\" (3 replicas, 32 PGs), data in /d".into()
-                ),
-                nbd_uri: "nbd://127.0.0.1:4001/bench".into(),
-                control: Some("/d/control.sock".into()),
-                nvmf: Some("127.0.0.1:4002".parse().unwrap()),
-                metrics: Some("127.0.0.1:4004".into()),
-                s3_url: Some("http://127.0.0.1:4003".into()),
-            }
+            ready.s3_credentials.as_deref(),
+            Some(Path::new("/d/s3-credentials"))
         );
     }
 }
