@@ -32,14 +32,11 @@ const VM_TIMEOUT: Duration = Duration::from_secs(300);
 const GIB: u64 = 1 << 30;
 const MIB: usize = 1 << 20;
 
-/// The NVMe/TCP address from `basalt up`'s banner.
+/// The NVMe/TCP address from `basalt up`'s ready file.
 fn nvmf_addr(cluster: &Cluster) -> SocketAddr {
-    let out = cluster.stdout_text();
-    let line = out
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("NVMe/TCP:"))
-        .unwrap_or_else(|| panic!("no NVMe/TCP line in the banner:\n{out}"));
-    line.split_whitespace().next().unwrap().parse().unwrap()
+    cluster
+        .nvmf_addr
+        .expect("the ready file names the NVMe/TCP target (--nvmf-listen)")
 }
 
 /// Boot the NVMe/TCP guest with `params` on its kernel command line (see

@@ -80,15 +80,11 @@ fn fixture_tls(
     assert!(out.status.success(), "fixture.py {args:?}:\n{}", text(&out));
 }
 
-/// The gateway's `/metrics` address, from `basalt up`'s banner.
+/// The gateway's `/metrics` address, from `basalt up`'s ready file.
 fn metrics_addr(cluster: &Cluster) -> String {
     cluster
-        .stdout_text()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Metrics:"))
-        .and_then(|rest| rest.trim().strip_prefix("http://"))
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .expect("the banner names the metrics endpoint")
+        .metrics_addr
+        .expect("the ready file names the metrics endpoint")
         .to_string()
 }
 

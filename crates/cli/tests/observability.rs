@@ -231,15 +231,11 @@ fn now_secs() -> f64 {
         .as_secs_f64()
 }
 
-/// The `/metrics` address in `basalt up`'s banner.
+/// The `/metrics` address from `basalt up`'s ready file.
 fn metrics_addr(cluster: &Cluster) -> String {
     cluster
-        .stdout_text()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Metrics:"))
-        .and_then(|rest| rest.trim().strip_prefix("http://"))
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .expect("the banner names the metrics endpoint")
+        .metrics_addr
+        .expect("the ready file names the metrics endpoint")
         .to_string()
 }
 
@@ -458,18 +454,15 @@ fn prometheus_scrapes_basalt_up_during_fio() {
 
 /// Goal: `basalt volume iostat` reports a known workload: fio writing vol0 at a fixed 100
 /// IOPS of 4 KiB (a rate a loaded CI machine sustains) shows as about 100 WR/s with the
-/// matching MiB/s, no reads, a write latency;
-/// a bad endpoint is a precise error.
+/// matching MiB/s, no reads, a write latency. On `basalt up` with its defaults it works
+/// through the control socket alone (no `--endpoint`, no `--metrics-per-volume`), as
+/// `rbd perf image iostat` does; `--endpoint` reads the same series from `/metrics`, and a
+/// bad endpoint is a precise error.
 #[test]
 fn volume_iostat_reports_a_known_workload() {
     const IOPS: f64 = 100.0;
     let fio = require_tool("fio", "fio");
-    let cluster = Cluster::start_with(&[
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--metrics-per-volume",
-        "4",
-    ]);
+    let cluster = Cluster::start();
     let target = metrics_addr(&cluster);
     let mut load = Command::new(&fio)
         .args([
@@ -491,16 +484,31 @@ fn volume_iostat_reports_a_known_workload() {
         .unwrap();
     // Let fio connect and settle on its rate.
     std::thread::sleep(Duration::from_secs(4));
-    let out = cluster.volume(&[
+    // Through the control socket (`cluster.volume` passes --control).
+    let out = cluster.volume(&["iostat", "--interval", "3", "--count", "2"]);
+    // The same series through `/metrics`, while fio still runs (16 s: 4 + 6 + 2).
+    let scraped = cluster.volume(&[
         "iostat",
         "--endpoint",
         &target,
         "--interval",
-        "3",
-        "--count",
         "2",
+        "--count",
+        "1",
     ]);
     let _ = wait_timeout(&mut load, Duration::from_secs(60));
+    assert_ok(&scraped, "basalt volume iostat --endpoint");
+    let scraped = text(&scraped);
+    let row: Vec<&str> = scraped
+        .lines()
+        .find(|l| l.starts_with("vol0 "))
+        .unwrap_or_else(|| panic!("a vol0 line from /metrics:\n{scraped}"))
+        .split_whitespace()
+        .collect();
+    assert!(
+        row[1].parse::<f64>().unwrap() > 0.0,
+        "writes seen through /metrics:\n{scraped}"
+    );
     assert_ok(&out, "basalt volume iostat");
     let report = text(&out);
     let rows: Vec<Vec<&str>> = report

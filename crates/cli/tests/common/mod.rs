@@ -49,6 +49,10 @@ pub struct Cluster {
     pub control: String,
     /// S3 API address.
     pub s3_addr: Option<SocketAddr>,
+    /// `/metrics` address (None with `--metrics-listen off`).
+    pub metrics_addr: Option<SocketAddr>,
+    /// NVMe/TCP target address (None without `--nvmf-listen`).
+    pub nvmf_addr: Option<SocketAddr>,
 }
 
 impl Cluster {
@@ -74,6 +78,8 @@ impl Cluster {
             nbd_socket: PathBuf::new(),
             control: String::new(),
             s3_addr: None,
+            metrics_addr: None,
+            nvmf_addr: None,
         };
         cluster.spawn();
         cluster
@@ -227,6 +233,8 @@ impl Cluster {
                 self.nbd_socket = PathBuf::from(s);
                 self.control = c;
                 self.s3_addr = addr("s3");
+                self.metrics_addr = addr("metrics");
+                self.nvmf_addr = addr("nvmf");
             }
             _ => self.fail_startup(&format!("ready file incomplete: {ready}")),
         }
