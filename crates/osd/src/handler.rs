@@ -968,6 +968,31 @@ fn layered_mutation(
 /// mutation frame, so they need to know nothing of how the primary computed it.
 pub(crate) type Forward = (Header, Bytes);
 
+/// A connection to each of `replicas` (step 1 of [`replicate`], before the PG lock:
+/// connecting may wait); Unavailable when one is unknown or unreachable.
+async fn connect_replicas(
+    osd: &Arc<Osd>,
+    map: &ClusterMap,
+    replicas: &[basalt_proto::OsdId],
+) -> Result<Vec<(basalt_proto::OsdId, Arc<basalt_client::Connection>)>, Status> {
+    let mut out = Vec::with_capacity(replicas.len());
+    for &peer in replicas {
+        let addr = match map.osd(peer) {
+            Ok(info) => info.addr.clone(),
+            Err(_) => return Err(Status::Unavailable),
+        };
+        crate::slow::stage(SlowStage::Connect, Some(peer));
+        match osd.peers.get(peer, &addr).await {
+            Ok(conn) => out.push((peer, conn)),
+            Err(e) => {
+                tracing::warn!(osd = osd.id, peer, "replica unreachable: {e}");
+                return Err(Status::Unavailable);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The primary's path for every client mutation of `h.object`. Check this OSD may serve it,
 /// connect to the replicas (before the PG lock: connecting may wait), then under the PG lock
 /// run `mutate` with the version assigned to it: it applies the mutation to the local store
@@ -1006,21 +1031,7 @@ pub(crate) async fn replicate<T>(
         "pg {}: acting set {acting:?} larger than its pool's size",
         h.pg
     );
-    let mut replicas = Vec::with_capacity(acting.len().saturating_sub(1));
-    for &peer in &acting[1..] {
-        let addr = match map.osd(peer) {
-            Ok(info) => info.addr.clone(),
-            Err(_) => return Err(Status::Unavailable),
-        };
-        crate::slow::stage(SlowStage::Connect, Some(peer));
-        match osd.peers.get(peer, &addr).await {
-            Ok(conn) => replicas.push((peer, conn)),
-            Err(e) => {
-                tracing::warn!(osd = osd.id, peer, "replica unreachable: {e}");
-                return Err(Status::Unavailable);
-            }
-        }
-    }
+    let replicas = connect_replicas(osd, &map, &acting[1..]).await?;
     // Under the PG lock: check the interval is still ours, assign the version, apply locally
     // and queue to every replica, so the replicas receive this PG's mutations in version
     // order.
