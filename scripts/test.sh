@@ -45,8 +45,11 @@ e2e_parallel=(
 # Binaries that compare rates measured over a window with a run's average: they run alone,
 # after the others, so that no neighbour's load swings the rate within their window.
 e2e_alone=(observability)
-# How many end-to-end binaries run at once (each runs its own tests two at a time).
-e2e_lanes="${BASALT_E2E_LANES:-2}"
+# How many end-to-end binaries run at once (each runs its own tests two at a time). One by
+# default: on 2 cores two lanes made the whole run slower, not faster (33 min against ~27;
+# the CPU-bound binaries doubled, bench_smoke 646 s against 237 s alone). Machines with
+# more cores can raise it.
+e2e_lanes="${BASALT_E2E_LANES:-1}"
 
 # One end-to-end binary, its output into $e2e_dir/NAME.log; prints one line when it ends.
 run_e2e() {
