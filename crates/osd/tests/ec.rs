@@ -186,6 +186,32 @@ impl Ec {
         }
     }
 
+    /// Wait until the promotes that follow the writes' acknowledgements are done: every
+    /// stripe of `inode` has no stash left and one committed version on every running OSD.
+    async fn wait_promoted(&self, inode: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let settled = |index: u64| {
+            let stripe = ObjectId::new(inode, index);
+            let pg = ClusterMap::pg_of(&self.map.pools[&EC_POOL], stripe);
+            let positions = self.map.placement(pg).expect("pg in the map");
+            // Per running OSD: None while a stash is left, else its committed version.
+            let versions: Vec<Option<Option<Version>>> = positions
+                .iter()
+                .enumerate()
+                .filter_map(|(pos, &osd)| {
+                    let store = &self.osds[osd as usize].as_ref()?.osd.store;
+                    let stash = store.version(stripe.chunk(pos, true));
+                    Some(stash.is_none().then(|| store.version(stripe.chunk(pos, false))))
+                })
+                .collect();
+            versions.iter().all(Option::is_some) && versions.windows(2).all(|w| w[0] == w[1])
+        };
+        while !(0..STRIPES).all(settled) {
+            assert!(Instant::now() < deadline, "promotes done in 30 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Every stripe's chunks on the running OSDs: all at one version, and any k of the
     /// three decode to the same stripe, which equals `want`.
     fn check_stripes(&self, inode: u64, want: &[u8]) {
@@ -359,6 +385,9 @@ async fn ec_rebuild_waits_for_a_returning_osd_that_refuses_pushes() {
     let mut ec = Ec::start(2).await;
     let (info, volume, mut model) = ec.volume().await;
     write_pattern(&volume, &mut model, 21, 24).await;
+    // A promote still on its way to osd.1 when it stops would leave it a stash, which its
+    // return must drop before the PG activates: a DROP it refuses while its map lags.
+    ec.wait_promoted(info.id).await;
     ec.stop(1).await;
     // Written while osd.1 is down: every stripe changes, so osd.1 misses all of them.
     for index in 0..STRIPES {
