@@ -15,6 +15,20 @@ pub enum PgError {
         osds(copies)
     )]
     Incomplete { interval: u32, copies: Vec<OsdId> },
+    /// An erasure-coded PG: a write acknowledged in the last activated interval is on every
+    /// member of that interval and on nothing else, so fewer than k of them answering
+    /// could hide it (a stash seen on fewer than k positions would be taken for a cut write
+    /// and rolled back).
+    #[error(
+        "incomplete: interval {interval}'s writes are on {}; {reached} of them answer, {k} needed",
+        osds(members)
+    )]
+    EcIncomplete {
+        interval: u32,
+        members: Vec<OsdId>,
+        reached: usize,
+        k: usize,
+    },
     #[error("undersized: {up} of the pool's min_size {min_size} OSDs are up")]
     Undersized { up: usize, min_size: u32 },
     #[error("pool {pool} is not in the map")]

@@ -201,7 +201,11 @@ impl Ec {
                 .filter_map(|(pos, &osd)| {
                     let store = &self.osds[osd as usize].as_ref()?.osd.store;
                     let stash = store.version(stripe.chunk(pos, true));
-                    Some(stash.is_none().then(|| store.version(stripe.chunk(pos, false))))
+                    Some(
+                        stash
+                            .is_none()
+                            .then(|| store.version(stripe.chunk(pos, false))),
+                    )
                 })
                 .collect();
             versions.iter().all(Option::is_some) && versions.windows(2).all(|w| w[0] == w[1])
@@ -351,6 +355,73 @@ async fn ec_writes_read_back_and_decode_from_any_two_chunks() {
         "EC data survives a restart of every OSD"
     );
     ec.check_stripes(info.id, &model);
+}
+
+/// Goal (regression, simulator seed 1000083): at min_size = k a write is acknowledged on
+/// exactly k positions. With osd.1 down, writes land on osd.0 and osd.2 only; then osd.2
+/// goes and osd.1 returns with its old chunks. Only one of the last interval's two members
+/// answers, so peering must not settle (it would take the writes' chunks on osd.0 for cut
+/// writes, or serve osd.1's old bytes): the PGs stay incomplete. When osd.2 is back they
+/// activate, rebuild osd.1, and every stripe holds what was acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_min_size_k_waits_for_the_last_intervals_members() {
+    let mut ec = Ec::start(2).await;
+    let (info, volume, mut model) = ec.volume().await;
+    write_pattern(&volume, &mut model, 5, 8).await;
+    ec.wait_promoted(info.id).await;
+    ec.stop(1).await;
+    for index in 0..STRIPES {
+        let s = (index * STRIPE as u64) as usize;
+        model[s..s + STRIPE as usize].fill(0x70 + index as u8);
+        volume
+            .write(
+                index * STRIPE as u64,
+                Bytes::from(vec![0x70 + index as u8; STRIPE as usize]),
+                false,
+            )
+            .await
+            .expect("written on osd.0 and osd.2 (min_size 2)");
+    }
+    ec.stop(2).await;
+    ec.restart(1).await;
+    // Every PG's last interval wrote on {osd.0, osd.2}; osd.0 alone answers of them.
+    let map = ec.maps.borrow().clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let phases: Vec<_> = (0..4)
+            .map(|index| {
+                let pg = PgId {
+                    pool: EC_POOL,
+                    index,
+                };
+                let primary = map.acting(pg).expect("pg in the map")[0];
+                let e = ec.osds[primary as usize].as_ref().unwrap().osd.pgs.get(pg);
+                (e.interval == map.interval(pg), e.phase)
+            })
+            .collect();
+        if phases
+            .iter()
+            .all(|&(current, phase)| current && phase == basalt_osd::pg::PgPhase::Incomplete)
+        {
+            break;
+        }
+        assert!(
+            phases
+                .iter()
+                .all(|&(_, phase)| phase != basalt_osd::pg::PgPhase::Active),
+            "a PG activated without k of its last interval's members: {phases:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "PGs incomplete in 30 s: {phases:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ec.restart(2).await;
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "every acknowledged write reads back");
 }
 
 /// Goal: with one of three OSDs down (min_size 2, so the PGs stay active) reads decode

@@ -51,17 +51,21 @@ impl Default for SimConfig {
 
 impl SimConfig {
     /// The cluster seed `seed` runs: `shape`, or for every `ec_every`-th seed the same with
-    /// an erasure-coded 2+1 pool of min_size 3 (the default a pool gets). The choice takes
-    /// nothing from the seed's random stream, so replicated seeds run as they did before.
-    ///
-    /// Not min_size 2 (= k) yet: a write acknowledged on exactly k positions is rolled
-    /// back by a later interval's peering that lacks one of them and sees a stale position
-    /// instead (seed 1000083 with min_size 2; docs/design.md, "Open work").
+    /// an erasure-coded 2+1 pool, alternately of min_size 2 (= k: a write is acknowledged
+    /// on exactly k chunks when a position is down; seed 1000083 lost one that way until
+    /// peering waited for the last interval's members) and 3 (the default a pool gets). The
+    /// choice takes nothing from the seed's random stream, so replicated seeds run as they
+    /// did before.
     pub fn shape_for(&self, seed: u64) -> ClusterShape {
         if self.ec_every == 0 || seed % self.ec_every != self.ec_every - 1 {
             return self.shape.clone();
         }
-        self.shape.clone().with_ec(2, 1, 3)
+        let min_size = if (seed / self.ec_every).is_multiple_of(2) {
+            2
+        } else {
+            3
+        };
+        self.shape.clone().with_ec(2, 1, min_size)
     }
 }
 

@@ -27,6 +27,7 @@ pub(crate) async fn peer(
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
     let map = osd.map();
     let survey = survey(osd, &map, ctx, acting, &previous).await?;
+    previous.check_reached(ctx, &survey)?;
     let mut settled = Settled::default();
     for (stripe, state) in &survey.seen {
         settle_stripe(osd, ctx, *stripe, state, &mut settled).await?;
@@ -54,7 +55,7 @@ pub(crate) async fn peer(
     if !crate::peering::is_current(osd, pg, generation) {
         return Err(PgError::TakenOver);
     }
-    let sources = rebuild_sources(ctx, behind, &previous, &survey.found_elsewhere);
+    let sources = rebuild_sources(ctx, behind, &previous.sources, &survey.found_elsewhere);
     let complete = ctx
         .live()
         .filter(|(pos, _)| behind & (1 << pos) == 0)
@@ -91,11 +92,45 @@ pub(crate) async fn peer(
     Ok(behind)
 }
 
-/// Step 1 of [`peer`]: the PG's record (refused when a later interval wrote it) and where
-/// each position's chunks may be besides its holder — the OSDs that held it in earlier
-/// intervals and were not rebuilt from yet (a placement change moved it). Returns those and
-/// the record's revision.
-async fn previous_sources(osd: &Arc<Osd>, ctx: &EcPg) -> Result<(Vec<Vec<OsdId>>, u64), PgError> {
+/// What the last activated interval left that peering must take into account.
+struct Previous {
+    /// Per position, the OSDs that held it in earlier intervals and were not rebuilt from
+    /// yet (a placement change moved it).
+    sources: Vec<Vec<OsdId>>,
+    /// The last activated interval and its members: every write acknowledged in it is
+    /// stashed on all of them (on nothing else) before its acknowledgement.
+    last: Option<(u32, Vec<OsdId>)>,
+}
+
+impl Previous {
+    /// Refuse to settle unless at least k members of the last activated interval answered
+    /// the survey. Fewer could hide a write acknowledged there: its stashes would show on
+    /// fewer than k positions and be rolled back as a cut write (with min_size = k, a
+    /// member back from a long outage beside one of the interval's k members). The PG
+    /// stays incomplete until enough of them are back.
+    fn check_reached(&self, ctx: &EcPg, survey: &Survey) -> Result<(), PgError> {
+        let Some((interval, members)) = &self.last else {
+            return Ok(());
+        };
+        let reached = members.iter().filter(|o| survey.listed.contains(o)).count();
+        // An interval that activated with fewer than k live members took no write.
+        let k = ctx.scheme.k().min(members.len());
+        if reached < k {
+            return Err(PgError::EcIncomplete {
+                interval: *interval,
+                members: members.clone(),
+                reached,
+                k,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Step 1 of [`peer`]: the PG's record (refused when a later interval wrote it): where each
+/// position's chunks may be besides its holder, and the last activated interval's members.
+/// Returns those and the record's revision.
+async fn previous_sources(osd: &Arc<Osd>, ctx: &EcPg) -> Result<(Previous, u64), PgError> {
     let record = read_record(osd, ctx.pg).await?;
     let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
     if let Some((rec, _)) = &record {
@@ -106,12 +141,16 @@ async fn previous_sources(osd: &Arc<Osd>, ctx: &EcPg) -> Result<(Vec<Vec<OsdId>>
         }
     }
     let width = ctx.positions.len();
-    let previous = record
+    let sources = record
         .as_ref()
         .map(|(r, _)| r.ec_sources.clone())
         .filter(|s| s.len() == width)
         .unwrap_or_else(|| vec![Vec::new(); width]);
-    Ok((previous, expected_rev))
+    let last = record.map(|(r, _)| {
+        let members = r.acting.into_iter().filter(|&o| o != NO_OSD).collect();
+        (r.epoch, members)
+    });
+    Ok((Previous { sources, last }, expected_rev))
 }
 
 /// The incarnation `peer` must be: as named in the acting set, else as in `map` (0: any).
@@ -130,30 +169,36 @@ struct Survey {
     seen: BTreeMap<ObjectId, Vec<Seen>>,
     /// Per position, the OSDs other than its holder found holding chunks of it.
     found_elsewhere: Vec<Vec<OsdId>>,
+    /// Every OSD that answered its LIST.
+    listed: std::collections::BTreeSet<OsdId>,
 }
 
-/// Step 2 of [`peer`]: list every member (each must answer: the LIST seals the PG there)
-/// and every earlier holder that is up (only a possible source), and gather what each
-/// holds of every stripe.
+/// Step 2 of [`peer`]: list every member (each must answer: the LIST seals the PG there),
+/// every earlier holder and member of the last activated interval that is up (possible
+/// sources), and gather what each holds of every stripe.
 async fn survey(
     osd: &Arc<Osd>,
     map: &ClusterMap,
     ctx: &EcPg,
     acting: &[(OsdId, u64)],
-    previous: &[Vec<OsdId>],
+    previous: &Previous,
 ) -> Result<Survey, PgError> {
     let width = ctx.positions.len();
     let members: std::collections::BTreeSet<OsdId> = ctx.live().map(|(_, o)| o).collect();
     let mut to_list = members.clone();
+    let last_members = previous.last.iter().flat_map(|(_, m)| m);
     to_list.extend(
         previous
+            .sources
             .iter()
             .flatten()
+            .chain(last_members)
             .filter(|o| map.osds.get(o).is_some_and(|i| i.up)),
     );
     let mut survey = Survey {
         seen: BTreeMap::new(),
         found_elsewhere: vec![Vec::new(); width],
+        listed: Default::default(),
     };
     for &peer in &to_list {
         let listed = match list_at(osd, map, ctx, peer, incarnation_of(map, acting, peer)).await {
@@ -165,6 +210,7 @@ async fn survey(
                 continue;
             }
         };
+        survey.listed.insert(peer);
         for (key, version) in listed {
             survey.note(ctx, peer, key, version);
         }
