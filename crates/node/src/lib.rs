@@ -6,12 +6,13 @@
 //!
 //! `local` assembles `basalt up` (its pools, OSDs, frontends), `ready` is its ready file,
 //! `osd_daemon` and `gateway` the multi-host daemons, `s3_gateway` the S3 gateway of both
-//! `basalt up` and `basalt s3`,
+//! `basalt up` and `basalt s3`, `image_import` the import of VM images into a cluster,
 //! `monitor` the monitor candidate, `metrics_http` every process's `/metrics`, `data_tls`
 //! the making of data-plane TLS credentials, `signal` how a daemon is told to stop.
 
 pub mod data_tls;
 pub mod gateway;
+pub mod image_import;
 pub mod local;
 pub mod metrics_http;
 pub mod monitor;
