@@ -56,6 +56,23 @@ pub async fn init_cluster(meta: &dyn MetaStore, secret: &ClusterSecret) -> Resul
     }
 }
 
+/// Make a new cluster secret, write it to the new keyring file `path` (mode 0600, never
+/// over an existing file) and record it as this cluster's (`basalt cluster init`). When the
+/// cluster refuses it (it has a secret already), the file is removed: a keyring nobody can
+/// use must not look valid.
+pub async fn init_cluster_keyring(
+    meta: &dyn MetaStore,
+    path: &std::path::Path,
+) -> Result<ClusterSecret, AuthError> {
+    let secret = ClusterSecret::generate()?;
+    crate::Keyring::Cluster(secret.clone()).write_new(path)?;
+    if let Err(e) = init_cluster(meta, &secret).await {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(secret)
+}
+
 /// Is `secret` this cluster's? (A daemon checks before it serves.)
 pub async fn check_cluster(meta: &dyn MetaStore, secret: &ClusterSecret) -> Result<(), AuthError> {
     match meta.get(AUTH_VERIFIER_KEY).await? {
@@ -188,6 +205,30 @@ impl KeyLookup for Authority {
 mod tests {
     use super::*;
     use basalt_meta::EmbeddedMeta;
+
+    #[tokio::test]
+    async fn cluster_init_keeps_its_keyring_only_when_the_cluster_took_the_secret() {
+        // Goal: the first init writes a keyring holding the recorded secret; a second one,
+        // refused by the cluster, leaves no keyring behind; an existing file is never
+        // overwritten.
+        let dir = tempfile::tempdir().unwrap();
+        let meta: Arc<dyn MetaStore> =
+            Arc::new(EmbeddedMeta::open(&dir.path().join("meta.json")).unwrap());
+        let first = dir.path().join("admin.keyring");
+        let secret = init_cluster_keyring(meta.as_ref(), &first).await.unwrap();
+        let loaded = crate::Keyring::load(&first).unwrap();
+        assert_eq!(loaded.secret().unwrap().verifier(), secret.verifier());
+        check_cluster(meta.as_ref(), &secret).await.unwrap();
+        let second = dir.path().join("second.keyring");
+        assert!(matches!(
+            init_cluster_keyring(meta.as_ref(), &second).await,
+            Err(AuthError::AlreadyInitialised)
+        ));
+        assert!(!second.exists(), "a refused secret's keyring is removed");
+        assert!(init_cluster_keyring(meta.as_ref(), &first).await.is_err());
+        let again = crate::Keyring::load(&first).unwrap();
+        assert_eq!(again.secret().unwrap().verifier(), secret.verifier());
+    }
 
     #[tokio::test]
     async fn entities_come_and_go_and_a_readded_one_gets_a_new_key() {

@@ -4,7 +4,7 @@ use crate::control::Request;
 use crate::daemons::MetaArgs;
 use crate::global::GlobalArgs;
 use anyhow::Context;
-use basalt_client::{create_pool_for, Cluster, PoolRequest};
+use basalt_client::{create_pool_visible, Cluster, PoolRequest};
 use basalt_proto::size::parse_size;
 use clap::{Args, Subcommand};
 use std::sync::Arc;
@@ -134,16 +134,10 @@ async fn create_pool_cmd(global: &GlobalArgs, args: PoolCreateArgs) -> anyhow::R
     let r = match global.meta.meta {
         Some(_) => {
             let meta = global.meta.connect().await?;
-            // Follow the map from before the record exists: the map with it is
-            // then seen however soon the monitor publishes it.
             let mut maps = basalt_client::follow_map(meta.clone())
                 .await
                 .context("read the cluster map")?;
-            let r = create_pool_for(meta.as_ref(), &request).await?;
-            if let Some(wait) = global.wait() {
-                basalt_client::wait_for_pool(&mut maps, &r.name, wait).await?;
-            }
-            r
+            create_pool_visible(meta.as_ref(), &request, &mut maps, global.wait()).await?
         }
         None => {
             let req = Request::PoolCreate {

@@ -3,7 +3,7 @@
 
 use crate::daemons::MetaArgs;
 use anyhow::{bail, Context};
-use basalt_auth::{registry, Caps, ClusterSecret, EntityName, Keyring};
+use basalt_auth::{registry, Caps, EntityName, Keyring};
 use basalt_bench::environment::utc_from_unix;
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -94,13 +94,7 @@ pub async fn run_cluster(
                 );
             }
             let store = meta.connect().await?;
-            let secret = ClusterSecret::generate()?;
-            Keyring::Cluster(secret.clone()).write_new(&path)?;
-            if let Err(e) = registry::init_cluster(store.as_ref(), &secret).await {
-                // Nobody can use this secret: do not leave a keyring that looks valid.
-                let _ = std::fs::remove_file(&path);
-                return Err(e.into());
-            }
+            registry::init_cluster_keyring(store.as_ref(), &path).await?;
             if !json {
                 println!(
                     "cluster secret made; admin keyring written to {} (mode 0600)",

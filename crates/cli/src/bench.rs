@@ -206,13 +206,7 @@ fn cluster_access(url: &str, meta: &MetaArgs) -> anyhow::Result<basalt_bench::Cl
     }
     Ok(basalt_bench::ClusterAccess {
         meta_url: url.to_string(),
-        meta: basalt_meta::MetaAccess {
-            ca: meta.meta_ca.clone(),
-            cert: meta.meta_cert.clone(),
-            key: meta.meta_key.clone(),
-            user: meta.meta_user.clone(),
-            password_file: meta.meta_password_file.clone(),
-        },
+        meta: meta.access(),
         keyring: meta.keyring.clone(),
         data_tls: meta.data_tls.clone(),
     })

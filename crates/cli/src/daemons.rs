@@ -99,16 +99,20 @@ impl MetaArgs {
             .unwrap_or_default()
     }
 
-    pub async fn connect(&self) -> anyhow::Result<Arc<dyn MetaStore>> {
-        let url = self.url()?;
-        let access = basalt_meta::MetaAccess {
+    /// How etcd is reached: TLS and user flags.
+    pub fn access(&self) -> basalt_meta::MetaAccess {
+        basalt_meta::MetaAccess {
             ca: self.meta_ca.clone(),
             cert: self.meta_cert.clone(),
             key: self.meta_key.clone(),
             user: self.meta_user.clone(),
             password_file: self.meta_password_file.clone(),
-        };
-        basalt_meta::connect_meta_with(url, &access)
+        }
+    }
+
+    pub async fn connect(&self) -> anyhow::Result<Arc<dyn MetaStore>> {
+        let url = self.url()?;
+        basalt_meta::connect_meta_with(url, &self.access())
             .await
             .with_context(|| format!("connect to the cluster metadata at {url}"))
     }

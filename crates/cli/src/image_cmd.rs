@@ -1,9 +1,5 @@
-//! `basalt image ...`: import VM images (raw or qcow2) and manage them.
-//!
-//! An import streams the file into the image's layer over NBD: `qemu-img convert` for
-//! files (it reads qcow2 and raw, skips unallocated and zero ranges, and checks the file
-//! as it goes) and `nbdcopy` for raw data on stdin. Against `basalt up` the data goes to
-//! its NBD socket; with --meta this process serves the image on a private socket.
+//! `basalt image ...`: import VM images (raw or qcow2) and manage them. The import itself
+//! is `basalt_node::image_import`'s; here are its flags, its progress and its printing.
 
 use crate::control::Request;
 use crate::progress::{Meter, Unit};
@@ -11,12 +7,9 @@ use crate::volume_cmd::Target;
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_client::{ImageInfo, ImageState};
-use basalt_nbd::VolumeExports;
-use basalt_proto::size::{human_bytes, parse_size};
+use basalt_node::image_import::{import_into, ImportGateway, ImportSource};
+use basalt_proto::size::human_bytes;
 use clap::Subcommand;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Subcommand)]
@@ -55,284 +48,6 @@ pub enum ImageCommand {
     Rm { name: String },
 }
 
-/// What qemu-img says of a file.
-struct Probe {
-    format: String,
-    virtual_size: u64,
-    /// Bytes of data qemu-img maps as allocated and not zero (what an import moves).
-    data_bytes: u64,
-}
-
-async fn probe(file: &Path, format: Option<&str>) -> anyhow::Result<Probe> {
-    let mut cmd = tokio::process::Command::new("qemu-img");
-    cmd.args(["info", "--output=json"]);
-    if let Some(f) = format {
-        cmd.args(["-f", f]);
-    }
-    let out = cmd
-        .arg(file)
-        .output()
-        .await
-        .context("run qemu-img (install qemu-utils)")?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{} is not a readable image: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let info: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parse qemu-img info")?;
-    let format = info["format"].as_str().unwrap_or("").to_string();
-    if format != "raw" && format != "qcow2" {
-        anyhow::bail!(
-            "{} is a {format} image; Basalt imports raw and qcow2 (convert it with qemu-img \
-             convert -O qcow2 first)",
-            file.display()
-        );
-    }
-    if format == "qcow2" {
-        // qemu-img reads clusters past a truncated file's end as zeros; only a check of the
-        // metadata notices. Exit 0: clean; 3: leaked clusters only (harmless for reading).
-        let out = tokio::process::Command::new("qemu-img")
-            .args(["check", "-f", "qcow2"])
-            .arg(file)
-            .output()
-            .await
-            .context("run qemu-img check")?;
-        if !matches!(out.status.code(), Some(0) | Some(3)) {
-            let errors: Vec<String> = String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .chain(String::from_utf8_lossy(&out.stdout).lines())
-                .filter(|l| l.contains("ERROR") || l.contains("rror"))
-                .take(3)
-                .map(str::to_string)
-                .collect();
-            anyhow::bail!(
-                "{} is a damaged qcow2 image (qemu-img check: {}); nothing was imported",
-                file.display(),
-                errors.join("; ")
-            );
-        }
-    }
-    let virtual_size = info["virtual-size"]
-        .as_u64()
-        .context("qemu-img info gave no virtual size")?;
-    let out = tokio::process::Command::new("qemu-img")
-        .args(["map", "--output=json", "-f", &format])
-        .arg(file)
-        .output()
-        .await
-        .context("run qemu-img map")?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{} cannot be read: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let map: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parse qemu-img map")?;
-    let data_bytes = map
-        .as_array()
-        .map(|extents| {
-            extents
-                .iter()
-                .filter(|e| e["data"].as_bool() == Some(true) && e["zero"].as_bool() != Some(true))
-                .filter_map(|e| e["length"].as_u64())
-                .sum()
-        })
-        .unwrap_or(0);
-    Ok(Probe {
-        format,
-        virtual_size,
-        data_bytes,
-    })
-}
-
-/// A private NBD gateway of this process on a unix socket (imports with --meta).
-struct PrivateGateway {
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl PrivateGateway {
-    async fn start(cluster: Arc<basalt_client::Cluster>) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("basalt-import")
-            .tempdir()
-            .context("make a directory for the import socket")?;
-        let socket = dir.path().join("nbd.sock");
-        let listener = tokio::net::UnixListener::bind(&socket)
-            .with_context(|| format!("listen for NBD on {}", socket.display()))?;
-        let server = basalt_nbd::Server::new(Arc::new(VolumeExports::new(cluster, None)));
-        let task = tokio::spawn(server.serve_unix(listener));
-        Ok(Self {
-            _dir: dir,
-            socket,
-            task,
-        })
-    }
-}
-
-impl Drop for PrivateGateway {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Run the copy into `uri`, with progress on stderr (see [`crate::progress`]): a file's
-/// from qemu-img's percentages of its `total_bytes` of data, stdin's by counting the bytes
-/// passed on to nbdcopy.
-async fn copy_in(
-    file: &str,
-    format: &str,
-    uri: &str,
-    meter: Meter,
-    total_bytes: u64,
-) -> anyhow::Result<()> {
-    let from_stdin = file == "-";
-    let mut cmd = if from_stdin {
-        let mut cmd = tokio::process::Command::new("nbdcopy");
-        cmd.args(["--target-is-zero", "--flush", "-", uri])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null());
-        cmd
-    } else {
-        let mut cmd = tokio::process::Command::new("qemu-img");
-        // -W -m 16: 16 requests in flight, written out of order (the target is a fresh
-        // image, flushed before it is used): 1.5x the default's throughput here. -p: its
-        // percentages on stdout, read by `qemu_img_progress`.
-        cmd.args([
-            "convert",
-            "-n",
-            "--target-is-zero",
-            "-W",
-            "-m",
-            "16",
-            "-p",
-            "-f",
-            format,
-            "-O",
-            "raw",
-        ]);
-        cmd.arg(file)
-            .arg(uri)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        cmd
-    };
-    let tool = if from_stdin { "nbdcopy" } else { "qemu-img" };
-    let mut child = cmd
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("run {tool}"))?;
-    // stdin is fed from a thread of its own, not a blocking task of the runtime: when the
-    // tool fails while stdin stays open and silent, the command still ends.
-    let (fed_tx, fed_rx) = tokio::sync::oneshot::channel();
-    match (child.stdin.take(), child.stdout.take()) {
-        (Some(stdin), _) => {
-            let fd = stdin.into_owned_fd().context("take nbdcopy's stdin")?;
-            std::thread::spawn(move || fed_tx.send(feed_stdin(fd, meter, total_bytes)));
-        }
-        (None, Some(stdout)) => {
-            tokio::spawn(async move {
-                // Progress that cannot be read is no failure of the import.
-                let _ = qemu_img_progress(stdout, meter, total_bytes).await;
-                let _ = fed_tx.send(Ok(()));
-            });
-        }
-        (None, None) => anyhow::bail!("{tool} was started without its pipes"),
-    };
-    let out = child
-        .wait_with_output()
-        .await
-        .with_context(|| format!("run {tool}"))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{tool} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    // A read error on stdin closes nbdcopy's input early, which it takes for the end.
-    fed_rx
-        .await
-        .context("the progress task ended without a word")?
-        .with_context(|| format!("pass the input on to {tool}"))
-}
-
-/// Copy this process's stdin into `to` (nbdcopy's), counting the bytes on `meter`. Blocking:
-/// runs on a blocking thread.
-fn feed_stdin(to: std::os::fd::OwnedFd, meter: Meter, total_bytes: u64) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
-    let mut to = std::fs::File::from(to);
-    let mut from = std::io::stdin().lock();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut done = 0u64;
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e).context("read stdin"),
-        };
-        to.write_all(&buf[..n]).context("write to nbdcopy")?;
-        done += n as u64;
-        meter.update(done, total_bytes);
-    }
-    // Dropping `to` closes nbdcopy's stdin: its end of input.
-    Ok(())
-}
-
-/// Read qemu-img -p's `(12.50/100%)` updates from `out` into `meter`, as that share of
-/// `total_bytes`.
-async fn qemu_img_progress(
-    mut out: tokio::process::ChildStdout,
-    meter: Meter,
-    total_bytes: u64,
-) -> anyhow::Result<()> {
-    use tokio::io::AsyncReadExt;
-    let mut pending = Vec::new();
-    let mut buf = [0u8; 512];
-    loop {
-        let n = out
-            .read(&mut buf)
-            .await
-            .context("read qemu-img's progress")?;
-        if n == 0 {
-            return Ok(());
-        }
-        pending.extend_from_slice(&buf[..n]);
-        // Updates end in '\r'; the part after the last one is not complete yet.
-        let Some(end) = pending.iter().rposition(|&b| b == b'\r' || b == b'\n') else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&pending[..end]).into_owned();
-        pending.drain(..=end);
-        let last = text
-            .split(['\r', '\n'])
-            .filter_map(parse_percent)
-            .next_back();
-        if let (Some(percent), true) = (last, total_bytes > 0) {
-            let done = (total_bytes as f64 * percent / 100.0).round() as u64;
-            meter.update(done.min(total_bytes), total_bytes);
-        }
-    }
-}
-
-/// The percentage of one qemu-img -p update, `    (12.50/100%)`.
-fn parse_percent(update: &str) -> Option<f64> {
-    let p: f64 = update
-        .trim()
-        .strip_prefix('(')?
-        .strip_suffix("/100%)")?
-        .parse()
-        .ok()?;
-    (0.0..=100.0).contains(&p).then_some(p)
-}
-
 async fn import(
     target: &Target,
     file: String,
@@ -341,71 +56,23 @@ async fn import(
     size: Option<String>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let (format, size, data_bytes, source) = if file == "-" {
-        if format.as_deref().is_some_and(|f| f != "raw") {
-            anyhow::bail!("stdin is read as raw data; convert other formats from a file");
-        }
-        let size = size.context("importing from stdin needs --size (e.g. --size 20G)")?;
-        let size = parse_size(&size)?;
-        (
-            String::from("raw"),
-            size,
-            None,
-            String::from("raw from stdin"),
-        )
-    } else {
-        if size.is_some() {
-            anyhow::bail!("--size is for stdin; a file's image has the file's virtual size");
-        }
-        let p = probe(Path::new(&file), format.as_deref()).await?;
-        let source = format!("{} file {}", p.format, file);
-        (p.format, p.virtual_size, Some(p.data_bytes), source)
-    };
-    let size = size.div_ceil(4096) * 4096;
+    let source = ImportSource::resolve(&file, format.as_deref(), size.as_deref()).await?;
     // With --meta this process serves the image to the copy tool itself.
     let private = match target.meta.meta {
         Some(_) => {
-            Some(PrivateGateway::start(crate::admin::open_cluster(&target.meta).await?).await?)
+            Some(ImportGateway::start(crate::admin::open_cluster(&target.meta).await?).await?)
         }
         None => None,
     };
-    let resp = target
-        .call(Request::ImageBegin {
-            name: name.clone(),
-            size,
-            source,
-        })
-        .await?;
-    let uri = match (&private, resp.nbd_uri) {
-        (Some(gw), _) => format!("nbd+unix:///image:{name}?socket={}", gw.socket.display()),
-        (None, Some(uri)) => uri,
-        (None, None) => anyhow::bail!("the cluster gave no address to write the image to"),
-    };
     let meter = Meter::new(&format!("importing image \"{name}\""), Unit::Bytes);
-    if let Err(e) = copy_in(&file, &format, &uri, meter, data_bytes.unwrap_or(size)).await {
-        // Nothing half-imported stays behind.
-        let cleanup = target.call(Request::ImageRm { name: name.clone() }).await;
-        return Err(match cleanup {
-            Ok(_) => e.context(format!(
-                "import of image \"{name}\" failed; nothing was kept"
-            )),
-            Err(c) => e.context(format!(
-                "import of image \"{name}\" failed, and removing what was written failed too \
-                 ({c:#}): run `basalt image rm {name}`"
-            )),
-        });
-    }
-    drop(private);
-    let resp = target
-        .call(Request::ImageFinish { name: name.clone() })
-        .await?;
-    let image = resp.image.context("image_finish returns the image")?;
+    let call = |req| target.call(req);
+    let image = import_into(&source, &name, call, private, meter.reporter()).await?;
     if target.json {
         println!("{}", serde_json::to_string_pretty(&image)?);
         return Ok(());
     }
     let secs = started.elapsed().as_secs_f64();
-    let moved = match data_bytes {
+    let moved = match source.data_bytes {
         Some(d) => format!(
             ", {} of data ({:.0} MiB/s)",
             human_bytes(d),
@@ -414,9 +81,10 @@ async fn import(
         None => String::new(),
     };
     println!(
-        "imported image \"{}\" ({}, {format}) in {secs:.1} s{moved}",
+        "imported image \"{}\" ({}, {}) in {secs:.1} s{moved}",
         image.name,
-        human_bytes(image.size)
+        human_bytes(image.size),
+        source.format
     );
     Ok(())
 }
@@ -499,19 +167,4 @@ pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_qemu_img_percentages() {
-        // Goal: qemu-img -p's updates give their percentage; anything else gives none.
-        assert_eq!(parse_percent("    (12.50/100%)"), Some(12.5));
-        assert_eq!(parse_percent("(100.00/100%)"), Some(100.0));
-        for bad in ["", "(x/100%)", "(12.5/50%)", "(150.00/100%)", "12.50/100%)"] {
-            assert_eq!(parse_percent(bad), None, "{bad:?}");
-        }
-    }
 }

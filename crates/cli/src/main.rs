@@ -245,122 +245,10 @@ fn main() -> std::process::ExitCode {
             });
         }
     };
-    let global = cli.global;
-    let result = match cli.command {
-        Command::Up(args) => {
-            init_logging("info");
-            let data_tls = global.meta.data_tls.clone();
-            runtime().and_then(|rt| rt.block_on(up::run(args, data_tls)))
-        }
-        Command::Volume { pool, command } => {
-            init_logging("warn");
-            let target = volume_cmd::Target::new(&global, pool);
-            runtime().and_then(|rt| rt.block_on(volume_cmd::run(target, command)))
-        }
-        Command::Image { pool, command } => {
-            init_logging("warn");
-            let target = volume_cmd::Target::new(&global, pool);
-            runtime().and_then(|rt| rt.block_on(image_cmd::run(target, command)))
-        }
-        Command::Objvol { pool, command } => {
-            init_logging("warn");
-            let target = volume_cmd::Target::new(&global, pool);
-            runtime().and_then(|rt| rt.block_on(objvol_cmd::run(target, command)))
-        }
-        Command::Scrub { pool } => {
-            init_logging("warn");
-            let json = global.json;
-            let target = volume_cmd::Target::new(&global, "rbd".into());
-            runtime().and_then(|rt| rt.block_on(scrub_cmd::run(target, pool, json)))
-        }
-        Command::Status { interval, watch } => {
-            init_logging("warn");
-            if watch {
-                let every = std::time::Duration::from_secs_f64(interval.clamp(0.1, 60.0));
-                runtime()
-                    .and_then(|rt| rt.block_on(watch_status(&global.control, &global.meta, every)))
-            } else {
-                let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
-                runtime().and_then(|rt| rt.block_on(show_status(&global, interval_ms)))
-            }
-        }
-        Command::Osd {
-            command: Some(command),
-            args: _,
-        } => {
-            init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(admin::run_osd_admin(&global, command)))
-        }
-        Command::Osd {
-            command: None,
-            mut args,
-        } => {
-            init_logging("info");
-            args.meta = global.meta;
-            runtime().and_then(|rt| rt.block_on(daemons::run_osd(args)))
-        }
-        Command::S3 {
-            command: Some(command),
-            mut args,
-        } => {
-            init_logging("warn");
-            args.meta = global.meta.clone();
-            let target = s3_cmd::KeyTarget {
-                meta: global.meta,
-                control: global.control,
-                json: global.json,
-            };
-            runtime().and_then(|rt| rt.block_on(s3_cmd::run_command(&args, &target, command)))
-        }
-        Command::S3 {
-            command: None,
-            mut args,
-        } => {
-            init_logging("info");
-            args.meta = global.meta;
-            runtime().and_then(|rt| rt.block_on(s3_cmd::run_gateway(args)))
-        }
-        Command::Mon(mut args) => {
-            init_logging("info");
-            args.meta = global.meta;
-            runtime().and_then(|rt| rt.block_on(daemons::run_mon(args)))
-        }
-        Command::Nbd(mut args) => {
-            init_logging("info");
-            args.meta = global.meta;
-            runtime().and_then(|rt| rt.block_on(daemons::run_nbd(args)))
-        }
-        Command::Nvmf(mut args) => {
-            init_logging("info");
-            args.meta = global.meta;
-            runtime().and_then(|rt| rt.block_on(daemons::run_nvmf(args)))
-        }
-        Command::Pool { command } => {
-            init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(admin::run_pool(&global, command)))
-        }
-        Command::Cluster { command } => {
-            init_logging("warn");
-            let json = global.json;
-            runtime().and_then(|rt| rt.block_on(auth_cmd::run_cluster(&global.meta, json, command)))
-        }
-        Command::Auth { command } => {
-            init_logging("warn");
-            let json = global.json;
-            runtime().and_then(|rt| rt.block_on(auth_cmd::run_auth(&global.meta, json, command)))
-        }
-        Command::Pg { command } => {
-            init_logging("warn");
-            runtime().and_then(|rt| rt.block_on(admin::run_pg(&global, command)))
-        }
-        Command::Bench { command } => {
-            init_logging("warn");
-            bench::run(command, &global.meta)
-        }
-        Command::Completions { shell } => help::completions(&mut Cli::command(), shell),
-        Command::Man { out } => help::man_pages(&Cli::command(), &out),
-    };
-    match result {
+    if let Some(level) = cli.command.log_level() {
+        init_logging(level);
+    }
+    match run(cli.command, cli.global) {
         Ok(()) => std::process::ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -369,58 +257,94 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// One status report, from the metadata store (`--meta`) or the control socket.
-async fn status_report(
-    control: &std::path::Path,
-    meta: &daemons::MetaArgs,
-    interval_ms: u64,
-) -> anyhow::Result<status::StatusReport> {
-    Ok(if meta.meta.is_some() {
-        let cluster = admin::open_cluster(meta).await?;
-        status::gather_with_rates(&cluster, interval_ms).await?
-    } else {
-        control_status(control, interval_ms).await?
-    })
-}
-
-/// One status report from the control socket of `basalt up`.
-async fn control_status(
-    control: &std::path::Path,
-    interval_ms: u64,
-) -> anyhow::Result<status::StatusReport> {
-    let resp = control::call(control, &control::Request::Status { interval_ms }).await?;
-    resp.status
-        .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))
-}
-
-/// `basalt status --watch`: one cluster handle (`--meta`) or the control socket, polled.
-async fn watch_status(
-    control: &std::path::Path,
-    meta: &daemons::MetaArgs,
-    every: std::time::Duration,
-) -> anyhow::Result<()> {
-    let cluster = match meta.meta {
-        Some(_) => Some(admin::open_cluster(meta).await?),
-        None => None,
-    };
-    let cluster = cluster.as_ref();
-    watch::run(every, move || async move {
-        match cluster {
-            Some(c) => Ok(basalt_client::status::gather_for_events(c).await?),
-            None => control_status(control, 0).await,
+impl Command {
+    /// The default log level: daemons log what they do (info), commands that answer and
+    /// exit only what goes wrong (warn); completions and man pages log nothing.
+    fn log_level(&self) -> Option<&'static str> {
+        match self {
+            Command::Up(_)
+            | Command::Osd { command: None, .. }
+            | Command::S3 { command: None, .. }
+            | Command::Mon(_)
+            | Command::Nbd(_)
+            | Command::Nvmf(_) => Some("info"),
+            Command::Completions { .. } | Command::Man { .. } => None,
+            _ => Some("warn"),
         }
-    })
-    .await
+    }
 }
 
-async fn show_status(global: &global::GlobalArgs, interval_ms: u64) -> anyhow::Result<()> {
-    let report = status_report(&global.control, &global.meta, interval_ms).await?;
-    if global.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        status::print(&report);
+/// Run `command`; the daemons get the global cluster-access flags.
+fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
+    let target = |pool| volume_cmd::Target::new(&global, pool);
+    match command {
+        Command::Up(args) => block_on(up::run(args, global.meta.data_tls.clone())),
+        Command::Volume { pool, command } => block_on(volume_cmd::run(target(pool), command)),
+        Command::Image { pool, command } => block_on(image_cmd::run(target(pool), command)),
+        Command::Objvol { pool, command } => block_on(objvol_cmd::run(target(pool), command)),
+        Command::Scrub { pool } => {
+            block_on(scrub_cmd::run(target("rbd".into()), pool, global.json))
+        }
+        Command::Status { interval, watch } => block_on(status::run(&global, interval, watch)),
+        Command::Osd {
+            command: Some(command),
+            args: _,
+        } => block_on(admin::run_osd_admin(&global, command)),
+        Command::Osd {
+            command: None,
+            mut args,
+        } => {
+            args.meta = global.meta;
+            block_on(daemons::run_osd(args))
+        }
+        Command::S3 {
+            command: Some(command),
+            mut args,
+        } => {
+            args.meta = global.meta.clone();
+            let target = s3_cmd::KeyTarget {
+                meta: global.meta,
+                control: global.control,
+                json: global.json,
+            };
+            block_on(s3_cmd::run_command(&args, &target, command))
+        }
+        Command::S3 {
+            command: None,
+            mut args,
+        } => {
+            args.meta = global.meta;
+            block_on(s3_cmd::run_gateway(args))
+        }
+        Command::Mon(mut args) => {
+            args.meta = global.meta;
+            block_on(daemons::run_mon(args))
+        }
+        Command::Nbd(mut args) => {
+            args.meta = global.meta;
+            block_on(daemons::run_nbd(args))
+        }
+        Command::Nvmf(mut args) => {
+            args.meta = global.meta;
+            block_on(daemons::run_nvmf(args))
+        }
+        Command::Pool { command } => block_on(admin::run_pool(&global, command)),
+        Command::Cluster { command } => {
+            block_on(auth_cmd::run_cluster(&global.meta, global.json, command))
+        }
+        Command::Auth { command } => {
+            block_on(auth_cmd::run_auth(&global.meta, global.json, command))
+        }
+        Command::Pg { command } => block_on(admin::run_pg(&global, command)),
+        Command::Bench { command } => bench::run(command, &global.meta),
+        Command::Completions { shell } => help::completions(&mut Cli::command(), shell),
+        Command::Man { out } => help::man_pages(&Cli::command(), &out),
     }
-    Ok(())
+}
+
+/// Run `work` to its end on a new multi-threaded runtime.
+fn block_on(work: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    runtime()?.block_on(work)
 }
 
 /// A reader that stops early (`basalt volume ls | head -1`) ends the program quietly with

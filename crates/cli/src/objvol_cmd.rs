@@ -174,6 +174,7 @@ fn state(o: &ObjvolInfo) -> &'static str {
 }
 
 pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
+    let target = &target;
     match command {
         ObjvolCommand::Create {
             name,
@@ -190,108 +191,23 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                      hosts serving the objvol can read too)"
                 );
             }
-            let credentials = match credentials {
-                Some(c) => Some(
-                    std::fs::canonicalize(&c)
-                        .with_context(|| format!("credentials file {c}"))?
-                        .display()
-                        .to_string(),
-                ),
-                None => None,
+            let req = Request::ObjvolCreate {
+                name: name.clone(),
+                bucket,
+                prefix,
+                endpoint,
+                credentials: absolute(credentials, "credentials file")?,
+                ca_file: absolute(ca_file, "CA file")?,
+                region,
             };
-            let ca_file = match ca_file {
-                Some(c) => Some(
-                    std::fs::canonicalize(&c)
-                        .with_context(|| format!("CA file {c}"))?
-                        .display()
-                        .to_string(),
-                ),
-                None => None,
-            };
-            let started = Instant::now();
-            let resp = target
-                .call_with_progress(
-                    Request::ObjvolCreate {
-                        name: name.clone(),
-                        bucket,
-                        prefix,
-                        endpoint,
-                        credentials,
-                        ca_file,
-                        region,
-                    },
-                    build_progress(&name),
-                )
-                .await?;
-            let o = resp.objvol.context("objvol_create returns the objvol")?;
-            if target.json {
-                println!("{}", serde_json::to_string_pretty(&o)?);
-                return Ok(());
-            }
-            println!(
-                "built objvol \"{}\" from {} in {:.1} s: {}",
-                o.name,
-                source(&o),
-                started.elapsed().as_secs_f64(),
-                summary(&o)
-            );
-            print_skipped(&o);
-            println!(
-                "export: objvol:{} (NBD, read-only; mount -t erofs -o ro)",
-                o.name
-            );
+            create(target, &name, req).await
         }
-        ObjvolCommand::Refresh { name } => {
-            let started = Instant::now();
-            let resp = target
-                .call_with_progress(
-                    Request::ObjvolRefresh { name: name.clone() },
-                    build_progress(&name),
-                )
-                .await?;
-            let o = resp.objvol.context("objvol_refresh returns the objvol")?;
-            if target.json {
-                println!("{}", serde_json::to_string_pretty(&o)?);
-                return Ok(());
-            }
-            println!(
-                "refreshed objvol \"{}\" in {:.1} s: {}",
-                o.name,
-                started.elapsed().as_secs_f64(),
-                summary(&o)
-            );
-            print_skipped(&o);
-        }
-        ObjvolCommand::Ls => {
-            let json = target.json;
-            let resp = target.call(Request::ObjvolLs).await?;
-            let all = resp.objvols.unwrap_or_default();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&all)?);
-                return Ok(());
-            }
-            println!(
-                "{:<20} {:>10} {:>10} {:>10}  {:<20} {:<30} STATE",
-                "NAME", "FILES", "DATA", "INDEX", "BUILT", "SOURCE"
-            );
-            for o in &all {
-                println!(
-                    "{:<20} {:>10} {:>10} {:>10}  {:<20} {:<30} {}",
-                    o.name,
-                    o.files,
-                    human_bytes(o.data_bytes),
-                    human_bytes(o.index_bytes + o.extents_bytes),
-                    utc_from_unix(o.created),
-                    source(o),
-                    state(o)
-                );
-            }
-        }
+        ObjvolCommand::Refresh { name } => refresh(target, name).await,
+        ObjvolCommand::Ls => list(target).await,
         ObjvolCommand::Info { name } => {
-            let json = target.json;
             let resp = target.call(Request::ObjvolInfo { name }).await?;
             let o = resp.objvol.context("objvol_info returns the objvol")?;
-            print_json_or(json, &o, print_info)?;
+            print_json_or(target.json, &o, print_info)
         }
         ObjvolCommand::Rm { name } => {
             target
@@ -299,10 +215,96 @@ pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
                 .await?;
             if target.json {
                 println!("{}", serde_json::json!({ "removed": name }));
-                return Ok(());
+            } else {
+                println!("removed objvol \"{name}\" (the bucket is untouched)");
             }
-            println!("removed objvol \"{name}\" (the bucket is untouched)");
+            Ok(())
         }
+    }
+}
+
+/// `path` made absolute (the hosts serving the objvol read it too), or a precise error
+/// naming `what`.
+fn absolute(path: Option<String>, what: &str) -> anyhow::Result<Option<String>> {
+    path.map(|p| {
+        std::fs::canonicalize(&p)
+            .with_context(|| format!("{what} {p}"))
+            .map(|p| p.display().to_string())
+    })
+    .transpose()
+}
+
+/// Build objvol `name` (`req`), with progress, and say what it holds.
+async fn create(target: &Target, name: &str, req: Request) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let resp = target.call_with_progress(req, build_progress(name)).await?;
+    let o = resp.objvol.context("objvol_create returns the objvol")?;
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(&o)?);
+        return Ok(());
+    }
+    println!(
+        "built objvol \"{}\" from {} in {:.1} s: {}",
+        o.name,
+        source(&o),
+        started.elapsed().as_secs_f64(),
+        summary(&o)
+    );
+    print_skipped(&o);
+    println!(
+        "export: objvol:{} (NBD, read-only; mount -t erofs -o ro)",
+        o.name
+    );
+    Ok(())
+}
+
+/// Rebuild objvol `name`'s index, with progress.
+async fn refresh(target: &Target, name: String) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let resp = target
+        .call_with_progress(
+            Request::ObjvolRefresh { name: name.clone() },
+            build_progress(&name),
+        )
+        .await?;
+    let o = resp.objvol.context("objvol_refresh returns the objvol")?;
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(&o)?);
+        return Ok(());
+    }
+    println!(
+        "refreshed objvol \"{}\" in {:.1} s: {}",
+        o.name,
+        started.elapsed().as_secs_f64(),
+        summary(&o)
+    );
+    print_skipped(&o);
+    Ok(())
+}
+
+/// List objvols.
+async fn list(target: &Target) -> anyhow::Result<()> {
+    let resp = target.call(Request::ObjvolLs).await?;
+    let all = resp.objvols.unwrap_or_default();
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:>10} {:>10} {:>10}  {:<20} {:<30} STATE",
+        "NAME", "FILES", "DATA", "INDEX", "BUILT", "SOURCE"
+    );
+    for o in &all {
+        println!(
+            "{:<20} {:>10} {:>10} {:>10}  {:<20} {:<30} {}",
+            o.name,
+            o.files,
+            human_bytes(o.data_bytes),
+            human_bytes(o.index_bytes + o.extents_bytes),
+            utc_from_unix(o.created),
+            source(o),
+            state(o)
+        );
     }
     Ok(())
 }

@@ -1,14 +1,13 @@
-//! `basalt s3`: run an S3 gateway of a multi-host cluster, and manage its access keys.
+//! `basalt s3`: the flags and banner of an S3 gateway of a multi-host cluster (its
+//! lifecycle is `basalt_node::S3Daemon`), and its access keys.
 
 use crate::daemons::{flush_stdout, MetaArgs};
-use anyhow::Context;
-use basalt_client::Cluster;
-use basalt_s3::{GatewayConfig, KeyRing, MasterKey};
+use basalt_node::{S3Daemon, S3DaemonConfig, S3Settings};
+use basalt_s3::MasterKey;
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use tokio::sync::watch;
+use std::time::Duration;
 
 /// Default master key file of a multi-host gateway.
 pub const DEFAULT_MASTER_KEY: &str = "/etc/basalt/s3-master.key";
@@ -111,108 +110,60 @@ pub enum KeyCommand {
     },
 }
 
-/// The cluster, and the latency of its metadata calls (for `/metrics`).
-async fn connect_cluster(
-    args: &MetaArgs,
-) -> anyhow::Result<(Arc<Cluster>, basalt_meta::MetaCollector)> {
-    let credentials = args.credentials()?;
-    let (meta, latency) = args.connect_timed().await?;
-    let map = basalt_client::follow_map(meta.clone())
-        .await
-        .context("read the cluster map")?;
-    Ok((
-        Cluster::new_as(meta, map, Some(credentials)),
-        basalt_meta::MetaCollector(latency),
-    ))
-}
-
-/// The pool id of `name`, or a precise error.
-pub fn pool_id(cluster: &Cluster, name: &str) -> anyhow::Result<basalt_proto::PoolId> {
-    cluster
-        .map()
-        .pools
-        .values()
-        .find(|p| p.name == name)
-        .map(|p| p.id)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "pool \"{name}\" is not in the cluster map (create it with `basalt pool create`, \
-                 or choose one with --pool)"
-            )
+impl S3Args {
+    /// The gateway's flags as its config: the cluster's metadata (its calls timed) and
+    /// what the gateway proves to its OSDs.
+    async fn daemon_config(self) -> anyhow::Result<S3DaemonConfig> {
+        let credentials = self.meta.credentials()?;
+        let (meta, meta_latency) = self.meta.connect_timed().await?;
+        let secs = Duration::from_secs;
+        Ok(S3DaemonConfig {
+            meta,
+            meta_latency,
+            credentials,
+            pool: self.pool,
+            data_pool: self.data_pool,
+            master_key: self.master_key,
+            settings: S3Settings {
+                listen: self.listen,
+                domain: self.domain,
+                reclaim_after: secs(self.reclaim_after),
+                lifecycle_every: secs(self.lifecycle_every),
+                lifecycle_day: secs(self.lifecycle_day),
+                body_idle_timeout: secs(self.body_idle_timeout),
+                max_connections: self.max_connections,
+            },
+            metrics_listen: self.metrics_listen,
         })
+    }
 }
 
 /// Run the gateway until SIGINT/SIGTERM.
 pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
-    let (cluster, meta_latency) = connect_cluster(&args.meta).await?;
-    let pool = pool_id(&cluster, &args.pool)?;
-    let data_pool = args
+    let config = args.daemon_config().await?;
+    let master_key = config.master_key.clone();
+    let data_pool = config
         .data_pool
-        .as_deref()
-        .map(|name| pool_id(&cluster, name))
-        .transpose()?;
-    let master = MasterKey::load(&args.master_key, true)?;
-    let ring = Arc::new(KeyRing::new(cluster.meta().clone(), master));
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listen for S3 on {}", args.listen))?;
-    let addr = listener.local_addr()?;
-    let metrics_addr =
-        basalt_node::metrics_http::metrics_addr(args.metrics_listen.as_deref(), Some(addr))?;
-    if metrics_addr.is_none() {
-        // Before any request: nothing will read the histograms (docs/metrics.md, "Off").
-        basalt_metrics::disable_latency();
-    }
-    let stats = Arc::new(basalt_s3::stats::GatewayStats::default());
-    let metrics = match metrics_addr {
-        Some(metrics_addr) => {
-            let mut registry = basalt_node::metrics_http::registry();
-            registry.register_collector(Box::new(cluster.collector()));
-            registry.register_collector(Box::new(meta_latency));
-            registry.register_collector(Box::new(stats.clone()));
-            Some(basalt_node::metrics_http::start(metrics_addr, registry).await?)
-        }
-        None => None,
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let config = GatewayConfig {
-        pool,
-        data_pool,
-        domain: args.domain.clone(),
-        reclaim_after: std::time::Duration::from_secs(args.reclaim_after.max(1)),
-        lifecycle_every: std::time::Duration::from_secs(args.lifecycle_every.max(1)),
-        lifecycle_day: std::time::Duration::from_secs(args.lifecycle_day.max(1)),
-        stats,
-        body_idle_timeout: std::time::Duration::from_secs(args.body_idle_timeout.max(1)),
-        max_connections: args.max_connections.max(1),
-    };
-    let task = tokio::spawn(basalt_s3::serve(
-        listener,
-        cluster.clone(),
-        ring,
-        config,
-        stop_rx,
-    ));
+        .clone()
+        .unwrap_or_else(|| config.pool.clone());
+    let pool = config.pool.clone();
+    let gateway = S3Daemon::start(config).await?;
     println!(
-        "S3 gateway serving on http://{addr} (bucket indexes in pool {}, data in pool {}){}",
-        args.pool,
-        args.data_pool.as_deref().unwrap_or(&args.pool),
-        metrics
-            .as_ref()
-            .map(|(a, _)| format!(", metrics http://{a}/metrics"))
+        "S3 gateway serving on http://{} (bucket indexes in pool {pool}, data in pool \
+         {data_pool}){}",
+        gateway.addr,
+        gateway
+            .metrics
+            .map(|a| format!(", metrics http://{a}/metrics"))
             .unwrap_or_default()
     );
     println!(
         "  keys: basalt s3 key create --user NAME --meta ... --master-key {}",
-        args.master_key.display()
+        master_key.display()
     );
     flush_stdout();
     crate::up::wait_for_signal().await?;
-    let _ = stop_tx.send(true);
-    let _ = task.await;
-    if let Some((_, task)) = metrics {
-        task.abort();
-    }
+    gateway.stop().await;
     Ok(())
 }
 

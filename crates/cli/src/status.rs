@@ -1,64 +1,85 @@
-//! `basalt status`: printing the cluster report gathered by `basalt_client::status`.
+//! `basalt status`: printing the cluster report gathered by `basalt_client::status`, from
+//! the metadata store (`--meta`) or the control socket of `basalt up`.
 
+use crate::daemons::MetaArgs;
+use crate::global::GlobalArgs;
 pub use basalt_client::status::{gather, gather_with_rates, StatusReport};
 use basalt_proto::size::human_bytes;
+use std::path::Path;
+use std::time::Duration;
+
+/// `basalt status`: one report with rates over `interval` seconds, or (`watch`) the
+/// cluster's events, checked every `interval` seconds.
+pub async fn run(global: &GlobalArgs, interval: f64, watch: bool) -> anyhow::Result<()> {
+    if watch {
+        let every = Duration::from_secs_f64(interval.clamp(0.1, 60.0));
+        return watch_status(&global.control, &global.meta, every).await;
+    }
+    let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
+    let report = status_report(&global.control, &global.meta, interval_ms).await?;
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print(&report);
+    }
+    Ok(())
+}
+
+/// One status report, from the metadata store (`--meta`) or the control socket.
+async fn status_report(
+    control: &Path,
+    meta: &MetaArgs,
+    interval_ms: u64,
+) -> anyhow::Result<StatusReport> {
+    Ok(if meta.meta.is_some() {
+        let cluster = crate::admin::open_cluster(meta).await?;
+        gather_with_rates(&cluster, interval_ms).await?
+    } else {
+        control_status(control, interval_ms).await?
+    })
+}
+
+/// One status report from the control socket of `basalt up`.
+async fn control_status(control: &Path, interval_ms: u64) -> anyhow::Result<StatusReport> {
+    use crate::control::{call, Request};
+    let resp = call(control, &Request::Status { interval_ms }).await?;
+    resp.status
+        .ok_or_else(|| anyhow::anyhow!("the control API sent no status"))
+}
+
+/// `basalt status --watch`: one cluster handle (`--meta`) or the control socket, polled.
+async fn watch_status(control: &Path, meta: &MetaArgs, every: Duration) -> anyhow::Result<()> {
+    let cluster = match meta.meta {
+        Some(_) => Some(crate::admin::open_cluster(meta).await?),
+        None => None,
+    };
+    let cluster = cluster.as_ref();
+    crate::watch::run(every, move || async move {
+        match cluster {
+            Some(c) => Ok(basalt_client::status::gather_for_events(c).await?),
+            None => control_status(control, 0).await,
+        }
+    })
+    .await
+}
 
 /// Print the report for people.
 pub fn print(r: &StatusReport) {
+    print_cluster(r);
+    print_data(r);
+    print_osds(r);
+}
+
+/// The "cluster:" section: health, map, OSDs, PGs, what is wrong, rates.
+fn print_cluster(r: &StatusReport) {
     let up = r.osds.iter().filter(|o| o.up).count();
     let is_in = r.osds.iter().filter(|o| o.is_in).count();
-    let used: u64 = r
-        .osds
-        .iter()
-        .filter_map(|o| o.stats)
-        .map(|s| s.used_bytes)
-        .sum();
-    let raw: u64 = r
-        .osds
-        .iter()
-        .filter_map(|o| o.stats)
-        .map(|s| s.capacity_bytes)
-        .sum();
-    let objects: u64 = r
-        .osds
-        .iter()
-        .filter_map(|o| o.stats)
-        .map(|s| s.objects)
-        .sum();
-    let slow_now = r
-        .osds
-        .iter()
-        .any(|o| o.slow_ops.iter().any(|op| op.in_flight));
-    let health = if r.pgs_inactive > 0 || r.unfound_objects > 0 {
-        "HEALTH_ERR"
-    } else if r.pgs_active_clean == r.pgs_total
-        && up == r.osds.len()
-        && !slow_now
-        && r.unplaceable.is_empty()
-    {
-        "HEALTH_OK"
-    } else {
-        "HEALTH_WARN"
-    };
     println!("cluster:");
-    println!("  health: {health}");
+    println!("  health: {}", r.health());
     println!("  map:    epoch {}", r.map_epoch);
     println!("  osds:   {} total, {up} up, {is_in} in", r.osds.len());
     println!("  pools:  {}", r.pools.len());
-    let mut pg_line = format!("{} total, {} active+clean", r.pgs_total, r.pgs_active_clean);
-    if r.pgs_recovering > 0 {
-        pg_line.push_str(&format!(", {} active+recovering", r.pgs_recovering));
-    }
-    if r.pgs_degraded > 0 {
-        pg_line.push_str(&format!(", {} active+degraded", r.pgs_degraded));
-    }
-    if r.pgs_peering > 0 {
-        pg_line.push_str(&format!(", {} peering", r.pgs_peering));
-    }
-    if r.pgs_inactive > 0 {
-        pg_line.push_str(&format!(", {} inactive", r.pgs_inactive));
-    }
-    println!("  pgs:    {pg_line}");
+    println!("  pgs:    {}", pg_line(r));
     for why in &r.unplaceable {
         println!("  placement: {why}");
     }
@@ -75,33 +96,7 @@ pub fn print(r: &StatusReport) {
             r.unfound_objects
         );
     }
-    let slow: Vec<_> = r
-        .osds
-        .iter()
-        .flat_map(|o| {
-            o.slow_ops
-                .iter()
-                .filter(|op| op.in_flight)
-                .map(|op| (o.id, op))
-        })
-        .collect();
-    if !slow.is_empty() {
-        println!("  slow ops: {} in flight", slow.len());
-        for (osd, op) in slow {
-            println!(
-                "    osd.{osd}: {} obj {}{} pg {}, {:.1} s in '{}'",
-                op.op,
-                op.object,
-                op.volume
-                    .as_ref()
-                    .map(|v| format!(" (volume {v})"))
-                    .unwrap_or_default(),
-                op.pg,
-                op.age_ms as f64 / 1000.0,
-                op.stage_text()
-            );
-        }
-    }
+    print_slow_ops(r);
     if let Some(m) = &r.monitor {
         println!("  monitor: {m}");
     }
@@ -117,6 +112,49 @@ pub fn print(r: &StatusReport) {
             human_bytes(rt.recovery_bytes_per_sec as u64),
         );
     }
+}
+
+/// `64 total, 60 active+clean, 4 active+degraded`: the states that have PGs.
+fn pg_line(r: &StatusReport) -> String {
+    let mut line = format!("{} total, {} active+clean", r.pgs_total, r.pgs_active_clean);
+    for (count, state) in [
+        (r.pgs_recovering, "active+recovering"),
+        (r.pgs_degraded, "active+degraded"),
+        (r.pgs_peering, "peering"),
+        (r.pgs_inactive, "inactive"),
+    ] {
+        if count > 0 {
+            line.push_str(&format!(", {count} {state}"));
+        }
+    }
+    line
+}
+
+/// The slow operations in flight, one line each.
+fn print_slow_ops(r: &StatusReport) {
+    let slow = r.slow_ops_in_flight();
+    if slow.is_empty() {
+        return;
+    }
+    println!("  slow ops: {} in flight", slow.len());
+    for (osd, op) in slow {
+        println!(
+            "    osd.{osd}: {} obj {}{} pg {}, {:.1} s in '{}'",
+            op.op,
+            op.object,
+            op.volume
+                .as_ref()
+                .map(|v| format!(" (volume {v})"))
+                .unwrap_or_default(),
+            op.pg,
+            op.age_ms as f64 / 1000.0,
+            op.stage_text()
+        );
+    }
+}
+
+/// The "data:" section: volumes, images, raw usage.
+fn print_data(r: &StatusReport) {
     println!("data:");
     println!(
         "  volumes: {} ({} provisioned, {} stored in their layers, {} snapshots)",
@@ -135,17 +173,18 @@ pub fn print(r: &StatusReport) {
             human_bytes(r.image_used_bytes)
         );
     }
-    let pct = if raw > 0 {
-        used as f64 * 100.0 / raw as f64
+    let c = r.capacity();
+    let pct = if c.raw_bytes > 0 {
+        c.used_bytes as f64 * 100.0 / c.raw_bytes as f64
     } else {
         0.0
     };
     println!(
-        "  usage:   {} used of {} raw ({pct:.1}%), {objects} object copies",
-        human_bytes(used),
-        human_bytes(raw)
+        "  usage:   {} used of {} raw ({pct:.1}%), {} object copies",
+        human_bytes(c.used_bytes),
+        human_bytes(c.raw_bytes),
+        c.object_copies
     );
-    print_osds(r);
 }
 
 /// Print the OSD table of a report.

@@ -183,7 +183,7 @@ fn s3_settings(args: &UpArgs) -> anyhow::Result<Option<S3Settings>> {
     };
     Ok(Some(S3Settings {
         listen,
-        domain: args.s3_domain.clone(),
+        domain: Some(args.s3_domain.clone()),
         reclaim_after: Duration::from_secs(args.s3_reclaim_after),
         lifecycle_every: Duration::from_secs(args.s3_lifecycle_every),
         lifecycle_day: Duration::from_secs(args.s3_lifecycle_day),

@@ -484,27 +484,9 @@ async fn locate(target: &Target, name: String, offset: u64) -> anyhow::Result<()
         anyhow::bail!("volume locate needs --meta (the cluster's metadata)");
     }
     let cluster = crate::admin::open_cluster(&target.meta).await?;
-    let info = cluster.volume_info(&name).await?;
-    let map = cluster.map();
-    let pool = map
-        .pools
-        .get(&info.pool)
-        .ok_or_else(|| anyhow::anyhow!("pool {} is not in the map", info.pool))?;
-    let obj = basalt_proto::ObjectId::new(info.id, offset / info.object_size as u64);
-    let pg = basalt_placement::ClusterMap::pg_of(pool, obj);
-    let acting = map.acting(pg)?.to_vec();
-    let placement = map.placement(pg)?.to_vec();
-    let out = serde_json::json!({
-        "volume": name,
-        "offset": offset,
-        "object": obj.to_string(),
-        "object_index": obj.index,
-        "pg": pg.to_string(),
-        "epoch": map.epoch,
-        "placement": placement,
-        "acting": acting,
-        "primary": acting.first(),
-    });
+    let location = cluster.locate(&name, offset).await?;
+    // Through a JSON map: its keys sorted, as this command has always printed them.
+    let out = serde_json::to_value(&location)?;
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }

@@ -214,6 +214,22 @@ pub async fn create_pool_for(
     crate::pools::create_pool(meta, record).await
 }
 
+/// [`create_pool_for`], then, with `wait`, wait at most that long until `maps` shows the
+/// pool (volumes can then be made in it). Subscribe `maps` before the call: the map with
+/// the pool is then seen however soon the monitor publishes it.
+pub async fn create_pool_visible(
+    meta: &dyn MetaStore,
+    request: &PoolRequest,
+    maps: &mut tokio::sync::watch::Receiver<std::sync::Arc<ClusterMap>>,
+    wait: Option<std::time::Duration>,
+) -> Result<PoolRecord, ClientError> {
+    let record = create_pool_for(meta, request).await?;
+    if let Some(wait) = wait {
+        crate::pools::wait_for_pool(maps, &record.name, wait).await?;
+    }
+    Ok(record)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

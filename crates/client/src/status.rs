@@ -139,6 +139,60 @@ pub struct StatusReport {
     pub unplaceable: Vec<String>,
 }
 
+/// What the OSDs that answered hold, summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CapacityTotals {
+    pub used_bytes: u64,
+    pub raw_bytes: u64,
+    pub object_copies: u64,
+}
+
+impl StatusReport {
+    /// The cluster's health, worded as `ceph -s` does: `HEALTH_ERR` when I/O blocks or data
+    /// is unreadable (PGs inactive, stripes unfound); `HEALTH_OK` when every PG is
+    /// active+clean, every OSD up, no operation slow and every pool placeable; else
+    /// `HEALTH_WARN`.
+    pub fn health(&self) -> &'static str {
+        let all_up = self.osds.iter().all(|o| o.up);
+        if self.pgs_inactive > 0 || self.unfound_objects > 0 {
+            "HEALTH_ERR"
+        } else if self.pgs_active_clean == self.pgs_total
+            && all_up
+            && self.slow_ops_in_flight().is_empty()
+            && self.unplaceable.is_empty()
+        {
+            "HEALTH_OK"
+        } else {
+            "HEALTH_WARN"
+        }
+    }
+
+    /// Used and raw bytes and object copies over the OSDs that answered.
+    pub fn capacity(&self) -> CapacityTotals {
+        self.osds
+            .iter()
+            .filter_map(|o| o.stats)
+            .fold(CapacityTotals::default(), |t, s| CapacityTotals {
+                used_bytes: t.used_bytes + s.used_bytes,
+                raw_bytes: t.raw_bytes + s.capacity_bytes,
+                object_copies: t.object_copies + s.objects,
+            })
+    }
+
+    /// The slow operations still in flight, with their OSD's id.
+    pub fn slow_ops_in_flight(&self) -> Vec<(u32, &SlowOpStatus)> {
+        self.osds
+            .iter()
+            .flat_map(|o| {
+                o.slow_ops
+                    .iter()
+                    .filter(|op| op.in_flight)
+                    .map(move |op| (o.id, op))
+            })
+            .collect()
+    }
+}
+
 /// Cluster-wide rates measured between two samples of every OSD's counters.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Rates {
@@ -404,4 +458,52 @@ fn pool_shortfalls(map: &ClusterMap) -> Vec<String> {
         .values()
         .filter_map(|p| shape.map_shortfall(p))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of `osds` (id, up, used bytes), everything else healthy.
+    fn report(osds: &[(u32, bool, u64)]) -> StatusReport {
+        let osds: Vec<serde_json::Value> = osds
+            .iter()
+            .map(|&(id, up, used)| {
+                serde_json::json!({
+                    "id": id, "host": "h", "addr": "a", "up": up, "is_in": true,
+                    "stats": {"capacity_bytes": 1000, "used_bytes": used, "slots_total": 0,
+                              "slots_free": 0, "objects": 2},
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "map_epoch": 1, "osds": osds, "pools": [], "pgs_total": 8,
+            "pgs_active_clean": 8, "pgs_degraded": 0, "pgs_inactive": 0, "volumes": 0,
+            "volume_bytes": 0,
+        }))
+        .expect("a minimal report parses")
+    }
+
+    #[test]
+    fn health_is_ok_warn_or_err_as_ceph_words_it() {
+        // Goal: OK only when everything is up and clean; a down OSD warns; blocked I/O or
+        // unreadable data is an error, whatever else holds.
+        let mut r = report(&[(0, true, 10), (1, true, 20)]);
+        assert_eq!(r.health(), "HEALTH_OK");
+        assert_eq!(
+            r.capacity(),
+            CapacityTotals {
+                used_bytes: 30,
+                raw_bytes: 2000,
+                object_copies: 4
+            }
+        );
+        r.osds[1].up = false;
+        assert_eq!(r.health(), "HEALTH_WARN");
+        r.osds[1].up = true;
+        r.unplaceable.push("pool x needs 3 hosts".into());
+        assert_eq!(r.health(), "HEALTH_WARN");
+        r.unfound_objects = 1;
+        assert_eq!(r.health(), "HEALTH_ERR");
+    }
 }

@@ -21,6 +21,22 @@ pub const VOLUME_FORMAT_VERSION: u32 = 3;
 /// Oldest record format this version reads.
 pub const VOLUME_FORMAT_OLDEST: u32 = 2;
 
+/// Where a byte of a volume lives, in the map of `epoch` (`basalt volume locate`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByteLocation {
+    pub volume: String,
+    pub offset: u64,
+    /// The object, `INODE:INDEX` in hex, and its index in the volume.
+    pub object: String,
+    pub object_index: u64,
+    pub pg: String,
+    pub epoch: u32,
+    /// The OSDs that should hold the PG, and those serving it now (the first: its primary).
+    pub placement: Vec<u32>,
+    pub acting: Vec<u32>,
+    pub primary: Option<u32>,
+}
+
 /// A volume as stored in metadata (JSON, versioned).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeInfo {
@@ -288,6 +304,34 @@ impl Cluster {
             Some((v, _)) => decode(&v),
             None => Err(ClientError::NoSuchVolume { name: name.into() }),
         }
+    }
+
+    /// Where byte `offset` of volume `name` lives: its object, PG, and the OSDs that should
+    /// hold it and that serve it now (`basalt volume locate`).
+    pub async fn locate(&self, name: &str, offset: u64) -> Result<ByteLocation, ClientError> {
+        let info = self.volume_info(name).await?;
+        let map = self.map();
+        let pool = map
+            .pools
+            .get(&info.pool)
+            .ok_or_else(|| ClientError::Invalid {
+                reason: format!("pool {} is not in the map", info.pool),
+            })?;
+        let obj = basalt_proto::ObjectId::new(info.id, offset / info.object_size as u64);
+        let pg = basalt_placement::ClusterMap::pg_of(pool, obj);
+        let acting = map.acting(pg)?.to_vec();
+        let placement = map.placement(pg)?.to_vec();
+        Ok(ByteLocation {
+            volume: name.to_string(),
+            offset,
+            object: obj.to_string(),
+            object_index: obj.index,
+            pg: pg.to_string(),
+            epoch: map.epoch,
+            placement,
+            primary: acting.first().copied(),
+            acting,
+        })
     }
 
     /// Open a volume for I/O.

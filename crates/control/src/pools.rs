@@ -16,22 +16,11 @@ pub(crate) async fn pool_request(
 ) -> Response {
     let result = match req {
         Request::PoolCreate { pool, wait_ms } => {
-            // Follow the map from before the record exists: the map with it is then seen
-            // however soon the monitor publishes it.
             let mut maps = cluster.map_watch();
-            match basalt_client::create_pool_for(cluster.meta().as_ref(), &pool).await {
-                Ok(r) => match wait_ms {
-                    Some(ms) => {
-                        let wait = Duration::from_millis(ms);
-                        basalt_client::wait_for_pool(&mut maps, &r.name, wait)
-                            .await
-                            .map(|_| r)
-                    }
-                    None => Ok(r),
-                },
-                Err(e) => Err(e),
-            }
-            .map(Response::pool)
+            let wait = wait_ms.map(Duration::from_millis);
+            basalt_client::create_pool_visible(cluster.meta().as_ref(), &pool, &mut maps, wait)
+                .await
+                .map(Response::pool)
         }
         Request::PoolRm { name, wait_ms } => {
             let reserved = cluster

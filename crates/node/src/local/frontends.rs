@@ -1,11 +1,12 @@
 //! What `basalt up` serves: NBD (TCP and unix socket), NVMe/TCP, S3 and the control API,
 //! all over one set of volume exports.
 
-use super::s3::{self, S3Gateway};
+use super::s3;
 use super::LocalConfig;
 use crate::gateway::nbd_server;
 use crate::metrics_http::MetricsTask;
 use crate::ready::Endpoints;
+use crate::s3_gateway::S3Gateway;
 use anyhow::Context;
 use basalt_client::Cluster;
 use basalt_meta::schema::PoolRecord;
@@ -126,7 +127,7 @@ impl Frontends {
             None => (pool.id, None),
         };
         let stats = self.s3_stats.clone();
-        let gateway = S3Gateway::start(settings, &config.data_dir, cluster, pools, stats).await?;
+        let gateway = s3::start_gateway(settings, &config.data_dir, cluster, pools, stats).await?;
         self.s3 = Some(gateway);
         // Objvols over this cluster's own buckets read them through its gateway, as admin.
         let credentials = s3::s3_credentials_path(&config.data_dir);

@@ -14,11 +14,12 @@ mod pools;
 mod s3;
 
 pub use pools::{POOL_NAME, S3_INDEX_POOL};
-pub use s3::{s3_credentials_path, S3Settings};
+pub use s3::s3_credentials_path;
 
 use crate::metrics_http::{self, MetricsTask};
 use crate::monitor::{Monitor, MonitorSettings};
 use crate::ready::Endpoints;
+use crate::s3_gateway::S3Settings;
 use anyhow::{bail, Context};
 use basalt_client::Cluster;
 use basalt_meta::schema::{PoolRecord, OSDS_PREFIX};
