@@ -361,6 +361,7 @@ fn sections<'a>(
         Box::new(strmvol_section(opts)),
         Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
             image_data_bytes: by_size(16 << 20, 128 << 20, 512 << 20),
+            guest_fio_s: opts.scale().pick(1, 5, 5),
             guest_dir: guest_dir.clone(),
         }),
         Box::new(crate::sections::nvmf::NvmfSection {
