@@ -10,7 +10,7 @@ use crate::sections::network::NetworkSection;
 use crate::sections::profiles::ProfilesSection;
 use crate::sections::scaling::{self, ScalingPlan, ScalingSection};
 use crate::sections::strmvol::StrmvolSection;
-use crate::sections::{Ctx, Section, Settings, Side};
+use crate::sections::{Ctx, Scale, Section, Settings, Side};
 use crate::under_test::{ExistingCluster, UnderTest};
 use crate::{environment, fio, interrupt, report, svg};
 use anyhow::{bail, Context};
@@ -85,6 +85,17 @@ impl StorageOptions {
             size_bytes,
             jobs: (cores as u32).clamp(2, 8),
             deep_iodepth: 32,
+        }
+    }
+
+    /// The run's size, as sections take it.
+    pub fn scale(&self) -> Scale {
+        if self.smoke {
+            Scale::Smoke
+        } else if self.quick {
+            Scale::Quick
+        } else {
+            Scale::Full
         }
     }
 
@@ -301,7 +312,7 @@ fn cluster_config(opts: &StorageOptions, settings: &Settings) -> ClusterConfig {
 
 fn strmvol_section(opts: &StorageOptions) -> StrmvolSection {
     StrmvolSection {
-        quick: opts.quick || opts.smoke,
+        scale: opts.scale(),
     }
 }
 
@@ -345,11 +356,12 @@ fn sections<'a>(
         Box::new(ProfilesSection::vitastor(settings)),
         Box::new(scaling),
         Box::new(crate::sections::s3::S3Section {
-            quick: opts.quick || opts.smoke,
+            scale: opts.scale(),
         }),
         Box::new(strmvol_section(opts)),
         Box::new(crate::sections::plasmavmc::PlasmaVmcSection {
             image_data_bytes: by_size(16 << 20, 128 << 20, 512 << 20),
+            guest_fio_s: opts.scale().pick(1, 5, 5),
             guest_dir: guest_dir.clone(),
         }),
         Box::new(crate::sections::nvmf::NvmfSection {

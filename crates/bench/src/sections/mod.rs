@@ -69,6 +69,28 @@ pub struct Ctx {
     pub network_mib_s: Option<f64>,
 }
 
+/// How large a run is: sections pick their sizes and durations by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// `--smoke`: the smallest sizes that still run every code path; the figures mean little.
+    Smoke,
+    /// `--quick`: short runs and small sizes.
+    Quick,
+    /// A full run.
+    Full,
+}
+
+impl Scale {
+    /// `smoke`, `quick` or `full`, by this scale.
+    pub fn pick<T>(self, smoke: T, quick: T, full: T) -> T {
+        match self {
+            Scale::Smoke => smoke,
+            Scale::Quick => quick,
+            Scale::Full => full,
+        }
+    }
+}
+
 /// Which side of a comparison a step measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {

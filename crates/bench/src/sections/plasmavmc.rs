@@ -21,8 +21,6 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(900);
 const VM_TIMEOUT: Duration = Duration::from_secs(300);
 /// Snapshots between the chain volume's head and its data.
 const CHAIN_DEPTH: u32 = 10;
-/// Seconds of each guest fio run (randwrite, then randread).
-const GUEST_FIO_S: u32 = 5;
 
 const RANDREAD: Job = Job {
     rw: "randread",
@@ -43,6 +41,9 @@ const RANDWRITE: Job = Job {
 pub struct PlasmaVmcSection {
     /// Bytes of random data in the synthetic 2 GiB image.
     pub image_data_bytes: u64,
+    /// Seconds of each guest fio run (randwrite, then randread); at least 1 (0 would skip
+    /// fio in the guest and leave its rows empty).
+    pub guest_fio_s: u32,
     /// Directory of the guest built by `scripts/build-guest-image.sh` (None: no VM rows).
     pub guest_dir: Option<PathBuf>,
 }
@@ -149,14 +150,10 @@ struct VmRun {
 }
 
 /// Boot the guest from `uri`, bounded; its console goes to `console`.
-fn boot(guest: &Path, uri: &str, name: &str, console: &Path) -> anyhow::Result<VmRun> {
+fn boot(guest: &Path, uri: &str, name: &str, fio_s: u32, console: &Path) -> anyhow::Result<VmRun> {
     let started = Instant::now();
-    let (mut child, rx) = crate::guest::spawn_with_console(&mut crate::guest::qemu_command(
-        guest,
-        uri,
-        name,
-        GUEST_FIO_S,
-    ))?;
+    let (mut child, rx) =
+        crate::guest::spawn_with_console(&mut crate::guest::qemu_command(guest, uri, name, fio_s))?;
     let mut log = String::new();
     let mut run = VmRun {
         root_s: f64::NAN,
@@ -450,13 +447,14 @@ impl PlasmaVmcSection {
         for v in ["vm-flat", "vm-clone"] {
             let console = ctx.raw_dir.join(format!("plasmavmc-{v}.console"));
             runs.push(match &prepared {
-                Ok(()) => boot(guest, &export(base_uri, v), v, &console),
+                Ok(()) => boot(guest, &export(base_uri, v), v, self.guest_fio_s, &console),
                 Err(e) => Err(anyhow::anyhow!("{e:#}")),
             });
         }
         let cmd = format!(
             "qemu-system-x86_64 -accel tcg -m 512 -kernel vmlinux -initrd initrd.cpio \
-             -drive file=nbd://.../VOLUME,if=virtio,cache=none (basalt.fio={GUEST_FIO_S})"
+             -drive file=nbd://.../VOLUME,if=virtio,cache=none (basalt.fio={})",
+            self.guest_fio_s
         );
         let pick = |r: &anyhow::Result<VmRun>, f: fn(&VmRun) -> f64, v: &str| {
             let raw = format!("raw/plasmavmc-{v}.console");
@@ -522,7 +520,7 @@ impl Section for PlasmaVmcSection {
             ctx.settings.size_bytes as f64 / (100u64 << 20) as f64 + 4.0 * fio_s + 5.0,
         ];
         if self.guest_dir.is_some() {
-            plan.push(40.0 + 4.0 * GUEST_FIO_S as f64);
+            plan.push(40.0 + 4.0 * self.guest_fio_s as f64);
         }
         plan
     }
@@ -540,12 +538,13 @@ impl Section for PlasmaVmcSection {
                  for a 2 GiB and a 200 GiB image. VMs: the test guest \
                  (scripts/build-guest-image.sh) booted under QEMU TCG from a clone of its \
                  image and from a flat volume holding a full copy, one after the other; time \
-                 to its root file system, then fio inside the guest ({GUEST_FIO_S} s each). \
+                 to its root file system, then fio inside the guest ({} s each). \
                  Chain: a volume filled once, then {CHAIN_DEPTH} snapshots, so its head \
                  reads every object through {CHAIN_DEPTH} layers, beside a flat volume \
                  filled the same way; host fio through NBD, flat then chain. TCG guest \
                  figures are bound by emulated CPU, not by storage.",
-                self.image_data_bytes >> 20
+                self.image_data_bytes >> 20,
+                self.guest_fio_s
             ),
             baseline_name: "Local disk / flat volume".into(),
             status: SectionStatus::Measured,

@@ -5,7 +5,7 @@
 //! unversioned one, and a ListObjectsV2 walk over 100,000 keys; then the 4 KiB rates again
 //! with the built-in Rust client ([`super::s3_load`]), cheap enough to measure the gateway.
 
-use super::{s3_load, Ctx, Section};
+use super::{s3_load, Ctx, Scale, Section};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use std::process::Command;
 use std::time::Duration;
@@ -17,16 +17,58 @@ const DRIVER_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// The S3 section.
 pub struct S3Section {
-    /// `--quick`: a 64 MiB large object, 8 of 4 MiB, 2 s (not 5 s) per 4 KiB phase, 2 rounds
-    /// of 1.5 s (not 4 of 3 s) per bucket in the versioning comparison, and 10,000 keys (not
-    /// 100,000) to list.
-    pub quick: bool,
+    /// Sizes and durations: see [`Sizes::of`].
+    pub scale: Scale,
+}
+
+/// What the boto3 driver measures at a scale (its SIZES table, which a test holds to this)
+/// and how long the Rust client's phases are.
+struct Sizes {
+    /// MiB of the large object.
+    big_mib: u32,
+    /// 4 MiB objects PUT and GET.
+    small_count: u32,
+    /// Seconds of each 4 KiB phase (both clients).
+    small_s: f64,
+    /// Seconds of each versioning round (boto3).
+    round_s: f64,
+    /// Keys of the LIST bucket, as the report writes them.
+    listed: &'static str,
+    /// Keys per ListObjectsV2 page.
+    list_page: u32,
+}
+
+impl Sizes {
+    /// A full run; `Quick`: a 64 MiB large object, 8 of 4 MiB, 2 s phases, rounds of 1.5 s,
+    /// 10,000 keys to list; `Smoke`: 16 MiB, 8 of 4 MiB, 0.5 s phases and rounds, 500 keys
+    /// listed 100 a page (still five pages; filling the LIST bucket, one index update a key,
+    /// was most of the section).
+    fn of(scale: Scale) -> Sizes {
+        let (big_mib, small_count, small_s, round_s, listed, list_page) = scale.pick(
+            (16, 8, 0.5, 0.5, "500", 100),
+            (64, 8, 2.0, 1.5, "10,000", 1000),
+            (256, 32, 5.0, 3.0, "100,000", 1000),
+        );
+        Sizes {
+            big_mib,
+            small_count,
+            small_s,
+            round_s,
+            listed,
+            list_page,
+        }
+    }
 }
 
 /// (figure key in the driver's JSON, row label, unit, compared with the network).
-fn rows(quick: bool) -> Vec<(&'static str, String, &'static str, bool)> {
-    let (big, n) = if quick { (64, 8) } else { (256, 32) };
-    let listed = if quick { "10,000" } else { "100,000" };
+fn rows(scale: Scale) -> Vec<(&'static str, String, &'static str, bool)> {
+    let sizes = Sizes::of(scale);
+    let (big, n, listed, page) = (
+        sizes.big_mib,
+        sizes.small_count,
+        sizes.listed,
+        sizes.list_page,
+    );
     vec![
         (
             "put_big_mib_s",
@@ -132,7 +174,7 @@ fn rows(quick: bool) -> Vec<(&'static str, String, &'static str, bool)> {
         ),
         (
             "list_keys_s",
-            format!("LIST of {listed} keys, 1000 a page, one client"),
+            format!("LIST of {listed} keys, {page} a page, one client"),
             "keys/s",
             false,
         ),
@@ -147,34 +189,37 @@ impl Section for S3Section {
     fn plan(&self, _ctx: &Ctx) -> Vec<f64> {
         // Most of a full run is the untimed filling and emptying of the 100,000-key bucket;
         // the Rust client's four phases come with key generation and deletion.
-        if self.quick {
-            vec![50.0, 15.0]
-        } else {
-            vec![270.0, 35.0]
-        }
+        self.scale
+            .pick(vec![25.0, 6.0], vec![50.0, 15.0], vec![270.0, 35.0])
     }
 
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
+        let sizes = Sizes::of(self.scale);
         let mut report = SectionReport {
             id: "s3".into(),
             title: "S3 object gateway (LightningStor profile)".into(),
-            intro: "boto3 (the AWS SDK for Python, default settings: CRC32 checksums of \
-                    every upload) against the cluster's S3 gateway over loopback HTTP: one \
-                    large object PUT then GET, then 4 MiB objects PUT then GET one after the \
-                    other and with 8 concurrent clients; then 4 KiB objects PUT for a fixed \
-                    time, then GET in turn for as long, by 1 and by 16 client processes \
-                    (each its own boto3 client and keys, all started before the clock); \
-                    then 4 KiB PUT by 16 processes into a bucket with versioning Enabled \
-                    and into an unversioned one, in alternating rounds of 3 s; then one \
-                    client's ListObjectsV2 walk, 1000 keys a page, over 100,000 empty keys \
-                    PUT before the clock, which must return exactly those keys in order. \
-                    Bodies are random, generated before the clock starts; every GET is \
-                    compared with what was PUT. Then the 4 KiB PUT and GET phases again with \
-                    the benchmark's own Rust client (rows marked Rust): 1 and 16 tasks on one \
-                    thread, each with a keep-alive HTTP/1.1 connection, SigV4 with the \
-                    body's SHA-256, the CPU of client and cluster read around each phase. \
-                    The baseline is the network section's TCP throughput."
-                .into(),
+            intro: format!(
+                "boto3 (the AWS SDK for Python, default settings: CRC32 checksums of every \
+                 upload) against the cluster's S3 gateway over loopback HTTP: one large \
+                 object PUT then GET, then 4 MiB objects PUT then GET one after the other and \
+                 with 8 concurrent clients; then 4 KiB objects PUT for {phase_s} s, then GET \
+                 in turn for as long, by 1 and by 16 client processes (each its own boto3 \
+                 client and keys, all started before the clock); then 4 KiB PUT by 16 \
+                 processes into a bucket with versioning Enabled and into an unversioned one, \
+                 in alternating rounds of {round_s} s; then one client's ListObjectsV2 walk, \
+                 {page} keys a page, over {listed} empty keys PUT before the clock, which must \
+                 return exactly those keys in order. Bodies are random, generated before the \
+                 clock starts; every GET is compared with what was PUT. Then the 4 KiB PUT \
+                 and GET phases again with the benchmark's own Rust client (rows marked \
+                 Rust): 1 and 16 tasks on one thread, each with a keep-alive HTTP/1.1 \
+                 connection, SigV4 with the body's SHA-256, the CPU of client and cluster \
+                 read around each phase. The baseline is the network section's TCP \
+                 throughput.",
+                phase_s = sizes.small_s,
+                round_s = sizes.round_s,
+                listed = sizes.listed,
+                page = sizes.list_page,
+            ),
             baseline_name: "Network (TCP)".into(),
             status: SectionStatus::Measured,
             layout: Layout::Comparison,
@@ -205,13 +250,11 @@ impl Section for S3Section {
             .arg(&endpoint.access_key)
             .arg(&endpoint.secret_key)
             .arg(&json);
-        if self.quick {
-            cmd.arg("--quick");
-        }
+        let flag = self.scale.pick(" --smoke", " --quick", "");
+        cmd.args(flag.split_whitespace());
         let command = format!(
-            "python3 s3_driver.py {} ACCESS SECRET s3.json{}",
-            endpoint.url,
-            if self.quick { " --quick" } else { "" }
+            "python3 s3_driver.py {} ACCESS SECRET s3.json{flag}",
+            endpoint.url
         );
         // A stale file must not pass for this run's results.
         let _ = std::fs::remove_file(&json);
@@ -232,7 +275,7 @@ impl Section for S3Section {
             command: Some("network section".into()),
             ..Figure::default()
         });
-        report.rows = report_rows(self.quick, &outcome, &command, baseline);
+        report.rows = report_rows(self.scale, &outcome, &command, baseline);
         if let Err(e) = &outcome {
             ctx.progress.note(&format!("failed: {e:#}"));
         }
@@ -249,7 +292,7 @@ impl Section for S3Section {
             Ok(c) => c.cpu_sources(),
             Err(_) => Vec::new(),
         };
-        let seconds = if self.quick { 2.0 } else { 5.0 };
+        let seconds = sizes.small_s;
         let load = s3_load::measure(&endpoint, &sources, seconds);
         let command = format!(
             "basalt bench storage (built-in S3 client: 1 and 16 tasks, {seconds} s a phase, \
@@ -284,13 +327,13 @@ fn driver_error(outcome: &anyhow::Result<serde_json::Value>) -> Option<String> {
 /// The section's table from the driver's outcome: every figure it reported; for every other
 /// row, the step that failed (or why the driver gave nothing).
 fn report_rows(
-    quick: bool,
+    scale: Scale,
     outcome: &anyhow::Result<serde_json::Value>,
     command: &str,
     baseline: Option<Figure>,
 ) -> Vec<Row> {
     let failed_step = driver_error(outcome);
-    rows(quick)
+    rows(scale)
         .into_iter()
         .map(|(key, label, unit, vs_network)| {
             let basalt = match outcome {
@@ -328,8 +371,8 @@ mod tests {
         // Goal: `compare` matches rows by key, so no two rows may share one; the 4 KiB rates,
         // the versioning ratio and the LIST rate are not throughput and must not be set beside
         // the network baseline; and each row reads a figure the driver writes.
-        for quick in [false, true] {
-            let rows = rows(quick);
+        for scale in [Scale::Smoke, Scale::Quick, Scale::Full] {
+            let rows = rows(scale);
             let mut keys: Vec<_> = rows
                 .iter()
                 .map(|r| r.0.trim_end_matches("_mib_s").trim_end_matches("_s"))
@@ -363,6 +406,37 @@ mod tests {
     }
 
     #[test]
+    fn the_report_states_the_sizes_the_driver_uses() {
+        // Goal: the labels and the intro state what the driver ran: its SIZES entry of each
+        // mode holds the figures of `Sizes::of` for that scale.
+        for (mode, scale) in [
+            ("smoke", Scale::Smoke),
+            ("quick", Scale::Quick),
+            ("full", Scale::Full),
+        ] {
+            let entry = DRIVER
+                .split(&format!("\"{mode}\": {{"))
+                .nth(1)
+                .and_then(|rest| rest.split('}').next())
+                .unwrap_or_else(|| panic!("no SIZES entry {mode}"));
+            let s = Sizes::of(scale);
+            for field in [
+                format!("\"big_mib\": {}", s.big_mib),
+                format!("\"small_count\": {}", s.small_count),
+                format!("\"small_s\": {:?}", s.small_s),
+                format!("\"versioning_round_s\": {:?}", s.round_s),
+                format!("\"list_keys\": {}", s.listed.replace(',', "")),
+                format!("\"list_page\": {}", s.list_page),
+            ] {
+                assert!(entry.contains(&field), "{mode}: {field} not in {entry}");
+            }
+        }
+        assert!(rows(Scale::Smoke)
+            .iter()
+            .any(|r| r.1 == "LIST of 500 keys, 100 a page, one client"));
+    }
+
+    #[test]
     fn unmeasured_rows_name_the_failed_step() {
         // Goal: figures the driver measured before a failed step stand, and every row it did
         // not reach carries that step's error (a driver that wrote nothing: why).
@@ -372,7 +446,7 @@ mod tests {
             "put_4k_versioned_pct": 95.0,
             "error": "RuntimeError: the listing returned 99999 keys for 100000 PUT",
         }));
-        let rows = report_rows(false, &outcome, "python3 s3_driver.py", None);
+        let rows = report_rows(Scale::Full, &outcome, "python3 s3_driver.py", None);
         let basalt = |key: &str| {
             let row = rows.iter().find(|r| r.key == key).expect(key);
             row.basalt.clone().expect(key)
@@ -392,7 +466,7 @@ mod tests {
         );
         assert_eq!(list_row.unit, "keys/s");
 
-        let rows = report_rows(true, &Ok(serde_json::json!({})), "driver", None);
+        let rows = report_rows(Scale::Quick, &Ok(serde_json::json!({})), "driver", None);
         assert!(rows.iter().all(|r| {
             let f = r.basalt.as_ref().unwrap();
             f.value.is_none() && f.error.as_deref() == Some("not reported")
@@ -401,7 +475,12 @@ mod tests {
             .iter()
             .any(|r| r.label.starts_with("LIST of 10,000 keys")));
 
-        let rows = report_rows(false, &Err(anyhow::anyhow!("wrote no results")), "d", None);
+        let rows = report_rows(
+            Scale::Full,
+            &Err(anyhow::anyhow!("wrote no results")),
+            "d",
+            None,
+        );
         assert!(rows.iter().all(|r| {
             let f = r.basalt.as_ref().unwrap();
             f.error.as_deref() == Some("wrote no results")

@@ -1,12 +1,13 @@
 """The LightningStor S3 profile and small-object rates, driven by boto3 (embedded in `basalt bench storage`).
 
-Usage: python3 s3_driver.py ENDPOINT ACCESS_KEY SECRET_KEY OUT.json [--quick]
+Usage: python3 s3_driver.py ENDPOINT ACCESS_KEY SECRET_KEY OUT.json [--quick | --smoke]
 Measures one 256 MiB object PUT and GET, then 32 objects of 4 MiB PUT and GET one after the
 other and with 8 concurrent clients, then 4 KiB objects PUT then GET for a fixed time by 1 and
 by 16 client processes; then 4 KiB PUT by 16 processes into a versioned and an unversioned
-bucket in alternating rounds; then a ListObjectsV2 walk of a bucket of 100,000 keys (10,000
-with --quick). Bodies are random bytes generated before the clock starts; every GET and the
-listing are checked against what was PUT. Writes a JSON object of figures, with "error" set
+bucket in alternating rounds; then a ListObjectsV2 walk of a bucket of 100,000 keys. --quick
+and --smoke (the smoke test's: the figures mean little) shrink every size and duration: see
+SIZES. Bodies are random bytes generated before the clock starts; every GET and the listing
+are checked against what was PUT. Writes a JSON object of figures, with "error" set
 when a step failed; every key, version and bucket is deleted at the end, failed or not.
 """
 
@@ -32,24 +33,31 @@ SMALL_CLIENTS = 16
 # pool's object size (128 KiB with `basalt up`), rewritten whole on each update, so the bucket
 # must stay far from full; a phase's keys are deleted before the next one.
 SMALL_MAX_KEYS = 6000
-# Longest wait for the clients to start (spawn, import boto3, connect) or to finish a phase.
+# Longest wait for the clients to start (fork, make a boto3 client, connect) or to finish a phase.
 SMALL_WAIT_S = 120
 # Keys per DeleteObjects request (the S3 limit).
 DELETE_BATCH = 1000
-# Keys of the LIST bucket (--quick: LIST_KEYS_QUICK) and keys per ListObjectsV2 page (the S3
-# maximum). The keys are empty objects: the walk measures the index, not the data.
-LIST_KEYS = 100_000
-LIST_KEYS_QUICK = 10_000
-LIST_PAGE = 1000
 # Keys one set-up task PUTs: small enough that the 16 processes stay busy to the end.
 FILL_CHUNK = 500
 # Longest wait for an untimed bulk step (filling the LIST bucket, deleting a bucket's keys).
 BULK_WAIT_S = 900
-# Rounds per bucket of the versioning comparison and their length (--quick: half of each).
-# The buckets alternate U V V U U V V U: both indexes grow through the run, and this order
-# gives each bucket the same mean position in it.
-VERSIONING_ROUNDS = 4
-VERSIONING_ROUND_S = 3.0
+# Sizes and durations by mode: the large object (MiB), the count of 4 MiB objects, seconds
+# of each 4 KiB phase, rounds per bucket of the versioning comparison and their seconds, keys
+# of the LIST bucket (empty objects: the walk measures the index, not the data) and keys per
+# ListObjectsV2 page (the S3 maximum; smoke: smaller, so its 500 keys still take five pages,
+# every filled key costing an index update). The versioning buckets alternate U V V U U V V U:
+# both indexes grow through the run, and this order gives each bucket the same mean position.
+SIZES = {
+    "full": {"big_mib": 256, "small_count": 32, "small_s": 5.0,
+             "versioning_rounds": 4, "versioning_round_s": 3.0, "list_keys": 100000,
+             "list_page": 1000},
+    "quick": {"big_mib": 64, "small_count": 8, "small_s": 2.0,
+              "versioning_rounds": 2, "versioning_round_s": 1.5, "list_keys": 10000,
+              "list_page": 1000},
+    "smoke": {"big_mib": 16, "small_count": 8, "small_s": 0.5,
+              "versioning_rounds": 2, "versioning_round_s": 0.5, "list_keys": 500,
+              "list_page": 100},
+}
 # Distinct random bodies each versioning client cycles through (4 KiB each).
 VERSIONING_BODIES = 256
 
@@ -64,6 +72,15 @@ def client(endpoint, access, secret):
         config=Config(s3={"addressing_style": "path"}, max_pool_connections=16,
                       retries={"max_attempts": 1}),
     )
+
+
+def mp_context():
+    """Client processes are forked from a fork server that has imported this driver and boto3
+    once (about 0.4 s of CPU an import; a run starts some 50 processes), not spawned afresh;
+    none inherits the parent's threads or connections."""
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(["__main__", "boto3"])
+    return mp
 
 
 def unix_time(perf):
@@ -144,7 +161,7 @@ def run_clients(what, clients, target, args_of, phases):
     """Run `target(*args_of(w), barrier, results)` in `clients` processes that meet the parent
     at a barrier before each of `phases` timed phases and after the last; returns the phases'
     (start, end) times and each client's report. Raises if a client failed or hung."""
-    mp = multiprocessing.get_context("spawn")
+    mp = mp_context()
     barrier = mp.Barrier(clients + 1)
     results = mp.Queue()
     procs = [mp.Process(target=target, daemon=True, args=(*args_of(w), barrier, results))
@@ -246,11 +263,11 @@ class Bulk:
     delete many keys or versions."""
 
     def __init__(self, conn):
-        mp = multiprocessing.get_context("spawn")
+        mp = mp_context()
         ready = mp.Queue()
         self.pool = mp.Pool(SMALL_CLIENTS, _bulk_init, (conn, ready))
-        # Each process imports boto3 for about a second of CPU: done before any phase is
-        # timed, not during one.
+        # Each process makes its boto3 client (CPU, loading the service model): done before
+        # any phase is timed, not during one.
         try:
             for _ in range(SMALL_CLIENTS):
                 ready.get(timeout=SMALL_WAIT_S)
@@ -299,10 +316,10 @@ class Bulk:
         s3.delete_bucket(Bucket=bucket)
 
 
-def lightningstor(s3, bucket, quick, conn, figures):
+def lightningstor(s3, bucket, size, conn, figures):
     """One large object, then 4 MiB objects one after the other and with 8 threads."""
-    big_mib = 64 if quick else 256
-    small_count = 8 if quick else 32
+    big_mib = size["big_mib"]
+    small_count = size["small_count"]
     clients = 8
     big = os.urandom(big_mib * MiB)
     t = timed(lambda: s3.put_object(Bucket=bucket, Key="big", Body=big))
@@ -351,9 +368,9 @@ def lightningstor(s3, bucket, quick, conn, figures):
     figures["clients"] = clients
 
 
-def small_objects(s3, bucket, quick, conn, figures):
+def small_objects(s3, bucket, size, conn, figures):
     """4 KiB PUT then GET rates with 1 and with SMALL_CLIENTS client processes."""
-    seconds = 2.0 if quick else 5.0
+    seconds = size["small_s"]
     figures["small_seconds"] = seconds
     for clients in (1, SMALL_CLIENTS):
         put, get, keys = small_phase(conn, bucket, clients, seconds)
@@ -364,11 +381,11 @@ def small_objects(s3, bucket, quick, conn, figures):
         delete_all(s3, bucket, f"small{clients}/")
 
 
-def versioning_cost(s3, quick, conn, bulk, figures):
+def versioning_cost(s3, size, conn, bulk, figures):
     """4 KiB PUT ops/s by SMALL_CLIENTS processes into a bucket with versioning Enabled and
     into an unversioned one, in alternating rounds of the same run."""
-    rounds = VERSIONING_ROUNDS // 2 if quick else VERSIONING_ROUNDS
-    seconds = VERSIONING_ROUND_S / 2 if quick else VERSIONING_ROUND_S
+    rounds = size["versioning_rounds"]
+    seconds = size["versioning_round_s"]
     plain, versioned = f"bench-plain-{os.getpid()}", f"bench-versioned-{os.getpid()}"
     order = [0, 1, 1, 0] * (rounds // 2)
     made = []
@@ -427,10 +444,10 @@ def check_listing(listed, expected):
         f"of order {disorder}")
 
 
-def list_walk(s3, quick, bulk, figures):
-    """Time one client's ListObjectsV2 walk, LIST_PAGE keys a page, over a bucket filled
+def list_walk(s3, size, bulk, figures):
+    """Time one client's ListObjectsV2 walk, size["list_page"] keys a page, over a bucket filled
     (untimed) with empty keys by SMALL_CLIENTS processes; the walk must return exactly them."""
-    count = LIST_KEYS_QUICK if quick else LIST_KEYS
+    count, page_keys = size["list_keys"], size["list_page"]
     # Zero-padded, so the byte order S3 lists in is the numeric order.
     keys = [f"k{i:07d}" for i in range(count)]
     bucket = f"bench-list-{os.getpid()}"
@@ -444,7 +461,7 @@ def list_walk(s3, quick, bulk, figures):
         cpu = time.process_time()
         start = time.perf_counter()
         while True:
-            args = {"Bucket": bucket, "MaxKeys": LIST_PAGE}
+            args = {"Bucket": bucket, "MaxKeys": page_keys}
             if token:
                 args["ContinuationToken"] = token
             page = s3.list_objects_v2(**args)
@@ -452,7 +469,7 @@ def list_walk(s3, quick, bulk, figures):
             listed.extend(o["Key"] for o in page.get("Contents", []))
             if not page["IsTruncated"]:
                 break
-            if pages > count // LIST_PAGE + 100:
+            if pages > count // page_keys + 100:
                 raise RuntimeError(f"the listing of {count} keys did not end after {pages} pages")
             token = page["NextContinuationToken"]
         seconds = time.perf_counter() - start
@@ -462,6 +479,7 @@ def list_walk(s3, quick, bulk, figures):
         figures["list_keys_s"] = count / seconds
         figures["list_keys"] = count
         figures["list_pages"] = pages
+        figures["list_page_keys"] = page_keys
         figures["list_s"] = seconds
     finally:
         # The keys PUT, whatever the listing said, then anything it still shows.
@@ -471,7 +489,8 @@ def list_walk(s3, quick, bulk, figures):
 
 def main():
     endpoint, access, secret, out = sys.argv[1:5]
-    quick = "--quick" in sys.argv[5:]
+    mode = next((m for m in ("smoke", "quick") if f"--{m}" in sys.argv[5:]), "full")
+    size = SIZES[mode]
     conn = (endpoint, access, secret)
     s3 = client(*conn)
     bucket = f"bench-{os.getpid()}"
@@ -479,11 +498,11 @@ def main():
     try:
         s3.create_bucket(Bucket=bucket)
         try:
-            lightningstor(s3, bucket, quick, conn, figures)
-            small_objects(s3, bucket, quick, conn, figures)
+            lightningstor(s3, bucket, size, conn, figures)
+            small_objects(s3, bucket, size, conn, figures)
             with Bulk(conn) as bulk:
-                versioning_cost(s3, quick, conn, bulk, figures)
-                list_walk(s3, quick, bulk, figures)
+                versioning_cost(s3, size, conn, bulk, figures)
+                list_walk(s3, size, bulk, figures)
         finally:
             delete_all(s3, bucket)
             s3.delete_bucket(Bucket=bucket)

@@ -27,6 +27,9 @@ pub const CLIENT_COUNTS: [usize; 2] = [1, 16];
 /// are generated before the clock; a client that reaches its share stops early, and the
 /// phase's note says so (its rate is then a lower bound).
 const MAX_KEYS_PER_PHASE: usize = 30_000;
+/// Keys per second of phase below that cap: phases shorter than 2 s (the smoke test's) read
+/// and hold fewer random bodies.
+const MAX_KEYS_PER_S: f64 = 15_000.0;
 /// The region requests are signed for.
 const REGION: &str = "us-east-1";
 /// The versioning comparison: 16-client PUT rounds into an unversioned (false) and a
@@ -385,6 +388,11 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// Most keys one PUT phase of this run writes ([`MAX_KEYS_PER_PHASE`], [`MAX_KEYS_PER_S`]).
+    fn max_keys(&self) -> usize {
+        MAX_KEYS_PER_PHASE.min((self.seconds * MAX_KEYS_PER_S).ceil() as usize)
+    }
+
     /// A PUT phase then a GET phase with `clients` clients; the keys PUT are added to
     /// `written` (also after a failure) and the phases to `phases`.
     async fn pair(
@@ -396,7 +404,7 @@ impl Run<'_> {
         if crate::interrupt::requested() {
             bail!(crate::interrupt::MESSAGE);
         }
-        let per_client = MAX_KEYS_PER_PHASE / clients;
+        let per_client = self.max_keys() / clients;
         let list = self.clients(clients, &format!("rs{clients}c")).await?;
         let (list, put) = self.phase(list, clients, Op::Put).await;
         let strip = format!("/{}/", self.bucket);
@@ -419,7 +427,7 @@ impl Run<'_> {
     /// `count` clients, each connected (one signed request sent before any clock starts)
     /// and holding random bodies for its keys `/BUCKET/TAG/INDEX/N`.
     async fn clients(&self, count: usize, tag: &str) -> anyhow::Result<Vec<Client>> {
-        let per_client = MAX_KEYS_PER_PHASE / count;
+        let per_client = self.max_keys() / count;
         let mut urandom = std::fs::File::open("/dev/urandom").context("open /dev/urandom")?;
         let mut list = Vec::with_capacity(count);
         for index in 0..count {

@@ -20,7 +20,7 @@
 mod buckets;
 mod measure;
 
-use super::{Ctx, Section};
+use super::{Ctx, Scale, Section};
 use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
 use crate::under_test::S3Endpoint;
 use anyhow::{bail, Context};
@@ -65,13 +65,13 @@ const STRMVOL_BUILD: [(u64, f64, f64); 2] = [(100_000, 4.09, 125.0), (1_000_000,
 
 /// The section.
 pub struct StrmvolSection {
-    /// Smaller buckets and shorter phases.
-    pub quick: bool,
+    /// Bucket sizes and read durations (`Smoke`: still more than one page of listing).
+    pub scale: Scale,
 }
 
 impl StrmvolSection {
     fn index_sizes(&self) -> Vec<u64> {
-        let mut sizes = vec![if self.quick { 10_000 } else { 100_000 }];
+        let mut sizes = vec![self.scale.pick(2_000, 10_000, 100_000)];
         if std::env::var(MILLION_ENV).is_ok_and(|v| v == "1") {
             sizes.push(1_000_000);
         }
@@ -79,19 +79,11 @@ impl StrmvolSection {
     }
 
     fn small_files(&self) -> usize {
-        if self.quick {
-            500
-        } else {
-            2000
-        }
+        self.scale.pick(100, 500, 2000)
     }
 
     fn large_bytes(&self) -> usize {
-        if self.quick {
-            256 << 20
-        } else {
-            1 << 30
-        }
+        self.scale.pick(16 << 20, 256 << 20, 1 << 30)
     }
 
     /// Bytes each OSD needs for the section's buckets: every object takes at least a
@@ -107,11 +99,7 @@ impl StrmvolSection {
     }
 
     fn read_seconds(&self) -> f64 {
-        if self.quick {
-            2.0
-        } else {
-            5.0
-        }
+        self.scale.pick(0.5, 2.0, 5.0)
     }
 }
 
