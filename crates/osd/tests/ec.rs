@@ -295,6 +295,24 @@ fn open_store(path: &Path) -> Store {
     }
 }
 
+/// Overwrite every stripe whole, stripe i with the byte `base + i`, in the volume and the
+/// model.
+async fn fill_stripes(volume: &basalt_client::Volume, model: &mut [u8], base: u8) {
+    for index in 0..STRIPES {
+        let byte = base + index as u8;
+        let s = (index * STRIPE as u64) as usize;
+        model[s..s + STRIPE as usize].fill(byte);
+        volume
+            .write(
+                index * STRIPE as u64,
+                Bytes::from(vec![byte; STRIPE as usize]),
+                false,
+            )
+            .await
+            .expect("whole-stripe write");
+    }
+}
+
 /// Deterministic pseudo-random writes of every shape (partial, unaligned, whole stripes,
 /// spanning stripes) applied to the volume and to `model`.
 async fn write_pattern(volume: &basalt_client::Volume, model: &mut [u8], seed: u64, count: usize) {
@@ -370,18 +388,7 @@ async fn ec_min_size_k_waits_for_the_last_intervals_members() {
     write_pattern(&volume, &mut model, 5, 8).await;
     ec.wait_promoted(info.id).await;
     ec.stop(1).await;
-    for index in 0..STRIPES {
-        let s = (index * STRIPE as u64) as usize;
-        model[s..s + STRIPE as usize].fill(0x70 + index as u8);
-        volume
-            .write(
-                index * STRIPE as u64,
-                Bytes::from(vec![0x70 + index as u8; STRIPE as usize]),
-                false,
-            )
-            .await
-            .expect("written on osd.0 and osd.2 (min_size 2)");
-    }
+    fill_stripes(&volume, &mut model, 0x70).await;
     ec.stop(2).await;
     ec.restart(1).await;
     // Every PG's last interval wrote on {osd.0, osd.2}; osd.0 alone answers of them.
@@ -461,18 +468,7 @@ async fn ec_rebuild_waits_for_a_returning_osd_that_refuses_pushes() {
     ec.wait_promoted(info.id).await;
     ec.stop(1).await;
     // Written while osd.1 is down: every stripe changes, so osd.1 misses all of them.
-    for index in 0..STRIPES {
-        let s = (index * STRIPE as u64) as usize;
-        model[s..s + STRIPE as usize].fill(0x50 + index as u8);
-        volume
-            .write(
-                index * STRIPE as u64,
-                Bytes::from(vec![0x50 + index as u8; STRIPE as usize]),
-                false,
-            )
-            .await
-            .unwrap();
-    }
+    fill_stripes(&volume, &mut model, 0x50).await;
     // osd.1 comes back, but its own map stays the one where it is down (old run).
     let stale = ec.maps.borrow().clone();
     let (lagging, lagging_rx) = watch::channel(stale);
