@@ -91,11 +91,17 @@ impl VolumeExports {
         let (_, reader) = basalt_objvol::catalog::open(&self.cluster, name, Arc::new(source))
             .await
             .map_err(device_error)?;
+        // Clients open several connections at once (nbdfuse: four): the first reader
+        // stored serves them all, so one cache and one readahead see every read and no
+        // byte is fetched twice.
+        let mut objvols = self.objvols.lock().expect("objvol cache");
+        if let Some((inode, r)) = objvols.get(name) {
+            if *inode == info.inode {
+                return Ok(Some(r.clone()));
+            }
+        }
         let reader = Arc::new(reader);
-        self.objvols
-            .lock()
-            .expect("objvol cache")
-            .insert(name.to_string(), (info.inode, reader.clone()));
+        objvols.insert(name.to_string(), (info.inode, reader.clone()));
         Ok(Some(reader))
     }
 
