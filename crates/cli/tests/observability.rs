@@ -1,7 +1,7 @@
 //! Observability end to end: the alert rules in contrib/ pass promtool's check and unit
-//! tests, and a real Prometheus server scraping a `basalt up` during an fio run sees rates
-//! that agree with fio's, plausible latency quantiles, every dashboard query valid, and the
-//! OSD-down alert firing once the process is killed.
+//! tests, and a real Prometheus server scraping a `basalt up` during an fio run counts
+//! exactly fio's writes and sees plausible latency quantiles, every dashboard query is
+//! valid, and the OSD-down alert fires once the process is killed.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Seconds fio runs; the rates are compared over a window inside the run.
+/// Seconds fio runs; latency quantiles are taken over a window inside the run.
 const FIO_RUNTIME_SECS: u64 = 14;
 /// The rate window, ending `RATE_END_BEFORE_FIO_END_SECS` before fio's end.
 const RATE_WINDOW_SECS: u64 = 8;
@@ -25,8 +25,8 @@ const ALERT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest wait for every target's scrape past a given time to land (1 s scrape interval).
 const SCRAPED_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Held by the tests that compare Prometheus's rates over a window with fio's average: two
-/// of them at once on a small machine make each one's rate swing within its run.
+/// Held by the tests that run fio under Prometheus: two of them at once on a small machine
+/// push each one's latency quantiles toward their bounds.
 static FIO_RATE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Run alone among the fio rate tests (a failed one poisons the lock: the others still run).
@@ -216,6 +216,18 @@ impl Prometheus {
         }
     }
 
+    /// The sum of the series `selector` selects at `at` (0 when none exists yet).
+    fn total(&self, selector: &str, at: f64) -> f64 {
+        self.value(&format!("sum({selector}) or vector(0)"), at)
+    }
+
+    /// A time from which every target's latest sample is at or after the call (counter
+    /// values queried there include everything counted before the call).
+    fn settled(&self) -> f64 {
+        self.wait_scraped_past(now_secs());
+        now_secs()
+    }
+
     /// The single value of `query` at `at`.
     fn value(&self, query: &str, at: f64) -> f64 {
         let r = self.query(query, at);
@@ -237,6 +249,15 @@ fn metrics_addr(cluster: &Cluster) -> String {
         .metrics_addr
         .expect("the ready file names the metrics endpoint")
         .to_string()
+}
+
+/// fio's write count, bytes written and mean IOPS, from its JSON report.
+fn fio_writes(json: &serde_json::Value) -> (f64, f64, f64) {
+    let write = &json["jobs"][0]["write"];
+    let count = write["total_ios"].as_f64().unwrap();
+    let iops = write["iops"].as_f64().unwrap();
+    assert!(count > 0.0 && iops > 0.0, "{json}");
+    (count, write["io_bytes"].as_f64().unwrap(), iops)
 }
 
 fn assert_within(got: f64, want: f64, tolerance: f64, what: &str) {
@@ -278,8 +299,8 @@ fn alert_rules_pass_promtool() {
     assert!(text(&config).contains("SUCCESS"), "{}", text(&config));
 }
 
-/// Goal: a real Prometheus scraping `basalt up` during fio sees the write rate fio
-/// measured (within 20%), in the frontend totals, per volume and at the OSD primaries;
+/// Goal: a real Prometheus scraping `basalt up` during fio counts exactly the writes
+/// and bytes fio reports, in the frontend totals, per volume and at the OSD primaries;
 /// latency quantiles that are non-zero and plausible; every dashboard query valid; and,
 /// once the process is killed, the OSD-down alert firing.
 #[test]
@@ -301,6 +322,9 @@ fn prometheus_scrapes_basalt_up_during_fio() {
     let prom = Prometheus::start(&prom_dir, &target);
 
     let json_path = cluster.scratch().join("fio.json");
+    // Counters before fio starts and once every target is scraped after it ends: their
+    // differences are fio's requests, exactly (nothing else writes meanwhile).
+    let before = prom.settled();
     let start = now_secs();
     let out = run(
         Command::new(&fio)
@@ -324,41 +348,51 @@ fn prometheus_scrapes_basalt_up_during_fio() {
     assert_ok(&out, "fio");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
-    let write = &json["jobs"][0]["write"];
-    let fio_iops = write["iops"].as_f64().unwrap();
-    let fio_bw = write["bw_bytes"].as_f64().unwrap();
-    assert!(fio_iops > 0.0, "{json}");
+    let (fio_writes, fio_bytes, fio_iops) = fio_writes(&json);
     assert!(end - start >= FIO_RUNTIME_SECS as f64);
 
-    // Rates over a window inside the run (fio's figures are averages over all of it).
+    let after = prom.settled();
+    let delta = |selector: &str| prom.total(selector, after) - prom.total(selector, before);
+    let nbd = "{frontend=\"nbd\",op=\"write\"}";
+    let counted = [
+        (
+            "NBD writes",
+            format!("basalt_frontend_requests_total{nbd}"),
+            fio_writes,
+        ),
+        (
+            "NBD bytes written",
+            format!("basalt_frontend_bytes_total{nbd}"),
+            fio_bytes,
+        ),
+        (
+            "vol0 writes",
+            "basalt_volume_requests_total{volume=\"vol0\",op=\"write\"}".into(),
+            fio_writes,
+        ),
+        // Every NBD write is one object write at its primary (4 KiB never spans two objects).
+        (
+            "OSD primary writes",
+            "basalt_osd_writes_total".into(),
+            fio_writes,
+        ),
+        (
+            "per-pool writes",
+            "basalt_osd_pool_writes_total".into(),
+            fio_writes,
+        ),
+    ];
+    for (what, selector, want) in counted {
+        assert_eq!(
+            delta(&selector),
+            want,
+            "{what} during fio's run: Prometheus vs fio"
+        );
+    }
+
+    // Quantiles over a window inside the run.
     let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
     let w = RATE_WINDOW_SECS;
-    prom.wait_scraped_past(at);
-    let iops = prom.value(
-        &format!(
-            "sum(rate(basalt_frontend_requests_total{{frontend=\"nbd\",op=\"write\"}}[{w}s]))"
-        ),
-        at,
-    );
-    assert_within(iops, fio_iops, 0.2, "NBD write IOPS");
-    let bw = prom.value(
-        &format!("sum(rate(basalt_frontend_bytes_total{{frontend=\"nbd\",op=\"write\"}}[{w}s]))"),
-        at,
-    );
-    assert_within(bw, fio_bw, 0.2, "NBD write bytes/s");
-    let vol = prom.value(
-        &format!("sum(rate(basalt_volume_requests_total{{volume=\"vol0\",op=\"write\"}}[{w}s]))"),
-        at,
-    );
-    assert_within(vol, fio_iops, 0.2, "vol0 write IOPS");
-    // Every NBD write is one object write at its primary (4 KiB never spans two objects).
-    let osd = prom.value(&format!("sum(rate(basalt_osd_writes_total[{w}s]))"), at);
-    assert_within(osd, fio_iops, 0.2, "OSD primary writes/s");
-    let pool = prom.value(
-        &format!("sum(rate(basalt_osd_pool_writes_total[{w}s]))"),
-        at,
-    );
-    assert_within(pool, fio_iops, 0.2, "per-pool writes/s");
 
     // Latency: quantiles non-zero, ordered, and under a second on loopback.
     let quantile = |q: f64, series: &str, selector: &str| {
@@ -377,13 +411,8 @@ fn prometheus_scrapes_basalt_up_during_fio() {
         "write p50 {p50} p99 {p99}"
     );
     // At queue depth 16, Little's law bounds the mean latency from fio's rate.
-    let mean = prom.value(
-        &format!(
-            "sum(rate(basalt_frontend_request_seconds_sum{{op=\"write\"}}[{w}s])) / \
-             sum(rate(basalt_frontend_request_seconds_count{{op=\"write\"}}[{w}s]))"
-        ),
-        at,
-    );
+    let mean = delta("basalt_frontend_request_seconds_sum{op=\"write\"}")
+        / delta("basalt_frontend_request_seconds_count{op=\"write\"}");
     assert!(
         mean > 0.0 && mean <= 16.0 / fio_iops * 1.2,
         "mean {mean} at {fio_iops} IOPS"
@@ -595,10 +624,10 @@ const DOWN_SLACK_SECS: f64 = 3.0;
 const TEST_OSD_DOWN_FOR_SECS: u64 = 5;
 
 /// Goal: a real Prometheus scraping the OSDs and the NBD gateway of a 3-host namespace
-/// cluster (each endpoint on its host's address) during fio sees the gateway's write rate
-/// within 20% of fio's, every write at a primary and three store writes per write (3
-/// replicas), plausible latency quantiles at the gateway and the OSDs; after a kill -9 of
-/// one OSD, its target `up == 0` and the gateway's `basalt_client_osds_up` dropping to 2
+/// cluster (each endpoint on its host's address) during fio counts exactly fio's writes
+/// and bytes at the gateway, every write at a primary and one store write per write on
+/// each host (3 replicas), plausible latency quantiles at the gateway and the OSDs; after
+/// a kill -9 of one OSD, its target `up == 0` and the gateway's `basalt_client_osds_up` dropping to 2
 /// within the lease time plus a scrape interval (and slack), and BasaltOsdDown going
 /// pending then firing after its `for`.
 #[test]
@@ -651,59 +680,65 @@ fn prometheus_sees_a_three_host_cluster_and_a_killed_osd() {
             &format!("--runtime={FIO_RUNTIME_SECS}"),
         ],
     );
+    // Counters before fio starts and once every target is scraped after it ends: their
+    // differences are fio's requests, exactly (nothing else writes meanwhile).
+    let before = prom.settled();
     let start = now_secs();
     let json = fio.run_ok(Duration::from_secs(FIO_RUNTIME_SECS + 120));
     let end = now_secs();
-    let write = &json["jobs"][0]["write"];
-    let fio_iops = write["iops"].as_f64().unwrap();
-    let fio_bw = write["bw_bytes"].as_f64().unwrap();
-    assert!(fio_iops > 0.0, "{json}");
+    let (fio_writes, fio_bytes, fio_iops) = fio_writes(&json);
     assert!(end - start >= FIO_RUNTIME_SECS as f64);
 
-    // Rates over a window inside the run, once every target's samples up to `at` are in.
-    let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
-    let w = RATE_WINDOW_SECS;
-    prom.wait_scraped_past(at);
+    let after = prom.settled();
     for t in osd_targets.iter().chain([&gateway_target]) {
-        let up = prom.value(&format!("up{{instance=\"{t}\"}}"), at);
+        let up = prom.value(&format!("up{{instance=\"{t}\"}}"), after);
         assert_eq!(up, 1.0, "{t} scraped");
     }
+    let delta = |selector: &str| prom.total(selector, after) - prom.total(selector, before);
     let gw = "job=\"basalt-gateway\",frontend=\"nbd\",op=\"write\"";
-    let iops = prom.value(
-        &format!("sum(rate(basalt_frontend_requests_total{{{gw}}}[{w}s]))"),
-        at,
-    );
-    assert_within(iops, fio_iops, 0.2, "gateway write IOPS");
-    let bw = prom.value(
-        &format!("sum(rate(basalt_frontend_bytes_total{{{gw}}}[{w}s]))"),
-        at,
-    );
-    assert_within(bw, fio_bw, 0.2, "gateway write bytes/s");
     // Each 4 KiB write is one object write at its primary, applied on all three hosts.
-    let primaries = prom.value(
-        &format!("sum(rate(basalt_osd_writes_total{{job=\"basalt-osd\"}}[{w}s]))"),
-        at,
-    );
-    assert_within(primaries, fio_iops, 0.2, "OSD primary writes/s");
-    let per_host = prom.query(
-        &format!("sum by (instance) (rate(basalt_osd_store_write_seconds_count[{w}s]))"),
-        at,
-    );
-    assert_eq!(
-        per_host.len(),
-        3,
-        "store writes on every host: {per_host:?}"
-    );
-    let applied = prom.value(
-        &format!("sum(rate(basalt_osd_store_write_seconds_count[{w}s]))"),
-        at,
-    );
-    assert_within(
-        applied,
-        3.0 * fio_iops,
-        0.2,
-        "store writes/s over 3 replicas",
-    );
+    let counted = [
+        (
+            "gateway writes",
+            format!("basalt_frontend_requests_total{{{gw}}}"),
+            fio_writes,
+        ),
+        (
+            "gateway bytes written",
+            format!("basalt_frontend_bytes_total{{{gw}}}"),
+            fio_bytes,
+        ),
+        (
+            "OSD primary writes",
+            "basalt_osd_writes_total{job=\"basalt-osd\"}".into(),
+            fio_writes,
+        ),
+        (
+            "store writes over 3 replicas",
+            "basalt_osd_store_write_seconds_count{job=\"basalt-osd\"}".into(),
+            3.0 * fio_writes,
+        ),
+    ];
+    for (what, selector, want) in counted {
+        assert_eq!(
+            delta(&selector),
+            want,
+            "{what} during fio's run: Prometheus vs fio"
+        );
+    }
+    for t in &osd_targets {
+        let stored = delta(&format!(
+            "basalt_osd_store_write_seconds_count{{instance=\"{t}\"}}"
+        ));
+        assert_eq!(
+            stored, fio_writes,
+            "store writes on {t} (every host holds a replica)"
+        );
+    }
+
+    // Quantiles over a window inside the run.
+    let at = end - RATE_END_BEFORE_FIO_END_SECS as f64;
+    let w = RATE_WINDOW_SECS;
 
     // Latency: quantiles non-zero, ordered and under a second, at the gateway and the OSDs.
     let quantile = |q: f64, series: &str, selector: &str| {
@@ -725,13 +760,8 @@ fn prometheus_sees_a_three_host_cluster_and_a_killed_osd() {
         "gateway write p50 {p50} p99 {p99}"
     );
     // At queue depth 16, Little's law bounds the mean latency from fio's rate.
-    let mean = prom.value(
-        &format!(
-            "sum(rate(basalt_frontend_request_seconds_sum{{{gw}}}[{w}s])) / \
-             sum(rate(basalt_frontend_request_seconds_count{{{gw}}}[{w}s]))"
-        ),
-        at,
-    );
+    let mean = delta(&format!("basalt_frontend_request_seconds_sum{{{gw}}}"))
+        / delta(&format!("basalt_frontend_request_seconds_count{{{gw}}}"));
     assert!(
         mean > 0.0 && mean <= 16.0 / fio_iops * 1.2,
         "mean {mean} at {fio_iops} IOPS"
