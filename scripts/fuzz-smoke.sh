@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz smoke run: every cargo-fuzz target in fuzz/ for a short while (FUZZ_SECONDS each,
-# default 15), with libFuzzer and AddressSanitizer as `cargo fuzz run` sets them up.
+# default 15; FUZZ_JOBS of them at once, default 2), with libFuzzer and AddressSanitizer as
+# `cargo fuzz run` sets them up.
 # Fails if any target crashes, hangs or cannot be built. Needs the nightly toolchain and
 # cargo-fuzz (scripts/install-test-deps.sh installs both).
 #
@@ -23,26 +24,47 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-passed=0
-failed=0
-for target in "${targets[@]}"; do
-  start=$SECONDS
+# Two targets at a time: each libFuzzer run is one process on one core.
+jobs="${FUZZ_JOBS:-2}"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# One target: its outcome line into $dir/T.result, its report (on failure) into $dir/T.report.
+run_target() {
+  local target=$1 start=$SECONDS log="$dir/$1.log"
   if cargo +nightly fuzz run "$target" -- \
     -max_total_time="$seconds" -timeout="$input_timeout_secs" >"$log" 2>&1; then
     runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log")
-    echo "fuzz ${target}: ok, ${runs:-?} inputs in $((SECONDS - start)) s"
-    passed=$((passed + 1))
+    echo "fuzz ${target}: ok, ${runs:-?} inputs in $((SECONDS - start)) s" >"$dir/$target.result"
   else
-    echo "fuzz ${target}: FAILED after $((SECONDS - start)) s"
+    echo "fuzz ${target}: FAILED after $((SECONDS - start)) s" >"$dir/$target.result"
     # The report from the panic or sanitizer message on: the stack, where the input was
     # saved and how to reproduce it. A build or setup error has neither, so its tail.
     if grep -qE 'panicked at|ERROR: ' "$log"; then
-      awk '/panicked at|ERROR: /{on=1} on' "$log" | head -n 120
+      awk '/panicked at|ERROR: /{on=1} on' "$log" | head -n 120 >"$dir/$target.report"
     else
-      tail -n 40 "$log"
+      tail -n 40 "$log" >"$dir/$target.report"
     fi
+  fi
+}
+
+for target in "${targets[@]}"; do
+  # Bound: at most $jobs runs at once; each ends after its max_total_time.
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+    wait -n || true
+  done
+  run_target "$target" &
+done
+wait
+
+passed=0
+failed=0
+for target in "${targets[@]}"; do
+  cat "$dir/$target.result"
+  if grep -q ': ok,' "$dir/$target.result"; then
+    passed=$((passed + 1))
+  else
+    [ -f "$dir/$target.report" ] && cat "$dir/$target.report"
     failed=$((failed + 1))
   fi
 done
