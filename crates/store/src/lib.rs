@@ -9,6 +9,7 @@
 
 mod checkpoint;
 mod device;
+pub mod engine;
 mod error;
 mod index;
 mod journal;
