@@ -10,8 +10,8 @@
 //!
 //! [`multihost`]: crate::multihost
 
-use crate::cluster::{UpProcess, ClusterConfig};
-use crate::fio::{self, Job, Span, FioTarget};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::fio::{self, FioTarget, Job, Span};
 use crate::progress::Progress;
 use crate::results::FioSummary;
 use crate::suite::RemoveOnDrop;

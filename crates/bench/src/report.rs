@@ -2,7 +2,7 @@
 //! with each Basalt figure beside its baseline and as a percentage of it, CPU cost, and an
 //! Assessment that states the ratios in sentences.
 
-use crate::results::{Figure, SectionLayout, Results, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Results, Row, SectionLayout, SectionReport, SectionStatus};
 use crate::sections::scaling;
 use crate::svg;
 use basalt_proto::size::human_bytes;

@@ -2,7 +2,7 @@
 //! one), run every section, release what the run made, write the report, the JSON and the
 //! plots.
 
-use crate::cluster::{UpProcess, ClusterConfig};
+use crate::cluster::{ClusterConfig, UpProcess};
 use crate::existing::ClusterAccess;
 use crate::progress::Progress;
 use crate::results::{Environment, ExistingClusterInfo, PoolSettings, Results, FORMAT_VERSION};

@@ -3,7 +3,7 @@
 //! and the scaling curve over OSD counts.
 
 use crate::report::{comparisons, format_value};
-use crate::results::{SectionLayout, Results, Row};
+use crate::results::{Results, Row, SectionLayout};
 use crate::sections::scaling::{self, Curve};
 use anyhow::Context;
 use plotters::coord::Shift;

@@ -15,7 +15,7 @@ pub mod side_by_side;
 pub mod strmvol;
 
 use crate::cpu::{self, CpuSource};
-use crate::fio::{self, Job, Span, FioTarget};
+use crate::fio::{self, FioTarget, Job, Span};
 use crate::progress::Progress;
 use crate::results::{Figure, SectionReport};
 use crate::under_test::UnderTest;

@@ -5,7 +5,7 @@
 
 use super::{Ctx, Section};
 use crate::environment;
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus, StorageHost};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus, StorageHost};
 use crate::under_test::ExistingCluster;
 use anyhow::{bail, Context};
 use std::io::{Read, Write};

@@ -7,7 +7,7 @@
 //! the figure is their ratio, not either protocol's speed.
 
 use super::{Ctx, Section};
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,8 +5,8 @@
 //! flat volume. Needs a local `basalt up` (it makes volumes and images of its own).
 
 use super::{run_ok, Ctx, FioRun, Section};
-use crate::fio::{self, Job, Span, FioTarget};
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::fio::{self, FioTarget, Job, Span};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
 use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};

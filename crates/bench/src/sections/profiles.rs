@@ -4,7 +4,7 @@
 
 use super::{Ctx, Section, Settings, Side};
 use crate::fio::Job;
-use crate::results::{Figure, FioSummary, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, FioSummary, Row, SectionLayout, SectionReport, SectionStatus};
 
 /// Which number of a fio run a row shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! with the built-in Rust client ([`super::s3_load`]), cheap enough to measure the gateway.
 
 use super::{s3_load, Ctx, Scale, Section};
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use std::process::Command;
 use std::time::Duration;
 

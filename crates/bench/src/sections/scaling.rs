@@ -12,9 +12,9 @@ pub mod render;
 pub use render::{assessment, curves, render_tables, Curve};
 
 use super::{Ctx, FioRun, Section, Settings};
-use crate::cluster::{UpProcess, ClusterConfig};
-use crate::fio::{self, Job, Span, FioTarget};
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::fio::{self, FioTarget, Job, Span};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use crate::sections::profiles::Metric;
 use crate::under_test::UnderTest;
 use basalt_proto::size::{format_size, human_bytes};

@@ -9,8 +9,8 @@
 
 use super::side_by_side::{self, Rounds, Variant, Workload};
 use super::{Ctx, Section};
-use crate::cluster::{UpProcess, ClusterConfig};
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use basalt_proto::size::format_size;
 use std::path::Path;
 use std::process::Command;

@@ -5,8 +5,8 @@
 //! alike); a variant's figure is the median of its rounds.
 
 use super::{Ctx, FioRun};
-use crate::cluster::{UpProcess, ClusterConfig};
-use crate::fio::{self, Job, Span, FioTarget};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::fio::{self, FioTarget, Job, Span};
 use crate::results::Figure;
 use crate::under_test::UnderTest;
 

@@ -21,7 +21,7 @@ mod buckets;
 mod measure;
 
 use super::{Ctx, Scale, Section};
-use crate::results::{Figure, SectionLayout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use crate::under_test::S3Endpoint;
 use anyhow::{bail, Context};
 use basalt_objvol::build::Built;
@@ -462,7 +462,13 @@ impl StrmvolSection {
 
     /// Fill bucket `strmvol-files` with the small files, make it an objvol, and read random
     /// whole files through its export with each count of [`READERS`].
-    fn small_file_rows(&self, ctx: &mut Ctx, t: &FioTarget, tmp: &Path, report: &mut SectionReport) {
+    fn small_file_rows(
+        &self,
+        ctx: &mut Ctx,
+        t: &FioTarget,
+        tmp: &Path,
+        report: &mut SectionReport,
+    ) {
         let files = self.small_files();
         let prepared = t.runtime.block_on(async {
             fill(
