@@ -82,6 +82,7 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
         next_lsn: FIRST_LSN,
         entry_count: 0,
         clean: true,
+        aligned_batches: true,
     };
     let mut image = Vec::new();
     checkpoint::encode(
@@ -145,13 +146,11 @@ pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
     // gap later, more than the region can hold records, so none of those can ever pass for a
     // successor; the checkpoint below makes the gap durable before anything is appended.
     let next_lsn = replay.end_lsn + layout.wal_bytes;
-    let wal = WalBuffer::new(
-        layout.store_id,
-        layout.wal_bytes,
-        header.wal_pos,
-        replay.end_pos,
-        next_lsn,
-    );
+    // New batches start at a block boundary (a version-1 log may end anywhere). Nothing is
+    // appended before the checkpoint below moves the replay position there, so the live log
+    // starts there too.
+    let head = replay.end_pos.next_multiple_of(BLOCK as u64);
+    let wal = WalBuffer::new(layout.store_id, layout.wal_bytes, head, head, next_lsn);
     let store = Store::assemble(
         layout,
         file,
@@ -228,7 +227,7 @@ fn replay_wal(
         start_pos: header.wal_pos,
         buf: Vec::new(),
     };
-    let locs = scan(&mut reader, header.next_lsn)?;
+    let locs = scan(&mut reader, header.next_lsn, header.aligned_batches)?;
     let confirmed = confirmed_lsn(&locs, header.next_lsn.saturating_sub(1));
     let cut = surviving_records(file, layout, &reader.buf, &locs, confirmed)?;
     let mut newest = NewestData::default();
@@ -259,7 +258,12 @@ fn replay_wal(
 
 /// Pass 1: every intact record in LSN order, stopping at the first torn, stale (wrong LSN)
 /// or foreign (other store id) one.
-fn scan(reader: &mut WalReader<'_>, first_lsn: u64) -> Result<Vec<Loc>, StoreError> {
+/// With `aligned_batches`, the record after a commit starts at the next block boundary.
+fn scan(
+    reader: &mut WalReader<'_>,
+    first_lsn: u64,
+    aligned_batches: bool,
+) -> Result<Vec<Loc>, StoreError> {
     enum Step {
         Record {
             lsn: u64,
@@ -308,6 +312,10 @@ fn scan(reader: &mut WalReader<'_>, first_lsn: u64) -> Result<Vec<Loc>, StoreErr
                         commit,
                     });
                     off += len;
+                    if commit && aligned_batches {
+                        let pos = reader.start_pos + off as u64;
+                        off += (pos.next_multiple_of(BLOCK as u64) - pos) as usize;
+                    }
                     continue 'records;
                 }
                 Step::Need(need) if need > want => want = need,
