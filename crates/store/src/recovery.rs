@@ -13,7 +13,7 @@ use crate::device::{DataFile, Disk};
 use crate::error::{io_err, StoreError};
 use crate::index::{Index, BLOCK};
 use crate::journal::{Leader, WalBuffer};
-use crate::options::StoreOptions;
+use crate::options::{IoOptions, StoreOptions};
 use crate::store::Store;
 use crate::superblock::{StoreLayout, SUPERBLOCK_BYTES};
 use crate::wal::{
@@ -34,7 +34,11 @@ const WAL_READ_CHUNK_BYTES: usize = 1 << 20;
 const DECODE_ATTEMPTS_MAX: usize = 4;
 
 /// Create a new store file; on failure the half-made file is removed again.
-pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+pub(crate) fn create(
+    path: &Path,
+    opts: &StoreOptions,
+    io: &IoOptions,
+) -> Result<Store, StoreError> {
     let layout = StoreLayout::compute(opts, new_store_id())?;
     let file = OpenOptions::new()
         .read(true)
@@ -43,7 +47,8 @@ pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreErr
         .open(path)
         .map_err(io_err("create store file"))?;
     let result = prepare_file(&file, &layout)
-        .and_then(|()| format(DataFile::new(Arc::new(file)), layout))
+        .and_then(|()| engine_file(path, file, io))
+        .and_then(|data| format(data, layout))
         .and_then(|store| sync_parent_dir(path).map(|()| store));
     if result.is_err() {
         let _ = std::fs::remove_file(path);
@@ -91,6 +96,7 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
         layout.blocks_per_slot(),
         std::iter::empty(),
     );
+    image.resize(image.len().next_multiple_of(BLOCK), 0);
     file.write_at(
         &image,
         layout.checkpoint_offsets[0],
@@ -106,19 +112,35 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
 }
 
 /// Open a store and recover it.
-pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
+pub(crate) fn open(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .map_err(io_err("open store file"))?;
     lock_file(&file)?;
-    open_on(Arc::new(file))
+    recover(engine_file(path, file, io)?)
+}
+
+/// The store file at `path`, whose lock `locked` holds, with its I/O run as `io` says:
+/// opened once more with O_DIRECT if asked and the filesystem allows it.
+fn engine_file(path: &Path, locked: File, io: &IoOptions) -> Result<DataFile, StoreError> {
+    let (io_file, direct) = if io.direct {
+        crate::engine::open_direct(path).map_err(io_err("open store file for direct I/O"))?
+    } else {
+        let again = locked.try_clone().map_err(io_err("open store file"))?;
+        (again, false)
+    };
+    DataFile::with_engine(locked, io_file, direct, io)
 }
 
 /// Open the store on `disk` and recover it.
 pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
-    let file = DataFile::new(disk);
+    recover(DataFile::new(disk))
+}
+
+/// Recover the store in `file`.
+fn recover(file: DataFile) -> Result<Store, StoreError> {
     let len = file.size_bytes("stat store file")?;
     if len < SUPERBLOCK_BYTES {
         return Err(StoreError::corrupt("file is shorter than a superblock"));

@@ -50,6 +50,10 @@ impl Op {
 /// Which engine runs a store's I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
+    /// The calling thread runs each operation's syscall itself (a completion is ready when
+    /// `submit` returns). What stores ran on before the engine; the default until the OSD
+    /// awaits store calls instead of running them on its runtime threads.
+    Inline,
     /// One io_uring per store, driven by one thread: batched submission.
     Uring,
     /// Blocking syscalls on a few dedicated threads (`threads` of them).
@@ -66,6 +70,7 @@ impl EngineKind {
     /// `uring` or `threads`, as the command line and `osd ls` name it.
     pub fn name(self) -> &'static str {
         match self {
+            EngineKind::Inline => "inline",
             EngineKind::Uring => "uring",
             EngineKind::Threads { .. } => "threads",
         }
@@ -77,16 +82,20 @@ impl std::str::FromStr for EngineKind {
 
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "inline" => Ok(EngineKind::Inline),
             "uring" => Ok(EngineKind::Uring),
             "threads" => Ok(EngineKind::Threads {
                 threads: EngineKind::DEFAULT_THREADS,
             }),
-            other => Err(format!("unknown I/O engine \"{other}\" (uring or threads)")),
+            other => Err(format!(
+                "unknown I/O engine \"{other}\" (inline, uring or threads)"
+            )),
         }
     }
 }
 
 enum Backend {
+    Inline(Arc<File>),
     Uring(uring::Uring),
     Threads(threads::Threads),
 }
@@ -102,8 +111,14 @@ impl Engine {
     /// Run `file`'s I/O with `kind`; `direct` says whether `file` was opened with O_DIRECT
     /// (see [`open_direct`]). Where io_uring is refused, the `threads` engine runs instead
     /// ([`Engine::kind`] says which one runs).
-    pub fn start(file: File, direct: bool, kind: EngineKind) -> std::io::Result<Engine> {
-        let file = Arc::new(file);
+    pub fn start(file: Arc<File>, direct: bool, kind: EngineKind) -> std::io::Result<Engine> {
+        if kind == EngineKind::Inline {
+            return Ok(Engine {
+                backend: Backend::Inline(file),
+                kind,
+                direct,
+            });
+        }
         if kind == EngineKind::Uring {
             if let Ok(ring) = uring::Uring::start(file.clone()) {
                 return Ok(Engine {
@@ -115,7 +130,7 @@ impl Engine {
         }
         let threads = match kind {
             EngineKind::Threads { threads } => threads,
-            EngineKind::Uring => EngineKind::DEFAULT_THREADS,
+            EngineKind::Uring | EngineKind::Inline => EngineKind::DEFAULT_THREADS,
         };
         Ok(Engine {
             backend: Backend::Threads(threads::Threads::start(file, threads)?),
@@ -128,6 +143,7 @@ impl Engine {
     pub fn submit(&self, op: Op) -> Completion {
         let (completer, completion) = completion::pair();
         match &self.backend {
+            Backend::Inline(file) => completer.complete(threads::run(file, op)),
             Backend::Uring(r) => r.submit(op, completer),
             Backend::Threads(t) => t.submit(op, completer),
         }

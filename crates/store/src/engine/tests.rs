@@ -1,7 +1,11 @@
 use super::*;
 use std::io::ErrorKind;
 
-const KINDS: [EngineKind; 2] = [EngineKind::Uring, EngineKind::Threads { threads: 4 }];
+const KINDS: [EngineKind; 3] = [
+    EngineKind::Inline,
+    EngineKind::Uring,
+    EngineKind::Threads { threads: 4 },
+];
 
 /// A file of `blocks` zeroed blocks in `dir`, opened as the store would open it.
 fn medium(dir: &Path, blocks: u64) -> (File, bool) {
@@ -56,7 +60,7 @@ fn many_operations_in_flight_read_back_what_was_written() {
             if disk_filesystem(dir.path()) {
                 assert!(direct, "{}: O_DIRECT refused", dir.path().display());
             }
-            let engine = Engine::start(file, direct, kind).expect("engine");
+            let engine = Engine::start(Arc::new(file), direct, kind).expect("engine");
             // io_uring is there on the machines the suite runs on: a fallback is a failure.
             assert_eq!(engine.kind(), kind, "io_uring refused here");
             let writes: Vec<Completion> = (0..64u64)
@@ -101,7 +105,7 @@ fn bad_operations_fail_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     for kind in KINDS {
         let (file, direct) = medium(dir.path(), 4);
-        let engine = Engine::start(file, direct, kind).expect("engine");
+        let engine = Engine::start(Arc::new(file), direct, kind).expect("engine");
         let past = engine
             .submit(Op::Read {
                 offset: 4 * ALIGN as u64,
@@ -149,7 +153,7 @@ fn completions_are_awaited_without_blocking_the_runtime() {
         .expect("runtime");
     for kind in KINDS {
         let (file, direct) = medium(dir.path(), 64);
-        let engine = Arc::new(Engine::start(file, direct, kind).expect("engine"));
+        let engine = Arc::new(Engine::start(Arc::new(file), direct, kind).expect("engine"));
         rt.block_on(async {
             let mut tasks = Vec::new();
             for i in 0..32u64 {
@@ -187,7 +191,7 @@ fn dropping_the_engine_completes_what_it_accepted() {
     let dir = tempfile::tempdir().expect("tempdir");
     for kind in KINDS {
         let (file, direct) = medium(dir.path(), 128);
-        let engine = Engine::start(file, direct, kind).expect("engine");
+        let engine = Engine::start(Arc::new(file), direct, kind).expect("engine");
         let pending: Vec<Completion> = (0..60u64)
             .map(|i| {
                 engine.submit(Op::Write {
@@ -221,5 +225,5 @@ fn engine_names_parse() {
         })
     );
     let err = "aio".parse::<EngineKind>().expect_err("unknown");
-    assert!(err.contains("uring or threads"), "{err}");
+    assert!(err.contains("inline, uring or threads"), "{err}");
 }
