@@ -40,7 +40,7 @@ pub struct ClusterConfig {
 }
 
 /// A running `basalt up`; SIGTERM then SIGKILL on drop.
-pub struct Cluster {
+pub struct UpProcess {
     child: Child,
     /// `nbd://127.0.0.1:PORT/bench`.
     pub uri: String,
@@ -57,32 +57,32 @@ pub struct Cluster {
     pub metrics: Option<String>,
 }
 
-impl Cluster {
+impl UpProcess {
     /// Start `basalt up` with its state in `data_dir` and its log in `log`, and wait (bounded)
     /// until it serves.
-    pub fn start(data_dir: &Path, log: &Path, config: &ClusterConfig) -> anyhow::Result<Cluster> {
+    pub fn start(data_dir: &Path, log: &Path, config: &ClusterConfig) -> anyhow::Result<UpProcess> {
         let exe = std::env::current_exe().context("find the basalt executable")?;
-        Cluster::start_exe(&exe, data_dir, log, config)
+        UpProcess::start_exe(&exe, data_dir, log, config)
     }
 
-    /// [`Cluster::start`] with the `basalt` executable `exe` (another build, to compare).
+    /// [`UpProcess::start`] with the `basalt` executable `exe` (another build, to compare).
     pub fn start_exe(
         exe: &Path,
         data_dir: &Path,
         log: &Path,
         config: &ClusterConfig,
-    ) -> anyhow::Result<Cluster> {
-        Cluster::start_exe_with(exe, data_dir, log, config, &[])
+    ) -> anyhow::Result<UpProcess> {
+        UpProcess::start_exe_with(exe, data_dir, log, config, &[])
     }
 
-    /// [`Cluster::start_exe`] with `extra` arguments to `basalt up`.
+    /// [`UpProcess::start_exe`] with `extra` arguments to `basalt up`.
     pub fn start_exe_with(
         exe: &Path,
         data_dir: &Path,
         log: &Path,
         config: &ClusterConfig,
         extra: &[&str],
-    ) -> anyhow::Result<Cluster> {
+    ) -> anyhow::Result<UpProcess> {
         let log_file =
             std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
         // Beside the log: one per run. A file left by an earlier run must not pass for this
@@ -125,7 +125,7 @@ impl Cluster {
             .context("start basalt up")?;
         let stdout = child.stdout.take().context("basalt up stdout")?;
         // From here on the guard stops the process on every error path.
-        let mut cluster = Cluster {
+        let mut cluster = UpProcess {
             child,
             uri: String::new(),
             banner: None,
@@ -235,7 +235,7 @@ fn drain_stdout(stdout: std::process::ChildStdout) -> Arc<Mutex<Option<String>>>
     headline
 }
 
-impl Drop for Cluster {
+impl Drop for UpProcess {
     fn drop(&mut self) {
         // SIGTERM first so the daemon shuts down as in normal use; SIGKILL if it lingers.
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
@@ -254,7 +254,7 @@ impl Drop for Cluster {
     }
 }
 
-impl crate::under_test::UnderTest for Cluster {
+impl crate::under_test::UnderTest for UpProcess {
     fn uri(&self) -> &str {
         &self.uri
     }

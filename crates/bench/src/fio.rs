@@ -39,7 +39,7 @@ pub struct Job {
 
 /// Where a job runs.
 #[derive(Clone, Debug)]
-pub enum Target {
+pub enum FioTarget {
     /// A file on the local disk through libaio.
     File {
         /// The test file (laid out by fio on first use).
@@ -79,7 +79,7 @@ pub fn fill_bound(size_bytes: u64) -> Duration {
 }
 
 /// The full fio argument list (without the program name) for `job` on `target`.
-pub fn args(job: &Job, target: &Target, size: u64, span: Span, output: &Path) -> Vec<String> {
+pub fn args(job: &Job, target: &FioTarget, size: u64, span: Span, output: &Path) -> Vec<String> {
     let mut a = vec![
         "--name=bench".to_string(),
         format!("--rw={}", job.rw),
@@ -92,12 +92,12 @@ pub fn args(job: &Job, target: &Target, size: u64, span: Span, output: &Path) ->
         a.push(format!("--rwmixread={mix}"));
     }
     match target {
-        Target::File { path, direct } => {
+        FioTarget::File { path, direct } => {
             a.push("--ioengine=libaio".into());
             a.push(format!("--direct={}", u8::from(*direct)));
             a.push(format!("--filename={}", path.display()));
         }
-        Target::Nbd { uri } => {
+        FioTarget::Nbd { uri } => {
             a.push("--ioengine=nbd".into());
             a.push(format!("--uri={uri}"));
         }
@@ -290,7 +290,7 @@ mod tests {
             numjobs: 1,
             rwmixread: None,
         };
-        let nbd = Target::Nbd {
+        let nbd = FioTarget::Nbd {
             uri: "nbd://127.0.0.1:1/bench".into(),
         };
         let span = Span::Timed {
@@ -304,7 +304,7 @@ mod tests {
         assert!(line.contains("--size=256M") && line.contains("--runtime=3"));
         assert!(!line.contains("--ramp_time"));
         assert!(line.ends_with("--output=o.json"));
-        let file = Target::File {
+        let file = FioTarget::File {
             path: "/d/f".into(),
             direct: false,
         };

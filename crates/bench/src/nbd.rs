@@ -10,8 +10,8 @@
 //!
 //! [`multihost`]: crate::multihost
 
-use crate::cluster::{Cluster, ClusterConfig};
-use crate::fio::{self, Job, Span, Target};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::fio::{self, FioTarget, Job, Span};
 use crate::progress::Progress;
 use crate::results::FioSummary;
 use crate::suite::RemoveOnDrop;
@@ -221,7 +221,7 @@ fn run_fio(
     dir: &Path,
 ) -> anyhow::Result<FioSummary> {
     let output = dir.join("fio.json");
-    let target = Target::Nbd { uri: uri.into() };
+    let target = FioTarget::Nbd { uri: uri.into() };
     let args = fio::args(job, &target, size_bytes, span, &output);
     let bound = match span {
         Span::Timed { runtime_s, ramp_s } => fio::timed_bound(runtime_s, ramp_s),
@@ -263,14 +263,14 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         s3: false,
         nvmf: false,
     };
-    let basalt = Cluster::start(
+    let basalt = UpProcess::start(
         &scratch.join("basalt"),
         &scratch.join("basalt.log"),
         &config,
     )?;
     let before = match &opts.before {
         Some(exe) => Some(
-            Cluster::start_exe(
+            UpProcess::start_exe(
                 exe,
                 &scratch.join("basalt-before"),
                 &scratch.join("basalt-before.log"),

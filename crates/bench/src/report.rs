@@ -2,7 +2,7 @@
 //! with each Basalt figure beside its baseline and as a percentage of it, CPU cost, and an
 //! Assessment that states the ratios in sentences.
 
-use crate::results::{Figure, Layout, Results, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Results, Row, SectionLayout, SectionReport, SectionStatus};
 use crate::sections::scaling;
 use crate::svg;
 use basalt_proto::size::human_bytes;
@@ -160,8 +160,8 @@ fn render_section(s: &mut String, sec: &SectionReport) {
         return;
     }
     match sec.layout {
-        Layout::Comparison => render_comparison(s, sec),
-        Layout::Scaling => s.push_str(&scaling::render_tables(sec)),
+        SectionLayout::Comparison => render_comparison(s, sec),
+        SectionLayout::Scaling => s.push_str(&scaling::render_tables(sec)),
     }
     for n in &sec.notes {
         let _ = writeln!(s, "Note: {n}\n");
@@ -206,7 +206,7 @@ fn render_comparison(s: &mut String, sec: &SectionReport) {
 pub fn comparisons(r: &Results) -> impl Iterator<Item = &SectionReport> {
     r.sections
         .iter()
-        .filter(|sec| sec.layout == Layout::Comparison)
+        .filter(|sec| sec.layout == SectionLayout::Comparison)
 }
 
 fn capitalize(t: &str) -> String {
@@ -428,7 +428,7 @@ fn render_assessment(s: &mut String, r: &Results) {
     for sec in r
         .sections
         .iter()
-        .filter(|sec| sec.layout == Layout::Scaling)
+        .filter(|sec| sec.layout == SectionLayout::Scaling)
     {
         if let Some(paragraph) = scaling::assessment(sec) {
             let _ = writeln!(s, "{paragraph}\n");
@@ -629,7 +629,7 @@ pub(crate) mod tests {
                     intro: "Loopback.".into(),
                     baseline_name: "Loopback TCP".into(),
                     status: SectionStatus::Measured,
-                    layout: Layout::Comparison,
+                    layout: SectionLayout::Comparison,
                     notes: vec![],
                     rows: vec![Row {
                         basalt: None,
@@ -649,7 +649,7 @@ pub(crate) mod tests {
                     intro: "Same profiles.".into(),
                     baseline_name: "Local disk".into(),
                     status: SectionStatus::Measured,
-                    layout: Layout::Comparison,
+                    layout: SectionLayout::Comparison,
                     notes: vec![],
                     rows: vec![
                         row(
@@ -698,7 +698,7 @@ pub(crate) mod tests {
                     status: SectionStatus::NotMeasured {
                         reason: "not measured: there is no S3 gateway yet".into(),
                     },
-                    layout: Layout::Comparison,
+                    layout: SectionLayout::Comparison,
                     notes: vec![],
                     rows: vec![],
                 },

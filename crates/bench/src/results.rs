@@ -142,7 +142,7 @@ pub enum SectionStatus {
 /// How the report lays out a section's rows and what its baseline means.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Layout {
+pub enum SectionLayout {
     /// Each Basalt figure beside a measured baseline (local disk, loopback TCP) and the
     /// ratio of the two.
     #[default]
@@ -167,7 +167,7 @@ pub struct SectionReport {
     pub status: SectionStatus,
     /// How the rows are laid out (absent in files written before the scaling sweep).
     #[serde(default)]
-    pub layout: Layout,
+    pub layout: SectionLayout,
     /// Remarks (fallbacks taken, caveats).
     pub notes: Vec<String>,
     /// The table.

@@ -2,7 +2,7 @@
 //! one), run every section, release what the run made, write the report, the JSON and the
 //! plots.
 
-use crate::cluster::{Cluster, ClusterConfig};
+use crate::cluster::{ClusterConfig, UpProcess};
 use crate::existing::ClusterAccess;
 use crate::progress::Progress;
 use crate::results::{Environment, ExistingClusterInfo, PoolSettings, Results, FORMAT_VERSION};
@@ -445,7 +445,7 @@ fn start_cluster(
     ctx.cluster = match existing {
         None => {
             ctx.progress.step("start basalt up", planned_s);
-            Cluster::start(
+            UpProcess::start(
                 &ctx.work_dir.join("basalt-data"),
                 &ctx.raw_dir.join("basalt-up.log"),
                 config,

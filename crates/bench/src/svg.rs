@@ -3,7 +3,7 @@
 //! and the scaling curve over OSD counts.
 
 use crate::report::{comparisons, format_value};
-use crate::results::{Layout, Results, Row};
+use crate::results::{Results, Row, SectionLayout};
 use crate::sections::scaling::{self, Curve};
 use anyhow::Context;
 use plotters::coord::Shift;
@@ -248,7 +248,7 @@ pub fn scaling(r: &Results) -> anyhow::Result<String> {
     let curves: Vec<Curve> = r
         .sections
         .iter()
-        .filter(|sec| sec.layout == Layout::Scaling)
+        .filter(|sec| sec.layout == SectionLayout::Scaling)
         .flat_map(scaling::curves)
         .filter(|c| c.points.iter().any(|p| p.0 == 1 && p.1 > 0.0))
         .collect();

@@ -1,5 +1,5 @@
 //! The Basalt cluster a run measures, whichever it is: a `basalt up` the benchmark starts
-//! itself ([`crate::cluster::Cluster`]), or a volume the benchmark creates in an existing
+//! itself ([`crate::cluster::UpProcess`]), or a volume the benchmark creates in an existing
 //! multi-host cluster and serves over NBD from its own process (`--cluster etcd://...`,
 //! [`crate::existing::Existing`], with the client library and the gateway the `basalt nbd`
 //! daemon runs).

@@ -3,7 +3,7 @@
 
 use crate::control::Request;
 use crate::progress::{Meter, Unit};
-use crate::volume_cmd::Target;
+use crate::volume_cmd::VolumeApi;
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_client::{ImageInfo, ImageState};
@@ -49,7 +49,7 @@ pub enum ImageCommand {
 }
 
 async fn import(
-    target: &Target,
+    target: &VolumeApi,
     file: String,
     name: String,
     format: Option<String>,
@@ -108,7 +108,7 @@ fn state(i: &ImageInfo) -> &'static str {
     }
 }
 
-pub async fn run(target: Target, command: ImageCommand) -> anyhow::Result<()> {
+pub async fn run(target: VolumeApi, command: ImageCommand) -> anyhow::Result<()> {
     match command {
         ImageCommand::Import {
             file,

@@ -3,7 +3,7 @@
 //! from the `/metrics` of the gateways serving the volumes (basalt_metrics::iostat
 //! computes, this prints).
 
-use crate::volume_cmd::Target;
+use crate::volume_cmd::VolumeApi;
 use anyhow::Context;
 use basalt_metrics::iostat::{parse, rates, scrape, table, volume_totals, VolumeTotals};
 use clap::Args;
@@ -29,7 +29,7 @@ pub struct IostatArgs {
 
 /// Per-volume totals summed over every endpoint, or from the control API without one.
 async fn totals(
-    target: &Target,
+    target: &VolumeApi,
     endpoints: &[String],
 ) -> anyhow::Result<BTreeMap<String, VolumeTotals>> {
     if endpoints.is_empty() {
@@ -48,7 +48,7 @@ async fn totals(
 }
 
 /// Per-volume totals of the volumes `basalt up` serves.
-async fn control_totals(target: &Target) -> anyhow::Result<BTreeMap<String, VolumeTotals>> {
+async fn control_totals(target: &VolumeApi) -> anyhow::Result<BTreeMap<String, VolumeTotals>> {
     if target.meta.meta.is_some() {
         anyhow::bail!(
             "on a multi-host cluster, give the gateways' /metrics with --endpoint IP:PORT \
@@ -74,7 +74,7 @@ async fn control_totals(target: &Target) -> anyhow::Result<BTreeMap<String, Volu
         .collect())
 }
 
-pub async fn run(target: &Target, args: IostatArgs) -> anyhow::Result<()> {
+pub async fn run(target: &VolumeApi, args: IostatArgs) -> anyhow::Result<()> {
     if !(args.interval.is_finite() && args.interval >= 0.1) {
         anyhow::bail!("--interval {}: give at least 0.1 seconds", args.interval);
     }

@@ -276,7 +276,7 @@ impl Command {
 
 /// Run `command`; the daemons get the global cluster-access flags.
 fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
-    let target = |pool| volume_cmd::Target::new(&global, pool);
+    let target = |pool| volume_cmd::VolumeApi::new(&global, pool);
     match command {
         Command::Up(args) => block_on(up::run(args, global.meta.data_tls.clone())),
         Command::Volume { pool, command } => block_on(volume_cmd::run(target(pool), command)),

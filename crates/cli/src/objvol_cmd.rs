@@ -3,7 +3,7 @@
 
 use crate::control::Request;
 use crate::progress::{Meter, Unit};
-use crate::volume_cmd::{print_json_or, Target};
+use crate::volume_cmd::{print_json_or, VolumeApi};
 use anyhow::Context;
 use basalt_bench::environment::utc_from_unix;
 use basalt_objvol::{ObjvolInfo, ObjvolState};
@@ -173,7 +173,7 @@ fn state(o: &ObjvolInfo) -> &'static str {
     }
 }
 
-pub async fn run(target: Target, command: ObjvolCommand) -> anyhow::Result<()> {
+pub async fn run(target: VolumeApi, command: ObjvolCommand) -> anyhow::Result<()> {
     let target = &target;
     match command {
         ObjvolCommand::Create {
@@ -235,7 +235,7 @@ fn absolute(path: Option<String>, what: &str) -> anyhow::Result<Option<String>> 
 }
 
 /// Build objvol `name` (`req`), with progress, and say what it holds.
-async fn create(target: &Target, name: &str, req: Request) -> anyhow::Result<()> {
+async fn create(target: &VolumeApi, name: &str, req: Request) -> anyhow::Result<()> {
     let started = Instant::now();
     let resp = target.call_with_progress(req, build_progress(name)).await?;
     let o = resp.objvol.context("objvol_create returns the objvol")?;
@@ -259,7 +259,7 @@ async fn create(target: &Target, name: &str, req: Request) -> anyhow::Result<()>
 }
 
 /// Rebuild objvol `name`'s index, with progress.
-async fn refresh(target: &Target, name: String) -> anyhow::Result<()> {
+async fn refresh(target: &VolumeApi, name: String) -> anyhow::Result<()> {
     let started = Instant::now();
     let resp = target
         .call_with_progress(
@@ -283,7 +283,7 @@ async fn refresh(target: &Target, name: String) -> anyhow::Result<()> {
 }
 
 /// List objvols.
-async fn list(target: &Target) -> anyhow::Result<()> {
+async fn list(target: &VolumeApi) -> anyhow::Result<()> {
     let resp = target.call(Request::ObjvolLs).await?;
     let all = resp.objvols.unwrap_or_default();
     if target.json {

@@ -2,11 +2,11 @@
 //! every object and repair what disagrees.
 
 use crate::control::Request;
-use crate::volume_cmd::Target;
+use crate::volume_cmd::VolumeApi;
 
 /// Scrub the PGs of `pool` (every pool when None) through `target`, with progress over
 /// PGs on stderr; prints what was found and repaired.
-pub async fn run(target: Target, pool: Option<String>, json: bool) -> anyhow::Result<()> {
+pub async fn run(target: VolumeApi, pool: Option<String>, json: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let progress =
         crate::progress::Meter::new("scrubbing", crate::progress::Unit::Count("PGs")).reporter();

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
 /// Where volume requests go: the control API of `basalt up`, or a cluster's metadata.
-pub struct Target {
+pub struct VolumeApi {
     control: PathBuf,
     pub(crate) meta: MetaArgs,
     pool: String,
@@ -20,7 +20,7 @@ pub struct Target {
     pub(crate) wait: Option<std::time::Duration>,
 }
 
-impl Target {
+impl VolumeApi {
     pub fn new(global: &crate::global::GlobalArgs, pool: String) -> Self {
         Self {
             control: global.control.clone(),
@@ -262,7 +262,7 @@ fn volume_json(
 
 /// Print `v` as `--json` shows a volume.
 async fn print_volume_json(
-    target: &Target,
+    target: &VolumeApi,
     v: &VolumeInfo,
     usage: Option<&basalt_client::VolumeUsage>,
 ) -> anyhow::Result<()> {
@@ -319,7 +319,7 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
     }
 }
 
-pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
+pub async fn run(target: VolumeApi, command: VolumeCommand) -> anyhow::Result<()> {
     let target = &target;
     match command {
         VolumeCommand::Iostat(args) => crate::iostat::run(target, args).await,
@@ -350,7 +350,7 @@ pub async fn run(target: Target, command: VolumeCommand) -> anyhow::Result<()> {
 
 /// Take `name`, new in the target's pool or cloned from `from_image`.
 async fn create(
-    target: &Target,
+    target: &VolumeApi,
     name: String,
     size: Option<String>,
     from_image: Option<String>,
@@ -383,7 +383,7 @@ async fn create(
 }
 
 /// List volumes, then objvols (read-only, under their export names).
-async fn list(target: &Target) -> anyhow::Result<()> {
+async fn list(target: &VolumeApi) -> anyhow::Result<()> {
     let json = target.json;
     let resp = target.call(Request::Ls).await?;
     let volumes = resp.volumes.unwrap_or_default();
@@ -440,7 +440,7 @@ async fn list(target: &Target) -> anyhow::Result<()> {
 }
 
 /// Show one volume.
-async fn info(target: &Target, name: String) -> anyhow::Result<()> {
+async fn info(target: &VolumeApi, name: String) -> anyhow::Result<()> {
     let json = target.json;
     let resp = target.call(Request::Info { name }).await?;
     let v = resp.volume.expect("info returns the volume");
@@ -456,7 +456,7 @@ async fn info(target: &Target, name: String) -> anyhow::Result<()> {
 
 /// Resize a volume.
 async fn resize(
-    target: &Target,
+    target: &VolumeApi,
     name: String,
     size: String,
     allow_shrink: bool,
@@ -479,7 +479,7 @@ async fn resize(
 }
 
 /// Where a byte of a volume lives (multi-host clusters).
-async fn locate(target: &Target, name: String, offset: u64) -> anyhow::Result<()> {
+async fn locate(target: &VolumeApi, name: String, offset: u64) -> anyhow::Result<()> {
     if target.meta.meta.is_none() {
         anyhow::bail!("volume locate needs --meta (the cluster's metadata)");
     }
@@ -492,7 +492,7 @@ async fn locate(target: &Target, name: String, offset: u64) -> anyhow::Result<()
 }
 
 /// List a volume's snapshots.
-async fn snapshot_ls(target: &Target, volume: String) -> anyhow::Result<()> {
+async fn snapshot_ls(target: &VolumeApi, volume: String) -> anyhow::Result<()> {
     let json = target.json;
     let resp = target.call(Request::Info { name: volume }).await?;
     let v = resp.volume.expect("info returns the volume");
@@ -507,7 +507,7 @@ async fn snapshot_ls(target: &Target, volume: String) -> anyhow::Result<()> {
 }
 
 /// Take snapshot VOLUME@SNAPSHOT.
-async fn snapshot_take(target: &Target, spec: Option<String>) -> anyhow::Result<()> {
+async fn snapshot_take(target: &VolumeApi, spec: Option<String>) -> anyhow::Result<()> {
     let json = target.json;
     let Some(spec) = spec else {
         anyhow::bail!(
@@ -539,7 +539,7 @@ async fn snapshot_take(target: &Target, spec: Option<String>) -> anyhow::Result<
 }
 
 /// Remove a snapshot.
-async fn snapshot_rm(target: &Target, snapshot: String) -> anyhow::Result<()> {
+async fn snapshot_rm(target: &VolumeApi, snapshot: String) -> anyhow::Result<()> {
     let json = target.json;
     let (name, snap) = parse_snapshot_spec(&snapshot)?;
     let started = std::time::Instant::now();
@@ -564,7 +564,7 @@ async fn snapshot_rm(target: &Target, snapshot: String) -> anyhow::Result<()> {
 }
 
 /// Roll a volume back to a snapshot.
-async fn rollback(target: &Target, snapshot: String) -> anyhow::Result<()> {
+async fn rollback(target: &VolumeApi, snapshot: String) -> anyhow::Result<()> {
     let json = target.json;
     let (name, snap) = parse_snapshot_spec(&snapshot)?;
     let started = std::time::Instant::now();
@@ -587,7 +587,7 @@ async fn rollback(target: &Target, snapshot: String) -> anyhow::Result<()> {
 }
 
 /// Make a clone independent of its parent.
-async fn flatten(target: &Target, name: String) -> anyhow::Result<()> {
+async fn flatten(target: &VolumeApi, name: String) -> anyhow::Result<()> {
     let json = target.json;
     let started = std::time::Instant::now();
     target
@@ -609,7 +609,7 @@ async fn flatten(target: &Target, name: String) -> anyhow::Result<()> {
 }
 
 /// Make a volume from a snapshot.
-async fn clone(target: &Target, snapshot: String, new: String) -> anyhow::Result<()> {
+async fn clone(target: &VolumeApi, snapshot: String, new: String) -> anyhow::Result<()> {
     let json = target.json;
     let (name, snap) = parse_snapshot_spec(&snapshot)?;
     let started = std::time::Instant::now();
@@ -634,7 +634,7 @@ async fn clone(target: &Target, snapshot: String, new: String) -> anyhow::Result
 }
 
 /// Remove a volume, saying what went with it.
-async fn remove(target: &Target, name: String, force: bool) -> anyhow::Result<()> {
+async fn remove(target: &VolumeApi, name: String, force: bool) -> anyhow::Result<()> {
     let json = target.json;
     // Say what went: the size and the snapshots that went with it.
     let before = target.call(Request::Info { name: name.clone() }).await?;

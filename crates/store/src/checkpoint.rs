@@ -9,8 +9,13 @@ use basalt_proto::{ObjectId, Version};
 
 /// Size of the checkpoint header at the start of an area.
 pub(crate) const HEADER_BYTES: usize = 64;
-/// Format version of the checkpoint layout.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Format version of the checkpoint layout written now. Version 2 has the layout of version 1
+/// and says that the WAL after it is written in block-aligned batches (each batch starts at
+/// a 4 KiB boundary; replay continues at the next boundary after a commit record). Version 1
+/// checkpoints (byte-packed batches) are still read.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The oldest version still read.
+const OLDEST_VERSION: u32 = 1;
 const MAGIC: [u8; 8] = *b"BSLTCKPT";
 const ENTRY_FIXED_BYTES: usize = 40;
 const FLAG_CLEAN: u32 = 1;
@@ -29,6 +34,8 @@ pub(crate) struct CheckpointHeader {
     pub entry_count: u64,
     /// Written by `close()`: nothing follows in the WAL.
     pub clean: bool,
+    /// Batches after `wal_pos` start at 4 KiB boundaries (format version 2).
+    pub aligned_batches: bool,
 }
 
 /// One object as a checkpoint records it.
@@ -117,7 +124,8 @@ pub(crate) fn parse_header(
         return None;
     }
     let entry_len = u32_at(bytes, 48) as u64;
-    if u32_at(bytes, 8) != FORMAT_VERSION
+    let version = u32_at(bytes, 8);
+    if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version)
         || u32_at(bytes, 52) != blocks_per_slot
         || entry_len != entry_bytes(blocks_per_slot) as u64
     {
@@ -137,6 +145,7 @@ pub(crate) fn parse_header(
             next_lsn: u64_at(bytes, 32),
             entry_count,
             clean: u32_at(bytes, 12) & FLAG_CLEAN != 0,
+            aligned_batches: version >= 2,
         },
         total_bytes,
     })
@@ -176,6 +185,16 @@ pub(crate) fn for_each_entry(
     Ok(())
 }
 
+/// Rewrite the checkpoint at the start of `area` as format version 1 (byte-packed WAL
+/// batches), its crc recomputed: how a store written before block-aligned batches looks.
+#[cfg(test)]
+pub(crate) fn downgrade_to_version_1(area: &mut [u8]) {
+    let total = HEADER_BYTES + (u64_at(area, 40) * u64::from(u32_at(area, 48))) as usize;
+    area[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = area_crc(&area[..total]);
+    area[56..60].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// crc32c over the area with the crc field (bytes 56..60) taken as zero.
 fn area_crc(bytes: &[u8]) -> u32 {
     let crc = crc32c::crc32c(&bytes[..56]);
@@ -197,6 +216,7 @@ mod tests {
             next_lsn: 77,
             entry_count: 0,
             clean: true,
+            aligned_batches: true,
         };
         let entries = (0..3).map(|i| EntryRef {
             obj: ObjectId::new(1, i),

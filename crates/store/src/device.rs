@@ -1,6 +1,7 @@
 //! The data file: positioned reads and writes, fdatasync, and the fail-stop flag that trips on
 //! the first write or sync error; and [`Disk`], what the store needs of the medium under it.
 
+use crate::engine::{AlignedBuf, Engine, EngineKind, Op, ALIGN};
 use crate::error::{io_err, StoreError};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -47,11 +48,23 @@ impl Disk for File {
     }
 }
 
+/// Where a store's bytes live: a [`Disk`] called on the caller's thread (the simulator's
+/// [`crate::MemDisk`]), or a file or device whose I/O runs through an [`Engine`].
+enum Medium {
+    Disk(Arc<dyn Disk>),
+    Engine { engine: Engine, file: Arc<File> },
+}
+
 /// The store's one file. After any failed write or sync, every later write and sync returns
 /// [`StoreError::Failed`]: the page cache may have dropped the data (a later fsync can succeed
 /// without it), so the store can no longer promise durability.
+///
+/// Every write is whole blocks at a block-aligned offset (what direct I/O requires; the
+/// store's structures are laid out so): an unaligned write is refused as a bug, on every
+/// medium, so the simulator catches it too. Reads may be anywhere: an engine reads the
+/// aligned blocks around them.
 pub(crate) struct DataFile {
-    file: Arc<dyn Disk>,
+    medium: Medium,
     failed: AtomicBool,
     /// Test hook: make every write and sync fail with EIO.
     #[cfg(test)]
@@ -60,30 +73,107 @@ pub(crate) struct DataFile {
 
 impl DataFile {
     pub fn new(file: Arc<dyn Disk>) -> DataFile {
+        DataFile::with(Medium::Disk(file))
+    }
+
+    /// I/O on `io_file` through an engine of `io.engine`; `direct` says whether `io_file` was
+    /// opened with O_DIRECT. `locked` is the handle holding the store's lock (possibly the
+    /// same file opened once more), kept for the life of the store.
+    pub fn with_engine(
+        locked: File,
+        io_file: File,
+        direct: bool,
+        io: &crate::IoOptions,
+    ) -> Result<DataFile, StoreError> {
+        let engine = Engine::start(Arc::new(io_file), direct, io.engine)
+            .map_err(io_err("start the I/O engine"))?;
+        Ok(DataFile::with(Medium::Engine {
+            engine,
+            file: Arc::new(locked),
+        }))
+    }
+
+    fn with(medium: Medium) -> DataFile {
         DataFile {
-            file,
+            medium,
             failed: AtomicBool::new(false),
             #[cfg(test)]
             inject_failure: AtomicBool::new(false),
         }
     }
 
+    /// The engine that runs the I/O and whether it bypasses the page cache (None: a [`Disk`]
+    /// called inline).
+    pub fn engine(&self) -> Option<(EngineKind, bool)> {
+        match &self.medium {
+            Medium::Disk(_) => None,
+            Medium::Engine { engine, .. } => Some((engine.kind(), engine.direct())),
+        }
+    }
+
     /// The size of the medium.
     pub fn size_bytes(&self, op: &'static str) -> Result<u64, StoreError> {
-        self.file.size_bytes().map_err(io_err(op))
+        match &self.medium {
+            Medium::Disk(d) => d.size_bytes(),
+            Medium::Engine { file, .. } => file.metadata().map(|m| m.len()),
+        }
+        .map_err(io_err(op))
     }
 
     /// Read exactly `buf.len()` bytes at `offset`. Read errors do not stop the store.
     pub fn read_at(&self, buf: &mut [u8], offset: u64, op: &'static str) -> Result<(), StoreError> {
-        self.file.read_exact_at(buf, offset).map_err(io_err(op))
+        match &self.medium {
+            Medium::Disk(d) => d.read_exact_at(buf, offset).map_err(io_err(op)),
+            Medium::Engine { engine, .. } => {
+                let align = ALIGN as u64;
+                let start = offset / align * align;
+                let end = (offset + buf.len() as u64).next_multiple_of(align);
+                let done = engine
+                    .submit(Op::Read {
+                        offset: start,
+                        buf: AlignedBuf::zeroed((end - start) as usize),
+                    })
+                    .wait();
+                done.result.map_err(io_err(op))?;
+                let Some(data) = done.buf else {
+                    return Err(StoreError::Io {
+                        op,
+                        source: std::io::Error::other("the engine returned no buffer"),
+                    });
+                };
+                let from = (offset - start) as usize;
+                buf.copy_from_slice(&data.as_slice()[from..from + buf.len()]);
+                Ok(())
+            }
+        }
     }
 
-    /// Write all of `buf` at `offset`; a failure stops the store.
+    /// Write all of `buf` (whole blocks) at `offset` (block-aligned); a failure stops the
+    /// store.
     pub fn write_at(&self, buf: &[u8], offset: u64, op: &'static str) -> Result<(), StoreError> {
         self.check_writable()?;
-        let result = self
-            .injected()
-            .and_then(|()| self.file.write_all_at(buf, offset));
+        if offset % ALIGN as u64 != 0 || buf.len() % ALIGN != 0 {
+            let source = std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "unaligned write of {} bytes at {offset} (a store bug: writes are whole blocks)",
+                    buf.len()
+                ),
+            );
+            return self.trip_on_error(Err(source), op);
+        }
+        let result = self.injected().and_then(|()| match &self.medium {
+            Medium::Disk(d) => d.write_all_at(buf, offset),
+            Medium::Engine { engine, .. } => {
+                engine
+                    .submit(Op::Write {
+                        offset,
+                        buf: AlignedBuf::copy_from(buf),
+                    })
+                    .wait()
+                    .result
+            }
+        });
         self.trip_on_error(result, op)
     }
 
@@ -91,14 +181,20 @@ impl DataFile {
     /// store.
     pub fn sync(&self, op: &'static str) -> Result<(), StoreError> {
         self.check_writable()?;
-        let result = self.injected().and_then(|()| self.file.sync_data());
+        let result = self.injected().and_then(|()| match &self.medium {
+            Medium::Disk(d) => d.sync_data(),
+            Medium::Engine { engine, .. } => engine.submit(Op::Sync).wait().result,
+        });
         self.trip_on_error(result, op)
     }
 
     /// fsync: like [`DataFile::sync`], and the file's size too. A failure stops the store.
     pub fn sync_all(&self, op: &'static str) -> Result<(), StoreError> {
         self.check_writable()?;
-        let result = self.injected().and_then(|()| self.file.sync_all());
+        let result = self.injected().and_then(|()| match &self.medium {
+            Medium::Disk(d) => d.sync_all(),
+            Medium::Engine { file, .. } => file.sync_all(),
+        });
         self.trip_on_error(result, op)
     }
 

@@ -22,8 +22,9 @@ pub(crate) struct WalFull;
 ///
 /// Positions are logical byte offsets that only grow; the file offset is
 /// `wal_offset + pos % wal_bytes`. Invariant: `tail_pos <= pending_pos <= head_pos` and
-/// `head_pos + COMMIT_RECORD_BYTES - tail_pos <= wal_bytes` (the live log fits, with room
-/// for the commit record that closes the next batch).
+/// `batch_end(head_pos) - tail_pos <= wal_bytes` (the live log fits, with room for the
+/// commit record that closes the next batch and its padding). Batches start at block
+/// boundaries: `pending_pos` is a multiple of the block size.
 pub(crate) struct WalBuffer {
     pending: Vec<u8>,
     next_lsn: u64,
@@ -158,10 +159,13 @@ impl WalBuffer {
     }
 
     fn has_room_for_commit(&self) -> bool {
-        self.head_pos + COMMIT_RECORD_BYTES as u64 - self.tail_pos <= self.wal_bytes
+        batch_end(self.head_pos) - self.tail_pos <= self.wal_bytes
     }
 
-    /// Close the pending batch with a commit record; every appender left room for it.
+    /// Close the pending batch with a commit record, then zeros up to the next block
+    /// boundary, where the next batch starts (so a block holding committed records is never
+    /// written again, and every batch write is block-aligned for direct I/O). Every appender
+    /// left room for both.
     fn append_commit(&mut self) {
         assert!(
             self.has_room_for_commit(),
@@ -169,9 +173,13 @@ impl WalBuffer {
         );
         let lsn = self.next_lsn;
         self.next_lsn += 1;
+        let end = batch_end(self.head_pos);
         self.head_pos += COMMIT_RECORD_BYTES as u64;
         wal::encode_commit(&mut self.pending, lsn, self.store_id);
         self.check_appended(COMMIT_RECORD_BYTES);
+        let pad = (end - self.head_pos) as usize;
+        self.pending.resize(self.pending.len() + pad, 0);
+        self.head_pos = end;
     }
 
     /// Hand the pending records to the leader (swapping buffers, so neither side allocates).
@@ -190,7 +198,7 @@ impl WalBuffer {
     }
 
     fn reserve(&mut self, len: usize) -> Result<u64, WalFull> {
-        let live = self.head_pos + (len + COMMIT_RECORD_BYTES) as u64 - self.tail_pos;
+        let live = batch_end(self.head_pos + len as u64) - self.tail_pos;
         if live > self.wal_bytes {
             return Err(WalFull);
         }
@@ -207,6 +215,12 @@ impl WalBuffer {
             "encoded record of {len} bytes matches its reservation"
         );
     }
+}
+
+/// Where a batch whose records end at `pos` ends: after its commit record, rounded up to
+/// the next block boundary.
+pub(crate) fn batch_end(pos: u64) -> u64 {
+    (pos + COMMIT_RECORD_BYTES as u64).next_multiple_of(BLOCK as u64)
 }
 
 /// State only the leader touches, kept between batches so buffers are reused.
@@ -364,6 +378,10 @@ impl Store {
                 self.file.write_at(data, at, "apply WAL record in place")?;
                 leader.applied.push((slot, first_block, crcs.len() as u32));
             }
+            if rec.body == WalBody::Commit {
+                // The batch's end: only padding follows.
+                break;
+            }
             off += len;
         }
         Ok(())
@@ -399,6 +417,7 @@ impl Store {
                 next_lsn: wal.next_lsn,
                 entry_count: 0,
                 clean,
+                aligned_batches: true,
             };
             checkpoint::encode(
                 &mut image,
@@ -441,8 +460,11 @@ impl Store {
             "checkpoint fits its area"
         );
         let area = (seq % 2) as usize;
+        // Whole blocks (the crc covers the checkpoint's own length; the rest is padding).
+        let mut image = image.to_vec();
+        image.resize(image.len().next_multiple_of(BLOCK), 0);
         self.file.write_at(
-            image,
+            &image,
             self.layout.checkpoint_offsets[area],
             "write checkpoint",
         )?;

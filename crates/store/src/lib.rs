@@ -9,6 +9,7 @@
 
 mod checkpoint;
 mod device;
+pub mod engine;
 mod error;
 mod index;
 mod journal;
@@ -24,8 +25,9 @@ pub use device::Disk;
 pub use error::StoreError;
 pub use memdisk::{MemDisk, MemDiskHandle};
 pub use options::{
-    StoreOptions, BLOCK_BYTES, DEFAULT_CAPACITY_BYTES, DEFAULT_OBJECT_BYTES, MAX_AUTO_WAL_BYTES,
-    MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES, MIN_WAL_BYTES,
+    IoOptions, StoreOptions, BLOCK_BYTES, DEFAULT_CAPACITY_BYTES, DEFAULT_OBJECT_BYTES,
+    MAX_AUTO_WAL_BYTES, MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES,
+    MIN_WAL_BYTES,
 };
 pub use store::{Store, StoreStats, WalStats};
 pub use superblock::{StoreLayout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};

@@ -51,6 +51,27 @@ impl StoreOptions {
     }
 }
 
+/// How a store file's I/O is done (not part of the store's format: chosen at every open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoOptions {
+    /// Who runs the syscalls.
+    pub engine: crate::engine::EngineKind,
+    /// Open with O_DIRECT (no page cache) where the filesystem or device allows it; where it
+    /// does not (tmpfs), the store runs buffered and says so.
+    pub direct: bool,
+}
+
+impl Default for IoOptions {
+    /// Buffered I/O on the caller's thread: what the OSD runs until it awaits store calls
+    /// instead of making them on its runtime threads (docs/design.md, "I/O engine").
+    fn default() -> Self {
+        IoOptions {
+            engine: crate::engine::EngineKind::Inline,
+            direct: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use crate::device::{DataFile, Disk};
 use crate::error::{io_err, StoreError};
 use crate::index::{Index, BLOCK};
 use crate::journal::{Leader, WalBuffer};
-use crate::options::StoreOptions;
+use crate::options::{IoOptions, StoreOptions};
 use crate::store::Store;
 use crate::superblock::{StoreLayout, SUPERBLOCK_BYTES};
 use crate::wal::{
@@ -34,7 +34,11 @@ const WAL_READ_CHUNK_BYTES: usize = 1 << 20;
 const DECODE_ATTEMPTS_MAX: usize = 4;
 
 /// Create a new store file; on failure the half-made file is removed again.
-pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+pub(crate) fn create(
+    path: &Path,
+    opts: &StoreOptions,
+    io: &IoOptions,
+) -> Result<Store, StoreError> {
     let layout = StoreLayout::compute(opts, new_store_id())?;
     let file = OpenOptions::new()
         .read(true)
@@ -43,7 +47,8 @@ pub(crate) fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreErr
         .open(path)
         .map_err(io_err("create store file"))?;
     let result = prepare_file(&file, &layout)
-        .and_then(|()| format(DataFile::new(Arc::new(file)), layout))
+        .and_then(|()| engine_file(path, file, io))
+        .and_then(|data| format(data, layout))
         .and_then(|store| sync_parent_dir(path).map(|()| store));
     if result.is_err() {
         let _ = std::fs::remove_file(path);
@@ -82,6 +87,7 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
         next_lsn: FIRST_LSN,
         entry_count: 0,
         clean: true,
+        aligned_batches: true,
     };
     let mut image = Vec::new();
     checkpoint::encode(
@@ -90,6 +96,7 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
         layout.blocks_per_slot(),
         std::iter::empty(),
     );
+    image.resize(image.len().next_multiple_of(BLOCK), 0);
     file.write_at(
         &image,
         layout.checkpoint_offsets[0],
@@ -105,19 +112,35 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
 }
 
 /// Open a store and recover it.
-pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
+pub(crate) fn open(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .map_err(io_err("open store file"))?;
     lock_file(&file)?;
-    open_on(Arc::new(file))
+    recover(engine_file(path, file, io)?)
+}
+
+/// The store file at `path`, whose lock `locked` holds, with its I/O run as `io` says:
+/// opened once more with O_DIRECT if asked and the filesystem allows it.
+fn engine_file(path: &Path, locked: File, io: &IoOptions) -> Result<DataFile, StoreError> {
+    let (io_file, direct) = if io.direct {
+        crate::engine::open_direct(path).map_err(io_err("open store file for direct I/O"))?
+    } else {
+        let again = locked.try_clone().map_err(io_err("open store file"))?;
+        (again, false)
+    };
+    DataFile::with_engine(locked, io_file, direct, io)
 }
 
 /// Open the store on `disk` and recover it.
 pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
-    let file = DataFile::new(disk);
+    recover(DataFile::new(disk))
+}
+
+/// Recover the store in `file`.
+fn recover(file: DataFile) -> Result<Store, StoreError> {
     let len = file.size_bytes("stat store file")?;
     if len < SUPERBLOCK_BYTES {
         return Err(StoreError::corrupt("file is shorter than a superblock"));
@@ -145,13 +168,11 @@ pub(crate) fn open_on(disk: Arc<dyn Disk>) -> Result<Store, StoreError> {
     // gap later, more than the region can hold records, so none of those can ever pass for a
     // successor; the checkpoint below makes the gap durable before anything is appended.
     let next_lsn = replay.end_lsn + layout.wal_bytes;
-    let wal = WalBuffer::new(
-        layout.store_id,
-        layout.wal_bytes,
-        header.wal_pos,
-        replay.end_pos,
-        next_lsn,
-    );
+    // New batches start at a block boundary (a version-1 log may end anywhere). Nothing is
+    // appended before the checkpoint below moves the replay position there, so the live log
+    // starts there too.
+    let head = replay.end_pos.next_multiple_of(BLOCK as u64);
+    let wal = WalBuffer::new(layout.store_id, layout.wal_bytes, head, head, next_lsn);
     let store = Store::assemble(
         layout,
         file,
@@ -228,7 +249,7 @@ fn replay_wal(
         start_pos: header.wal_pos,
         buf: Vec::new(),
     };
-    let locs = scan(&mut reader, header.next_lsn)?;
+    let locs = scan(&mut reader, header.next_lsn, header.aligned_batches)?;
     let confirmed = confirmed_lsn(&locs, header.next_lsn.saturating_sub(1));
     let cut = surviving_records(file, layout, &reader.buf, &locs, confirmed)?;
     let mut newest = NewestData::default();
@@ -259,7 +280,12 @@ fn replay_wal(
 
 /// Pass 1: every intact record in LSN order, stopping at the first torn, stale (wrong LSN)
 /// or foreign (other store id) one.
-fn scan(reader: &mut WalReader<'_>, first_lsn: u64) -> Result<Vec<Loc>, StoreError> {
+/// With `aligned_batches`, the record after a commit starts at the next block boundary.
+fn scan(
+    reader: &mut WalReader<'_>,
+    first_lsn: u64,
+    aligned_batches: bool,
+) -> Result<Vec<Loc>, StoreError> {
     enum Step {
         Record {
             lsn: u64,
@@ -308,6 +334,10 @@ fn scan(reader: &mut WalReader<'_>, first_lsn: u64) -> Result<Vec<Loc>, StoreErr
                         commit,
                     });
                     off += len;
+                    if commit && aligned_batches {
+                        let pos = reader.start_pos + off as u64;
+                        off += (pos.next_multiple_of(BLOCK as u64) - pos) as usize;
+                    }
                     continue 'records;
                 }
                 Step::Need(need) if need > want => want = need,

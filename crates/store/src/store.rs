@@ -8,7 +8,7 @@ use crate::device::{DataFile, Disk};
 use crate::error::StoreError;
 use crate::index::{Block, Index, BLOCK};
 use crate::journal::{Leader, WalBuffer, WalFull};
-use crate::options::{StoreOptions, MAX_BLOCKS_PER_OBJECT};
+use crate::options::{IoOptions, StoreOptions, MAX_BLOCKS_PER_OBJECT};
 use crate::recovery;
 use crate::superblock::StoreLayout;
 use crate::wal::MAX_RECORD_BLOCKS;
@@ -88,12 +88,32 @@ pub struct WalStats {
 impl Store {
     /// Create a new store file at `path` (which must not exist).
     pub fn create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
-        recovery::create(path, opts)
+        Store::create_with(path, opts, &IoOptions::default())
+    }
+
+    /// [`Store::create`], its I/O done as `io` says.
+    pub fn create_with(
+        path: &Path,
+        opts: &StoreOptions,
+        io: &IoOptions,
+    ) -> Result<Store, StoreError> {
+        recovery::create(path, opts, io)
     }
 
     /// Open an existing store, recovering from a crash if there was one.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        recovery::open(path)
+        Store::open_with(path, &IoOptions::default())
+    }
+
+    /// [`Store::open`], its I/O done as `io` says.
+    pub fn open_with(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+        recovery::open(path, io)
+    }
+
+    /// The engine running this store's I/O and whether it is direct (None: a [`Disk`] the
+    /// store calls itself, as in the simulator).
+    pub fn io_engine(&self) -> Option<(crate::engine::EngineKind, bool)> {
+        self.file.engine()
     }
 
     /// Create a new store on `disk` (the simulator's [`crate::MemDisk`], or any [`Disk`]).

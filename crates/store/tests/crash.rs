@@ -9,7 +9,7 @@
 mod common;
 
 use basalt_proto::ObjectId;
-use basalt_store::Store;
+use basalt_store::{IoOptions, Store};
 use common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -121,7 +121,7 @@ fn crash_child() {
     let seed: u64 = parts[1].parse().expect("seed");
     let first_op: u64 = parts[2].parse().expect("first op");
     let flush_every: u64 = parts[3].parse().expect("flush interval");
-    let store = Store::open(path).expect("child opens the store");
+    let store = Store::open_with(path, &io_options(parts[4])).expect("child opens the store");
     let mut out = std::io::stdout().lock();
     for n in first_op..first_op + CHILD_OPS_MAX {
         apply_to_store(&store, seed, n);
@@ -132,6 +132,19 @@ fn crash_child() {
         }
     }
     store.close().expect("close");
+}
+
+/// The I/O a round's child and its check use: `inline` (buffered, the caller's thread),
+/// `uring` or `threads` (direct).
+fn io_options(name: &str) -> IoOptions {
+    match name {
+        "inline" => IoOptions::default(),
+        "uring" | "threads" => IoOptions {
+            engine: name.parse().expect("engine name"),
+            direct: true,
+        },
+        other => panic!("unknown I/O mode {other}"),
+    }
 }
 
 /// How a round kills its child.
@@ -145,6 +158,7 @@ struct Kill {
 /// none).
 fn run_child(
     path: &std::path::Path,
+    io: &str,
     seed: u64,
     first_op: u64,
     flush_every: u64,
@@ -160,7 +174,7 @@ fn run_child(
         ])
         .env(
             CHILD_ENV,
-            format!("{};{seed};{first_op};{flush_every}", path.display()),
+            format!("{};{seed};{first_op};{flush_every};{io}", path.display()),
         )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -242,9 +256,23 @@ fn check_round(
 
 #[test]
 fn crash_recovery_keeps_every_flushed_write() {
-    let began = Instant::now();
     let dir = scratch();
-    let path = dir.path().join("store");
+    crash_rounds(dir.path(), &["inline"]);
+}
+
+/// The same with direct I/O (on the build's filesystem: tmpfs refuses O_DIRECT), rounds
+/// alternating between the io_uring and the thread-pool engines.
+#[test]
+fn crash_recovery_with_direct_io_keeps_every_flushed_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    crash_rounds(dir.path(), &["uring", "threads"]);
+}
+
+/// Rounds of: a child writing until killed, then recovery checked against the model. Round
+/// `r` runs with I/O mode `modes[r % modes.len()]`.
+fn crash_rounds(dir: &std::path::Path, modes: &[&str]) {
+    let began = Instant::now();
+    let path = dir.join("store");
     Store::create(&path, &small_opts(OBJ, 40))
         .expect("create")
         .close()
@@ -264,11 +292,22 @@ fn crash_recovery_keeps_every_flushed_write() {
             after_first_flush: rng.below(5) != 0,
             delay: Duration::from_millis(rng.below(KILL_DELAY_MS_MAX + 1)),
         };
-        let durable = run_child(&path, seed, first_op, flush_every, kill);
+        let mode = modes[round as usize % modes.len()];
+        let durable = run_child(&path, mode, seed, first_op, flush_every, kill);
         // The child printed `durable N` after each flush before starting the next op, so it
         // cannot have started any op past the next flush point.
         let started_max = durable + flush_every;
-        let store = Store::open(&path).unwrap_or_else(|e| panic!("round {round}: recovery: {e}"));
+        let io = io_options(mode);
+        let store = Store::open_with(&path, &io)
+            .unwrap_or_else(|e| panic!("round {round} ({mode}): recovery: {e}"));
+        if io.direct {
+            assert_eq!(
+                store.io_engine(),
+                Some((io.engine, true)),
+                "{mode}: direct I/O on {}",
+                dir.display()
+            );
+        }
         check_round(&store, &model, seed, first_op, durable, started_max);
         recovered_writes += durable + 1 - first_op;
         model = Model::read_from(&store);

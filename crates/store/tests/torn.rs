@@ -242,12 +242,16 @@ fn stale_intact_records_beyond_a_recovered_end_never_replay() {
     while at < end {
         let (rec, len) = decode_wal_record(&file[at..]).expect("durable record");
         (at, last_lsn) = (at + len, rec.lsn);
+        if rec.body == WalBody::Commit {
+            // Batches start at block boundaries.
+            at = at.next_multiple_of(BLOCK);
+        }
     }
     // Past the end, a record as a torn batch could leave it: intact, though an earlier one
     // of its batch did not land. It sits exactly where, and carries exactly the LSN, that the
-    // record after the next session's first batch (one 4 KiB write + commit) would have if
-    // LSNs simply continued.
-    let stale_at = end + 4176 + 32;
+    // record after the next session's first batch (one 4 KiB write + commit, padded to a
+    // block boundary) would have if LSNs simply continued.
+    let stale_at = end + (4176 + 32usize).next_multiple_of(BLOCK);
     let stale = WalRecord {
         lsn: last_lsn + 3,
         store_id: layout.store_id,

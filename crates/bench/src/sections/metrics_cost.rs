@@ -6,8 +6,8 @@
 
 use super::side_by_side::{self, Rounds, Variant, Workload};
 use super::{Ctx, Section};
-use crate::cluster::{Cluster, ClusterConfig};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use basalt_proto::size::format_size;
 
 /// Section id.
@@ -48,7 +48,7 @@ impl MetricsSection {
     }
 
     /// The two clusters: metrics off, then on.
-    fn start(&self, ctx: &mut Ctx) -> anyhow::Result<Vec<Cluster>> {
+    fn start(&self, ctx: &mut Ctx) -> anyhow::Result<Vec<UpProcess>> {
         let size_bytes = self.rounds().size_bytes;
         let config = ClusterConfig {
             osds: 3,
@@ -140,7 +140,7 @@ impl Section for MetricsSection {
             ),
             baseline_name: "Metrics off".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes,
             rows: rows(figures),
         }
@@ -150,7 +150,7 @@ impl Section for MetricsSection {
 /// What shows the switch worked: the "off" cluster served no `/metrics`, the "on" one
 /// recorded the latency of the writes measured (a switch that did nothing would make the
 /// comparison meaningless).
-fn check_switch(clusters: &[Cluster]) -> String {
+fn check_switch(clusters: &[UpProcess]) -> String {
     let [off, on] = clusters else {
         return "Not checked: two clusters expected.".into();
     };

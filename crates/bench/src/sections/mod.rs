@@ -15,7 +15,7 @@ pub mod side_by_side;
 pub mod strmvol;
 
 use crate::cpu::{self, CpuSource};
-use crate::fio::{self, Job, Span, Target};
+use crate::fio::{self, FioTarget, Job, Span};
 use crate::progress::Progress;
 use crate::results::{Figure, SectionReport};
 use crate::under_test::UnderTest;
@@ -117,7 +117,7 @@ pub struct FioRun<'a> {
     /// The workload.
     pub job: &'a Job,
     /// Where it runs.
-    pub target: Target,
+    pub target: FioTarget,
     /// Bytes of the target the job covers.
     pub size_bytes: u64,
     /// Timed or once over the target.
@@ -153,12 +153,12 @@ impl Ctx {
         timeout: Duration,
     ) -> Figure {
         let target = match side {
-            Side::Disk => Target::File {
+            Side::Disk => FioTarget::File {
                 path: self.disk_file.clone(),
                 direct: self.disk_direct,
             },
             Side::Basalt => match &self.cluster {
-                Ok(c) => Target::Nbd {
+                Ok(c) => FioTarget::Nbd {
                     uri: c.uri().to_string(),
                 },
                 Err(e) => return Figure::failed(format!("no Basalt volume: {e}"), None, None),

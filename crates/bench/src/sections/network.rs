@@ -5,7 +5,7 @@
 
 use super::{Ctx, Section};
 use crate::environment;
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus, StorageHost};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus, StorageHost};
 use crate::under_test::ExistingCluster;
 use anyhow::{bail, Context};
 use std::io::{Read, Write};
@@ -138,7 +138,7 @@ fn loopback(ctx: &mut Ctx) -> SectionReport {
         ),
         baseline_name: "Loopback TCP".into(),
         status: SectionStatus::Measured,
-        layout: Layout::Comparison,
+        layout: SectionLayout::Comparison,
         notes,
         rows: vec![
             row(
@@ -281,7 +281,7 @@ fn from_hosts(
         ),
         baseline_name: "Network".into(),
         status: SectionStatus::Measured,
-        layout: Layout::Comparison,
+        layout: SectionLayout::Comparison,
         notes,
         rows,
     }

@@ -7,7 +7,7 @@
 //! the figure is their ratio, not either protocol's speed.
 
 use super::{Ctx, Section};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -171,7 +171,7 @@ impl Section for NvmfSection {
             ),
             baseline_name: "kernel NBD client".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes: Vec::new(),
             rows: Vec::new(),
         };

@@ -5,8 +5,8 @@
 //! flat volume. Needs a local `basalt up` (it makes volumes and images of its own).
 
 use super::{run_ok, Ctx, FioRun, Section};
-use crate::fio::{self, Job, Span, Target};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::fio::{self, FioTarget, Job, Span};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use anyhow::{bail, Context};
 use basalt_proto::size::format_size;
 use std::path::{Path, PathBuf};
@@ -340,7 +340,7 @@ impl PlasmaVmcSection {
                 let run = FioRun {
                     file: format!("plasmavmc-fill-{v}"),
                     job: &fio::FILL,
-                    target: Target::Nbd {
+                    target: FioTarget::Nbd {
                         uri: export(base_uri, v),
                     },
                     size_bytes: size,
@@ -381,7 +381,7 @@ impl PlasmaVmcSection {
                         let run = FioRun {
                             file: format!("plasmavmc-{key}-{v}"),
                             job,
-                            target: Target::Nbd {
+                            target: FioTarget::Nbd {
                                 uri: export(base_uri, v),
                             },
                             size_bytes: size,
@@ -548,7 +548,7 @@ impl Section for PlasmaVmcSection {
             ),
             baseline_name: "Local disk / flat volume".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes: Vec::new(),
             rows: Vec::new(),
         };

@@ -4,7 +4,7 @@
 
 use super::{Ctx, Section, Settings, Side};
 use crate::fio::Job;
-use crate::results::{Figure, FioSummary, Layout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, FioSummary, Row, SectionLayout, SectionReport, SectionStatus};
 
 /// Which number of a fio run a row shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,7 +317,7 @@ impl Section for ProfilesSection {
             intro: self.intro.clone(),
             baseline_name: "Local disk".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes,
             rows,
         }

@@ -6,7 +6,7 @@
 //! with the built-in Rust client ([`super::s3_load`]), cheap enough to measure the gateway.
 
 use super::{s3_load, Ctx, Scale, Section};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use std::process::Command;
 use std::time::Duration;
 
@@ -222,7 +222,7 @@ impl Section for S3Section {
             ),
             baseline_name: "Network (TCP)".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes: Vec::new(),
             rows: Vec::new(),
         };
@@ -390,7 +390,7 @@ mod tests {
             assert_eq!(units.iter().filter(|u| **u == "ops/s").count(), 6);
             assert!(units.contains(&"%") && units.contains(&"keys/s"));
             // The Rust client's rows sit in the same table: their keys must not collide.
-            let rust = s3_load::rows(&s3_load::Outcome::default(), "load");
+            let rust = s3_load::rows(&s3_load::LoadOutcome::default(), "load");
             assert_eq!(rust.len(), 7);
             for row in &rust {
                 assert!(!keys.contains(&row.key.as_str()), "{}", row.key);

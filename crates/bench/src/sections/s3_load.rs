@@ -161,7 +161,7 @@ pub struct Phase {
 
 /// What the load generator measured, and why it stopped early if it did.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Outcome {
+pub struct LoadOutcome {
     /// The phases measured, in run order.
     pub phases: Vec<Phase>,
     /// The versioning comparison's rounds, in run order (op `PUT unversioned` or
@@ -176,21 +176,21 @@ pub struct Outcome {
 /// Run PUT then GET phases of `seconds` with 1 and with 16 clients against `endpoint`,
 /// charging CPU to this process and to `cluster` (the cluster's daemons); every key and the
 /// bucket are deleted at the end, failed or not.
-pub fn measure(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) -> Outcome {
+pub fn measure(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) -> LoadOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
     match runtime {
         Ok(rt) => rt.block_on(measure_on(endpoint, cluster, seconds)),
-        Err(e) => Outcome {
+        Err(e) => LoadOutcome {
             error: Some(format!("start the load generator's runtime: {e}")),
-            ..Outcome::default()
+            ..LoadOutcome::default()
         },
     }
 }
 
-async fn measure_on(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) -> Outcome {
-    let mut outcome = Outcome::default();
+async fn measure_on(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) -> LoadOutcome {
+    let mut outcome = LoadOutcome::default();
     let Some(addr) = endpoint.url.strip_prefix("http://") else {
         outcome.error = Some(format!("{} is not an http:// endpoint", endpoint.url));
         return outcome;
@@ -283,7 +283,7 @@ async fn measure_on(endpoint: &S3Endpoint, cluster: &[CpuSource], seconds: f64) 
 async fn versioning_rounds(
     run: &Run<'_>,
     admin: &mut Connection,
-    outcome: &mut Outcome,
+    outcome: &mut LoadOutcome,
 ) -> anyhow::Result<()> {
     let vbucket = format!("{}-v", run.bucket);
     let vpath = format!("/{vbucket}");
@@ -562,7 +562,7 @@ impl Run<'_> {
 }
 
 /// The rows PUT and GET by 1 and by 16 clients, each its phase's rate or why it is missing.
-pub fn rows(outcome: &Outcome, command: &str) -> Vec<Row> {
+pub fn rows(outcome: &LoadOutcome, command: &str) -> Vec<Row> {
     let mut rows = Vec::new();
     for clients in CLIENT_COUNTS {
         for op in ["PUT", "GET"] {
@@ -589,7 +589,7 @@ pub fn rows(outcome: &Outcome, command: &str) -> Vec<Row> {
 }
 
 /// A row's figure: `value`, or the run's failure when it was not measured.
-fn figure(outcome: &Outcome, command: &str, value: Option<f64>) -> Figure {
+fn figure(outcome: &LoadOutcome, command: &str, value: Option<f64>) -> Figure {
     match value {
         Some(v) => Figure {
             value: Some(v),
@@ -606,7 +606,7 @@ fn figure(outcome: &Outcome, command: &str, value: Option<f64>) -> Figure {
 }
 
 /// A bucket's PUT rate over its versioning rounds: its PUTs over its rounds' time.
-fn versioning_rate(outcome: &Outcome, op: &str) -> Option<f64> {
+fn versioning_rate(outcome: &LoadOutcome, op: &str) -> Option<f64> {
     let rounds: Vec<&Phase> = outcome.versioning.iter().filter(|p| p.op == op).collect();
     let seconds: f64 = rounds.iter().map(|p| p.seconds).sum();
     (!rounds.is_empty() && seconds > 0.0)
@@ -615,7 +615,7 @@ fn versioning_rate(outcome: &Outcome, op: &str) -> Option<f64> {
 
 /// The versioning comparison's rows: each bucket's PUT rate, and versioned as % of
 /// unversioned.
-fn versioning_rows(outcome: &Outcome, command: &str) -> Vec<Row> {
+fn versioning_rows(outcome: &LoadOutcome, command: &str) -> Vec<Row> {
     let unversioned = versioning_rate(outcome, "PUT unversioned");
     let versioned = versioning_rate(outcome, "PUT versioned");
     let ratio = unversioned
@@ -653,7 +653,7 @@ fn versioning_rows(outcome: &Outcome, command: &str) -> Vec<Row> {
 
 /// One note per phase with what the client and the cluster spent per request, then the
 /// failure and the clean-up failure, if any.
-pub fn notes(outcome: &Outcome) -> Vec<String> {
+pub fn notes(outcome: &LoadOutcome) -> Vec<String> {
     let mut notes: Vec<String> = outcome
         .phases
         .iter()
@@ -728,14 +728,14 @@ mod tests {
             start_unix_s: 0.0,
             end_unix_s: seconds,
         };
-        let outcome = Outcome {
+        let outcome = LoadOutcome {
             versioning: vec![
                 round("PUT unversioned", 3000, 3.0),
                 round("PUT versioned", 2700, 3.0),
                 round("PUT versioned", 2900, 4.0),
                 round("PUT unversioned", 2000, 2.0),
             ],
-            ..Outcome::default()
+            ..LoadOutcome::default()
         };
         let rows = versioning_rows(&outcome, "load");
         let value = |i: usize| rows[i].basalt.clone().unwrap().value.unwrap();
@@ -764,7 +764,7 @@ mod tests {
             start_unix_s: 0.0,
             end_unix_s: 5.0,
         };
-        let outcome = Outcome {
+        let outcome = LoadOutcome {
             phases: vec![phase("PUT", 1), phase("GET", 1), phase("PUT", 16)],
             versioning: Vec::new(),
             error: Some("16-client 4 KiB GET phase: client 3: GET /b/k answered 500".into()),

@@ -12,9 +12,9 @@ pub mod render;
 pub use render::{assessment, curves, render_tables, Curve};
 
 use super::{Ctx, FioRun, Section, Settings};
-use crate::cluster::{Cluster, ClusterConfig};
-use crate::fio::{self, Job, Span, Target};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::fio::{self, FioTarget, Job, Span};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use crate::sections::profiles::Metric;
 use crate::under_test::UnderTest;
 use basalt_proto::size::{format_size, human_bytes};
@@ -344,7 +344,7 @@ impl ScalingSection {
             nvmf: false,
             ..self.base.clone()
         };
-        let figures = match Cluster::start(&data_dir, &log, &config) {
+        let figures = match UpProcess::start(&data_dir, &log, &config) {
             Ok(cluster) => self.measure_on(ctx, &cluster, &name, &what, notes),
             Err(e) => {
                 let msg = format!("basalt up ({what}) did not start: {e:#}");
@@ -371,12 +371,12 @@ impl ScalingSection {
     fn measure_on(
         &self,
         ctx: &mut Ctx,
-        cluster: &Cluster,
+        cluster: &UpProcess,
         name: &str,
         what: &str,
         notes: &mut Vec<String>,
     ) -> Vec<Figure> {
-        let target = Target::Nbd {
+        let target = FioTarget::Nbd {
             uri: cluster.uri.clone(),
         };
         let sources = cluster.cpu_sources();
@@ -448,7 +448,7 @@ impl Section for ScalingSection {
                 status: SectionStatus::NotMeasured {
                     reason: reason.clone(),
                 },
-                layout: Layout::Scaling,
+                layout: SectionLayout::Scaling,
                 notes: Vec::new(),
                 rows: Vec::new(),
             };
@@ -466,7 +466,7 @@ impl Section for ScalingSection {
             intro: self.intro(ctx),
             baseline_name: "Linear scaling".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Scaling,
+            layout: SectionLayout::Scaling,
             notes,
             rows: rows(&steps),
         }
@@ -641,7 +641,7 @@ pub(crate) mod tests {
             intro: "Sweep.".into(),
             baseline_name: "Linear scaling".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Scaling,
+            layout: SectionLayout::Scaling,
             notes: vec![],
             rows: rows(&steps),
         }

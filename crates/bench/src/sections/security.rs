@@ -9,8 +9,8 @@
 
 use super::side_by_side::{self, Rounds, Variant, Workload};
 use super::{Ctx, Section};
-use crate::cluster::{Cluster, ClusterConfig};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use basalt_proto::size::format_size;
 use std::path::Path;
 use std::process::Command;
@@ -104,7 +104,7 @@ impl Section for SecuritySection {
             ),
             baseline_name: "Without".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes,
             rows: rows(figures),
         }
@@ -114,7 +114,7 @@ impl Section for SecuritySection {
 impl SecuritySection {
     /// The three clusters: authentication off, default (with NBD TLS offered), data-plane
     /// TLS.
-    fn start(&self, ctx: &mut Ctx) -> anyhow::Result<Vec<Cluster>> {
+    fn start(&self, ctx: &mut Ctx) -> anyhow::Result<Vec<UpProcess>> {
         let dir = ctx.work_dir.join(ID);
         let nbd_tls = dir.join("nbd-tls");
         make_nbd_certs(&nbd_tls)?;
@@ -143,7 +143,7 @@ impl SecuritySection {
 
 /// The variants ([`VARIANTS`] order) on the clusters of `start`; NBD TLS is measured on the
 /// default cluster.
-fn variants(clusters: &[Cluster]) -> Vec<Variant<'_>> {
+fn variants(clusters: &[UpProcess]) -> Vec<Variant<'_>> {
     let mut out: Vec<Variant> = clusters
         .iter()
         .zip(VARIANTS)

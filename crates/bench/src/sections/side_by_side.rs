@@ -5,8 +5,8 @@
 //! alike); a variant's figure is the median of its rounds.
 
 use super::{Ctx, FioRun};
-use crate::cluster::{Cluster, ClusterConfig};
-use crate::fio::{self, Job, Span, Target};
+use crate::cluster::{ClusterConfig, UpProcess};
+use crate::fio::{self, FioTarget, Job, Span};
 use crate::results::Figure;
 use crate::under_test::UnderTest;
 
@@ -48,7 +48,7 @@ pub const RANDWRITE_4K_QD32: Workload = Workload {
 /// share a cluster, e.g. plaintext and TLS NBD).
 pub struct Variant<'a> {
     pub name: &'static str,
-    pub cluster: &'a Cluster,
+    pub cluster: &'a UpProcess,
     pub uri: String,
 }
 
@@ -70,13 +70,13 @@ pub fn start_clusters(
     config: &ClusterConfig,
     variants: &[(&str, Vec<&str>)],
     size_bytes: u64,
-) -> anyhow::Result<Vec<Cluster>> {
+) -> anyhow::Result<Vec<UpProcess>> {
     let dir = ctx.work_dir.join(id);
     let exe = std::env::current_exe()?;
     let mut clusters = Vec::new();
     for (name, args) in variants {
         let log = ctx.raw_dir.join(format!("basalt-up-{id}-{name}.log"));
-        let c = Cluster::start_exe_with(&exe, &dir.join(name), &log, config, args)
+        let c = UpProcess::start_exe_with(&exe, &dir.join(name), &log, config, args)
             .map_err(|e| anyhow::anyhow!("basalt up ({name}) did not start: {e:#}"))?;
         clusters.push(c);
     }
@@ -84,7 +84,7 @@ pub fn start_clusters(
         let fill = FioRun {
             file: format!("{id}-{name}-precondition"),
             job: &fio::FILL,
-            target: Target::Nbd { uri: c.uri.clone() },
+            target: FioTarget::Nbd { uri: c.uri.clone() },
             size_bytes,
             span: Span::Once,
             timeout: fio::fill_bound(size_bytes),
@@ -136,7 +136,7 @@ pub fn measure(
                 let run = FioRun {
                     file: format!("{id}-{}-{}-r{}", w.key, v.name, round + 1),
                     job: &job,
-                    target: Target::Nbd { uri: v.uri.clone() },
+                    target: FioTarget::Nbd { uri: v.uri.clone() },
                     size_bytes: rounds.size_bytes,
                     span: Span::Timed { runtime_s, ramp_s },
                     timeout: fio::timed_bound(runtime_s, ramp_s),

@@ -21,7 +21,7 @@ mod buckets;
 mod measure;
 
 use super::{Ctx, Scale, Section};
-use crate::results::{Figure, Layout, Row, SectionReport, SectionStatus};
+use crate::results::{Figure, Row, SectionLayout, SectionReport, SectionStatus};
 use crate::under_test::S3Endpoint;
 use anyhow::{bail, Context};
 use basalt_objvol::build::Built;
@@ -162,7 +162,7 @@ impl Section for StrmvolSection {
     fn run(&self, ctx: &mut Ctx) -> SectionReport {
         let mut report = self.empty_report();
         let plan = self.plan(ctx);
-        let target = match Target::of(ctx) {
+        let target = match FioTarget::of(ctx) {
             Ok(t) => t,
             Err(reason) => {
                 report.status = SectionStatus::NotMeasured { reason };
@@ -188,7 +188,7 @@ impl Section for StrmvolSection {
 
 /// What the section measures through: the `basalt up` under test's S3 gateway, control
 /// API and NBD address, and a runtime for the async clients.
-struct Target {
+struct FioTarget {
     endpoint: S3Endpoint,
     control: String,
     /// `IP:PORT` of the NBD server.
@@ -196,9 +196,9 @@ struct Target {
     runtime: tokio::runtime::Runtime,
 }
 
-impl Target {
+impl FioTarget {
     /// The target of `ctx`'s cluster, or why there is none.
-    fn of(ctx: &Ctx) -> Result<Target, String> {
+    fn of(ctx: &Ctx) -> Result<FioTarget, String> {
         let (endpoint, control, uri) = match &ctx.cluster {
             Ok(c) => (c.s3(), c.control(), c.uri().to_string()),
             Err(_) => (None, None, String::new()),
@@ -216,7 +216,7 @@ impl Target {
             .enable_all()
             .build()
             .map_err(|e| format!("no runtime: {e}"))?;
-        Ok(Target {
+        Ok(FioTarget {
             endpoint,
             control,
             nbd_addr,
@@ -228,7 +228,7 @@ impl Target {
 /// The rows of one index bucket of `n` objects: fill it and build its index in this
 /// process (time, listing, rate, peak RSS), list it in one stream, `basalt objvol create`
 /// it, then mount and walk it when this host can.
-fn index_rows(ctx: &mut Ctx, t: &Target, tmp: &Path, n: u64, report: &mut SectionReport) {
+fn index_rows(ctx: &mut Ctx, t: &FioTarget, tmp: &Path, n: u64, report: &mut SectionReport) {
     let bucket = format!("strmvol-{n}");
     let body_bytes = if n >= EMPTY_FROM_OBJECTS {
         0
@@ -270,7 +270,7 @@ fn index_rows(ctx: &mut Ctx, t: &Target, tmp: &Path, n: u64, report: &mut Sectio
 /// process and list it in one stream: the build and listing rows.
 fn build_rows(
     ctx: &mut Ctx,
-    t: &Target,
+    t: &FioTarget,
     tmp: &Path,
     n: u64,
     body_bytes: usize,
@@ -392,7 +392,7 @@ fn build_figure_rows(
 /// Mount objvol `strmvol-N` with this host's kernel and walk it: the mount rows.
 fn mount_rows(
     ctx: &mut Ctx,
-    t: &Target,
+    t: &FioTarget,
     tmp: &Path,
     n: u64,
     body_bytes: usize,
@@ -454,7 +454,7 @@ impl StrmvolSection {
             ),
             baseline_name: "strmvol / direct GET".into(),
             status: SectionStatus::Measured,
-            layout: Layout::Comparison,
+            layout: SectionLayout::Comparison,
             notes: Vec::new(),
             rows: Vec::new(),
         }
@@ -462,7 +462,13 @@ impl StrmvolSection {
 
     /// Fill bucket `strmvol-files` with the small files, make it an objvol, and read random
     /// whole files through its export with each count of [`READERS`].
-    fn small_file_rows(&self, ctx: &mut Ctx, t: &Target, tmp: &Path, report: &mut SectionReport) {
+    fn small_file_rows(
+        &self,
+        ctx: &mut Ctx,
+        t: &FioTarget,
+        tmp: &Path,
+        report: &mut SectionReport,
+    ) {
         let files = self.small_files();
         let prepared = t.runtime.block_on(async {
             fill(
@@ -527,7 +533,7 @@ impl StrmvolSection {
 
     /// PUT one large object, make it an objvol, and read it through the export against a
     /// direct GET, alternating ([`LARGE_ROUNDS`] rounds, medians).
-    fn large_file_rows(&self, ctx: &mut Ctx, t: &Target, report: &mut SectionReport) {
+    fn large_file_rows(&self, ctx: &mut Ctx, t: &FioTarget, report: &mut SectionReport) {
         let size = self.large_bytes();
         let command = format!(
             "basalt bench storage --sections strmvol ({} MiB object: 1 MiB NBD reads through \
