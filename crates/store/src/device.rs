@@ -152,7 +152,7 @@ impl DataFile {
     /// store.
     pub fn write_at(&self, buf: &[u8], offset: u64, op: &'static str) -> Result<(), StoreError> {
         self.check_writable()?;
-        if offset % ALIGN as u64 != 0 || buf.len() % ALIGN != 0 {
+        if !offset.is_multiple_of(ALIGN as u64) || !buf.len().is_multiple_of(ALIGN) {
             let source = std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!(
