@@ -425,6 +425,8 @@ impl Store {
                 index.blocks_per_slot(),
                 index.entries(),
             );
+            // Whole blocks (the crc covers the checkpoint's own length; the rest is padding).
+            image.resize(image.len().next_multiple_of(BLOCK), 0);
             (taken, header)
         };
         let result = self.write_checkpoint(leader, &batch, taken, &image, seq);
@@ -460,11 +462,8 @@ impl Store {
             "checkpoint fits its area"
         );
         let area = (seq % 2) as usize;
-        // Whole blocks (the crc covers the checkpoint's own length; the rest is padding).
-        let mut image = image.to_vec();
-        image.resize(image.len().next_multiple_of(BLOCK), 0);
         self.file.write_at(
-            &image,
+            image,
             self.layout.checkpoint_offsets[area],
             "write checkpoint",
         )?;

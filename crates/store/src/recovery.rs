@@ -10,6 +10,7 @@
 
 use crate::checkpoint::{self, CheckpointHeader};
 use crate::device::{DataFile, Disk};
+use crate::engine::EngineKind;
 use crate::error::{io_err, StoreError};
 use crate::index::{Index, BLOCK};
 use crate::journal::{Leader, WalBuffer};
@@ -125,6 +126,11 @@ pub(crate) fn open(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
 /// The store file at `path`, whose lock `locked` holds, with its I/O run as `io` says:
 /// opened once more with O_DIRECT if asked and the filesystem allows it.
 fn engine_file(path: &Path, locked: File, io: &IoOptions) -> Result<DataFile, StoreError> {
+    if io.engine == EngineKind::Inline && !io.direct {
+        // Buffered syscalls on the caller's thread need no engine and no aligned bounce
+        // buffer: the file is the medium, as before the engine existed.
+        return Ok(DataFile::new(Arc::new(locked)));
+    }
     let (io_file, direct) = if io.direct {
         crate::engine::open_direct(path).map_err(io_err("open store file for direct I/O"))?
     } else {

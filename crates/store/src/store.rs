@@ -110,8 +110,8 @@ impl Store {
         recovery::open(path, io)
     }
 
-    /// The engine running this store's I/O and whether it is direct (None: a [`Disk`] the
-    /// store calls itself, as in the simulator).
+    /// The engine running this store's I/O and whether it is direct (None: buffered syscalls
+    /// on the caller's thread, on a file or on a [`Disk`] such as the simulator's).
     pub fn io_engine(&self) -> Option<(crate::engine::EngineKind, bool)> {
         self.file.engine()
     }
