@@ -6,7 +6,7 @@ use basalt_client::{ConnPool, Dialer};
 use basalt_meta::MetaStore;
 use basalt_placement::ClusterMap;
 use basalt_proto::OsdId;
-use basalt_store::{Disk, Store, StoreError, StoreOptions};
+use basalt_store::{Disk, IoOptions, Store, StoreError, StoreOptions};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
@@ -76,6 +76,8 @@ pub struct OsdConfig {
     /// The store; created with `store_options` when missing (see `create_if_missing`).
     pub store: StoreLocation,
     pub store_options: StoreOptions,
+    /// How a store file's I/O runs (engine, direct or buffered); not used for a `Disk`.
+    pub io: IoOptions,
     /// Data-plane listen address (port 0 picks a free port).
     pub listen: SocketAddr,
     /// TCP, or the simulator's in-process links.
@@ -181,6 +183,9 @@ pub struct Osd {
     fence_after_ms: AtomicU64,
     /// Run store calls inline instead of on the blocking pool (the simulator).
     inline_store_calls: bool,
+    /// Woken when enough is unflushed that the background flusher should not wait for its
+    /// tick (writers must not meet the store's inline flush on a runtime thread).
+    pub(crate) flush_wanted: tokio::sync::Notify,
     /// Becomes true (or its sender goes away) when the OSD stops: retry loops end then.
     stop: watch::Receiver<bool>,
     /// Authentication of TCP connections (None: none).
@@ -263,6 +268,7 @@ impl Osd {
     ) -> Result<OsdHandle, OsdError> {
         let inline = matches!(config.network, Network::InProcess { .. });
         let options = config.store_options.clone();
+        let io = config.io;
         let location = config.store.clone();
         let store = match location.clone() {
             StoreLocation::File(path) => {
@@ -272,7 +278,10 @@ impl Osd {
                         path: path.clone(),
                     });
                 }
-                run_blocking(inline, move || Store::open_or_create(&path, &options)).await
+                run_blocking(inline, move || {
+                    Store::open_or_create_with(&path, &options, &io)
+                })
+                .await
             }
             StoreLocation::Disk(disk) => {
                 let create = config.create_if_missing;
@@ -347,6 +356,7 @@ impl Osd {
             lease_renewed_ms: AtomicU64::new(0),
             fence_after_ms: AtomicU64::new(0),
             inline_store_calls: inline,
+            flush_wanted: tokio::sync::Notify::new(),
             stop: stop_rx.clone(),
             auth: config
                 .auth
@@ -394,7 +404,7 @@ impl Osd {
 const BACKGROUND_FLUSH_INTERVAL_MS: u64 = 20;
 /// Unflushed bytes above which the background flusher flushes (well below the store's own
 /// bound, at which `Store::write` flushes inline on the caller's runtime thread).
-const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
+pub(crate) const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
 
 /// Flush the store off the runtime threads (on the blocking pool) once enough is unflushed,
 /// so writers rarely meet the store's inline flush; and, while rewrites and deletes left
@@ -410,6 +420,7 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             biased;
             _ = stop.changed() => return,
+            _ = osd.flush_wanted.notified() => {}
             _ = tick.tick() => {}
         }
         let unflushed = osd.store.unflushed_bytes();

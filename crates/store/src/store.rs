@@ -116,6 +116,26 @@ impl Store {
         self.file.engine()
     }
 
+    /// How this store's I/O runs, as operators read it: `direct uring`, `buffered threads`,
+    /// `buffered inline` (syscalls on the caller's thread, or a [`Disk`] such as the
+    /// simulator's).
+    pub fn io_mode(&self) -> String {
+        match self.io_engine() {
+            None => "buffered inline".to_string(),
+            Some((kind, direct)) => {
+                let cache = if direct { "direct" } else { "buffered" };
+                format!("{cache} {}", kind.name())
+            }
+        }
+    }
+
+    /// Does this store's I/O go through an engine whose completions are awaited? Then
+    /// async callers use [`Store::read_async`]; otherwise a read runs inline at no extra
+    /// cost (page cache or memory).
+    pub fn awaits_io(&self) -> bool {
+        self.file.awaits()
+    }
+
     /// Create a new store on `disk` (the simulator's [`crate::MemDisk`], or any [`Disk`]).
     pub fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Store, StoreError> {
         recovery::create_on(disk, opts)
@@ -128,9 +148,20 @@ impl Store {
 
     /// Open the store at `path`, or create it with `opts` when there is no file.
     pub fn open_or_create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Store::open_or_create_with(path, opts, &IoOptions::default())
+    }
+
+    /// [`Store::open_or_create`], its I/O done as `io` says.
+    pub fn open_or_create_with(
+        path: &Path,
+        opts: &StoreOptions,
+        io: &IoOptions,
+    ) -> Result<Store, StoreError> {
         match std::fs::metadata(path) {
-            Ok(_) => Store::open(path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Store::create(path, opts),
+            Ok(_) => Store::open_with(path, io),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Store::create_with(path, opts, io)
+            }
             Err(source) => Err(StoreError::Io {
                 op: "stat store file",
                 source,
