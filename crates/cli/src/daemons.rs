@@ -213,6 +213,16 @@ pub struct IoArgs {
 }
 
 impl IoArgs {
+    /// The same choice as `basalt up` flags (checked first).
+    pub fn up_args(&self) -> anyhow::Result<Vec<String>> {
+        self.options()?;
+        let mut args = vec!["--io-engine".to_string(), self.io_engine.clone()];
+        if self.buffered_io {
+            args.push("--buffered-io".into());
+        }
+        Ok(args)
+    }
+
     /// The flags as the store's I/O options.
     pub fn options(&self) -> anyhow::Result<basalt_store::IoOptions> {
         basalt_store::IoOptions::for_daemon(&self.io_engine, !self.buffered_io)

@@ -237,11 +237,12 @@ fn print_banner(
         None => format!("{} replicas", pool.size),
     };
     println!(
-        "Basalt is up: {} OSDs, pool \"{}\" ({scheme}, {} PGs), data in {}",
+        "Basalt is up: {} OSDs, pool \"{}\" ({scheme}, {} PGs), data in {} (I/O {})",
         e.osds,
         pool.name,
         pool.pg_count,
-        e.data_dir.display()
+        e.data_dir.display(),
+        e.osd_io
     );
     let nbd = e.nbd_tcp;
     println!("  NBD (TCP):   nbd://{nbd}/{vol}");

@@ -142,7 +142,11 @@ impl LocalCluster {
             .start_s3(&config, &cluster, (&pool, s3_index.as_ref()))
             .await?;
         frontends.serve_control(&config, &cluster, pool.id, reserved)?;
-        let endpoints = frontends.endpoints(&config, &pool, osds.len(), metrics.as_ref());
+        let mut endpoints = frontends.endpoints(&config, &pool, osds.len(), metrics.as_ref());
+        endpoints.osd_io = osds
+            .first()
+            .map(|o| o.osd().store.io_mode())
+            .unwrap_or_default();
         Ok(Self {
             endpoints,
             pool,
