@@ -391,6 +391,9 @@ impl Store {
 
     /// Copy the batch's write records into their slots. Safe only now that they are durable:
     /// a power cut tearing these in-place writes is repaired by replaying the records.
+    /// Through an engine the copies are all started, then awaited together (the device sees
+    /// them as one queue); a record touching a block whose earlier copy is still in flight
+    /// waits for the copies in flight first, so the newer bytes land last.
     fn apply_batch(
         &self,
         leader: &mut Leader,
@@ -399,6 +402,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         leader.applied.clear();
         let _gate = read(&self.gate);
+        let mut copies = Vec::new();
+        let mut copying = std::collections::HashSet::new();
         let mut off = 0;
         while off < batch.len() {
             // Our own encoding; the data crcs are re-checked in debug builds only.
@@ -413,8 +418,19 @@ impl Store {
                 ..
             } = rec.body
             {
+                let blocks = first_block..first_block + crcs.len() as u32;
+                if blocks.clone().any(|b| copying.contains(&(slot, b))) {
+                    self.finish_copies(&mut copies)?;
+                    copying.clear();
+                }
                 let at = self.layout.slot_offset(slot) + first_block as u64 * BLOCK as u64;
-                self.file.write_at(data, at, "apply WAL record in place")?;
+                if let Some(copy) = self
+                    .file
+                    .start_write(data, at, "apply WAL record in place")?
+                {
+                    copies.push(copy);
+                    copying.extend(blocks.map(|b| (slot, b)));
+                }
                 leader.applied.push((slot, first_block, crcs.len() as u32));
             }
             if rec.body == WalBody::Commit {
@@ -423,7 +439,19 @@ impl Store {
             }
             off += len;
         }
-        Ok(())
+        self.finish_copies(&mut copies)
+    }
+
+    /// Wait for every in-place copy started; the first failure stops the store.
+    fn finish_copies(&self, copies: &mut Vec<InFlightWrite>) -> Result<(), StoreError> {
+        let mut result = Ok(());
+        for copy in copies.drain(..) {
+            let done = self.file.finish_write(copy.done, copy.op);
+            if result.is_ok() {
+                result = done;
+            }
+        }
+        result
     }
 
     /// Write a checkpoint: the table as of the last appended record, after making every
