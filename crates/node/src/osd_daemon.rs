@@ -18,6 +18,12 @@ use std::time::Duration;
 pub struct OsdDaemonConfig {
     /// Directory of the OSD: its store file and identity.
     pub data: PathBuf,
+    /// Where the store lives: the file DATA/store.dat (None), or a block device prepared
+    /// with `basalt disk prepare` (its identity osd.json stays in `data`).
+    pub device: Option<PathBuf>,
+    /// Leave a new store file sparse (its capacity a ceiling, not a reservation): test
+    /// clusters on one disk.
+    pub sparse: bool,
     /// Data-plane address (routable: others reach the OSD there).
     pub listen: SocketAddr,
     /// OSD id wanted on first start (None: the next free one).
@@ -53,6 +59,22 @@ pub struct OsdDaemon {
     metrics_task: Option<MetricsTask>,
 }
 
+/// The store's path and location: the device, or DATA/store.dat.
+fn store_location(config: &OsdDaemonConfig) -> (PathBuf, basalt_osd::StoreLocation) {
+    use basalt_osd::StoreLocation;
+    match &config.device {
+        Some(device) => (device.clone(), StoreLocation::Device(device.clone())),
+        None => {
+            let file = config.data.join("store.dat");
+            let location = match config.sparse {
+                true => StoreLocation::SparseFile(file.clone()),
+                false => StoreLocation::File(file.clone()),
+            };
+            (file, location)
+        }
+    }
+}
+
 impl OsdDaemon {
     /// Start the OSD of `config` in the cluster of `meta` (whose calls `meta_latency`
     /// times), proving `secret`'s keys: its `/metrics` first (the OSD registers its
@@ -75,10 +97,10 @@ impl OsdDaemon {
         registry.register_collector(Box::new(Shared(collector.clone())));
         registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency)));
         let metrics_task = metrics_http::start_if(config.metrics, registry).await?;
-        let store = dir.join("store.dat");
+        let (store, location) = store_location(&config);
         let osd_config = OsdConfig {
             id,
-            store: basalt_osd::StoreLocation::File(store.clone()),
+            store: location,
             store_options: StoreOptions {
                 capacity_bytes: config.capacity_bytes,
                 object_size_bytes: config.object_size_bytes,

@@ -6,7 +6,7 @@ use basalt_client::{ConnPool, Dialer};
 use basalt_meta::MetaStore;
 use basalt_placement::ClusterMap;
 use basalt_proto::OsdId;
-use basalt_store::{Disk, Store, StoreError, StoreOptions};
+use basalt_store::{Disk, IoOptions, Store, StoreError, StoreOptions};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
@@ -24,8 +24,13 @@ use tokio::time::Instant;
 /// Where an OSD's store lives.
 #[derive(Clone)]
 pub enum StoreLocation {
-    /// A data file (production).
+    /// A data file (production), fully allocated at create.
     File(PathBuf),
+    /// A data file whose slot region stays sparse: its capacity is a ceiling, not a
+    /// reservation (`basalt up`, test clusters).
+    SparseFile(PathBuf),
+    /// A block device holding a store made by `basalt disk prepare` (never created here).
+    Device(PathBuf),
     /// A disk the caller hands over (the simulator's `MemDisk`).
     Disk(Arc<dyn Disk>),
 }
@@ -33,7 +38,9 @@ pub enum StoreLocation {
 impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreLocation::File(path) => write!(f, "{}", path.display()),
+            StoreLocation::File(path)
+            | StoreLocation::SparseFile(path)
+            | StoreLocation::Device(path) => write!(f, "{}", path.display()),
             StoreLocation::Disk(_) => f.write_str("(in-memory disk)"),
         }
     }
@@ -273,6 +280,25 @@ impl Osd {
                     });
                 }
                 run_blocking(inline, move || Store::open_or_create(&path, &options)).await
+            }
+            StoreLocation::SparseFile(path) => {
+                if !config.create_if_missing && !path.exists() {
+                    return Err(OsdError::StoreMissing {
+                        id: config.id,
+                        path: path.clone(),
+                    });
+                }
+                run_blocking(inline, move || match path.exists() {
+                    true => Store::open(&path),
+                    false => Store::create_sparse(&path, &options, &IoOptions::default()),
+                })
+                .await
+            }
+            StoreLocation::Device(path) => {
+                run_blocking(inline, move || {
+                    Store::open_device(&path, &IoOptions::default())
+                })
+                .await
             }
             StoreLocation::Disk(disk) => {
                 let create = config.create_if_missing;

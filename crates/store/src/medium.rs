@@ -144,7 +144,7 @@ pub enum DeviceError {
     /// The device already holds a Basalt store (never overridden in this version).
     #[error(
         "{} already holds a Basalt store (id {store_id:016x}); Basalt will not overwrite a \
-         store (wipe the device yourself once its OSD is removed)",
+         store (zero its first 4 KiB yourself once its OSD is removed)",
         device.display()
     )]
     HasStore {

@@ -254,7 +254,7 @@ fn a_device_holding_a_store_is_refused_even_when_forced() {
             },
             &format!(
                 "{} already holds a Basalt store (id {:016x}); Basalt will not overwrite a store \
-                 (wipe the device yourself once its OSD is removed)",
+                 (zero its first 4 KiB yourself once its OSD is removed)",
                 dev.path.display(),
                 made.store_id
             ),
