@@ -59,6 +59,21 @@ pub struct OsdDaemon {
     metrics_task: Option<MetricsTask>,
 }
 
+/// With `--device`: the store on it must be this data directory's (recorded on first use),
+/// so that a renamed device never starts as another OSD's. A device without a store is left
+/// to the OSD, which refuses it saying how to prepare it.
+fn check_device_store(config: &OsdDaemonConfig) -> anyhow::Result<()> {
+    let Some(device) = &config.device else {
+        return Ok(());
+    };
+    let found = basalt_store::prepare::inspect(device)
+        .with_context(|| format!("read the store on {}", device.display()))?;
+    if let Some(store) = found {
+        basalt_osd::bind_device_store(&config.data, device, store.store_id)?;
+    }
+    Ok(())
+}
+
 /// The store's path and location: the device, or DATA/store.dat.
 fn store_location(config: &OsdDaemonConfig) -> (PathBuf, basalt_osd::StoreLocation) {
     use basalt_osd::StoreLocation;
@@ -89,6 +104,7 @@ impl OsdDaemon {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         let authority = Arc::new(basalt_auth::Authority::new(secret, meta.clone()));
         let (id, is_new) = basalt_osd::identity(dir, config.id, meta.as_ref()).await?;
+        check_device_store(&config)?;
         let map = basalt_client::follow_map(meta.clone())
             .await
             .context("read the cluster map")?;
