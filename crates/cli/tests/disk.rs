@@ -7,8 +7,10 @@
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A loop device over a sparse file, zeros except `init` at its offsets; detached on drop.
 struct LoopDevice {
@@ -170,4 +172,138 @@ fn disk_prepare_help_says_what_it_checks_and_what_force_overrides() {
     ] {
         assert!(help.contains(needle), "help lacks {needle:?}: {help}");
     }
+}
+
+/// A free TCP port on loopback (free when asked; the daemons bind it soon after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop (also when the test fails).
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A one-member etcd on loopback, its data in `dir`.
+fn start_etcd(dir: &Path) -> (Daemon, String) {
+    let (client, peer) = (free_port(), free_port());
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .arg(format!("--data-dir={}", dir.join("etcd").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=default={peer_url}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("this test needs etcd (Debian package etcd-server): {e}"));
+    let etcd = Daemon(child);
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "etcd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (etcd, format!("etcd://127.0.0.1:{client}"))
+}
+
+/// `basalt osd` on `device` with `data`; Ok(the serving line) once it serves, or Err(its
+/// stderr) when it exits first.
+fn start_osd(
+    meta: &str,
+    keyring: &Path,
+    data: &Path,
+    device: &Path,
+) -> Result<(Daemon, String), String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .args(["osd", "--meta", meta, "--keyring"])
+        .arg(keyring)
+        .arg("--data")
+        .arg(data)
+        .arg("--device")
+        .arg(device)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--metrics-listen", "off", "--no-monitor"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    match lines.next() {
+        Some(Ok(line)) => Ok((Daemon(child), line)),
+        _ => {
+            let out = child.wait_with_output().unwrap();
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
+
+#[test]
+fn an_osd_runs_on_its_prepared_device_and_refuses_another_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, meta) = start_etcd(dir.path());
+    let keyring = dir.path().join("keyring");
+    let out = basalt(&[
+        "cluster",
+        "init",
+        "--meta",
+        &meta,
+        "--keyring",
+        keyring.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "cluster init: {}", stderr(&out));
+    let (first, second, blank) = (
+        LoopDevice::new(64 << 20, &[]),
+        LoopDevice::new(64 << 20, &[]),
+        LoopDevice::new(64 << 20, &[]),
+    );
+    for d in [&first, &second] {
+        let out = basalt(&["disk", "prepare", &d.name()]);
+        assert!(out.status.success(), "prepare: {}", stderr(&out));
+    }
+
+    let data = dir.path().join("osd");
+    let (osd, line) = start_osd(&meta, &keyring, &data, &first.path).unwrap();
+    assert!(
+        line.starts_with("osd.0 serving on") && line.contains(&format!("store {}", first.name())),
+        "{line}"
+    );
+    drop(osd);
+    let record = std::fs::read_to_string(data.join("store.json")).unwrap();
+    assert!(record.contains(&first.name()), "{record}");
+
+    let err = start_osd(&meta, &keyring, &data, &second.path)
+        .err()
+        .expect("another store");
+    assert!(
+        err.contains("but ") && err.contains("belongs to the OSD of store"),
+        "{err}"
+    );
+
+    let fresh = dir.path().join("osd-fresh");
+    let err = start_osd(&meta, &keyring, &fresh, &blank.path)
+        .err()
+        .expect("no store");
+    assert!(
+        err.contains(&format!(
+            "{0} holds no Basalt store; run `basalt disk prepare {0}` first",
+            blank.name()
+        )),
+        "{err}"
+    );
 }
