@@ -289,7 +289,7 @@ impl Osd {
                     });
                 }
                 run_blocking(inline, move || match path.exists() {
-                    true => Store::open(&path),
+                    true => Store::open_sparse(&path, &IoOptions::default()),
                     false => Store::create_sparse(&path, &options, &IoOptions::default()),
                 })
                 .await

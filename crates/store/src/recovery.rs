@@ -177,14 +177,28 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
     Ok(Store::assemble(layout, file, index, wal, leader))
 }
 
-/// Open a store and recover it.
+/// Open a store and recover it; a store file created sparse (before stores were allocated
+/// in full) is allocated now, under the rule of [`create`].
 pub(crate) fn open(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+    open_file(path, io, Allocation::Full)
+}
+
+/// Open a store and recover it, leaving its file as sparse as it is (see [`create_sparse`]).
+pub(crate) fn open_sparse(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+    open_file(path, io, Allocation::Sparse)
+}
+
+fn open_file(path: &Path, io: &IoOptions, allocation: Allocation) -> Result<Store, StoreError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .map_err(io_err("open store file"))?;
     lock_file(&file)?;
+    if allocation == Allocation::Full {
+        let len = file.metadata().map_err(io_err("stat store file"))?.len();
+        allocate(path, &file, len)?;
+    }
     recover(engine_file(path, file, io)?)
 }
 
@@ -791,5 +805,11 @@ impl Store {
         io: &IoOptions,
     ) -> Result<Store, StoreError> {
         create_sparse(path, opts, io)
+    }
+
+    /// Open the store file at `path` and recover it, leaving the file sparse where it is
+    /// ([`Store::open`] allocates it in full).
+    pub fn open_sparse(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+        open_sparse(path, io)
     }
 }

@@ -368,4 +368,18 @@ fn a_file_store_is_fully_allocated_or_refused_naming_the_shortfall() {
     // Sparse stores (basalt up) still fit: only their metadata is allocated.
     let sparse = Store::create_sparse(&big, &opts, &IoOptions::default()).expect("sparse");
     sparse.close().expect("close");
+    // A sparse store opened by Store::open is allocated now: no room, refused, kept.
+    let err = error_of(Store::open(&big));
+    assert!(
+        err.to_string().starts_with(&format!(
+            "the store needs 64.0 MiB, the filesystem of {} has ",
+            fs.path().display()
+        )),
+        "{err}"
+    );
+    assert!(big.exists(), "an existing store is never removed");
+    Store::open_sparse(&big, &IoOptions::default())
+        .expect("open sparse")
+        .close()
+        .expect("close");
 }
