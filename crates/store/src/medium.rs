@@ -380,7 +380,8 @@ pub(crate) fn device_capacity_bytes(opts: &StoreOptions, device_bytes: u64) -> u
 
 impl Store {
     /// Create a new store on the block device at `path`, over whatever it holds: the
-    /// capacity is the whole device unless `opts` asks for less. Checks only that the
+    /// capacity is the whole device (rounded down to 4 KiB) when `opts.capacity_bytes` is 0
+    /// or larger, else `opts.capacity_bytes`. Checks only that the
     /// device can be opened exclusively and is large enough; `basalt disk prepare`
     /// ([`crate::prepare::prepare`]) first refuses devices holding data.
     pub fn create_on_device(
