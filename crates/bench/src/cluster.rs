@@ -37,6 +37,8 @@ pub struct ClusterConfig {
     pub s3: bool,
     /// Whether the NVMe/TCP target runs (on an ephemeral port).
     pub nvmf: bool,
+    /// More `basalt up` arguments (the store's I/O mode).
+    pub up_args: Vec<String>,
 }
 
 /// A running `basalt up`; SIGTERM then SIGKILL on drop.
@@ -117,6 +119,7 @@ impl UpProcess {
             .args(["--pgs", &config.pgs.to_string()])
             .args(["--object-size", &config.object_size])
             .args(["--osd-size", &config.osd_size])
+            .args(&config.up_args)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

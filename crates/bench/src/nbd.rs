@@ -262,6 +262,7 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         volume_size: format_size(opts.size_bytes),
         s3: false,
         nvmf: false,
+        up_args: Vec::new(),
     };
     let basalt = UpProcess::start(
         &scratch.join("basalt"),

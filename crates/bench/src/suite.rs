@@ -67,6 +67,8 @@ pub struct StorageOptions {
     /// The test guest for the PlasmaVMC section's VM rows (`scripts/build-guest-image.sh`);
     /// None: `target/guest` beside the executable, when it exists.
     pub guest_dir: Option<PathBuf>,
+    /// Extra `basalt up` arguments of a local cluster (its store I/O mode).
+    pub up_args: Vec<String>,
 }
 
 impl StorageOptions {
@@ -307,6 +309,7 @@ fn cluster_config(opts: &StorageOptions, settings: &Settings) -> ClusterConfig {
         volume_size: format_size(settings.size_bytes),
         s3: true,
         nvmf: opts.runs(crate::sections::nvmf::ID),
+        up_args: opts.up_args.clone(),
     }
 }
 
@@ -586,6 +589,7 @@ mod tests {
             sections: sections.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
             command_line: String::new(),
             guest_dir: None,
+            up_args: Vec::new(),
         }
     }
 

@@ -79,6 +79,10 @@ pub struct StorageArgs {
     /// [default: target/guest beside this executable, when it exists].
     #[arg(long)]
     guest_dir: Option<PathBuf>,
+    /// The local cluster's store I/O, passed to `basalt up` (to measure one mode against
+    /// another): see `basalt up --help`.
+    #[command(flatten)]
+    io: crate::daemons::IoArgs,
     /// Even shorter runs (1 s, 64 MiB) for the smoke test; figures mean little.
     #[arg(long, hide = true)]
     smoke: bool,
@@ -250,6 +254,7 @@ fn storage(args: StorageArgs, meta: &MetaArgs) -> anyhow::Result<()> {
         sections: args.sections,
         command_line,
         guest_dir: args.guest_dir.clone(),
+        up_args: args.io.up_args()?,
     };
     let report = match &access {
         Some(access) => basalt_bench::run_storage_on(&opts, access, &args.pool),

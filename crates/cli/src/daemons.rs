@@ -201,7 +201,44 @@ pub struct OsdArgs {
     #[arg(long)]
     pub metrics_listen: Option<String>,
     #[command(flatten)]
+    pub io: IoArgs,
+    #[command(flatten)]
     pub mon: MonArgs,
+}
+
+/// How an OSD's store does its I/O (`basalt osd`, `basalt up`).
+#[derive(Args, Clone, Debug)]
+pub struct IoArgs {
+    /// Who runs the store's reads, writes and syncs: "uring" (one io_uring per store,
+    /// batched submission; where the kernel refuses io_uring the OSD falls back to threads
+    /// and says so), "threads" (blocking syscalls on 8 dedicated threads), or "inline"
+    /// (the OSD's own runtime threads: only with --buffered-io, for comparisons).
+    #[arg(long, default_value = "uring", value_name = "ENGINE")]
+    pub io_engine: String,
+    /// Go through the page cache instead of O_DIRECT. By default the store bypasses it
+    /// (no double caching, no write-back stalls); filesystems that refuse O_DIRECT, such as
+    /// tmpfs, run buffered anyway. The mode in use is in the startup line, `osd ls` and the
+    /// basalt_osd_store_direct_io metric.
+    #[arg(long)]
+    pub buffered_io: bool,
+}
+
+impl IoArgs {
+    /// The same choice as `basalt up` flags (checked first).
+    pub fn up_args(&self) -> anyhow::Result<Vec<String>> {
+        self.options()?;
+        let mut args = vec!["--io-engine".to_string(), self.io_engine.clone()];
+        if self.buffered_io {
+            args.push("--buffered-io".into());
+        }
+        Ok(args)
+    }
+
+    /// The flags as the store's I/O options.
+    pub fn options(&self) -> anyhow::Result<basalt_store::IoOptions> {
+        basalt_store::IoOptions::for_daemon(&self.io_engine, !self.buffered_io)
+            .map_err(|e| anyhow::anyhow!("--io-engine {}: {e}", self.io_engine))
+    }
 }
 
 impl MonArgs {
@@ -252,6 +289,7 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         monitor: (!args.no_monitor).then(|| args.mon.settings()),
         metrics,
         data_tls: args.meta.data_tls()?,
+        io: args.io.options()?,
     })
 }
 
@@ -263,10 +301,11 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let osd = basalt_node::OsdDaemon::start(config, meta, meta_latency, secret).await?;
     let id = osd.id;
     println!(
-        "osd.{id} serving on {} (host {host}, incarnation {:x}, store {}{})",
+        "osd.{id} serving on {} (host {host}, incarnation {:x}, store {}, io {}{})",
         osd.addr,
         osd.incarnation,
         osd.store.display(),
+        osd.io_mode,
         metrics_suffix(osd.metrics)
     );
     flush_stdout();

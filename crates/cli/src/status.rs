@@ -191,7 +191,7 @@ fn print_data(r: &StatusReport) {
 pub fn print_osds(r: &StatusReport) {
     println!("osds:");
     println!(
-        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}",
+        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}  I/O",
         "ID", "HOST", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS"
     );
     for o in &r.osds {
@@ -208,8 +208,9 @@ pub fn print_osds(r: &StatusReport) {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
+        let io = if o.io.is_empty() { "-" } else { &o.io };
         println!(
-            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}",
+            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}  {io}",
             o.id, o.host, o.addr, state, used, cap, objs
         );
         if let Some(e) = &o.error {

@@ -103,6 +103,8 @@ pub struct UpArgs {
     #[arg(long, default_value_t = basalt_osd::slow::SLOW_OP_THRESHOLD_MS,
           value_parser = clap::value_parser!(u64).range(1..))]
     slow_op_ms: u64,
+    #[command(flatten)]
+    io: crate::daemons::IoArgs,
     /// Send the gateway's requests to the in-process OSDs, and the OSDs' replication to
     /// each other, over loopback TCP too, instead of calling their request handlers directly
     /// (to measure or test the data-plane protocol in one process).
@@ -166,6 +168,7 @@ fn local_config(args: &UpArgs, data_tls: Option<PathBuf>) -> anyhow::Result<Loca
         metrics,
         metrics_per_volume: args.metrics_per_volume,
         slow_op_ms: args.slow_op_ms,
+        io: args.io.options()?,
         local_path: !args.no_local_path,
         insecure_no_auth: args.insecure_no_auth,
         nbd_tls,
@@ -234,11 +237,12 @@ fn print_banner(
         None => format!("{} replicas", pool.size),
     };
     println!(
-        "Basalt is up: {} OSDs, pool \"{}\" ({scheme}, {} PGs), data in {}",
+        "Basalt is up: {} OSDs, pool \"{}\" ({scheme}, {} PGs), data in {} (I/O {})",
         e.osds,
         pool.name,
         pool.pg_count,
-        e.data_dir.display()
+        e.data_dir.display(),
+        e.osd_io
     );
     let nbd = e.nbd_tcp;
     println!("  NBD (TCP):   nbd://{nbd}/{vol}");

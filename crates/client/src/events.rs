@@ -187,6 +187,7 @@ mod tests {
                 up,
                 is_in,
                 incarnation: 0,
+                io: String::new(),
                 stats: None,
                 slow_ops: Vec::new(),
                 error: None,

@@ -20,6 +20,9 @@ pub struct OsdStatus {
     /// The run of the OSD process the map knows (new at every start).
     #[serde(default)]
     pub incarnation: u64,
+    /// How its store's I/O runs (`direct uring`, `buffered inline`, ...); empty if unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub io: String,
     /// None when the OSD did not answer.
     pub stats: Option<OsdStats>,
     /// Operations the OSD reports slow: in flight, or finished within the last minute.
@@ -360,6 +363,7 @@ async fn osd_status(cluster: &Cluster, o: &basalt_placement::OsdInfo) -> OsdStat
         up: o.up && error.is_none(),
         is_in: o.is_in,
         incarnation: o.incarnation,
+        io: o.io.clone(),
         stats,
         slow_ops,
         error,

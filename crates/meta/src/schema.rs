@@ -139,6 +139,9 @@ pub struct AliveRecord {
     /// Prometheus endpoint, when the OSD serves one.
     #[serde(default)]
     pub metrics_addr: Option<String>,
+    /// How its store's I/O runs (`direct uring`, `buffered threads`, ...).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub io: String,
 }
 
 /// A pool as `basalt pool create` defines it. The monitor gives it an id and puts it in the map.

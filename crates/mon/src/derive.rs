@@ -71,6 +71,7 @@ pub fn derive_map(
             up: false,
             is_in: false,
             incarnation: 0,
+            io: String::new(),
         });
         info.host = rec.host.clone();
         info.weight = weight(rec.capacity_bytes);
@@ -80,6 +81,7 @@ pub fn derive_map(
                 info.up = true;
                 info.addr = a.addr.clone();
                 info.incarnation = a.incarnation;
+                info.io = a.io.clone();
                 info.is_in = !rec.admin_out;
             }
             None => {
@@ -125,6 +127,7 @@ mod tests {
             incarnation,
             started: 0,
             metrics_addr: None,
+            io: String::new(),
         }
     }
 

@@ -44,6 +44,8 @@ pub struct OsdDaemonConfig {
     pub metrics: Option<SocketAddr>,
     /// Data-plane TLS (None: plain TCP).
     pub data_tls: Option<Arc<basalt_auth::DataTls>>,
+    /// How the store does its I/O.
+    pub io: basalt_store::IoOptions,
 }
 
 /// A running `basalt osd`.
@@ -52,6 +54,8 @@ pub struct OsdDaemon {
     pub addr: SocketAddr,
     pub incarnation: u64,
     pub store: PathBuf,
+    /// How the store's I/O runs (`direct uring`, ...).
+    pub io_mode: String,
     /// Where `/metrics` is served.
     pub metrics: Option<SocketAddr>,
     osd: RunningOsd,
@@ -132,6 +136,7 @@ impl OsdDaemon {
             recovery: config.recovery,
             stray_scan: config.stray_scan,
             auth: Some(authority),
+            io: config.io,
         };
         let registration = Registration {
             host: config.host.clone(),
@@ -152,6 +157,7 @@ impl OsdDaemon {
             addr: osd.handle.addr,
             incarnation: osd.osd().incarnation,
             store,
+            io_mode: osd.osd().store.io_mode(),
             metrics: metrics_task.as_ref().map(|m| m.0),
             osd,
             monitor,

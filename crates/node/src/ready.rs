@@ -21,6 +21,8 @@ pub struct Endpoints {
     pub pool: String,
     /// How many OSDs run.
     pub osds: usize,
+    /// How their stores' I/O runs (`direct uring`, `buffered inline`, ...).
+    pub osd_io: String,
     /// The volume served by default (None: none).
     pub default_volume: Option<String>,
     /// NBD over TCP, IP:PORT.
@@ -94,6 +96,7 @@ mod tests {
             data_dir: dir.path().into(),
             pool: "rbd".into(),
             osds: 3,
+            osd_io: "direct uring".into(),
             default_volume: Some("vol0".into()),
             nbd_tcp: "127.0.0.1:10809".parse().unwrap(),
             nbd_socket: dir.path().join("nbd.sock"),

@@ -83,6 +83,8 @@ pub struct OsdConfig {
     /// The store; created with `store_options` when missing (see `create_if_missing`).
     pub store: StoreLocation,
     pub store_options: StoreOptions,
+    /// How a store file's I/O runs (engine, direct or buffered); not used for a `Disk`.
+    pub io: IoOptions,
     /// Data-plane listen address (port 0 picks a free port).
     pub listen: SocketAddr,
     /// TCP, or the simulator's in-process links.
@@ -188,6 +190,9 @@ pub struct Osd {
     fence_after_ms: AtomicU64,
     /// Run store calls inline instead of on the blocking pool (the simulator).
     inline_store_calls: bool,
+    /// Woken when enough is unflushed that the background flusher should not wait for its
+    /// tick (writers must not meet the store's inline flush on a runtime thread).
+    pub(crate) flush_wanted: tokio::sync::Notify,
     /// Becomes true (or its sender goes away) when the OSD stops: retry loops end then.
     stop: watch::Receiver<bool>,
     /// Authentication of TCP connections (None: none).
@@ -270,6 +275,7 @@ impl Osd {
     ) -> Result<OsdHandle, OsdError> {
         let inline = matches!(config.network, Network::InProcess { .. });
         let options = config.store_options.clone();
+        let io = config.io;
         let location = config.store.clone();
         let store = match location.clone() {
             StoreLocation::File(path) => {
@@ -279,7 +285,10 @@ impl Osd {
                         path: path.clone(),
                     });
                 }
-                run_blocking(inline, move || Store::open_or_create(&path, &options)).await
+                run_blocking(inline, move || {
+                    Store::open_or_create_with(&path, &options, &io)
+                })
+                .await
             }
             StoreLocation::SparseFile(path) => {
                 if !config.create_if_missing && !path.exists() {
@@ -289,16 +298,13 @@ impl Osd {
                     });
                 }
                 run_blocking(inline, move || match path.exists() {
-                    true => Store::open_sparse(&path, &IoOptions::default()),
-                    false => Store::create_sparse(&path, &options, &IoOptions::default()),
+                    true => Store::open_sparse(&path, &io),
+                    false => Store::create_sparse(&path, &options, &io),
                 })
                 .await
             }
             StoreLocation::Device(path) => {
-                run_blocking(inline, move || {
-                    Store::open_device(&path, &IoOptions::default())
-                })
-                .await
+                run_blocking(inline, move || Store::open_device(&path, &io)).await
             }
             StoreLocation::Disk(disk) => {
                 let create = config.create_if_missing;
@@ -373,6 +379,7 @@ impl Osd {
             lease_renewed_ms: AtomicU64::new(0),
             fence_after_ms: AtomicU64::new(0),
             inline_store_calls: inline,
+            flush_wanted: tokio::sync::Notify::new(),
             stop: stop_rx.clone(),
             auth: config
                 .auth
@@ -420,7 +427,7 @@ impl Osd {
 const BACKGROUND_FLUSH_INTERVAL_MS: u64 = 20;
 /// Unflushed bytes above which the background flusher flushes (well below the store's own
 /// bound, at which `Store::write` flushes inline on the caller's runtime thread).
-const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
+pub(crate) const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
 
 /// Flush the store off the runtime threads (on the blocking pool) once enough is unflushed,
 /// so writers rarely meet the store's inline flush; and, while rewrites and deletes left
@@ -436,6 +443,7 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             biased;
             _ = stop.changed() => return,
+            _ = osd.flush_wanted.notified() => {}
             _ = tick.tick() => {}
         }
         let unflushed = osd.store.unflushed_bytes();

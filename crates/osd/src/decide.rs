@@ -163,6 +163,7 @@ mod tests {
                 up,
                 is_in: true,
                 incarnation,
+                io: String::new(),
             };
             m.osds.insert(id, info);
         }

@@ -182,6 +182,18 @@ pub(crate) fn dispatch(
         Opcode::Read if replica => {
             // Another OSD's damaged-read fallback, or an erasure-coded primary reading a
             // chunk: our own verified copy, with its version (zero: absent).
+            if osd.store.awaits_io() {
+                let osd = osd.clone();
+                tokio::spawn(async move {
+                    let version = osd.store.version(h.object).unwrap_or(Version::ZERO);
+                    let (status, data) = read_awaited(&osd, &h).await;
+                    let mut reply = h.reply(status);
+                    reply.version = version;
+                    sink.send(reply, data);
+                    drop(permit);
+                });
+                return;
+            }
             let (status, data) = read(osd, &h);
             let mut reply = h.reply(status);
             reply.version = osd.store.version(h.object).unwrap_or(Version::ZERO);
@@ -407,6 +419,21 @@ fn serve_read(
         sink.send(h.reply(status), data);
         return;
     }
+    if osd.store.awaits_io() {
+        // The store's reads are awaited (direct I/O): in a task of their own.
+        let osd = osd.clone();
+        spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+            let (status, data) = read_awaited(&osd, &src).await;
+            if status == Status::Ok {
+                osd.counters.read(h.pg.pool, data.len() as u64);
+            }
+            if status == Status::Io {
+                return read_from_replicas(&osd, src).await;
+            }
+            (status, data)
+        });
+        return;
+    }
     let op = osd.slow.start(&h, SlowStage::StoreRead);
     let (status, data) = read(osd, &src);
     drop(op);
@@ -576,6 +603,28 @@ fn read(osd: &Osd, h: &Header) -> (Status, Bytes) {
     let start = basalt_metrics::now();
     let result = osd.store.read(h.object, h.offset, &mut buf);
     osd.counters.latency.store_read.observe_since(start);
+    read_outcome(osd, h, result, buf)
+}
+
+/// [`read`] on a store whose reads are awaited: the task waits, not its thread.
+async fn read_awaited(osd: &Osd, h: &Header) -> (Status, Bytes) {
+    if !in_object(osd, h) || h.length > MAX_PAYLOAD_BYTES {
+        return (Status::Invalid, Bytes::new());
+    }
+    let mut buf = BytesMut::zeroed(h.length as usize);
+    crate::slow::stage(SlowStage::StoreRead, None);
+    let start = basalt_metrics::now();
+    let result = osd.store.read_async(h.object, h.offset, &mut buf).await;
+    osd.counters.latency.store_read.observe_since(start);
+    read_outcome(osd, h, result, buf)
+}
+
+fn read_outcome(
+    osd: &Osd,
+    h: &Header,
+    result: Result<(), StoreError>,
+    buf: BytesMut,
+) -> (Status, Bytes) {
     match result {
         Ok(()) => (Status::Ok, buf.freeze()),
         Err(e) => {
@@ -743,6 +792,9 @@ pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> 
         _ => unreachable!("apply is only called for mutations"),
     };
     osd.counters.latency.store_write.observe_since(start);
+    if osd.store.unflushed_bytes() >= crate::daemon::BACKGROUND_FLUSH_BYTES {
+        osd.flush_wanted.notify_one();
+    }
     match result {
         Ok(()) => Status::Ok,
         Err(e) => {

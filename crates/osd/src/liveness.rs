@@ -66,6 +66,7 @@ pub async fn register(
         incarnation: osd.incarnation,
         started: now_secs(),
         metrics_addr: reg.metrics_addr.clone(),
+        io: osd.store.io_mode(),
     };
     let alive = serde_json::to_vec(&alive).expect("record serialises");
     let lease = publish(&osd, &alive, reg.lease_ttl_secs).await?;

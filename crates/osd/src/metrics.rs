@@ -472,7 +472,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
         .iter()
         .map(|o| (o.store.stats(), o.store.wal_stats()))
         .collect();
-    let gauges: [(&str, &str, GaugeField); 11] = [
+    let gauges: [(&str, &str, GaugeField); 12] = [
         ("capacity_bytes", "Size of the store file", |_, s| {
             s.0.capacity_bytes
         }),
@@ -512,6 +512,11 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
         ("map_epoch", "Epoch of the newest map seen", |o, _| {
             o.map().epoch as u64
         }),
+        (
+            "store_direct_io",
+            "1 when the store's I/O bypasses the page cache (O_DIRECT), 0 when buffered",
+            |o, _| u64::from(o.store.io_engine().is_some_and(|(_, direct)| direct)),
+        ),
     ];
     for (name, help, value) in gauges {
         family(

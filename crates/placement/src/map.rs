@@ -34,6 +34,10 @@ pub struct OsdInfo {
     /// writes it acknowledged but had not flushed, is not mistaken for a complete copy.
     #[serde(default)]
     pub incarnation: u64,
+    /// How its store's I/O runs (`direct uring`, `buffered inline`, ...); empty when the
+    /// OSD did not say (an older OSD).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub io: String,
 }
 
 /// A redundancy scheme and its placement settings.
@@ -285,6 +289,7 @@ mod tests {
                     up: true,
                     is_in: true,
                     incarnation: 0,
+                    io: String::new(),
                 },
             );
         }

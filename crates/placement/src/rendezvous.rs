@@ -125,6 +125,7 @@ mod tests {
             up: true,
             is_in: true,
             incarnation: 0,
+            io: String::new(),
         }
     }
 

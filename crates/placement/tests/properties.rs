@@ -21,6 +21,7 @@ fn osds(n: u32, per_host: u32, weight: impl Fn(u32) -> u64) -> Vec<OsdInfo> {
             up: true,
             is_in: true,
             incarnation: 0,
+            io: String::new(),
         })
         .collect()
 }

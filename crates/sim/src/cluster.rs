@@ -246,6 +246,7 @@ impl SimCluster {
             recovery: RecoveryConfig::default(),
             stray_scan: Some(Duration::from_secs(10)),
             auth: None,
+            io: basalt_store::IoOptions::default(),
         };
         let registration = Registration {
             host: format!("host{id}"),

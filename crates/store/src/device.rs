@@ -1,7 +1,7 @@
 //! The data file: positioned reads and writes, fdatasync, and the fail-stop flag that trips on
 //! the first write or sync error; and [`Disk`], what the store needs of the medium under it.
 
-use crate::engine::{AlignedBuf, Engine, EngineKind, Op, ALIGN};
+use crate::engine::{AlignedBuf, Completion, Engine, EngineKind, Op, ALIGN};
 use crate::error::{io_err, StoreError};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -53,6 +53,14 @@ impl Disk for File {
 enum Medium {
     Disk(Arc<dyn Disk>),
     Engine { engine: Engine, file: Arc<File> },
+}
+
+/// A whole-object write handed to the engine: its bytes (served to readers until it
+/// completes) and its completion.
+pub(crate) struct InFlightWrite {
+    pub buf: Arc<AlignedBuf>,
+    pub done: Completion,
+    pub op: &'static str,
 }
 
 /// The store's one file. After any failed write or sync, every later write and sync returns
@@ -111,6 +119,71 @@ impl DataFile {
         }
     }
 
+    /// Does I/O go through an engine whose completions a task can await (instead of a
+    /// [`Disk`] called inline)?
+    pub fn awaits(&self) -> bool {
+        matches!(self.medium, Medium::Engine { .. })
+    }
+
+    /// Start reading `len` bytes (whole blocks) at `offset` (block-aligned); None on a
+    /// [`Disk`], which is read inline instead.
+    pub fn submit_read(&self, offset: u64, len: usize) -> Option<Completion> {
+        match &self.medium {
+            Medium::Disk(_) => None,
+            Medium::Engine { engine, .. } => Some(engine.submit(Op::Read {
+                offset,
+                buf: AlignedBuf::zeroed(len),
+            })),
+        }
+    }
+
+    /// The bytes a read started by [`DataFile::submit_read`] brought.
+    pub fn finish_read(
+        &self,
+        done: crate::engine::Done,
+        op: &'static str,
+    ) -> Result<AlignedBuf, StoreError> {
+        done.result.map_err(io_err(op))?;
+        done.buf.ok_or_else(|| StoreError::Io {
+            op,
+            source: std::io::Error::other("the engine returned no buffer"),
+        })
+    }
+
+    /// Start writing `data` (whole blocks) at `offset` (block-aligned) without waiting for
+    /// the device. Returns the write still in flight — its bytes and its completion, to be
+    /// finished with [`DataFile::finish_write`] — or None when it is done already (on a
+    /// [`Disk`], or an engine that ran it at once). A failure stops the store.
+    pub fn start_write(
+        &self,
+        data: &[u8],
+        offset: u64,
+        op: &'static str,
+    ) -> Result<Option<InFlightWrite>, StoreError> {
+        let Medium::Engine { engine, .. } = &self.medium else {
+            return self.write_at(data, offset, op).map(|()| None);
+        };
+        self.check_writable()?;
+        self.check_aligned(data.len(), offset, op)?;
+        self.injected().map_err(|e| self.trip(e, op))?;
+        let buf = Arc::new(AlignedBuf::copy_from(data));
+        let done = engine.submit(Op::Write {
+            offset,
+            buf: buf.clone(),
+        });
+        if done.is_ready() {
+            self.finish_write(done, op)?;
+            return Ok(None);
+        }
+        Ok(Some(InFlightWrite { buf, done, op }))
+    }
+
+    /// Wait for a write started by [`DataFile::start_write`]; a failure stops the store.
+    pub fn finish_write(&self, done: Completion, op: &'static str) -> Result<(), StoreError> {
+        let result = done.wait().result;
+        self.trip_on_error(result, op)
+    }
+
     /// The size of the medium.
     pub fn size_bytes(&self, op: &'static str) -> Result<u64, StoreError> {
         match &self.medium {
@@ -152,23 +225,14 @@ impl DataFile {
     /// store.
     pub fn write_at(&self, buf: &[u8], offset: u64, op: &'static str) -> Result<(), StoreError> {
         self.check_writable()?;
-        if !offset.is_multiple_of(ALIGN as u64) || !buf.len().is_multiple_of(ALIGN) {
-            let source = std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "unaligned write of {} bytes at {offset} (a store bug: writes are whole blocks)",
-                    buf.len()
-                ),
-            );
-            return self.trip_on_error(Err(source), op);
-        }
+        self.check_aligned(buf.len(), offset, op)?;
         let result = self.injected().and_then(|()| match &self.medium {
             Medium::Disk(d) => d.write_all_at(buf, offset),
             Medium::Engine { engine, .. } => {
                 engine
                     .submit(Op::Write {
                         offset,
-                        buf: AlignedBuf::copy_from(buf),
+                        buf: Arc::new(AlignedBuf::copy_from(buf)),
                     })
                     .wait()
                     .result
@@ -206,15 +270,32 @@ impl DataFile {
         Ok(())
     }
 
+    /// Refuse (and stop the store on) a write that is not whole blocks at a block boundary:
+    /// a store bug, caught on every medium so the simulator sees it too.
+    fn check_aligned(&self, len: usize, offset: u64, op: &'static str) -> Result<(), StoreError> {
+        if offset.is_multiple_of(ALIGN as u64) && len.is_multiple_of(ALIGN) {
+            return Ok(());
+        }
+        let source = std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "unaligned write of {len} bytes at {offset} (a store bug: writes are whole blocks)"
+            ),
+        );
+        Err(self.trip(source, op))
+    }
+
     fn trip_on_error(
         &self,
         result: std::io::Result<()>,
         op: &'static str,
     ) -> Result<(), StoreError> {
-        result.map_err(|source| {
-            self.failed.store(true, Ordering::Release);
-            StoreError::Io { op, source }
-        })
+        result.map_err(|source| self.trip(source, op))
+    }
+
+    fn trip(&self, source: std::io::Error, op: &'static str) -> StoreError {
+        self.failed.store(true, Ordering::Release);
+        StoreError::Io { op, source }
     }
 
     #[cfg(test)]

@@ -3,10 +3,12 @@
 //! copied into their slot. Pure bookkeeping (no I/O), checked by assertions on every change.
 
 use crate::checkpoint::EntryRef;
+use crate::engine::AlignedBuf;
 use crate::options::BLOCK_BYTES;
 use basalt_proto::{ObjectId, Version};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 /// One 4 KiB block.
 pub(crate) const BLOCK: usize = BLOCK_BYTES as usize;
@@ -53,6 +55,9 @@ pub(crate) struct Index {
     free: Vec<u32>,
     pending_free: VecDeque<(u64, u32)>,
     overlay: HashMap<(u32, u32), OverlayBlock, FastHash>,
+    /// Whole-object writes handed to the I/O engine whose completion the leader has not yet
+    /// seen: reads of these slots are served from the bytes being written (slot → data).
+    in_flight: HashMap<u32, Arc<AlignedBuf>, FastHash>,
     pool: Vec<Box<Block>>,
     used_blocks: u64,
 }
@@ -73,6 +78,7 @@ impl Index {
             free: Vec::new(),
             pending_free: VecDeque::new(),
             overlay: HashMap::default(),
+            in_flight: HashMap::default(),
             pool: Vec::new(),
             used_blocks: 0,
         }
@@ -111,6 +117,27 @@ impl Index {
             return None;
         }
         self.overlay.get(&(slot, block as u32)).map(|o| &*o.data)
+    }
+
+    /// The bytes of a whole-object write still in flight to `slot`, if any.
+    pub fn in_flight(&self, slot: u32) -> Option<&AlignedBuf> {
+        if self.in_flight.is_empty() {
+            return None;
+        }
+        self.in_flight.get(&slot).map(|b| &**b)
+    }
+
+    /// A whole-object write of `data` into `slot` (just remapped) is in flight.
+    pub fn add_in_flight(&mut self, slot: u32, data: Arc<AlignedBuf>) {
+        assert_eq!(self.state[slot as usize], SlotState::Used);
+        let old = self.in_flight.insert(slot, data);
+        assert!(old.is_none(), "one write in flight per slot");
+    }
+
+    /// The write into `slot` completed: its slot holds the bytes now.
+    pub fn remove_in_flight(&mut self, slot: u32) {
+        let removed = self.in_flight.remove(&slot);
+        assert!(removed.is_some(), "a completed write was in flight");
     }
 
     pub fn has_pending_frees(&self) -> bool {
@@ -392,6 +419,15 @@ impl Index {
         }
         for &(_, s) in &self.pending_free {
             assert_eq!(self.state[s as usize], SlotState::Pending);
+        }
+        for &slot in self.in_flight.keys() {
+            assert!(
+                matches!(
+                    self.state[slot as usize],
+                    SlotState::Used | SlotState::Pending
+                ),
+                "a write in flight is to a slot not yet reusable"
+            );
         }
         for &(slot, block) in self.overlay.keys() {
             assert_eq!(

@@ -5,6 +5,7 @@
 //! checkpoints; writers only append encoded records to [`WalBuffer`] under its mutex.
 
 use crate::checkpoint::{self, CheckpointHeader};
+use crate::device::InFlightWrite;
 use crate::error::StoreError;
 use crate::index::BLOCK;
 use crate::store::{lock, read, write, Store};
@@ -33,6 +34,11 @@ pub(crate) struct WalBuffer {
     tail_pos: u64,
     wal_bytes: u64,
     store_id: u64,
+    /// Whole-object writes whose remap records are pending: the batch that carries those
+    /// records waits for them to complete before its fdatasync (the data must be durable
+    /// with the record that names it).
+    in_flight: Vec<(u32, InFlightWrite)>,
+    in_flight_bytes: u64,
 }
 
 impl WalBuffer {
@@ -46,6 +52,8 @@ impl WalBuffer {
             tail_pos,
             wal_bytes,
             store_id,
+            in_flight: Vec::new(),
+            in_flight_bytes: 0,
         }
     }
 
@@ -60,9 +68,18 @@ impl WalBuffer {
         (self.head_pos - self.tail_pos, self.wal_bytes)
     }
 
-    /// Bytes appended but not yet handed to the leader.
+    /// Bytes appended but not yet handed to the leader, and bytes of whole-object writes in
+    /// flight with them (both wait for the next flush).
     pub fn pending_bytes(&self) -> u64 {
-        self.pending.len() as u64
+        self.pending.len() as u64 + self.in_flight_bytes
+    }
+
+    /// The whole-object write into `slot`, whose remap record was just appended, is in
+    /// flight: the batch carrying the record waits for it.
+    pub fn add_in_flight(&mut self, slot: u32, write: InFlightWrite) {
+        assert!(!self.pending.is_empty(), "its remap record is pending");
+        self.in_flight_bytes += write.buf.len() as u64;
+        self.in_flight.push((slot, write));
     }
 
     /// Logical position where the next batch will be written.
@@ -184,9 +201,15 @@ impl WalBuffer {
 
     /// Hand the pending records to the leader (swapping buffers, so neither side allocates).
     /// Returns the batch's logical position and its last LSN.
-    fn take_batch(&mut self, into: &mut Vec<u8>) -> (u64, u64) {
-        assert!(into.is_empty());
+    fn take_batch(
+        &mut self,
+        into: &mut Vec<u8>,
+        in_flight: &mut Vec<(u32, InFlightWrite)>,
+    ) -> (u64, u64) {
+        assert!(into.is_empty() && in_flight.is_empty());
         std::mem::swap(&mut self.pending, into);
+        std::mem::swap(&mut self.in_flight, in_flight);
+        self.in_flight_bytes = 0;
         let start = self.pending_pos;
         self.pending_pos = self.head_pos;
         assert_eq!(
@@ -231,6 +254,10 @@ pub(crate) struct Leader {
     /// Sequence number of the newest durable checkpoint.
     checkpoint_seq: u64,
     batch: Vec<u8>,
+    /// Whole-object writes the batch being committed waits for.
+    in_flight: Vec<(u32, InFlightWrite)>,
+    /// Slots of those writes, once complete.
+    completed: Vec<u32>,
     /// Write records of the batch being applied: (slot, first block, block count).
     applied: Vec<(u32, u32, u32)>,
     checkpoint_image: Vec<u8>,
@@ -242,6 +269,8 @@ impl Leader {
             prev_batch_last_lsn: last_lsn,
             checkpoint_seq,
             batch: Vec::new(),
+            in_flight: Vec::new(),
+            completed: Vec::new(),
             applied: Vec::new(),
             checkpoint_image: Vec::new(),
         }
@@ -293,7 +322,7 @@ impl Store {
             } else {
                 wal.append_commit();
                 self.unflushed_bytes.store(0, Ordering::Relaxed);
-                Some(wal.take_batch(&mut batch))
+                Some(wal.take_batch(&mut batch, &mut leader.in_flight))
             }
         };
         let result = match taken {
@@ -321,6 +350,13 @@ impl Store {
         start_pos: u64,
         last_lsn: u64,
     ) -> Result<(), StoreError> {
+        // The remap records of this batch name slot data that must be on the device before
+        // the fdatasync that makes them durable.
+        leader.completed.clear();
+        for (slot, write) in leader.in_flight.drain(..) {
+            self.file.finish_write(write.done, write.op)?;
+            leader.completed.push(slot);
+        }
         self.write_wal(start_pos, batch)?;
         // One fdatasync makes the batch durable, together with the whole-object data that
         // writers put in fresh slots before appending their remap records.
@@ -330,6 +366,9 @@ impl Store {
         let mut index = write(&self.index);
         for &(slot, first, count) in &leader.applied {
             index.remove_applied_overlay(slot, first, count, last_lsn);
+        }
+        for &slot in &leader.completed {
+            index.remove_in_flight(slot);
         }
         index.release_confirmed(leader.prev_batch_last_lsn);
         drop(index);
@@ -352,6 +391,9 @@ impl Store {
 
     /// Copy the batch's write records into their slots. Safe only now that they are durable:
     /// a power cut tearing these in-place writes is repaired by replaying the records.
+    /// Through an engine the copies are all started, then awaited together (the device sees
+    /// them as one queue); a record touching a block whose earlier copy is still in flight
+    /// waits for the copies in flight first, so the newer bytes land last.
     fn apply_batch(
         &self,
         leader: &mut Leader,
@@ -360,6 +402,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         leader.applied.clear();
         let _gate = read(&self.gate);
+        let mut copies = Vec::new();
+        let mut copying = std::collections::HashSet::new();
         let mut off = 0;
         while off < batch.len() {
             // Our own encoding; the data crcs are re-checked in debug builds only.
@@ -374,8 +418,19 @@ impl Store {
                 ..
             } = rec.body
             {
+                let blocks = first_block..first_block + crcs.len() as u32;
+                if blocks.clone().any(|b| copying.contains(&(slot, b))) {
+                    self.finish_copies(&mut copies)?;
+                    copying.clear();
+                }
                 let at = self.layout.slot_offset(slot) + first_block as u64 * BLOCK as u64;
-                self.file.write_at(data, at, "apply WAL record in place")?;
+                if let Some(copy) = self
+                    .file
+                    .start_write(data, at, "apply WAL record in place")?
+                {
+                    copies.push(copy);
+                    copying.extend(blocks.map(|b| (slot, b)));
+                }
                 leader.applied.push((slot, first_block, crcs.len() as u32));
             }
             if rec.body == WalBody::Commit {
@@ -384,7 +439,19 @@ impl Store {
             }
             off += len;
         }
-        Ok(())
+        self.finish_copies(&mut copies)
+    }
+
+    /// Wait for every in-place copy started; the first failure stops the store.
+    fn finish_copies(&self, copies: &mut Vec<InFlightWrite>) -> Result<(), StoreError> {
+        let mut result = Ok(());
+        for copy in copies.drain(..) {
+            let done = self.file.finish_write(copy.done, copy.op);
+            if result.is_ok() {
+                result = done;
+            }
+        }
+        result
     }
 
     /// Write a checkpoint: the table as of the last appended record, after making every
@@ -409,7 +476,7 @@ impl Store {
             } else {
                 wal.append_commit();
                 self.unflushed_bytes.store(0, Ordering::Relaxed);
-                Some(wal.take_batch(&mut batch))
+                Some(wal.take_batch(&mut batch, &mut leader.in_flight))
             };
             let header = CheckpointHeader {
                 seq,

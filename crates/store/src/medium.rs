@@ -352,7 +352,7 @@ impl Disk for DeviceDisk {
         self.engine
             .submit(Op::Write {
                 offset,
-                buf: AlignedBuf::copy_from(buf),
+                buf: Arc::new(AlignedBuf::copy_from(buf)),
             })
             .wait()
             .result

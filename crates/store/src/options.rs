@@ -61,6 +61,30 @@ pub struct IoOptions {
     pub direct: bool,
 }
 
+impl IoOptions {
+    /// What a daemon's OSD runs unless told otherwise: direct I/O through io_uring.
+    pub const DAEMON_DEFAULT: IoOptions = IoOptions {
+        engine: crate::engine::EngineKind::Uring,
+        direct: true,
+    };
+
+    /// A daemon's choice from its flags: engine `uring`, `threads` or `inline`, direct or
+    /// buffered. `inline` with direct I/O is refused: the runtime's threads would wait on
+    /// the device.
+    pub fn for_daemon(engine: &str, direct: bool) -> Result<IoOptions, String> {
+        let engine: crate::engine::EngineKind = engine.parse()?;
+        if engine == crate::engine::EngineKind::Inline && direct {
+            return Err(
+                "the inline I/O engine runs each syscall on the caller's thread, so \
+                        with direct I/O the OSD's runtime threads would wait on the device: \
+                        use it only with buffered I/O (or pick uring or threads)"
+                    .to_string(),
+            );
+        }
+        Ok(IoOptions { engine, direct })
+    }
+}
+
 impl Default for IoOptions {
     /// Buffered I/O on the caller's thread: what the OSD runs until it awaits store calls
     /// instead of making them on its runtime threads (docs/design.md, "I/O engine").

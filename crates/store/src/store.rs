@@ -116,6 +116,26 @@ impl Store {
         self.file.engine()
     }
 
+    /// How this store's I/O runs, as operators read it: `direct uring`, `buffered threads`,
+    /// `buffered inline` (syscalls on the caller's thread, or a [`Disk`] such as the
+    /// simulator's).
+    pub fn io_mode(&self) -> String {
+        match self.io_engine() {
+            None => "buffered inline".to_string(),
+            Some((kind, direct)) => {
+                let cache = if direct { "direct" } else { "buffered" };
+                format!("{cache} {}", kind.name())
+            }
+        }
+    }
+
+    /// Does this store's I/O go through an engine whose completions are awaited? Then
+    /// async callers use [`Store::read_async`]; otherwise a read runs inline at no extra
+    /// cost (page cache or memory).
+    pub fn awaits_io(&self) -> bool {
+        self.file.awaits()
+    }
+
     /// Create a new store on `disk` (the simulator's [`crate::MemDisk`], or any [`Disk`]).
     pub fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Store, StoreError> {
         recovery::create_on(disk, opts)
@@ -128,9 +148,20 @@ impl Store {
 
     /// Open the store at `path`, or create it with `opts` when there is no file.
     pub fn open_or_create(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Store::open_or_create_with(path, opts, &IoOptions::default())
+    }
+
+    /// [`Store::open_or_create`], its I/O done as `io` says.
+    pub fn open_or_create_with(
+        path: &Path,
+        opts: &StoreOptions,
+        io: &IoOptions,
+    ) -> Result<Store, StoreError> {
         match std::fs::metadata(path) {
-            Ok(_) => Store::open(path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Store::create(path, opts),
+            Ok(_) => Store::open_with(path, io),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Store::create_with(path, opts, io)
+            }
             Err(source) => Err(StoreError::Io {
                 op: "stat store file",
                 source,
@@ -225,6 +256,54 @@ impl Store {
             let chunk_end = (chunk + READ_CHUNK_BLOCKS).min(end);
             self.read_chunk(obj, start, buf, chunk..chunk_end)?;
             chunk = chunk_end;
+        }
+        Ok(())
+    }
+
+    /// [`Store::read`] for async callers: the slot reads of the whole request are submitted
+    /// to the I/O engine together and awaited, so the calling task never blocks on the
+    /// device. (A store on a [`Disk`] reads inline; a checksum mismatch, which needs every
+    /// writer excluded to tell a race from damage, re-reads its block synchronously.)
+    pub async fn read_async(
+        &self,
+        obj: ObjectId,
+        offset: u32,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        if !self.file.awaits() {
+            return self.read(obj, offset, buf);
+        }
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let start = offset as usize;
+        let (first, end) = (start / BLOCK, (start + buf.len() - 1) / BLOCK + 1);
+        let mut reads = Vec::new();
+        let mut chunk = first;
+        while chunk < end {
+            let chunk_end = (chunk + READ_CHUNK_BLOCKS).min(end);
+            if let Some(plan) = self.plan_chunk(obj, start, buf, chunk..chunk_end) {
+                let base = self.layout.slot_offset(plan.slot);
+                let runs: Vec<_> = plan
+                    .runs()
+                    .filter_map(|run| {
+                        let at = base + (run.start * BLOCK) as u64;
+                        Some((run.clone(), self.file.submit_read(at, run.len() * BLOCK)?))
+                    })
+                    .collect();
+                reads.push((plan, runs));
+            }
+            chunk = chunk_end;
+        }
+        for (plan, runs) in reads {
+            for (run, done) in runs {
+                let data = self.file.finish_read(done.await, "read object blocks")?;
+                for b in run.clone() {
+                    let at = (b - run.start) * BLOCK;
+                    self.deliver(obj, &plan, b, &data.as_slice()[at..at + BLOCK], start, buf)?;
+                }
+            }
         }
         Ok(())
     }
@@ -457,8 +536,51 @@ impl Store {
             .store(wal.pending_bytes(), Ordering::Relaxed);
     }
 
-    /// Read blocks `blocks` (at most READ_CHUNK_BLOCKS) of a read of `buf.len()` bytes at
-    /// object offset `start`: metadata and overlay under the index lock, slot data after.
+    /// Resolve blocks `blocks` (at most READ_CHUNK_BLOCKS) of a read of `buf.len()` bytes at
+    /// object offset `start` under the index lock: holes, overlay blocks and blocks of a
+    /// write still in flight are copied into `buf` at once; what must come from the slot is
+    /// returned as a plan (None: nothing).
+    fn plan_chunk(
+        &self,
+        obj: ObjectId,
+        start: usize,
+        buf: &mut [u8],
+        blocks: Range<usize>,
+    ) -> Option<SlotReads> {
+        let mut plan = SlotReads {
+            slot: 0,
+            first: blocks.start,
+            wanted: 0,
+            crcs: [0; READ_CHUNK_BLOCKS],
+        };
+        let index = read(&self.index);
+        let Some(meta) = index.object(obj) else {
+            let lo = span(start, buf.len(), blocks.start).0.start;
+            let hi = span(start, buf.len(), blocks.end - 1).0.end;
+            buf[lo..hi].fill(0);
+            return None;
+        };
+        plan.slot = meta.slot;
+        let in_flight = index.in_flight(meta.slot);
+        for b in blocks.clone() {
+            let (in_buf, in_block) = span(start, buf.len(), b);
+            if !index.is_allocated(meta.slot, b) {
+                buf[in_buf].fill(0);
+            } else if let Some(data) = index.overlay_block(meta.slot, b) {
+                buf[in_buf].copy_from_slice(&data[in_block]);
+            } else if let Some(data) = in_flight {
+                let at = b * BLOCK;
+                buf[in_buf].copy_from_slice(&data.as_slice()[at..at + BLOCK][in_block]);
+            } else {
+                plan.wanted |= 1 << (b - blocks.start);
+                plan.crcs[b - blocks.start] = index.block_crc(meta.slot, b);
+            }
+        }
+        (plan.wanted != 0).then_some(plan)
+    }
+
+    /// Read blocks `blocks` of a read of `buf.len()` bytes at object offset `start`:
+    /// metadata and overlay under the index lock, slot data after, on this thread.
     fn read_chunk(
         &self,
         obj: ObjectId,
@@ -466,72 +588,62 @@ impl Store {
         buf: &mut [u8],
         blocks: Range<usize>,
     ) -> Result<(), StoreError> {
-        let mut crcs = [0u32; READ_CHUNK_BLOCKS];
-        let mut from_slot = 0u64;
-        let slot = {
-            let index = read(&self.index);
-            let Some(meta) = index.object(obj) else {
-                let lo = span(start, buf.len(), blocks.start).0.start;
-                let hi = span(start, buf.len(), blocks.end - 1).0.end;
-                buf[lo..hi].fill(0);
-                return Ok(());
-            };
-            for b in blocks.clone() {
-                let (in_buf, in_block) = span(start, buf.len(), b);
-                if !index.is_allocated(meta.slot, b) {
-                    buf[in_buf].fill(0);
-                } else if let Some(data) = index.overlay_block(meta.slot, b) {
-                    buf[in_buf].copy_from_slice(&data[in_block]);
-                } else {
-                    from_slot |= 1 << (b - blocks.start);
-                    crcs[b - blocks.start] = index.block_crc(meta.slot, b);
-                }
-            }
-            meta.slot
+        let Some(plan) = self.plan_chunk(obj, start, buf, blocks) else {
+            return Ok(());
         };
-        let base = self.layout.slot_offset(slot);
-        let wanted = |b: usize| from_slot & (1 << (b - blocks.start)) != 0;
-        let mut b = blocks.start;
-        while b < blocks.end {
-            if !wanted(b) {
-                b += 1;
-                continue;
-            }
-            let (in_buf, in_block) = span(start, buf.len(), b);
-            if in_block.len() < BLOCK {
-                let mut tmp = [0u8; BLOCK];
-                self.file
-                    .read_at(&mut tmp, base + (b * BLOCK) as u64, "read object block")?;
-                if crc32c::crc32c(&tmp) == crcs[b - blocks.start] {
-                    buf[in_buf].copy_from_slice(&tmp[in_block]);
-                } else {
-                    self.read_block_stable(obj, b, start, buf)?;
+        let base = self.layout.slot_offset(plan.slot);
+        for run in plan.runs() {
+            let mut b = run.start;
+            while b < run.end {
+                if span(start, buf.len(), b).1.len() < BLOCK {
+                    // A partial edge block: read it whole, keep the part.
+                    let mut tmp = [0u8; BLOCK];
+                    self.file
+                        .read_at(&mut tmp, base + (b * BLOCK) as u64, "read object block")?;
+                    self.deliver(obj, &plan, b, &tmp, start, buf)?;
+                    b += 1;
+                    continue;
                 }
-                b += 1;
-                continue;
-            }
-            // A run of whole blocks goes straight into `buf` in one pread.
-            let mut run_end = b + 1;
-            while run_end < blocks.end
-                && wanted(run_end)
-                && span(start, buf.len(), run_end).1.len() == BLOCK
-            {
-                run_end += 1;
-            }
-            let run = in_buf.start..in_buf.start + (run_end - b) * BLOCK;
-            self.file.read_at(
-                &mut buf[run],
-                base + (b * BLOCK) as u64,
-                "read object blocks",
-            )?;
-            for k in b..run_end {
-                let at = in_buf.start + (k - b) * BLOCK;
-                if crc32c::crc32c(&buf[at..at + BLOCK]) != crcs[k - blocks.start] {
-                    self.read_block_stable(obj, k, start, buf)?;
+                // Whole blocks go straight into `buf` in one pread.
+                let mut whole_end = b + 1;
+                while whole_end < run.end && span(start, buf.len(), whole_end).1.len() == BLOCK {
+                    whole_end += 1;
                 }
+                let in_buf = span(start, buf.len(), b).0.start;
+                let into = in_buf..in_buf + (whole_end - b) * BLOCK;
+                self.file.read_at(
+                    &mut buf[into],
+                    base + (b * BLOCK) as u64,
+                    "read object blocks",
+                )?;
+                for k in b..whole_end {
+                    let at = in_buf + (k - b) * BLOCK;
+                    if crc32c::crc32c(&buf[at..at + BLOCK]) != plan.crc(k) {
+                        self.read_block_stable(obj, k, start, buf)?;
+                    }
+                }
+                b = whole_end;
             }
-            b = run_end;
         }
+        Ok(())
+    }
+
+    /// Copy the part of block `b` (read from the slot as `data`) that the read wants into
+    /// `buf`, after checking its crc; a mismatch is settled by a stable re-read.
+    fn deliver(
+        &self,
+        obj: ObjectId,
+        plan: &SlotReads,
+        b: usize,
+        data: &[u8],
+        start: usize,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        if crc32c::crc32c(data) != plan.crc(b) {
+            return self.read_block_stable(obj, b, start, buf);
+        }
+        let (in_buf, in_block) = span(start, buf.len(), b);
+        buf[in_buf].copy_from_slice(&data[in_block]);
         Ok(())
     }
 
@@ -556,6 +668,9 @@ impl Store {
             buf[in_buf].fill(0);
         } else if let Some(data) = index.overlay_block(meta.slot, b) {
             buf[in_buf].copy_from_slice(&data[in_block]);
+        } else if let Some(data) = index.in_flight(meta.slot) {
+            let at = b * BLOCK;
+            buf[in_buf].copy_from_slice(&data.as_slice()[at..at + BLOCK][in_block]);
         } else {
             let mut tmp = [0u8; BLOCK];
             let at = self.layout.slot_offset(meta.slot) + (b * BLOCK) as u64;
@@ -709,25 +824,33 @@ impl Store {
             *crc = crc32c::crc32c(&data[b * BLOCK..(b + 1) * BLOCK]);
         }
         // Data before record: one fdatasync at the next flush covers both, and recovery
-        // drops a remap whose slot does not hold the data it names.
-        let written = {
+        // drops a remap whose slot does not hold the data it names. Through an engine the
+        // write is only started here: until the leader sees it complete (before the fdatasync
+        // of the batch carrying the remap), reads of the slot are served from its bytes.
+        let at = self.layout.slot_offset(slot);
+        let started = {
             let _gate = read(&self.gate);
-            let at = self.layout.slot_offset(slot);
             self.file
-                .write_at(data, at, "write object into a fresh slot")
+                .start_write(data, at, "write object into a fresh slot")
         };
-        if let Err(e) = written {
-            write(&self.index).unreserve(slot);
-            return Err(e);
-        }
+        let mut in_flight = match started {
+            Ok(in_flight) => in_flight,
+            Err(e) => {
+                write(&self.index).unreserve(slot);
+                return Err(e);
+            }
+        };
         for _ in 0..COMMIT_RETRIES_MAX {
             let mut index = write(&self.index);
             let mut wal = lock(&self.wal);
             match wal.append_remap(obj, version, slot, crcs) {
                 Ok(lsn) => {
-                    self.note_unflushed(&wal);
-                    drop(wal);
                     index.remap(obj, slot, version, crcs, Some(lsn));
+                    if let Some(w) = in_flight.take() {
+                        index.add_in_flight(slot, w.buf.clone());
+                        wal.add_in_flight(slot, w);
+                    }
+                    self.note_unflushed(&wal);
                     return Ok(());
                 }
                 Err(WalFull) => {
@@ -735,6 +858,10 @@ impl Store {
                     self.checkpoint(false)?;
                 }
             }
+        }
+        // The slot goes back only once nothing writes into it any more.
+        if let Some(w) = in_flight {
+            self.file.finish_write(w.done, w.op)?;
         }
         write(&self.index).unreserve(slot);
         Err(StoreError::NoSpace)
@@ -754,6 +881,39 @@ impl Store {
             self.reclaim_slots()?;
         }
         Ok(None)
+    }
+}
+
+/// What a read needs from one object's slot for one chunk of blocks: which blocks
+/// (bit `b - first` of `wanted`) and the crc each must have.
+struct SlotReads {
+    slot: u32,
+    first: usize,
+    wanted: u64,
+    crcs: [u32; READ_CHUNK_BLOCKS],
+}
+
+impl SlotReads {
+    fn crc(&self, b: usize) -> u32 {
+        self.crcs[b - self.first]
+    }
+
+    /// Runs of consecutive wanted blocks (one read each).
+    fn runs(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        let mut b = 0;
+        std::iter::from_fn(move || {
+            while b < READ_CHUNK_BLOCKS && self.wanted & (1 << b) == 0 {
+                b += 1;
+            }
+            if b >= READ_CHUNK_BLOCKS {
+                return None;
+            }
+            let run_start = b;
+            while b < READ_CHUNK_BLOCKS && self.wanted & (1 << b) != 0 {
+                b += 1;
+            }
+            Some(self.first + run_start..self.first + b)
+        })
     }
 }
 

@@ -38,7 +38,10 @@ fn op(write: bool, rng: &mut Rng) -> Op {
     let offset = rng.block();
     let buf = AlignedBuf::zeroed(ALIGN);
     if write {
-        Op::Write { offset, buf }
+        Op::Write {
+            offset,
+            buf: buf.into(),
+        }
     } else {
         Op::Read { offset, buf }
     }

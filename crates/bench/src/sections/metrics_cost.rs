@@ -60,6 +60,7 @@ impl MetricsSection {
             volume_size: format_size(size_bytes),
             s3: false,
             nvmf: false,
+            up_args: Vec::new(),
         };
         let clusters = [
             (

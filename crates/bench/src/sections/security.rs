@@ -131,6 +131,7 @@ impl SecuritySection {
             volume_size: format_size(size_bytes),
             s3: false,
             nvmf: false,
+            up_args: Vec::new(),
         };
         let clusters = [
             ("noauth", vec!["--no-local-path", "--insecure-no-auth"]),

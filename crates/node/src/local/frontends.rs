@@ -181,6 +181,7 @@ impl Frontends {
             data_dir: config.data_dir.clone(),
             pool: pool.name.clone(),
             osds,
+            osd_io: String::new(),
             default_volume: config.default_volume.as_ref().map(|(n, _)| n.clone()),
             nbd_tcp: self.nbd_addr,
             nbd_socket: self.nbd_socket.clone(),

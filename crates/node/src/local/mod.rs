@@ -63,6 +63,8 @@ pub struct LocalConfig {
     /// Per-volume counters of the frontends for the first N volumes opened.
     pub metrics_per_volume: usize,
     pub slow_op_ms: u64,
+    /// How the OSDs' stores do their I/O.
+    pub io: basalt_store::IoOptions,
     /// The gateways call the OSDs' handlers directly (false: over loopback TCP).
     pub local_path: bool,
     /// BENCHMARK ONLY: the OSDs accept connections without authentication.
@@ -140,7 +142,11 @@ impl LocalCluster {
             .start_s3(&config, &cluster, (&pool, s3_index.as_ref()))
             .await?;
         frontends.serve_control(&config, &cluster, pool.id, reserved)?;
-        let endpoints = frontends.endpoints(&config, &pool, osds.len(), metrics.as_ref());
+        let mut endpoints = frontends.endpoints(&config, &pool, osds.len(), metrics.as_ref());
+        endpoints.osd_io = osds
+            .first()
+            .map(|o| o.osd().store.io_mode())
+            .unwrap_or_default();
         Ok(Self {
             endpoints,
             pool,
@@ -281,6 +287,7 @@ async fn start_osds(
             recovery: RecoveryConfig::default(),
             stray_scan: Some(Duration::from_secs(STRAY_SCAN_SECS)),
             auth: authority.clone(),
+            io: config.io,
         };
         let registration = Registration {
             host: "localhost".into(),

@@ -59,7 +59,7 @@ pub(super) async fn read_chunk(
     if peer == osd.id {
         let version = osd.store.version(key);
         let mut buf = BytesMut::zeroed(len as usize);
-        return match osd.store.read(key, offset, &mut buf) {
+        return match osd.store.read_async(key, offset, &mut buf).await {
             Ok(()) => Ok((version, buf.freeze())),
             Err(e) => {
                 tracing::error!(osd = osd.id, object = %key, "chunk read failed: {e}");

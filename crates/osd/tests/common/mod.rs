@@ -30,6 +30,7 @@ pub fn base_map() -> ClusterMap {
                 up: true,
                 is_in: true,
                 incarnation: 0,
+                io: String::new(),
             },
         );
     }
@@ -68,6 +69,8 @@ pub fn osd_config(dir: &Path, id: u32, capacity_bytes: u64) -> OsdConfig {
         recovery: basalt_osd::RecoveryConfig::default(),
         stray_scan: None,
         auth: None,
+        // What a daemon runs: direct I/O through io_uring (buffered on tmpfs).
+        io: basalt_store::IoOptions::DAEMON_DEFAULT,
     }
 }
 

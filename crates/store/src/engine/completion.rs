@@ -85,6 +85,11 @@ impl Drop for Completer {
 }
 
 impl Completion {
+    /// Has the operation ended? (Then [`Completion::wait`] returns at once.)
+    pub fn is_ready(&self) -> bool {
+        self.0.lock().done.is_some()
+    }
+
     /// Block the calling thread until the operation ends. For synchronous code only: an
     /// async task awaits the completion instead.
     pub fn wait(self) -> Done {

@@ -30,8 +30,9 @@ pub enum Op {
     Write {
         /// Byte offset on the medium.
         offset: u64,
-        /// The bytes (returned in [`Done::buf`]).
-        buf: AlignedBuf,
+        /// The bytes, shared: the store keeps serving reads from them until the write
+        /// completes (returned in [`Done::buf`] when nobody else holds them).
+        buf: Arc<AlignedBuf>,
     },
     /// fdatasync: every write that *completed* before this was submitted is durable (the
     /// device's volatile cache flushed). Writes still in flight are not covered.
@@ -41,7 +42,8 @@ pub enum Op {
 impl Op {
     fn into_buf(self) -> Option<AlignedBuf> {
         match self {
-            Op::Read { buf, .. } | Op::Write { buf, .. } => Some(buf),
+            Op::Read { buf, .. } => Some(buf),
+            Op::Write { buf, .. } => Arc::try_unwrap(buf).ok(),
             Op::Sync => None,
         }
     }

@@ -67,7 +67,7 @@ fn many_operations_in_flight_read_back_what_was_written() {
                 .map(|i| {
                     engine.submit(Op::Write {
                         offset: i * 4 * ALIGN as u64,
-                        buf: pattern(i),
+                        buf: pattern(i).into(),
                     })
                 })
                 .collect();
@@ -131,7 +131,7 @@ fn bad_operations_fail_cleanly() {
             let unaligned = engine
                 .submit(Op::Write {
                     offset: 100,
-                    buf: AlignedBuf::zeroed(ALIGN),
+                    buf: AlignedBuf::zeroed(ALIGN).into(),
                 })
                 .wait();
             assert_eq!(
@@ -163,7 +163,7 @@ fn completions_are_awaited_without_blocking_the_runtime() {
                     let w = engine
                         .submit(Op::Write {
                             offset,
-                            buf: pattern(i),
+                            buf: pattern(i).into(),
                         })
                         .await;
                     w.result.expect("write");
@@ -196,7 +196,7 @@ fn dropping_the_engine_completes_what_it_accepted() {
             .map(|i| {
                 engine.submit(Op::Write {
                     offset: i * 2 * ALIGN as u64,
-                    buf: pattern(i + 100),
+                    buf: pattern(i + 100).into(),
                 })
             })
             .collect();

@@ -109,7 +109,7 @@ pub(super) fn run(file: &File, op: Op) -> Done {
         },
         Op::Write { offset, buf } => Done {
             result: file.write_all_at(buf.as_slice(), offset),
-            buf: Some(buf),
+            buf: Arc::try_unwrap(buf).ok(),
         },
         Op::Sync => Done {
             result: file.sync_data(),

@@ -231,7 +231,7 @@ impl RingThread {
             }
             Op::Write { offset, buf } => {
                 let len = (buf.len() - at) as u32;
-                let ptr = buf.as_mut_ptr().wrapping_add(at);
+                let ptr = buf.as_slice().as_ptr().wrapping_add(at);
                 opcode::Write::new(fd, ptr, len)
                     .offset(*offset + at as u64)
                     .build()
@@ -272,7 +272,8 @@ impl RingThread {
             Some(Err(std::io::Error::from_raw_os_error(-result)))
         } else {
             let len = match &f.op {
-                Op::Read { buf, .. } | Op::Write { buf, .. } => buf.len(),
+                Op::Read { buf, .. } => buf.len(),
+                Op::Write { buf, .. } => buf.len(),
                 Op::Sync => 0,
             };
             f.transferred += result as usize;
