@@ -148,6 +148,16 @@ pub struct OsdArgs {
     /// Directory of this OSD: its store file (store.dat) and identity (osd.json).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Keep the store on this block device instead of DATA/store.dat; the device must hold
+    /// a store made by `basalt disk prepare DEV` (its size and object size are the store's:
+    /// --capacity and --object-size do not apply). The identity stays in --data.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<PathBuf>,
+    /// Leave a new store file sparse: its capacity is a ceiling, not a reservation (test
+    /// clusters sharing one disk). By default the whole file is allocated at first start, and
+    /// a filesystem without room for it is refused.
+    #[arg(long, conflicts_with = "device")]
+    pub sparse: bool,
     /// Data-plane address to listen on; others reach the OSD there, so give a routable IP.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
@@ -157,7 +167,8 @@ pub struct OsdArgs {
     /// Failure-domain name of this machine [default: the hostname].
     #[arg(long)]
     pub host: Option<String>,
-    /// Capacity of the store file, e.g. 100G (first start only; the file is sparse).
+    /// Capacity of the store file, e.g. 100G (first start only; allocated in full unless
+    /// --sparse).
     #[arg(long, default_value = "8G")]
     pub capacity: String,
     /// Object size of the store; must equal the object size of the pools (first start).
@@ -260,6 +271,8 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
     }
     Ok(basalt_node::OsdDaemonConfig {
         data,
+        device: args.device.clone(),
+        sparse: args.sparse,
         listen,
         id: args.id,
         host: args.host.clone().unwrap_or_else(basalt_node::hostname),

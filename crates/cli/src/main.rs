@@ -5,6 +5,7 @@ mod auth_cmd;
 mod bench;
 mod control;
 mod daemons;
+mod disk_cmd;
 mod exit;
 mod global;
 mod help;
@@ -137,6 +138,17 @@ enum Command {
         command: Option<admin::OsdAdminCommand>,
         #[command(flatten)]
         args: daemons::OsdArgs,
+    },
+    /// Make a block device into an OSD's store (`disk prepare`), list those (`disk ls`).
+    ///
+    /// Examples:
+    ///   basalt disk prepare /dev/nvme1n1
+    ///   basalt osd --device /dev/nvme1n1 --data /var/lib/basalt/osd0 --listen 10.0.0.2:6800 ...
+    ///   basalt disk ls --json
+    #[command(verbatim_doc_comment)]
+    Disk {
+        #[command(subcommand)]
+        command: disk_cmd::DiskCommand,
     },
     /// Run an S3 gateway of a multi-host cluster, or manage its access keys.
     ///
@@ -297,6 +309,7 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
             args.meta = global.meta;
             block_on(daemons::run_osd(args))
         }
+        Command::Disk { command } => disk_cmd::run(command, global.json),
         Command::S3 {
             command: Some(command),
             mut args,

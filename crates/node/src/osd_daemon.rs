@@ -18,6 +18,12 @@ use std::time::Duration;
 pub struct OsdDaemonConfig {
     /// Directory of the OSD: its store file and identity.
     pub data: PathBuf,
+    /// Where the store lives: the file DATA/store.dat (None), or a block device prepared
+    /// with `basalt disk prepare` (its identity osd.json stays in `data`).
+    pub device: Option<PathBuf>,
+    /// Leave a new store file sparse (its capacity a ceiling, not a reservation): test
+    /// clusters on one disk.
+    pub sparse: bool,
     /// Data-plane address (routable: others reach the OSD there).
     pub listen: SocketAddr,
     /// OSD id wanted on first start (None: the next free one).
@@ -57,6 +63,37 @@ pub struct OsdDaemon {
     metrics_task: Option<MetricsTask>,
 }
 
+/// With `--device`: the store on it must be this data directory's (recorded on first use),
+/// so that a renamed device never starts as another OSD's. A device without a store is left
+/// to the OSD, which refuses it saying how to prepare it.
+fn check_device_store(config: &OsdDaemonConfig) -> anyhow::Result<()> {
+    let Some(device) = &config.device else {
+        return Ok(());
+    };
+    let found = basalt_store::prepare::inspect(device)
+        .with_context(|| format!("read the store on {}", device.display()))?;
+    if let Some(store) = found {
+        basalt_osd::bind_device_store(&config.data, device, store.store_id)?;
+    }
+    Ok(())
+}
+
+/// The store's path and location: the device, or DATA/store.dat.
+fn store_location(config: &OsdDaemonConfig) -> (PathBuf, basalt_osd::StoreLocation) {
+    use basalt_osd::StoreLocation;
+    match &config.device {
+        Some(device) => (device.clone(), StoreLocation::Device(device.clone())),
+        None => {
+            let file = config.data.join("store.dat");
+            let location = match config.sparse {
+                true => StoreLocation::SparseFile(file.clone()),
+                false => StoreLocation::File(file.clone()),
+            };
+            (file, location)
+        }
+    }
+}
+
 impl OsdDaemon {
     /// Start the OSD of `config` in the cluster of `meta` (whose calls `meta_latency`
     /// times), proving `secret`'s keys: its `/metrics` first (the OSD registers its
@@ -71,6 +108,7 @@ impl OsdDaemon {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         let authority = Arc::new(basalt_auth::Authority::new(secret, meta.clone()));
         let (id, is_new) = basalt_osd::identity(dir, config.id, meta.as_ref()).await?;
+        check_device_store(&config)?;
         let map = basalt_client::follow_map(meta.clone())
             .await
             .context("read the cluster map")?;
@@ -79,10 +117,10 @@ impl OsdDaemon {
         registry.register_collector(Box::new(Shared(collector.clone())));
         registry.register_collector(Box::new(basalt_meta::MetaCollector(meta_latency)));
         let metrics_task = metrics_http::start_if(config.metrics, registry).await?;
-        let store = dir.join("store.dat");
+        let (store, location) = store_location(&config);
         let osd_config = OsdConfig {
             id,
-            store: basalt_osd::StoreLocation::File(store.clone()),
+            store: location,
             store_options: StoreOptions {
                 capacity_bytes: config.capacity_bytes,
                 object_size_bytes: config.object_size_bytes,

@@ -24,8 +24,13 @@ use tokio::time::Instant;
 /// Where an OSD's store lives.
 #[derive(Clone)]
 pub enum StoreLocation {
-    /// A data file (production).
+    /// A data file (production), fully allocated at create.
     File(PathBuf),
+    /// A data file whose slot region stays sparse: its capacity is a ceiling, not a
+    /// reservation (`basalt up`, test clusters).
+    SparseFile(PathBuf),
+    /// A block device holding a store made by `basalt disk prepare` (never created here).
+    Device(PathBuf),
     /// A disk the caller hands over (the simulator's `MemDisk`).
     Disk(Arc<dyn Disk>),
 }
@@ -33,7 +38,9 @@ pub enum StoreLocation {
 impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreLocation::File(path) => write!(f, "{}", path.display()),
+            StoreLocation::File(path)
+            | StoreLocation::SparseFile(path)
+            | StoreLocation::Device(path) => write!(f, "{}", path.display()),
             StoreLocation::Disk(_) => f.write_str("(in-memory disk)"),
         }
     }
@@ -282,6 +289,22 @@ impl Osd {
                     Store::open_or_create_with(&path, &options, &io)
                 })
                 .await
+            }
+            StoreLocation::SparseFile(path) => {
+                if !config.create_if_missing && !path.exists() {
+                    return Err(OsdError::StoreMissing {
+                        id: config.id,
+                        path: path.clone(),
+                    });
+                }
+                run_blocking(inline, move || match path.exists() {
+                    true => Store::open_sparse(&path, &io),
+                    false => Store::create_sparse(&path, &options, &io),
+                })
+                .await
+            }
+            StoreLocation::Device(path) => {
+                run_blocking(inline, move || Store::open_device(&path, &io)).await
             }
             StoreLocation::Disk(disk) => {
                 let create = config.create_if_missing;

@@ -13,6 +13,20 @@ const IDENTITY_FORMAT_VERSION: u32 = 1;
 /// Name of the identity file in an OSD's data directory.
 pub const IDENTITY_FILE: &str = "osd.json";
 
+/// Name of the file binding an OSD's data directory to the store on its `--device`.
+pub const DEVICE_STORE_FILE: &str = "store.json";
+
+/// Which store the OSD of a data directory keeps on a block device: device names can change
+/// across reboots (`/dev/sdb` becomes `/dev/sdc`), store ids do not.
+#[derive(Serialize, Deserialize)]
+struct DeviceStoreRecord {
+    format_version: u32,
+    /// The store id, 16 hex digits (as `basalt disk ls` prints it).
+    store_id: String,
+    /// The device path it was first opened at (for the operator; not checked).
+    device: PathBuf,
+}
+
 /// The identity file of an OSD's data directory.
 #[derive(Serialize, Deserialize)]
 struct OsdIdentity {
@@ -36,6 +50,18 @@ pub enum IdentityError {
         op: &'static str,
         path: PathBuf,
         source: std::io::Error,
+    },
+    #[error(
+        "{device} holds store {found}, but {dir} belongs to the OSD of store {recorded} \
+         (first opened at {recorded_device}); device names can change across reboots: give \
+         --device as /dev/disk/by-id/..."
+    )]
+    OtherStore {
+        dir: PathBuf,
+        device: PathBuf,
+        found: String,
+        recorded: String,
+        recorded_device: String,
     },
     #[error("could not allocate an OSD id: {0}")]
     Allocate(String),
@@ -118,6 +144,64 @@ pub async fn identity(
     }
 }
 
+/// Check that the store on `device` (id `store_id`) is the one of the OSD whose data
+/// directory is `dir`, recording it there (`store.json`) on first use: an OSD never starts
+/// on another OSD's disk.
+pub fn bind_device_store(dir: &Path, device: &Path, store_id: u64) -> Result<(), IdentityError> {
+    let path = dir.join(DEVICE_STORE_FILE);
+    let found = format!("{store_id:016x}");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let record: DeviceStoreRecord =
+                serde_json::from_slice(&bytes).map_err(|e| IdentityError::Unreadable {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            if record.store_id != found {
+                return Err(IdentityError::OtherStore {
+                    dir: dir.to_path_buf(),
+                    device: device.to_path_buf(),
+                    found,
+                    recorded: record.store_id,
+                    recorded_device: record.device.display().to_string(),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let record = DeviceStoreRecord {
+                format_version: IDENTITY_FORMAT_VERSION,
+                store_id: found,
+                device: device.to_path_buf(),
+            };
+            let bytes = serde_json::to_vec(&record).expect("a record serialises");
+            write_durably(dir, &path, &bytes)
+        }
+        Err(e) => Err(IdentityError::Io {
+            op: "read",
+            path,
+            source: e,
+        }),
+    }
+}
+
+/// Write `bytes` to `path` in `dir` through a temporary file: file, rename, directory.
+fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| IdentityError::Io { op, path, source }
+    };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(io("write", &tmp))?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io("fsync", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io("rename to", path))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +227,25 @@ mod tests {
             .await
             .expect("another OSD");
         assert_ne!(next, id, "two directories got one id");
+    }
+
+    /// Goal: a data directory is bound to the store of its first device, and another
+    /// store (a renamed device) is refused naming both.
+    #[test]
+    fn a_device_store_is_bound_to_its_data_directory() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let sdb = Path::new("/dev/sdb");
+        bind_device_store(dir.path(), sdb, 0xabc).expect("first use");
+        bind_device_store(dir.path(), Path::new("/dev/sdc"), 0xabc).expect("same store");
+        let err = bind_device_store(dir.path(), sdb, 0xdef).expect_err("another store");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "/dev/sdb holds store 0000000000000def, but {} belongs to the OSD of store \
+                 0000000000000abc (first opened at /dev/sdb); device names can change across \
+                 reboots: give --device as /dev/disk/by-id/...",
+                dir.path().display()
+            )
+        );
     }
 }

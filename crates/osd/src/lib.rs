@@ -36,7 +36,7 @@ pub use daemon::{
 };
 pub use error::PgError;
 pub use handler::{link_in_process, LocalOsd, PeerOsd};
-pub use identity::{allocate_osd_id, identity, IdentityError};
+pub use identity::{allocate_osd_id, bind_device_store, identity, IdentityError};
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;
 pub use process::RunningOsd;

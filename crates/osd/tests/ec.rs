@@ -284,7 +284,7 @@ impl Ec {
 fn open_store(path: &Path) -> Store {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match Store::open(path) {
+        match Store::open_sparse(path, &basalt_store::IoOptions::default()) {
             Ok(s) => return s,
             Err(e) if Instant::now() < deadline => {
                 tracing::debug!("open {}: {e}", path.display());

@@ -45,6 +45,24 @@ pub enum StoreError {
         /// What is wrong.
         what: String,
     },
+    /// A block device cannot hold or be opened as a store (each reason names the device).
+    #[error(transparent)]
+    Device(#[from] crate::medium::DeviceError),
+    /// A store file cannot be fully allocated: the filesystem lacks the space.
+    #[error(
+        "the store needs {}, the filesystem of {} has {} free",
+        basalt_proto::size::human_bytes(*needed_bytes),
+        dir.display(),
+        basalt_proto::size::human_bytes(*free_bytes)
+    )]
+    NoRoom {
+        /// The directory holding the store file.
+        dir: std::path::PathBuf,
+        /// The store's capacity.
+        needed_bytes: u64,
+        /// Free space of the filesystem (statvfs, for unprivileged users) before the create.
+        free_bytes: u64,
+    },
     /// The options given to `create` cannot describe a store.
     #[error("bad store options: {reason}")]
     BadOptions {

@@ -13,9 +13,11 @@ pub mod engine;
 mod error;
 mod index;
 mod journal;
+mod medium;
 mod memdisk;
 pub mod memory;
 mod options;
+pub mod prepare;
 mod recovery;
 mod store;
 mod superblock;
@@ -23,6 +25,7 @@ pub mod wal;
 
 pub use device::Disk;
 pub use error::StoreError;
+pub use medium::{BlockDevice, DeviceError, MAX_SECTOR_BYTES, MIN_DEVICE_BYTES};
 pub use memdisk::{MemDisk, MemDiskHandle};
 pub use options::{
     IoOptions, StoreOptions, BLOCK_BYTES, DEFAULT_CAPACITY_BYTES, DEFAULT_OBJECT_BYTES,

@@ -14,6 +14,7 @@ use crate::engine::EngineKind;
 use crate::error::{io_err, StoreError};
 use crate::index::{Index, BLOCK};
 use crate::journal::{Leader, WalBuffer};
+use crate::medium::{device_capacity_bytes, BlockDevice, DeviceError};
 use crate::options::{IoOptions, StoreOptions};
 use crate::store::Store;
 use crate::superblock::{StoreLayout, SUPERBLOCK_BYTES};
@@ -34,11 +35,31 @@ const WAL_READ_CHUNK_BYTES: usize = 1 << 20;
 /// Decode attempts per record: header, metadata, then data may each need a longer read.
 const DECODE_ATTEMPTS_MAX: usize = 4;
 
-/// Create a new store file; on failure the half-made file is removed again.
+/// Create a new store file, fully allocated (docs/design.md, "Honest capacity"); on failure
+/// the half-made file is removed again.
 pub(crate) fn create(
     path: &Path,
     opts: &StoreOptions,
     io: &IoOptions,
+) -> Result<Store, StoreError> {
+    create_file(path, opts, io, Allocation::Full)
+}
+
+/// Create a new store file whose slot region stays sparse: its capacity is a ceiling, not a
+/// reservation (`basalt up` and tests on a developer's machine).
+pub(crate) fn create_sparse(
+    path: &Path,
+    opts: &StoreOptions,
+    io: &IoOptions,
+) -> Result<Store, StoreError> {
+    create_file(path, opts, io, Allocation::Sparse)
+}
+
+fn create_file(
+    path: &Path,
+    opts: &StoreOptions,
+    io: &IoOptions,
+    allocation: Allocation,
 ) -> Result<Store, StoreError> {
     let layout = StoreLayout::compute(opts, new_store_id())?;
     let file = OpenOptions::new()
@@ -47,7 +68,7 @@ pub(crate) fn create(
         .create_new(true)
         .open(path)
         .map_err(io_err("create store file"))?;
-    let result = prepare_file(&file, &layout)
+    let result = prepare_file(path, &file, &layout, allocation)
         .and_then(|()| engine_file(path, file, io))
         .and_then(|data| format(data, layout))
         .and_then(|store| sync_parent_dir(path).map(|()| store));
@@ -55,6 +76,42 @@ pub(crate) fn create(
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// Create a new store on the block device `device` (opened exclusively): the whole device
+/// unless `opts` asks for less. A device exists already: nothing is sized or removed, and
+/// it has no holes to allocate.
+pub(crate) fn create_device(
+    device: BlockDevice,
+    opts: &StoreOptions,
+    io: &IoOptions,
+) -> Result<Store, StoreError> {
+    let opts = StoreOptions {
+        capacity_bytes: device_capacity_bytes(opts, device.size_bytes()),
+        ..opts.clone()
+    };
+    let layout = StoreLayout::compute(&opts, new_store_id())?;
+    let file = DataFile::new(device.into_disk(io)?);
+    // A device may hold an older store's second checkpoint area, which would outrank this
+    // store's first checkpoint (checkpoints carry no store id): erase its header.
+    file.write_at(
+        &[0u8; BLOCK],
+        layout.checkpoint_offsets[1],
+        "erase the second checkpoint area",
+    )?;
+    format(file, layout)
+}
+
+/// Open the store on the block device `device` (opened exclusively) and recover it.
+pub(crate) fn open_device(device: BlockDevice, io: &IoOptions) -> Result<Store, StoreError> {
+    let head = device.read_head(SUPERBLOCK_BYTES as usize)?;
+    if !crate::superblock::has_magic(&head) {
+        return Err(DeviceError::NoStore {
+            device: device.path().to_owned(),
+        }
+        .into());
+    }
+    recover(DataFile::new(device.into_disk(io)?))
 }
 
 /// Create a new store on `disk`, which must be at least `opts.capacity_bytes` long.
@@ -70,12 +127,20 @@ pub(crate) fn create_on(disk: Arc<dyn Disk>, opts: &StoreOptions) -> Result<Stor
     format(DataFile::new(disk), layout)
 }
 
-/// Lock a new file, size it and allocate its metadata regions.
-fn prepare_file(file: &File, layout: &StoreLayout) -> Result<(), StoreError> {
+/// Lock a new file, size it and allocate it as `allocation` says.
+fn prepare_file(
+    path: &Path,
+    file: &File,
+    layout: &StoreLayout,
+    allocation: Allocation,
+) -> Result<(), StoreError> {
     lock_file(file)?;
     file.set_len(layout.capacity_bytes)
         .map_err(io_err("size store file"))?;
-    preallocate(file, layout.slots_offset)
+    match allocation {
+        Allocation::Full => allocate(path, file, layout.capacity_bytes),
+        Allocation::Sparse => allocate(path, file, layout.slots_offset),
+    }
 }
 
 /// Write an empty store's first checkpoint and superblock, durably.
@@ -112,14 +177,28 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
     Ok(Store::assemble(layout, file, index, wal, leader))
 }
 
-/// Open a store and recover it.
+/// Open a store and recover it; a store file created sparse (before stores were allocated
+/// in full) is allocated now, under the rule of [`create`].
 pub(crate) fn open(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+    open_file(path, io, Allocation::Full)
+}
+
+/// Open a store and recover it, leaving its file as sparse as it is (see [`create_sparse`]).
+pub(crate) fn open_sparse(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+    open_file(path, io, Allocation::Sparse)
+}
+
+fn open_file(path: &Path, io: &IoOptions, allocation: Allocation) -> Result<Store, StoreError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .map_err(io_err("open store file"))?;
     lock_file(&file)?;
+    if allocation == Allocation::Full {
+        let len = file.metadata().map_err(io_err("stat store file"))?.len();
+        allocate(path, &file, len)?;
+    }
     recover(engine_file(path, file, io)?)
 }
 
@@ -648,28 +727,89 @@ fn lock_file(file: &File) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Allocate the metadata regions so that WAL and checkpoint writes never hit ENOSPC; the slot
-/// region stays sparse. Filesystems without fallocate are fine, a full one is not.
-fn preallocate(file: &File, len: u64) -> Result<(), StoreError> {
-    let len = libc::off_t::try_from(len).map_err(|_| StoreError::bad_options("file too large"))?;
-    // SAFETY: posix_fallocate on a descriptor we own; no memory is involved.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
-    if rc == libc::ENOSPC {
-        return Err(StoreError::Io {
-            op: "preallocate store metadata",
-            source: std::io::Error::from_raw_os_error(rc),
-        });
+/// How much of a new store file is allocated at create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Allocation {
+    /// All of it: the capacity is really there (production OSDs).
+    Full,
+    /// The metadata regions only, so WAL and checkpoint writes never hit ENOSPC.
+    Sparse,
+}
+
+/// Allocate the first `len` bytes of `file` (the store at `path`), so that no later write
+/// meets ENOSPC. A full filesystem is refused naming the shortfall; filesystems without
+/// fallocate (EOPNOTSUPP) keep the file sparse.
+fn allocate(path: &Path, file: &File, len: u64) -> Result<(), StoreError> {
+    let dir = parent_dir(path);
+    // Free space before the call: a failed posix_fallocate may leave part of the range
+    // allocated, which would understate what was free.
+    let free_bytes = free_bytes(dir);
+    let off_len =
+        libc::off_t::try_from(len).map_err(|_| StoreError::bad_options("file too large"))?;
+    // fallocate(2) rather than posix_fallocate(3): where the filesystem lacks it, glibc's
+    // posix_fallocate would write a byte into every block instead.
+    // SAFETY: fallocate on a descriptor we own; no memory is involved.
+    let rc = match unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off_len) } {
+        0 => 0,
+        _ => std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    };
+    match rc {
+        0 | libc::EOPNOTSUPP | libc::ENOSYS => Ok(()),
+        libc::ENOSPC => Err(StoreError::NoRoom {
+            dir: dir.to_owned(),
+            needed_bytes: len,
+            free_bytes: free_bytes.unwrap_or(0),
+        }),
+        errno => Err(StoreError::Io {
+            op: "allocate store file",
+            source: std::io::Error::from_raw_os_error(errno),
+        }),
     }
-    Ok(())
+}
+
+/// Bytes of the filesystem holding `dir` that an unprivileged user may still allocate.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs only writes into the zeroed struct we pass; c_path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The directory holding `path` ("." for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 /// fsync the directory so the new file's name is durable.
 fn sync_parent_dir(path: &Path) -> Result<(), StoreError> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    File::open(dir)
+    File::open(parent_dir(path))
         .and_then(|d| d.sync_all())
         .map_err(io_err("fsync store directory"))
+}
+
+impl Store {
+    /// Create a new store file at `path` (which must not exist) whose slot region stays
+    /// sparse: its capacity is a ceiling, not a reservation. For `basalt up` and tests on a
+    /// developer's machine; production OSDs use [`Store::create_with`], which allocates it.
+    pub fn create_sparse(
+        path: &Path,
+        opts: &StoreOptions,
+        io: &IoOptions,
+    ) -> Result<Store, StoreError> {
+        create_sparse(path, opts, io)
+    }
+
+    /// Open the store file at `path` and recover it, leaving the file sparse where it is
+    /// ([`Store::open`] allocates it in full).
+    pub fn open_sparse(path: &Path, io: &IoOptions) -> Result<Store, StoreError> {
+        open_sparse(path, io)
+    }
 }

@@ -41,6 +41,12 @@ pub struct StoreLayout {
     pub slot_count: u32,
 }
 
+/// Whether `b` (a medium's first bytes) starts with the superblock magic: the medium is meant
+/// to hold a store, valid or not.
+pub(crate) fn has_magic(b: &[u8]) -> bool {
+    b.len() >= MAGIC.len() && b[..MAGIC.len()] == MAGIC
+}
+
 impl StoreLayout {
     /// Place the regions for `opts`: superblock, WAL, two checkpoint areas sized for a full
     /// table, then as many slots as fit.

@@ -191,6 +191,8 @@ impl BasaltCluster {
                 &h.name,
                 "--capacity",
                 &self.layout.osd_capacity,
+                // Several test OSDs share one disk: their capacity is a ceiling.
+                "--sparse",
                 "--lease-ttl",
                 "3",
                 "--out-after",

@@ -269,7 +269,9 @@ async fn start_osds(
         }
         let osd_config = OsdConfig {
             id,
-            store: basalt_osd::StoreLocation::File(path),
+            // A one-machine cluster's capacity is a ceiling: 3 × 8 GiB reserved at the first
+            // `basalt up` would surprise a laptop.
+            store: basalt_osd::StoreLocation::SparseFile(path),
             store_options: StoreOptions {
                 capacity_bytes: config.osd_size_bytes,
                 object_size_bytes: pools::store_object_size(pool),

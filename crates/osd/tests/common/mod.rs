@@ -55,7 +55,8 @@ pub fn base_map() -> ClusterMap {
 pub fn osd_config(dir: &Path, id: u32, capacity_bytes: u64) -> OsdConfig {
     OsdConfig {
         id,
-        store: basalt_osd::StoreLocation::File(dir.join(format!("osd{id}.dat"))),
+        // Several test clusters share one disk: their stores stay sparse.
+        store: basalt_osd::StoreLocation::SparseFile(dir.join(format!("osd{id}.dat"))),
         store_options: StoreOptions {
             capacity_bytes,
             object_size_bytes: OBJECT_SIZE,
