@@ -269,6 +269,14 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         // Before any I/O: nothing will read the histograms (docs/metrics.md, "Off").
         basalt_metrics::disable_latency();
     }
+    let io = args.io.options()?;
+    if let (Some(device), basalt_store::engine::EngineKind::Inline) = (&args.device, io.engine) {
+        bail!(
+            "--io-engine inline with --device {}: a raw device always runs direct I/O, which \
+             the inline engine would wait for on the OSD's runtime threads (use uring or threads)",
+            device.display()
+        );
+    }
     Ok(basalt_node::OsdDaemonConfig {
         data,
         device: args.device.clone(),
@@ -289,7 +297,7 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         monitor: (!args.no_monitor).then(|| args.mon.settings()),
         metrics,
         data_tls: args.meta.data_tls()?,
-        io: args.io.options()?,
+        io,
     })
 }
 

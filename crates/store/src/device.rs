@@ -52,7 +52,12 @@ impl Disk for File {
 /// [`crate::MemDisk`]), or a file or device whose I/O runs through an [`Engine`].
 enum Medium {
     Disk(Arc<dyn Disk>),
-    Engine { engine: Engine, file: Arc<File> },
+    Engine {
+        engine: Engine,
+        file: Arc<File>,
+        /// A block device's size (its metadata says 0); None: the file's length.
+        size_bytes: Option<u64>,
+    },
 }
 
 /// A whole-object write handed to the engine: its bytes (served to readers until it
@@ -98,6 +103,24 @@ impl DataFile {
         Ok(DataFile::with(Medium::Engine {
             engine,
             file: Arc::new(locked),
+            size_bytes: None,
+        }))
+    }
+
+    /// I/O on the block device `device` (opened `O_DIRECT`, `size_bytes` long) through an
+    /// engine of `io.engine`.
+    pub fn on_device(
+        device: File,
+        size_bytes: u64,
+        io: &crate::IoOptions,
+    ) -> Result<DataFile, StoreError> {
+        let device = Arc::new(device);
+        let engine = Engine::start(device.clone(), true, io.engine)
+            .map_err(io_err("start the I/O engine"))?;
+        Ok(DataFile::with(Medium::Engine {
+            engine,
+            file: device,
+            size_bytes: Some(size_bytes),
         }))
     }
 
@@ -188,6 +211,10 @@ impl DataFile {
     pub fn size_bytes(&self, op: &'static str) -> Result<u64, StoreError> {
         match &self.medium {
             Medium::Disk(d) => d.size_bytes(),
+            Medium::Engine {
+                size_bytes: Some(n),
+                ..
+            } => Ok(*n),
             Medium::Engine { file, .. } => file.metadata().map(|m| m.len()),
         }
         .map_err(io_err(op))

@@ -5,8 +5,8 @@
 //! A device store always runs direct I/O: a device has no filesystem to fall back to
 //! buffered I/O on, and the page cache would only cache every byte twice.
 
-use crate::device::Disk;
-use crate::engine::{AlignedBuf, Engine, Op, ALIGN};
+use crate::device::DataFile;
+use crate::engine::{AlignedBuf, ALIGN};
 use crate::error::StoreError;
 use crate::options::{IoOptions, StoreOptions};
 use crate::store::Store;
@@ -15,7 +15,6 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Largest logical sector size a store accepts: its structures are 4 KiB blocks, and direct
 /// I/O must be aligned to the logical sector.
@@ -289,14 +288,11 @@ impl BlockDevice {
     }
 
     /// The store's medium on this device: its I/O run by an engine of `io.engine`, always
-    /// direct (the device was opened `O_DIRECT`).
-    pub(crate) fn into_disk(self, io: &IoOptions) -> Result<Arc<dyn Disk>, StoreError> {
-        let engine = Engine::start(Arc::new(self.file), true, io.engine)
-            .map_err(crate::error::io_err("start the I/O engine"))?;
-        Ok(Arc::new(DeviceDisk {
-            engine,
-            size_bytes: self.size_bytes,
-        }))
+    /// direct (the device was opened `O_DIRECT`), its reads awaited like a file's. (The
+    /// inline engine suits tools such as `disk prepare`; a daemon refuses it with direct
+    /// I/O, see [`IoOptions::for_daemon`].)
+    pub(crate) fn into_data_file(self, io: &IoOptions) -> Result<DataFile, StoreError> {
+        DataFile::on_device(self.file, self.size_bytes, io)
     }
 }
 
@@ -312,60 +308,6 @@ fn check_is_block_device(path: &Path) -> Result<(), DeviceError> {
         });
     }
     Ok(())
-}
-
-/// A device's I/O through an [`Engine`], as the [`Disk`] a store runs on. The store writes
-/// whole aligned blocks; reads anywhere are served from the aligned blocks around them.
-struct DeviceDisk {
-    engine: Engine,
-    size_bytes: u64,
-}
-
-impl Disk for DeviceDisk {
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let align = ALIGN as u64;
-        let start = offset / align * align;
-        let end = (offset + buf.len() as u64).next_multiple_of(align);
-        let done = self
-            .engine
-            .submit(Op::Read {
-                offset: start,
-                buf: AlignedBuf::zeroed((end - start) as usize),
-            })
-            .wait();
-        done.result?;
-        let data = done
-            .buf
-            .ok_or_else(|| std::io::Error::other("the engine returned no buffer"))?;
-        let from = (offset - start) as usize;
-        buf.copy_from_slice(&data.as_slice()[from..from + buf.len()]);
-        Ok(())
-    }
-
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if !offset.is_multiple_of(ALIGN as u64) || !buf.len().is_multiple_of(ALIGN) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("unaligned device write of {} bytes at {offset}", buf.len()),
-            ));
-        }
-        self.engine
-            .submit(Op::Write {
-                offset,
-                buf: Arc::new(AlignedBuf::copy_from(buf)),
-            })
-            .wait()
-            .result
-    }
-
-    fn sync_data(&self) -> std::io::Result<()> {
-        // On a block device fdatasync flushes the device's volatile write cache.
-        self.engine.submit(Op::Sync).wait().result
-    }
-
-    fn size_bytes(&self) -> std::io::Result<u64> {
-        Ok(self.size_bytes)
-    }
 }
 
 /// The capacity of a store on a device of `device_bytes`: what `opts` asks for if that is

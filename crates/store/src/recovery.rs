@@ -91,7 +91,7 @@ pub(crate) fn create_device(
         ..opts.clone()
     };
     let layout = StoreLayout::compute(&opts, new_store_id())?;
-    let file = DataFile::new(device.into_disk(io)?);
+    let file = device.into_data_file(io)?;
     // A device may hold an older store's second checkpoint area, which would outrank this
     // store's first checkpoint (checkpoints carry no store id): erase its header.
     file.write_at(
@@ -111,7 +111,7 @@ pub(crate) fn open_device(device: BlockDevice, io: &IoOptions) -> Result<Store, 
         }
         .into());
     }
-    recover(DataFile::new(device.into_disk(io)?))
+    recover(device.into_data_file(io)?)
 }
 
 /// Create a new store on `disk`, which must be at least `opts.capacity_bytes` long.

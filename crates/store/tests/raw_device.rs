@@ -138,6 +138,10 @@ fn a_prepared_device_holds_writes_across_a_reopen() {
     {
         let store = Store::open_device(&dev.path, &io).expect("open the prepared device");
         assert_eq!(store.layout().store_id, made.store_id);
+        // The device's I/O runs through the engine, direct, and reads are awaited.
+        assert_eq!(store.io_mode(), "direct threads");
+        assert!(store.awaits_io());
+        assert_eq!(store.stats().capacity_bytes, made.capacity_bytes);
         store.write(obj(1), 0, &whole, ver(1)).expect("whole write");
         store
             .write(obj(2), 8192, &small, ver(2))
@@ -154,10 +158,22 @@ fn a_prepared_device_holds_writes_across_a_reopen() {
         );
         // Dropped without close: the reopen recovers from the WAL.
     }
-    let store = Store::open_device(&dev.path, &IoOptions::default()).expect("reopen");
+    let uring = IoOptions {
+        engine: basalt_store::engine::EngineKind::Uring,
+        direct: true,
+    };
+    let store = Store::open_device(&dev.path, &uring).expect("reopen");
+    assert_eq!(store.io_mode(), "direct uring");
     let mut buf = vec![0u8; 128 << 10];
     store.read(obj(1), 0, &mut buf).expect("read whole");
     assert_eq!(buf, whole);
+    let mut awaited = vec![0u8; 128 << 10];
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(store.read_async(obj(1), 0, &mut awaited))
+        .expect("awaited read");
+    assert_eq!(awaited, whole);
     let mut buf = vec![0u8; 4096];
     store.read(obj(2), 8192, &mut buf).expect("read small");
     assert_eq!(buf, small);
