@@ -74,6 +74,11 @@ impl WalBuffer {
         self.pending.len() as u64 + self.in_flight_bytes
     }
 
+    /// Bytes of whole-object writes in flight (part of [`WalBuffer::pending_bytes`]).
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.in_flight_bytes
+    }
+
     /// The whole-object write into `slot`, whose remap record was just appended, is in
     /// flight: the batch carrying the record waits for it.
     pub fn add_in_flight(&mut self, slot: u32, write: InFlightWrite) {
@@ -322,6 +327,7 @@ impl Store {
             } else {
                 wal.append_commit();
                 self.unflushed_bytes.store(0, Ordering::Relaxed);
+                self.in_flight_bytes.store(0, Ordering::Relaxed);
                 Some(wal.take_batch(&mut batch, &mut leader.in_flight))
             }
         };
@@ -476,6 +482,7 @@ impl Store {
             } else {
                 wal.append_commit();
                 self.unflushed_bytes.store(0, Ordering::Relaxed);
+                self.in_flight_bytes.store(0, Ordering::Relaxed);
                 Some(wal.take_batch(&mut batch, &mut leader.in_flight))
             };
             let header = CheckpointHeader {

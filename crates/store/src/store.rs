@@ -26,6 +26,10 @@ const READ_CHUNK_BLOCKS: usize = 64;
 /// Ceiling on bytes appended to the WAL but not yet written: past it, a writer flushes first.
 /// (The effective limit is also at most an eighth of the WAL.)
 const UNFLUSHED_LIMIT_MAX_BYTES: u64 = 16 << 20;
+/// Ceiling on bytes of whole-object writes in flight (held in RAM until the flush that
+/// waits for them): past it, a writer flushes first. Larger than the WAL's bound: these
+/// bytes cost no WAL space, and large sequential writes keep this much queued on the device.
+const IN_FLIGHT_LIMIT_BYTES: u64 = 64 << 20;
 /// Attempts of one record append that has to free WAL space or slots first.
 const COMMIT_RETRIES_MAX: usize = 4;
 const MAX_RECORD: usize = MAX_RECORD_BLOCKS as usize;
@@ -63,8 +67,11 @@ pub struct Store {
     stripes: Box<[Mutex<()>]>,
     /// Newest LSN known durable.
     pub(crate) durable_lsn: AtomicU64,
-    /// Mirror of the WAL buffer's pending bytes, read without its lock.
+    /// Mirror of the WAL buffer's pending bytes (records and whole-object writes in
+    /// flight), read without its lock.
     pub(crate) unflushed_bytes: AtomicU64,
+    /// The part of `unflushed_bytes` that is whole-object writes in flight.
+    pub(crate) in_flight_bytes: AtomicU64,
     unflushed_limit_bytes: u64,
     /// When the store was opened, and milliseconds after it of the last checkpoint (0: none
     /// this run), read without the leader's lock (which a flush holds across fdatasync).
@@ -187,6 +194,7 @@ impl Store {
             stripes: (0..STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
             durable_lsn: AtomicU64::new(durable_lsn),
             unflushed_bytes: AtomicU64::new(0),
+            in_flight_bytes: AtomicU64::new(0),
             unflushed_limit_bytes: (layout.wal_bytes / 8).min(UNFLUSHED_LIMIT_MAX_BYTES),
             opened: std::time::Instant::now(),
             last_checkpoint_ms: AtomicU64::new(0),
@@ -231,7 +239,12 @@ impl Store {
         if data.is_empty() {
             return Ok(());
         }
-        if self.unflushed_bytes.load(Ordering::Relaxed) > self.unflushed_limit_bytes {
+        let in_flight = self.in_flight_bytes.load(Ordering::Relaxed);
+        let records = self
+            .unflushed_bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(in_flight);
+        if records > self.unflushed_limit_bytes || in_flight > IN_FLIGHT_LIMIT_BYTES {
             self.flush()?;
         }
         let _stripe = self.stripe(obj);
@@ -532,6 +545,8 @@ impl Store {
     }
 
     fn note_unflushed(&self, wal: &WalBuffer) {
+        self.in_flight_bytes
+            .store(wal.in_flight_bytes(), Ordering::Relaxed);
         self.unflushed_bytes
             .store(wal.pending_bytes(), Ordering::Relaxed);
     }
