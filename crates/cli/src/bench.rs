@@ -232,6 +232,17 @@ fn storage(args: StorageArgs, meta: &MetaArgs) -> anyhow::Result<()> {
             command_line.push_str(&format!(" {flag} {value}"));
         }
     }
+    let up_args = args.io.up_args()?;
+    if existing && (args.io.buffered_io || args.io.io_engine != "uring") {
+        bail!(
+            "--io-engine/--buffered-io choose the store I/O of the local cluster this bench \
+             starts; an existing cluster's OSDs keep the mode they were started with"
+        );
+    }
+    if !existing {
+        command_line.push(' ');
+        command_line.push_str(&up_args.join(" "));
+    }
     if args.quick {
         command_line.push_str(" --quick");
     }
@@ -254,7 +265,7 @@ fn storage(args: StorageArgs, meta: &MetaArgs) -> anyhow::Result<()> {
         sections: args.sections,
         command_line,
         guest_dir: args.guest_dir.clone(),
-        up_args: args.io.up_args()?,
+        up_args,
     };
     let report = match &access {
         Some(access) => basalt_bench::run_storage_on(&opts, access, &args.pool),

@@ -270,10 +270,11 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         basalt_metrics::disable_latency();
     }
     let io = args.io.options()?;
-    if let (Some(device), basalt_store::engine::EngineKind::Inline) = (&args.device, io.engine) {
+    if let (Some(device), true) = (&args.device, args.io.buffered_io) {
         bail!(
-            "--io-engine inline with --device {}: a raw device always runs direct I/O, which \
-             the inline engine would wait for on the OSD's runtime threads (use uring or threads)",
+            "--buffered-io with --device {}: a raw device is always opened O_DIRECT (there is \
+             no page cache to go through, and the inline engine needs buffered I/O); drop \
+             --buffered-io",
             device.display()
         );
     }
