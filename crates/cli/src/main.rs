@@ -143,7 +143,7 @@ enum Command {
     ///
     /// Examples:
     ///   basalt disk prepare /dev/nvme1n1
-    ///   basalt osd --device /dev/nvme1n1 --data /var/lib/basalt/osd0 --listen 10.0.0.2:6800 ...
+    ///   basalt osd --device /dev/nvme1n1 --data /var/lib/basalt/osd0 --listen 10.0.0.2:6800
     ///   basalt disk ls --json
     #[command(verbatim_doc_comment)]
     Disk {
