@@ -529,6 +529,30 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 .map(|(o, s)| ([("osd", o.id)], gauge(value(o, s) as i64))),
         )?;
     }
+    type WalField = fn(&basalt_store::WalStats) -> u64;
+    let applied: [(&str, &str, WalField); 2] = [
+        (
+            "store_blocks_applied",
+            "Blocks of small writes copied from the write-ahead log into their slots",
+            |w| w.blocks_applied,
+        ),
+        (
+            "store_blocks_merged",
+            "Blocks of small writes not copied: a newer write in the same batch replaced them",
+            |w| w.blocks_merged,
+        ),
+    ];
+    for (name, help, value) in applied {
+        family(
+            enc,
+            &format!("basalt_osd_{name}"),
+            help,
+            Kind::Counter,
+            osds.iter()
+                .zip(&stats)
+                .map(|(o, s)| ([("osd", o.id)], counter(value(&s.1)))),
+        )?;
+    }
     family(
         enc,
         "basalt_osd_checkpoint_age_seconds",

@@ -263,8 +263,14 @@ pub(crate) struct Leader {
     in_flight: Vec<(u32, InFlightWrite)>,
     /// Slots of those writes, once complete.
     completed: Vec<u32>,
-    /// Write records of the batch being applied: (slot, first block, block count).
-    applied: Vec<(u32, u32, u32)>,
+    /// In-place copies of the last durable batch, still in flight: they finish while the
+    /// next batch is written (before its fdatasync) or before a checkpoint.
+    copies: Vec<InFlightWrite>,
+    /// Write records of that batch, (slot, first block, block count): their overlay blocks
+    /// are forgotten once the copies are done (unless rewritten since).
+    copied: Vec<(u32, u32, u32)>,
+    /// Last LSN of that batch.
+    copied_lsn: u64,
     checkpoint_image: Vec<u8>,
 }
 
@@ -276,7 +282,9 @@ impl Leader {
             batch: Vec::new(),
             in_flight: Vec::new(),
             completed: Vec::new(),
-            applied: Vec::new(),
+            copies: Vec::new(),
+            copied: Vec::new(),
+            copied_lsn: 0,
             checkpoint_image: Vec::new(),
         }
     }
@@ -363,16 +371,18 @@ impl Store {
             self.file.finish_write(write.done, write.op)?;
             leader.completed.push(slot);
         }
-        self.write_wal(start_pos, batch)?;
-        // One fdatasync makes the batch durable, together with the whole-object data that
+        // The batch goes out while the previous batch's in-place copies finish; one
+        // fdatasync then makes the batch durable, together with the whole-object data that
         // writers put in fresh slots before appending their remap records.
+        let wal_writes = self.start_wal(start_pos, batch)?;
+        self.finish_deferred_copies(leader)?;
+        for w in wal_writes.into_iter().flatten() {
+            self.file.finish_write(w.done, w.op)?;
+        }
         self.file.sync("fdatasync WAL batch")?;
         self.durable_lsn.store(last_lsn, Ordering::Release);
         self.apply_batch(leader, batch, last_lsn)?;
         let mut index = write(&self.index);
-        for &(slot, first, count) in &leader.applied {
-            index.remove_applied_overlay(slot, first, count, last_lsn);
-        }
         for &slot in &leader.completed {
             index.remove_in_flight(slot);
         }
@@ -382,34 +392,64 @@ impl Store {
         Ok(())
     }
 
-    fn write_wal(&self, start_pos: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        let (wal_offset, wal_bytes) = (self.layout.wal_offset, self.layout.wal_bytes);
-        let phys = start_pos % wal_bytes;
-        let first_len = ((wal_bytes - phys) as usize).min(bytes.len());
-        self.file
-            .write_at(&bytes[..first_len], wal_offset + phys, "write WAL batch")?;
-        if first_len < bytes.len() {
-            self.file
-                .write_at(&bytes[first_len..], wal_offset, "write WAL batch (wrapped)")?;
+    /// Wait for the in-place copies of the last durable batch, then let reads of their
+    /// blocks go to the slots. The first failure stops the store.
+    fn finish_deferred_copies(&self, leader: &mut Leader) -> Result<(), StoreError> {
+        let mut result = Ok(());
+        for copy in leader.copies.drain(..) {
+            let done = self.file.finish_write(copy.done, copy.op);
+            if result.is_ok() {
+                result = done;
+            }
+        }
+        result?;
+        if !leader.copied.is_empty() {
+            let mut index = write(&self.index);
+            for &(slot, first, count) in &leader.copied {
+                index.remove_applied_overlay(slot, first, count, leader.copied_lsn);
+            }
+            leader.copied.clear();
         }
         Ok(())
     }
 
-    /// Copy the batch's write records into their slots. Safe only now that they are durable:
-    /// a power cut tearing these in-place writes is repaired by replaying the records.
-    /// Through an engine the copies are all started, then awaited together (the device sees
-    /// them as one queue); a record touching a block whose earlier copy is still in flight
-    /// waits for the copies in flight first, so the newer bytes land last.
+    /// Start writing a batch at WAL position `start_pos` (two writes where it wraps).
+    fn start_wal(
+        &self,
+        start_pos: u64,
+        bytes: &[u8],
+    ) -> Result<[Option<InFlightWrite>; 2], StoreError> {
+        let (wal_offset, wal_bytes) = (self.layout.wal_offset, self.layout.wal_bytes);
+        let phys = start_pos % wal_bytes;
+        let first_len = ((wal_bytes - phys) as usize).min(bytes.len());
+        let first =
+            self.file
+                .start_write(&bytes[..first_len], wal_offset + phys, "write WAL batch")?;
+        let second = if first_len < bytes.len() {
+            self.file
+                .start_write(&bytes[first_len..], wal_offset, "write WAL batch (wrapped)")?
+        } else {
+            None
+        };
+        Ok([first, second])
+    }
+
+    /// Start copying the batch's write records into their slots. Safe only now that they
+    /// are durable: a power cut tearing these in-place writes is repaired by replaying the
+    /// records. Each block is copied once, from the newest record of the batch that writes
+    /// it (several small writes to one block cost one device write), so no two copies
+    /// overlap and all go out together. They are not awaited here: they finish while the
+    /// next batch is written, or before a checkpoint ([`Store::finish_deferred_copies`]);
+    /// until then reads of those blocks are served from the overlay.
     fn apply_batch(
         &self,
         leader: &mut Leader,
         batch: &[u8],
         last_lsn: u64,
     ) -> Result<(), StoreError> {
-        leader.applied.clear();
+        debug_assert!(leader.copies.is_empty() && leader.copied.is_empty());
         let _gate = read(&self.gate);
-        let mut copies = Vec::new();
-        let mut copying = std::collections::HashSet::new();
+        let mut writes = Vec::new();
         let mut off = 0;
         while off < batch.len() {
             // Our own encoding; the data crcs are re-checked in debug builds only.
@@ -424,20 +464,8 @@ impl Store {
                 ..
             } = rec.body
             {
-                let blocks = first_block..first_block + crcs.len() as u32;
-                if blocks.clone().any(|b| copying.contains(&(slot, b))) {
-                    self.finish_copies(&mut copies)?;
-                    copying.clear();
-                }
-                let at = self.layout.slot_offset(slot) + first_block as u64 * BLOCK as u64;
-                if let Some(copy) = self
-                    .file
-                    .start_write(data, at, "apply WAL record in place")?
-                {
-                    copies.push(copy);
-                    copying.extend(blocks.map(|b| (slot, b)));
-                }
-                leader.applied.push((slot, first_block, crcs.len() as u32));
+                debug_assert_eq!(data.len(), crcs.len() * BLOCK);
+                writes.push((slot, first_block, data));
             }
             if rec.body == WalBody::Commit {
                 // The batch's end: only padding follows.
@@ -445,19 +473,42 @@ impl Store {
             }
             off += len;
         }
-        self.finish_copies(&mut copies)
-    }
-
-    /// Wait for every in-place copy started; the first failure stops the store.
-    fn finish_copies(&self, copies: &mut Vec<InFlightWrite>) -> Result<(), StoreError> {
-        let mut result = Ok(());
-        for copy in copies.drain(..) {
-            let done = self.file.finish_write(copy.done, copy.op);
-            if result.is_ok() {
-                result = done;
+        let mut copied = std::collections::HashSet::new();
+        let mut logged = 0u64;
+        for &(slot, first, data) in writes.iter().rev() {
+            logged += (data.len() / BLOCK) as u64;
+            let blocks = data.len() / BLOCK;
+            let mut b = 0;
+            // Bound: b advances on every pass of either loop.
+            while b < blocks {
+                if !copied.insert((slot, first + b as u32)) {
+                    b += 1;
+                    continue;
+                }
+                let run = b;
+                b += 1;
+                while b < blocks && copied.insert((slot, first + b as u32)) {
+                    b += 1;
+                }
+                let at = self.layout.slot_offset(slot) + (first as u64 + run as u64) * BLOCK as u64;
+                if let Some(copy) = self.file.start_write(
+                    &data[run * BLOCK..b * BLOCK],
+                    at,
+                    "apply WAL record in place",
+                )? {
+                    leader.copies.push(copy);
+                }
+                // A block already taken by a newer record ends the run; the loop goes on
+                // past it (it is in `copied`, so the first branch skips it).
             }
+            leader.copied.push((slot, first, blocks as u32));
         }
-        result
+        leader.copied_lsn = last_lsn;
+        let applied = copied.len() as u64;
+        self.blocks_applied.fetch_add(applied, Ordering::Relaxed);
+        self.blocks_merged
+            .fetch_add(logged - applied, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Write a checkpoint: the table as of the last appended record, after making every
@@ -530,6 +581,7 @@ impl Store {
         }
         // The records before the new replay position are about to be overwritable: what they
         // put in place must be durable first.
+        self.finish_deferred_copies(leader)?;
         self.file.sync("fdatasync before checkpoint")?;
         assert!(
             image.len() as u64 <= self.layout.checkpoint_bytes,

@@ -77,6 +77,10 @@ pub struct Store {
     /// this run), read without the leader's lock (which a flush holds across fdatasync).
     opened: std::time::Instant,
     pub(crate) last_checkpoint_ms: AtomicU64,
+    /// Blocks of small writes copied into their slots since open, and blocks whose copy was
+    /// saved because a newer record of the same batch rewrote them.
+    pub(crate) blocks_applied: AtomicU64,
+    pub(crate) blocks_merged: AtomicU64,
 }
 
 /// How full the write-ahead log is, and how old its last checkpoint.
@@ -90,6 +94,11 @@ pub struct WalStats {
     /// Milliseconds since the last checkpoint of this run, or since the store was opened
     /// when there was none yet.
     pub checkpoint_age_ms: u64,
+    /// 4 KiB blocks of small writes copied from the log into their slots since open.
+    pub blocks_applied: u64,
+    /// Blocks of small writes never copied because a newer write in the same batch replaced
+    /// them (each block is copied once per batch).
+    pub blocks_merged: u64,
 }
 
 impl Store {
@@ -198,6 +207,8 @@ impl Store {
             unflushed_limit_bytes: (layout.wal_bytes / 8).min(UNFLUSHED_LIMIT_MAX_BYTES),
             opened: std::time::Instant::now(),
             last_checkpoint_ms: AtomicU64::new(0),
+            blocks_applied: AtomicU64::new(0),
+            blocks_merged: AtomicU64::new(0),
         }
     }
 
@@ -502,6 +513,8 @@ impl Store {
             capacity_bytes,
             checkpoint_age_ms: now_ms
                 .saturating_sub(self.last_checkpoint_ms.load(Ordering::Relaxed)),
+            blocks_applied: self.blocks_applied.load(Ordering::Relaxed),
+            blocks_merged: self.blocks_merged.load(Ordering::Relaxed),
         }
     }
 

@@ -78,10 +78,116 @@ fn run_threads(engine: &Arc<Engine>, write: bool, threads: usize) -> u64 {
     handles.into_iter().map(|h| h.join().expect("thread")).sum()
 }
 
+/// `depth` tasks on a two-worker runtime, each awaiting one operation at a time for PHASE.
+fn run_tasks(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, write: bool, depth: usize) -> u64 {
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..depth)
+            .map(|t| {
+                let engine = engine.clone();
+                tokio::spawn(async move {
+                    let mut rng = Rng(2000 + t as u64);
+                    let started = Instant::now();
+                    let mut done = 0;
+                    while started.elapsed() < PHASE {
+                        engine
+                            .submit(op(write, &mut rng))
+                            .await
+                            .result
+                            .expect("I/O");
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut sum = 0;
+        for t in tasks {
+            sum += t.await.expect("task");
+        }
+        sum
+    })
+}
+
+/// A file of FILE_BYTES whose blocks are all written (reads reach the device; an
+/// allocated-but-unwritten extent reads as zeros without I/O, and writing it converts the
+/// extent, which the kernel cannot do without blocking).
+fn written_file(path: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("create");
+    let chunk = vec![0x5au8; 1 << 20];
+    for _ in 0..FILE_BYTES >> 20 {
+        f.write_all(&chunk).expect("fill");
+    }
+    f.sync_all().expect("sync");
+}
+
+/// Where the bench file goes: `ENGINE_BENCH_DIR` or the build's filesystem.
+fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("ENGINE_BENCH_DIR") {
+        Some(d) => tempfile::tempdir_in(d).expect("tempdir in ENGINE_BENCH_DIR"),
+        None => tempfile::tempdir().expect("tempdir"),
+    }
+}
+
+#[test]
+#[ignore = "benchmark; run explicitly in release mode"]
+fn bench_engines_awaited_on_a_runtime() {
+    let dir = bench_dir();
+    let path = dir.path().join("medium");
+    written_file(&path);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let modes: [(&str, EngineKind, usize); 4] = [
+        ("uring tasks QD1", EngineKind::Uring, 1),
+        (
+            "threads(32) tasks QD1",
+            EngineKind::Threads { threads: DEPTH },
+            1,
+        ),
+        ("uring tasks QD32", EngineKind::Uring, DEPTH),
+        (
+            "threads(32) tasks QD32",
+            EngineKind::Threads { threads: DEPTH },
+            DEPTH,
+        ),
+    ];
+    println!(
+        "{:<8} {:<24} {:>10} {:>12} {:>10}",
+        "op", "engine", "IOPS", "CPU us/op", "lat us"
+    );
+    for _round in 0..ROUNDS {
+        for write in [true, false] {
+            for (name, kind, depth) in modes {
+                let (file, direct) = open_direct(&path).expect("open");
+                let engine = {
+                    let _context = rt.enter();
+                    Arc::new(Engine::start(Arc::new(file), direct, kind).expect("engine"))
+                };
+                let cpu = cpu_secs();
+                let t = Instant::now();
+                let ops = run_tasks(&rt, &engine, write, depth);
+                let secs = t.elapsed().as_secs_f64();
+                let cpu = cpu_secs() - cpu;
+                println!(
+                    "{:<8} {:<24} {:>10.0} {:>12.1} {:>10.1}",
+                    if write { "write" } else { "read" },
+                    name,
+                    ops as f64 / secs,
+                    cpu * 1e6 / ops as f64,
+                    secs * 1e6 * depth as f64 / ops as f64
+                );
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "benchmark; run explicitly in release mode"]
 fn bench_engines() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = bench_dir();
     let path = dir.path().join("medium");
     let f = std::fs::File::create(&path).expect("create");
     // SAFETY: posix_fallocate on a descriptor we own.

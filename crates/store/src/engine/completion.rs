@@ -35,17 +35,26 @@ impl Shared {
     }
 }
 
+/// What a synchronous waiter calls to make progress itself when its engine needs someone
+/// to reap completions (io_uring): one round of reaping, or a short wait for a completion.
+pub(crate) trait Help: Send + Sync {
+    fn help(&self);
+}
+
 /// The caller's side: a future of the operation's [`Done`], or [`Completion::wait`].
-pub struct Completion(Arc<Shared>);
+pub struct Completion {
+    shared: Arc<Shared>,
+    help: Option<Arc<dyn Help>>,
+}
 
 /// The engine's side: completes the operation once. Dropped without completing (the engine
 /// stopped), it completes it with an error, so no caller waits forever.
 pub(crate) struct Completer(Option<Arc<Shared>>);
 
-/// A completion pair for one operation.
-pub(crate) fn pair() -> (Completer, Completion) {
+/// A completion pair for one operation; a waiter calls `help` while it waits, if given.
+pub(crate) fn pair(help: Option<Arc<dyn Help>>) -> (Completer, Completion) {
     let shared = Arc::new(Shared::default());
-    (Completer(Some(shared.clone())), Completion(shared))
+    (Completer(Some(shared.clone())), Completion { shared, help })
 }
 
 impl Completer {
@@ -87,20 +96,35 @@ impl Drop for Completer {
 impl Completion {
     /// Has the operation ended? (Then [`Completion::wait`] returns at once.)
     pub fn is_ready(&self) -> bool {
-        self.0.lock().done.is_some()
+        self.shared.lock().done.is_some()
     }
 
     /// Block the calling thread until the operation ends. For synchronous code only: an
     /// async task awaits the completion instead.
     pub fn wait(self) -> Done {
-        let mut state = self.0.lock();
         // Bound: the engine completes every operation it accepted (or its Completer's drop
-        // does), and each wake-up re-checks.
+        // does); each round re-checks after a wake-up or a bounded round of help.
         loop {
+            let mut state = self.shared.lock();
             if let Some(done) = state.done.take() {
                 return done;
             }
-            state = self.0.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+            match &self.help {
+                Some(help) => {
+                    drop(state);
+                    help.help();
+                }
+                None => {
+                    let mut state = self
+                        .shared
+                        .ready
+                        .wait(state)
+                        .unwrap_or_else(|e| e.into_inner());
+                    if let Some(done) = state.done.take() {
+                        return done;
+                    }
+                }
+            }
         }
     }
 }
@@ -109,7 +133,7 @@ impl Future for Completion {
     type Output = Done;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
-        let mut state = self.0.lock();
+        let mut state = self.shared.lock();
         match state.done.take() {
             Some(done) => Poll::Ready(done),
             None => {

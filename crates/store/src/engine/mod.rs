@@ -143,13 +143,23 @@ impl Engine {
 
     /// Start `op`; its outcome arrives through the returned completion.
     pub fn submit(&self, op: Op) -> Completion {
-        let (completer, completion) = completion::pair();
         match &self.backend {
-            Backend::Inline(file) => completer.complete(threads::run(file, op)),
-            Backend::Uring(r) => r.submit(op, completer),
-            Backend::Threads(t) => t.submit(op, completer),
+            Backend::Inline(file) => {
+                let (completer, completion) = completion::pair(None);
+                completer.complete(threads::run(file, op));
+                completion
+            }
+            Backend::Uring(r) => {
+                let (completer, completion) = completion::pair(Some(r.helper()));
+                r.submit(op, completer);
+                completion
+            }
+            Backend::Threads(t) => {
+                let (completer, completion) = completion::pair(None);
+                t.submit(op, completer);
+                completion
+            }
         }
-        completion
     }
 
     /// The engine that runs (after any fallback).
