@@ -8,50 +8,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// A loop device over a sparse file, zeros except `init` at its offsets; detached on drop.
-struct LoopDevice {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
+#[path = "../../store/tests/support/loop_device.rs"]
+mod loop_device;
 
-impl LoopDevice {
-    fn new(size_bytes: u64, init: &[(u64, &[u8])]) -> LoopDevice {
-        let dir = tempfile::tempdir().unwrap();
-        let backing = dir.path().join("backing.img");
-        let file = std::fs::File::create(&backing).unwrap();
-        file.set_len(size_bytes).unwrap();
-        for (offset, bytes) in init {
-            std::os::unix::fs::FileExt::write_all_at(&file, bytes, *offset).unwrap();
-        }
-        drop(file);
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&backing)
-            .output()
-            .unwrap_or_else(|e| panic!("this test needs losetup (util-linux) and root: {e}"));
-        assert!(
-            out.status.success(),
-            "losetup failed (this test needs root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        LoopDevice { path, _dir: dir }
-    }
-
-    fn name(&self) -> String {
-        self.path.display().to_string()
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
-}
+use loop_device::LoopDevice;
 
 fn basalt(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_basalt"))

@@ -16,45 +16,13 @@ use basalt_placement::ClusterMap;
 use basalt_store::prepare::{self, PrepareOptions};
 use bytes::Bytes;
 use common::{base_map, osd_config, OBJECT_SIZE};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// A loop device over a sparse 64 MiB file, detached on drop (also when the test fails).
-struct LoopDevice {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
+#[path = "../../store/tests/support/loop_device.rs"]
+mod loop_device;
 
-impl LoopDevice {
-    fn new() -> LoopDevice {
-        let dir = tempfile::tempdir().unwrap();
-        let backing = dir.path().join("backing.img");
-        std::fs::File::create(&backing)
-            .unwrap()
-            .set_len(64 << 20)
-            .unwrap();
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&backing)
-            .output()
-            .unwrap_or_else(|e| panic!("this test needs losetup (util-linux) and root: {e}"));
-        assert!(
-            out.status.success(),
-            "losetup failed (this test needs root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        LoopDevice { path, _dir: dir }
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
-}
+use loop_device::LoopDevice;
 
 /// Start OSDs 0..3 on `devices` and publish their addresses.
 async fn start_on(
@@ -82,7 +50,7 @@ async fn start_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn osds_on_prepared_devices_keep_a_volume_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
-    let devices: Vec<LoopDevice> = (0..3).map(|_| LoopDevice::new()).collect();
+    let devices: Vec<LoopDevice> = (0..3).map(|_| LoopDevice::new(64 << 20, &[])).collect();
 
     // Unprepared: refused, naming the device and the fix.
     let (_tx, rx) = watch::channel(Arc::new(base_map()));

@@ -18,64 +18,25 @@ use std::process::Command;
 /// Size of the test devices: small, and sparse in their backing files.
 const DEVICE_BYTES: u64 = 64 << 20;
 
-/// A loop device over a sparse file in a temporary directory, detached on drop (also when
-/// the test fails), so no test leaks a loop device.
-struct LoopDevice {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
+#[path = "support/loop_device.rs"]
+mod loop_device;
 
-impl LoopDevice {
-    /// A new loop device of `size_bytes`, zeros except `init` written at its offsets.
-    fn new(size_bytes: u64, init: &[(u64, &[u8])]) -> LoopDevice {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let backing = dir.path().join("backing.img");
-        let file = std::fs::File::create(&backing).expect("create backing file");
-        file.set_len(size_bytes).expect("size backing file");
-        for (offset, bytes) in init {
-            std::os::unix::fs::FileExt::write_all_at(&file, bytes, *offset).expect("init");
-        }
-        drop(file);
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&backing)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("this test needs losetup (util-linux) and root: running it failed: {e}")
-            });
-        assert!(
-            out.status.success(),
-            "losetup --find --show --direct-io=on failed (this test needs root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        LoopDevice { path, _dir: dir }
-    }
+use loop_device::LoopDevice;
 
-    /// crc32c of the device's first MiB, read directly (not from a page cache).
-    fn head_crc(&self) -> u32 {
-        let device = BlockDevice::open_read_only(&self.path).expect("open read-only");
-        crc32c::crc32c(&device.read_head(1 << 20).expect("read head"))
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let status = Command::new("losetup").arg("-d").arg(&self.path).status();
-        if !matches!(status, Ok(s) if s.success()) {
-            eprintln!("could not detach {}: {status:?}", self.path.display());
-        }
-    }
+/// crc32c of the device's first MiB, read directly (not from a page cache).
+fn head_crc(dev: &LoopDevice) -> u32 {
+    let device = BlockDevice::open_read_only(&dev.path).expect("open read-only");
+    crc32c::crc32c(&device.read_head(1 << 20).expect("read head"))
 }
 
 /// Run `prepare` on `dev`, expect it refused with exactly `message`, and check that the
 /// device's first MiB did not change.
 fn assert_refused(dev: &LoopDevice, opts: &PrepareOptions, message: &str) -> StoreError {
-    let before = dev.head_crc();
+    let before = head_crc(dev);
     let err = prepare::prepare(&dev.path, opts).expect_err("prepare must refuse");
     assert_eq!(err.to_string(), message);
     assert_eq!(
-        dev.head_crc(),
+        head_crc(dev),
         before,
         "a refused prepare wrote to the device"
     );
@@ -221,7 +182,7 @@ fn a_device_with_an_ext4_filesystem_is_refused_unless_forced() {
             force: true,
             ..PrepareOptions::default()
         };
-        let before = dev.head_crc();
+        let before = head_crc(&dev);
         let err = prepare::prepare(&dev.path, &forced).expect_err("mounted");
         assert_eq!(
             err.to_string(),
@@ -231,7 +192,7 @@ fn a_device_with_an_ext4_filesystem_is_refused_unless_forced() {
                 mnt.path().display()
             )
         );
-        assert_eq!(dev.head_crc(), before);
+        assert_eq!(head_crc(&dev), before);
     }
     assert_refused(
         &dev,
@@ -329,7 +290,7 @@ fn a_too_small_device_is_refused() {
 #[test]
 fn an_unprepared_device_or_a_file_is_not_opened_as_a_store() {
     let dev = LoopDevice::new(DEVICE_BYTES, &[]);
-    let before = dev.head_crc();
+    let before = head_crc(&dev);
     let err = error_of(Store::open_device(&dev.path, &IoOptions::default()));
     assert_eq!(
         err.to_string(),
@@ -338,7 +299,7 @@ fn an_unprepared_device_or_a_file_is_not_opened_as_a_store() {
             dev.path.display()
         )
     );
-    assert_eq!(dev.head_crc(), before);
+    assert_eq!(head_crc(&dev), before);
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("plain");
     std::fs::write(&file, vec![0u8; 4096]).expect("write");
