@@ -201,6 +201,60 @@ impl DataFile {
         Ok(Some(InFlightWrite { buf, done, op }))
     }
 
+    /// [`DataFile::start_write`] for each of `writes` (data, offset), submitted together;
+    /// returns those still in flight.
+    pub fn start_writes(
+        &self,
+        writes: &[(&[u8], u64)],
+        op: &'static str,
+    ) -> Result<Vec<InFlightWrite>, StoreError> {
+        let Medium::Engine { engine, .. } = &self.medium else {
+            for &(data, offset) in writes {
+                self.write_at(data, offset, op)?;
+            }
+            return Ok(Vec::new());
+        };
+        self.check_writable()?;
+        for &(data, offset) in writes {
+            self.check_aligned(data.len(), offset, op)?;
+        }
+        self.injected().map_err(|e| self.trip(e, op))?;
+        let bufs: Vec<Arc<AlignedBuf>> = writes
+            .iter()
+            .map(|&(data, _)| Arc::new(AlignedBuf::copy_from(data)))
+            .collect();
+        let ops = writes
+            .iter()
+            .zip(&bufs)
+            .map(|(&(_, offset), buf)| Op::Write {
+                offset,
+                buf: buf.clone(),
+            })
+            .collect();
+        let mut in_flight = Vec::new();
+        let mut result = Ok(());
+        for (done, buf) in engine.submit_all(ops).into_iter().zip(bufs) {
+            if done.is_ready() {
+                let finished = self.finish_write(done, op);
+                if result.is_ok() {
+                    result = finished;
+                }
+            } else {
+                in_flight.push(InFlightWrite { buf, done, op });
+            }
+        }
+        match result {
+            Ok(()) => Ok(in_flight),
+            Err(e) => {
+                // The store has stopped; wait for the rest so no buffer outlives its use.
+                for w in in_flight {
+                    let _ = self.finish_write(w.done, w.op);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Wait for a write started by [`DataFile::start_write`]; a failure stops the store.
     pub fn finish_write(&self, done: Completion, op: &'static str) -> Result<(), StoreError> {
         let result = done.wait().result;

@@ -474,6 +474,7 @@ impl Store {
             off += len;
         }
         let mut copied = std::collections::HashSet::new();
+        let mut runs: Vec<(&[u8], u64)> = Vec::new();
         let mut logged = 0u64;
         for &(slot, first, data) in writes.iter().rev() {
             logged += (data.len() / BLOCK) as u64;
@@ -491,19 +492,16 @@ impl Store {
                     b += 1;
                 }
                 let at = self.layout.slot_offset(slot) + (first as u64 + run as u64) * BLOCK as u64;
-                if let Some(copy) = self.file.start_write(
-                    &data[run * BLOCK..b * BLOCK],
-                    at,
-                    "apply WAL record in place",
-                )? {
-                    leader.copies.push(copy);
-                }
+                runs.push((&data[run * BLOCK..b * BLOCK], at));
                 // A block already taken by a newer record ends the run; the loop goes on
                 // past it (it is in `copied`, so the first branch skips it).
             }
             leader.copied.push((slot, first, blocks as u32));
         }
         leader.copied_lsn = last_lsn;
+        // All at once: one submission for the batch's copies.
+        let started = self.file.start_writes(&runs, "apply WAL record in place")?;
+        leader.copies.extend(started);
         let applied = copied.len() as u64;
         self.blocks_applied.fetch_add(applied, Ordering::Relaxed);
         self.blocks_merged

@@ -1,6 +1,6 @@
 //! Buffers that direct I/O accepts: 4096-byte aligned in memory and a multiple of 4096 long.
 
-use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use std::alloc::{alloc, alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
 
 /// Alignment (and length granularity) of every buffer the engine reads into or writes from:
@@ -35,11 +35,23 @@ impl AlignedBuf {
         AlignedBuf { ptr, len }
     }
 
-    /// A buffer holding `data`, zero-padded to a multiple of [`ALIGN`].
+    /// A buffer holding `data`, zero-padded to a multiple of [`ALIGN`]. Only the padding is
+    /// zeroed (every write the store starts copies its bytes once into such a buffer).
     pub fn copy_from(data: &[u8]) -> AlignedBuf {
-        let mut buf = AlignedBuf::zeroed(data.len());
-        buf.as_mut_slice()[..data.len()].copy_from_slice(data);
-        buf
+        let len = data.len().max(1).div_ceil(ALIGN) * ALIGN;
+        let layout = Self::layout(len);
+        // SAFETY: the layout has a non-zero size (at least ALIGN).
+        let raw = unsafe { alloc(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            handle_alloc_error(layout)
+        };
+        // SAFETY: the allocation holds len >= data.len() bytes and cannot overlap data (it
+        // is fresh); after these two writes all len bytes are initialised, as as_slice needs.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len());
+            std::ptr::write_bytes(ptr.as_ptr().add(data.len()), 0, len - data.len());
+        }
+        AlignedBuf { ptr, len }
     }
 
     fn layout(len: usize) -> Layout {
@@ -62,7 +74,8 @@ impl AlignedBuf {
 
     /// Its bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr points to len initialised (zeroed at allocation) bytes owned by self.
+        // SAFETY: ptr points to len initialised bytes (zeroed or copied at allocation) owned
+        // by self.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
@@ -80,7 +93,8 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: ptr was allocated in `zeroed` with exactly this layout and is freed once.
+        // SAFETY: ptr was allocated in `zeroed` or `copy_from` with exactly this layout and
+        // is freed once.
         unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
     }
 }

@@ -162,6 +162,25 @@ impl Engine {
         }
     }
 
+    /// Start every operation of `ops` together (io_uring: one submission for all); their
+    /// completions in the same order.
+    pub fn submit_all(&self, ops: Vec<Op>) -> Vec<Completion> {
+        match &self.backend {
+            Backend::Uring(r) => {
+                let mut completions = Vec::with_capacity(ops.len());
+                let mut jobs = Vec::with_capacity(ops.len());
+                for op in ops {
+                    let (completer, completion) = completion::pair(Some(r.helper()));
+                    completions.push(completion);
+                    jobs.push((op, completer));
+                }
+                r.submit_all(jobs);
+                completions
+            }
+            _ => ops.into_iter().map(|op| self.submit(op)).collect(),
+        }
+    }
+
     /// The engine that runs (after any fallback).
     pub fn kind(&self) -> EngineKind {
         self.kind
