@@ -173,8 +173,21 @@ pub(crate) fn dispatch(
             let (status, data) = list(osd, &h);
             sink.send(h.reply(status), data);
         }
+        Opcode::Pull if osd.store.awaits_io() => {
+            // The store's reads are awaited (direct I/O): in a task of their own.
+            let osd = osd.clone();
+            tokio::spawn(async move {
+                let read = crate::recovery::read_image_async(&osd, h.object).await;
+                let (status, version, data) = pull_reply(&osd, &h, read);
+                let mut reply = h.reply(status);
+                reply.version = version;
+                sink.send(reply, data);
+                drop(permit);
+            });
+        }
         Opcode::Pull => {
-            let (status, version, data) = pull(osd, &h);
+            let read = read_image(osd, h.object);
+            let (status, version, data) = pull_reply(osd, &h, read);
             let mut reply = h.reply(status);
             reply.version = version;
             sink.send(reply, data);
@@ -759,9 +772,13 @@ fn list(osd: &Osd, h: &Header) -> (Status, Bytes) {
     (Status::Ok, out.freeze())
 }
 
-/// PULL: the whole local object and its version.
-fn pull(osd: &Osd, h: &Header) -> (Status, Version, Bytes) {
-    match read_image(osd, h.object) {
+/// PULL's answer: the whole local object and its version, from its read.
+fn pull_reply(
+    osd: &Osd,
+    h: &Header,
+    read: Result<Option<(Version, ObjectImage)>, StoreError>,
+) -> (Status, Version, Bytes) {
+    match read {
         Ok(Some((version, image))) => (Status::Ok, version, image.encode()),
         Ok(None) => (Status::Ok, Version::ZERO, Bytes::new()),
         Err(e) => {

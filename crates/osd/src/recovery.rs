@@ -82,6 +82,42 @@ pub(crate) fn read_image(
     Ok(Some((version, image)))
 }
 
+/// [`read_image`] with the reads awaited (a store whose I/O waits on a device: no runtime
+/// thread waits for it).
+pub(crate) async fn read_image_async(
+    osd: &Osd,
+    obj: ObjectId,
+) -> Result<Option<(Version, ObjectImage)>, StoreError> {
+    if !osd.store.awaits_io() {
+        return read_image(osd, obj);
+    }
+    let Some(version) = osd.store.version(obj) else {
+        return Ok(None);
+    };
+    let bitmap = osd.store.allocation(obj)?;
+    let blocks = osd.store.object_size() / IMAGE_BLOCK_BYTES as u32;
+    let mut image = ObjectImage {
+        blocks,
+        bitmap,
+        data: Bytes::new(),
+    };
+    let runs = image.runs();
+    let total: usize = runs.iter().map(|r| r.1 as usize * IMAGE_BLOCK_BYTES).sum();
+    let mut data = BytesMut::zeroed(total);
+    for (first, count, off) in runs {
+        let len = count as usize * IMAGE_BLOCK_BYTES;
+        osd.store
+            .read_async(
+                obj,
+                first * IMAGE_BLOCK_BYTES as u32,
+                &mut data[off..off + len],
+            )
+            .await?;
+    }
+    image.data = data.freeze();
+    Ok(Some((version, image)))
+}
+
 /// Replace the local object with `image` at `version`.
 pub(crate) fn apply_image(
     osd: &Osd,

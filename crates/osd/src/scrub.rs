@@ -14,7 +14,7 @@
 use crate::daemon::Osd;
 use crate::ec::EcPg;
 use crate::handler::{local_list, REPLICA_TIMEOUT};
-use crate::recovery::{apply_image, push_object, read_image, PushKind};
+use crate::recovery::{apply_image, push_object, PushKind};
 use basalt_placement::NO_OSD;
 use basalt_proto::{
     Flags, Header, ObjectId, ObjectImage, Opcode, PgId, Status, Version, SCRUB_BATCH_OBJECTS,
@@ -186,7 +186,7 @@ async fn compare_replicas(
     obj: ObjectId,
     conns: &[(u32, Arc<basalt_client::Connection>)],
 ) -> Result<Verdicts, Status> {
-    let mine = read_image(osd, obj);
+    let mine = crate::recovery::read_image_async(osd, obj).await;
     let mut v = Verdicts {
         damaged_here: mine.is_err(),
         ..Verdicts::default()
