@@ -238,6 +238,17 @@ impl Cluster {
             }
             _ => self.fail_startup(&format!("ready file incomplete: {ready}")),
         }
+        // The banner (for people) is printed around the time the ready file appears and
+        // reaches our pipe reader a moment later: tests that read it wait for its last line.
+        // Bound: STARTUP_TIMEOUT of 20 ms polls.
+        while !self.stdout_text().contains("Press Ctrl-C to stop.") {
+            if Instant::now() >= deadline {
+                self.fail_startup(&format!(
+                    "ready, but no complete banner on stdout within {STARTUP_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn fail_startup(&mut self, why: &str) -> ! {
