@@ -52,31 +52,42 @@ const RECOVERY_RETRY_MS: u64 = 1_000;
 /// Update the PG record's count of objects left to recover at most this often.
 const PROGRESS_INTERVAL_MS: u128 = 2_000;
 
-/// The whole object and its version; None when absent.
-pub(crate) fn read_image(
+/// What a whole-object read needs: the object's version, its image with an empty data
+/// part, and the buffer its allocated runs are read into; None when absent.
+fn image_plan(
     osd: &Osd,
     obj: ObjectId,
-) -> Result<Option<(Version, ObjectImage)>, StoreError> {
+) -> Result<Option<(Version, ObjectImage, BytesMut)>, StoreError> {
     let Some(version) = osd.store.version(obj) else {
         return Ok(None);
     };
     let bitmap = osd.store.allocation(obj)?;
     let blocks = osd.store.object_size() / IMAGE_BLOCK_BYTES as u32;
-    let mut image = ObjectImage {
+    let image = ObjectImage {
         blocks,
         bitmap,
         data: Bytes::new(),
     };
-    let runs = image.runs();
-    let total: usize = runs.iter().map(|r| r.1 as usize * IMAGE_BLOCK_BYTES).sum();
-    let mut data = BytesMut::zeroed(total);
-    for (first, count, off) in runs {
+    let total: usize = image
+        .runs()
+        .iter()
+        .map(|r| r.1 as usize * IMAGE_BLOCK_BYTES)
+        .sum();
+    Ok(Some((version, image, BytesMut::zeroed(total))))
+}
+
+/// The whole object and its version; None when absent.
+pub(crate) fn read_image(
+    osd: &Osd,
+    obj: ObjectId,
+) -> Result<Option<(Version, ObjectImage)>, StoreError> {
+    let Some((version, mut image, mut data)) = image_plan(osd, obj)? else {
+        return Ok(None);
+    };
+    for (first, count, off) in image.runs() {
         let len = count as usize * IMAGE_BLOCK_BYTES;
-        osd.store.read(
-            obj,
-            first * IMAGE_BLOCK_BYTES as u32,
-            &mut data[off..off + len],
-        )?;
+        let offset = first * IMAGE_BLOCK_BYTES as u32;
+        osd.store.read(obj, offset, &mut data[off..off + len])?;
     }
     image.data = data.freeze();
     Ok(Some((version, image)))
@@ -91,27 +102,14 @@ pub(crate) async fn read_image_async(
     if !osd.store.awaits_io() {
         return read_image(osd, obj);
     }
-    let Some(version) = osd.store.version(obj) else {
+    let Some((version, mut image, mut data)) = image_plan(osd, obj)? else {
         return Ok(None);
     };
-    let bitmap = osd.store.allocation(obj)?;
-    let blocks = osd.store.object_size() / IMAGE_BLOCK_BYTES as u32;
-    let mut image = ObjectImage {
-        blocks,
-        bitmap,
-        data: Bytes::new(),
-    };
-    let runs = image.runs();
-    let total: usize = runs.iter().map(|r| r.1 as usize * IMAGE_BLOCK_BYTES).sum();
-    let mut data = BytesMut::zeroed(total);
-    for (first, count, off) in runs {
+    for (first, count, off) in image.runs() {
         let len = count as usize * IMAGE_BLOCK_BYTES;
+        let offset = first * IMAGE_BLOCK_BYTES as u32;
         osd.store
-            .read_async(
-                obj,
-                first * IMAGE_BLOCK_BYTES as u32,
-                &mut data[off..off + len],
-            )
+            .read_async(obj, offset, &mut data[off..off + len])
             .await?;
     }
     image.data = data.freeze();
