@@ -6,7 +6,7 @@
 //! handed out lowest first, so memory grows with the objects stored, not with the slots
 //! (docs/design.md, "Memory").
 
-use crate::checkpoint::EntryRef;
+use crate::checkpoint::{self, AreaWriter, EntryRef};
 use crate::engine::AlignedBuf;
 use crate::free_slots::FreeSlots;
 use crate::objects::ObjectTable;
@@ -22,6 +22,9 @@ pub(crate) const BLOCK: usize = BLOCK_BYTES as usize;
 pub(crate) type Block = [u8; BLOCK];
 /// Overlay buffers kept for reuse once their block is applied (bounds the pool at 4 MiB).
 const BLOCK_POOL_MAX: usize = 1024;
+/// Slots looked at per call of [`Index::encode_cut`] (bounds the table lock's hold when
+/// few slots are used).
+pub(crate) const CUT_SCAN_SLOTS_MAX: u32 = 1 << 16;
 
 /// Where an object lives and its last version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +67,15 @@ struct OverlayBlock {
     data: Box<Block>,
 }
 
+/// A checkpoint being streamed: the table as of its cut, for the slots not yet encoded.
+struct Cut {
+    /// Slots below this one are encoded.
+    next: u32,
+    /// Slots at or past `next` changed since the cut: their entry as of the cut (encoded),
+    /// or None when no object held them then.
+    saved: HashMap<u32, Option<Box<[u8]>>, FastHash>,
+}
+
 /// The object table. Not synchronized: the store wraps it in a lock.
 pub(crate) struct Index {
     blocks_per_slot: usize,
@@ -82,6 +94,8 @@ pub(crate) struct Index {
     in_flight: HashMap<u32, Arc<AlignedBuf>, FastHash>,
     pool: Vec<Box<Block>>,
     used_blocks: u64,
+    /// The checkpoint being written, if any (see [`Index::begin_cut`]).
+    cut: Option<Cut>,
 }
 
 impl Index {
@@ -103,11 +117,8 @@ impl Index {
             in_flight: HashMap::default(),
             pool: Vec::new(),
             used_blocks: 0,
+            cut: None,
         }
-    }
-
-    pub fn blocks_per_slot(&self) -> u32 {
-        self.blocks_per_slot as u32
     }
 
     pub fn object(&self, obj: ObjectId) -> Option<ObjectMeta> {
@@ -196,6 +207,7 @@ impl Index {
 
     /// Replay: take the slot a record names, which must be free (`Free → Reserved`).
     pub fn claim_slot(&mut self, slot: u32) -> bool {
+        debug_assert!(self.cut.is_none(), "replay writes no checkpoint");
         let free = self.state.get(slot as usize) == Some(&(SlotState::Free as u8));
         if free {
             self.set_state(slot, SlotState::Reserved);
@@ -215,6 +227,7 @@ impl Index {
         crcs: &[u32],
         overlay: Option<(u64, &[&[u8]])>,
     ) {
+        self.touch(slot);
         match self.objects.find(obj) {
             Some(at) => {
                 assert_eq!(at, slot, "write record names the object's slot");
@@ -257,7 +270,9 @@ impl Index {
             self.blocks_per_slot,
             "remap covers the whole object"
         );
+        self.touch(slot);
         if let Some(old) = self.objects.remove(obj) {
+            self.touch(old);
             self.release_slot(old, free_lsn);
         }
         self.set_state(slot, SlotState::Used);
@@ -280,6 +295,7 @@ impl Index {
         let Some(slot) = self.objects.find(obj) else {
             return false;
         };
+        self.touch(slot);
         self.objects.set_version(slot, version);
         let (first, end) = (first as usize, (first + count) as usize);
         assert!(end <= self.blocks_per_slot, "trim beyond the object");
@@ -300,9 +316,11 @@ impl Index {
 
     /// Remove `obj` and free its slot. Returns false if it does not exist.
     pub fn delete(&mut self, obj: ObjectId, free_lsn: Option<u64>) -> bool {
-        let Some(slot) = self.objects.remove(obj) else {
+        let Some(slot) = self.objects.find(obj) else {
             return false;
         };
+        self.touch(slot);
+        self.objects.remove(obj);
         self.release_slot(slot, free_lsn);
         true
     }
@@ -311,11 +329,15 @@ impl Index {
     /// any) is freed. Returns false if `from` does not exist.
     pub fn rename(&mut self, from: ObjectId, obj: ObjectId, free_lsn: Option<u64>) -> bool {
         assert_ne!(from, obj, "rename onto itself");
-        let Some(slot) = self.objects.remove(from) else {
+        let Some(slot) = self.objects.find(from) else {
             return false;
         };
+        self.touch(slot);
+        self.objects.remove(from);
         let (_, version) = self.objects.record(slot);
-        if let Some(old) = self.objects.remove(obj) {
+        if let Some(old) = self.objects.find(obj) {
+            self.touch(old);
+            self.objects.remove(obj);
             self.release_slot(old, free_lsn);
         }
         self.objects.insert(obj, slot, version);
@@ -359,6 +381,10 @@ impl Index {
 
     /// Recovery: add one checkpoint entry, refusing anything a correct store never writes.
     pub fn load_entry(&mut self, e: EntryRef<'_>) -> Result<(), String> {
+        assert!(
+            self.cut.is_none(),
+            "no checkpoint is written while one is loaded"
+        );
         let slot = e.slot;
         if !self.claim_slot(slot) {
             return Err(format!(
@@ -390,8 +416,71 @@ impl Index {
         Ok(())
     }
 
+    /// Start a checkpoint's cut: from now on a change to a slot not yet encoded by
+    /// [`Index::encode_cut`] first saves the slot's entry as it is now, so the checkpoint
+    /// records the table of this moment while writers go on.
+    pub fn begin_cut(&mut self) {
+        assert!(self.cut.is_none(), "one checkpoint at a time");
+        self.cut = Some(Cut {
+            next: 0,
+            saved: HashMap::default(),
+        });
+    }
+
+    /// Push the entries of the next slots, as of the cut, into `w` until it wants writing
+    /// or `scan_max` slots were looked at; true once every slot is encoded.
+    pub fn encode_cut(&mut self, w: &mut AreaWriter, scan_max: u32) -> bool {
+        let Some(mut cut) = self.cut.take() else {
+            panic!("encode_cut without begin_cut");
+        };
+        let slot_count = self.state.len() as u32;
+        let scan_end = cut.next.saturating_add(scan_max).min(slot_count);
+        while cut.next < scan_end && !w.wants_write() {
+            let slot = cut.next;
+            match cut.saved.remove(&slot) {
+                Some(Some(entry)) => w.push_encoded(&entry),
+                Some(None) => {}
+                None if self.state(slot) == SlotState::Used => w.push_entry(&self.entry(slot)),
+                None => {}
+            }
+            cut.next += 1;
+        }
+        let done = cut.next == slot_count;
+        if done {
+            assert!(cut.saved.is_empty(), "every saved entry was encoded");
+        } else {
+            self.cut = Some(cut);
+        }
+        done
+    }
+
+    /// Forget the cut (the checkpoint is written, or failed).
+    pub fn end_cut(&mut self) {
+        self.cut = None;
+    }
+
+    /// Before `slot` changes: while a checkpoint streams and has not encoded `slot` yet,
+    /// save its entry as of the cut (once).
+    fn touch(&mut self, slot: u32) {
+        let Some(cut) = &self.cut else {
+            return;
+        };
+        if slot < cut.next || cut.saved.contains_key(&slot) {
+            return;
+        }
+        let entry = (self.state(slot) == SlotState::Used).then(|| {
+            let mut bytes = vec![0u8; checkpoint::entry_bytes(self.blocks_per_slot as u32)];
+            checkpoint::encode_entry(&mut bytes, &self.entry(slot));
+            bytes.into_boxed_slice()
+        });
+        if let Some(cut) = &mut self.cut {
+            cut.saved.insert(slot, entry);
+        }
+    }
+
     /// Every object as a checkpoint records it, in slot order.
-    pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> {
+    #[cfg(test)]
+    pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> + Clone {
         (0..self.state.len() as u32)
             .filter(|&slot| self.state(slot) == SlotState::Used)
             .map(move |slot| self.entry(slot))
@@ -472,6 +561,12 @@ impl Index {
         assert_eq!(free, self.free.free_count(), "free slot count");
         for &(_, s) in &self.pending_free {
             assert_eq!(self.state(s), SlotState::Pending);
+        }
+        if let Some(cut) = &self.cut {
+            assert!(
+                cut.saved.keys().all(|&s| s >= cut.next),
+                "entries are saved only for slots not yet encoded"
+            );
         }
         for &slot in self.in_flight.keys() {
             assert!(
@@ -634,6 +729,99 @@ mod tests {
         assert!(ix.trim(a, 0, 4, V, Some(12)), "trim of every block");
         assert!(ix.object(a).is_none(), "empty object removed");
         ix.check_invariants();
+    }
+
+    /// A xorshift step.
+    fn next(r: &mut u64) -> u64 {
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        *r
+    }
+
+    /// One random change through the table's API, as the store makes them (4 blocks per
+    /// slot, 40 object names).
+    fn random_change(ix: &mut Index, r: &mut u64, lsn: &mut u64) {
+        *lsn += 1;
+        let obj = ObjectId::new(1, next(r) % 40);
+        let v = Version::new(1, *lsn);
+        let first = (next(r) % 4) as u32;
+        let n = 1 + next(r) % (4 - first as u64);
+        match next(r) % 6 {
+            0 | 1 => {
+                let crcs: Vec<u32> = (0..n).map(|_| next(r) as u32 | 1).collect();
+                let slot = match ix.object(obj) {
+                    Some(m) => m.slot,
+                    None => match ix.reserve_free_slot() {
+                        Some(s) => s,
+                        None => return,
+                    },
+                };
+                ix.write_blocks(obj, slot, v, first, &crcs, None);
+            }
+            2 => {
+                if let Some(slot) = ix.reserve_free_slot() {
+                    let crcs: Vec<u32> = (0..4).map(|_| next(r) as u32 | 1).collect();
+                    ix.remap(obj, slot, v, &crcs, Some(*lsn));
+                }
+            }
+            3 => {
+                ix.trim(obj, first, n as u32, v, Some(*lsn));
+            }
+            4 => {
+                ix.delete(obj, Some(*lsn));
+            }
+            _ => {
+                let to = ObjectId::new(1, (obj.index + 1 + next(r) % 39) % 40);
+                ix.rename(obj, to, Some(*lsn));
+            }
+        }
+        if next(r).is_multiple_of(3) {
+            ix.release_confirmed(*lsn);
+        }
+    }
+
+    #[test]
+    fn a_streamed_checkpoint_is_the_table_of_its_cut() {
+        // Goal: while a checkpoint is encoded a few slots at a time, writers change the
+        // table in every way the store does; what is streamed is byte for byte the
+        // checkpoint of the table at the cut (crc included).
+        let mut ix = Index::new(48, 4);
+        let (mut r, mut lsn) = (0x9e37_79b9_7f4a_7c15u64, 0u64);
+        for round in 0..200 {
+            for _ in 0..next(&mut r) % 30 {
+                random_change(&mut ix, &mut r, &mut lsn);
+            }
+            let header = crate::checkpoint::CheckpointHeader {
+                seq: round,
+                wal_pos: 0,
+                next_lsn: lsn + 1,
+                entry_count: ix.object_count(),
+                clean: false,
+                aligned_batches: true,
+            };
+            let mut want = Vec::new();
+            crate::checkpoint::encode(&mut want, &header, 4, ix.entries());
+            ix.begin_cut();
+            let mut w = AreaWriter::new(&header, 4, 0, Vec::new());
+            let step = 1 + (next(&mut r) % 7) as u32;
+            while !ix.encode_cut(&mut w, step) {
+                for _ in 0..next(&mut r) % 4 {
+                    random_change(&mut ix, &mut r, &mut lsn);
+                }
+                ix.check_invariants();
+            }
+            ix.end_cut();
+            let mut got = Vec::new();
+            let done = w.finish(|bytes, at| {
+                got.resize(got.len().max(at as usize + bytes.len()), 0);
+                got[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+                Ok::<(), ()>(())
+            });
+            assert!(done.is_ok());
+            assert_eq!(got, want, "round {round}");
+            ix.check_invariants();
+        }
     }
 
     #[test]
