@@ -29,6 +29,7 @@ pub mod progress;
 pub mod report;
 pub mod results;
 pub mod sections;
+pub mod store_memory;
 pub mod suite;
 pub mod svg;
 pub mod under_test;

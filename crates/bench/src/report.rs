@@ -15,6 +15,7 @@ pub fn format_value(value: f64, unit: &str) -> String {
         "MiB/s" => format!("{value:.2} MiB/s"),
         "us" => format!("{value:.1} us"),
         "retransmits" => format!("{value:.0}"),
+        "B" => format!("{value:.1} B"),
         _ => format!("{value:.3} {unit}"),
     }
 }
@@ -172,9 +173,15 @@ fn render_section(s: &mut String, sec: &SectionReport) {
 fn render_comparison(s: &mut String, sec: &SectionReport) {
     let compared = sec.rows.iter().any(|r| r.basalt.is_some());
     if compared {
+        // The memory section measures a store, not a volume.
+        let measured = if sec.id == crate::sections::memory::ID {
+            "Basalt store"
+        } else {
+            "Basalt volume"
+        };
         let _ = writeln!(
             s,
-            "| Metric | {} | Basalt volume | Basalt / {} |\n|---|---:|---:|---:|",
+            "| Metric | {} | {measured} | Basalt / {} |\n|---|---:|---:|---:|",
             sec.baseline_name,
             sec.baseline_name.to_lowercase()
         );
@@ -378,6 +385,14 @@ fn render_assessment(s: &mut String, r: &Results) {
             if sec.id == crate::sections::metrics_cost::ID {
                 sentences.push(format!(
                     "{}: {pct:.0}% of the figure with metrics off ({} vs {}).",
+                    row.label,
+                    format_value(v, &row.unit),
+                    format_value(b, &row.unit)
+                ));
+            } else if sec.id == crate::sections::memory::ID {
+                let verdict = if v <= b { "within" } else { "over" };
+                sentences.push(format!(
+                    "{}: {} against a goal of at most {} ({pct:.0}% of it: {verdict} the goal).",
                     row.label,
                     format_value(v, &row.unit),
                     format_value(b, &row.unit)

@@ -25,7 +25,7 @@ const IDLE_SAMPLE_S: u64 = 2;
 /// Planned seconds to start the cluster (or serve the volume) and sample it at rest.
 const START_S: f64 = 3.0 + IDLE_SAMPLE_S as f64;
 /// Every section id, in run order (what `--sections` accepts).
-pub const SECTION_IDS: [&str; 11] = [
+pub const SECTION_IDS: [&str; 12] = [
     "network",
     "disk",
     "torus",
@@ -35,6 +35,7 @@ pub const SECTION_IDS: [&str; 11] = [
     crate::sections::strmvol::ID,
     crate::sections::plasmavmc::ID,
     crate::sections::nvmf::ID,
+    crate::sections::memory::ID,
     crate::sections::security::ID,
     crate::sections::metrics_cost::ID,
 ];
@@ -371,6 +372,9 @@ fn sections<'a>(
             fio_s: by_size(1, 3, 10) as u32,
             guest_dir,
         }),
+        Box::new(crate::sections::memory::MemorySection {
+            scale: opts.scale(),
+        }),
         Box::new(crate::sections::security::SecuritySection {
             quick: opts.quick,
             smoke: opts.smoke,
@@ -612,7 +616,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "unknown section \"swift\"; the sections are network, disk, torus, vitastor, \
-             scaling, s3, strmvol, plasmavmc, nvmf, security, metrics"
+             scaling, s3, strmvol, plasmavmc, nvmf, memory, security, metrics"
         );
         assert!(options(Some(&[])).check_sections().is_err());
     }

@@ -48,6 +48,20 @@ pub enum BenchCommand {
     Storage(StorageArgs),
     /// Print the change of every figure between two `bench storage` results.json files.
     Compare(CompareArgs),
+    /// The store's RAM per object (the `memory` section of `bench storage` runs this as a
+    /// child process): prints the measurement as JSON.
+    #[command(hide = true)]
+    StoreMemory(StoreMemoryArgs),
+}
+
+#[derive(Args)]
+pub struct StoreMemoryArgs {
+    /// Directory for the measured store (a sparse file, removed afterwards).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Objects written.
+    #[arg(long, default_value_t = 1_000_000)]
+    objects: u64,
 }
 
 #[derive(Args)]
@@ -63,7 +77,8 @@ pub struct StorageArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these sections, comma-separated, in their usual order: network, disk,
-    /// torus, vitastor, scaling, s3, strmvol, plasmavmc, nvmf; and, only when named,
+    /// torus, vitastor, scaling, s3, strmvol, plasmavmc, nvmf, memory (the store's RAM per
+    /// object); and, only when named,
     /// security (authentication and TLS costs) and metrics (metrics on vs off). Example:
     /// --sections network,disk
     #[arg(long, value_delimiter = ',')]
@@ -143,6 +158,12 @@ pub fn run(command: BenchCommand, meta: &MetaArgs) -> anyhow::Result<()> {
         BenchCommand::Storage(args) => storage(args, meta),
         BenchCommand::Compare(args) => {
             print!("{}", basalt_bench::compare_files(&args.a, &args.b)?);
+            Ok(())
+        }
+        BenchCommand::StoreMemory(args) => {
+            let m = basalt_bench::store_memory::measure(&args.dir, args.objects)
+                .context("basalt bench store-memory")?;
+            println!("{}", serde_json::to_string(&m)?);
             Ok(())
         }
     }

@@ -1,9 +1,15 @@
 //! The in-RAM object table: object → slot and version, per-slot allocation bitmaps and block
-//! crcs, slot states and the free list, and the overlay of blocks whose WAL records are not yet
-//! copied into their slot. Pure bookkeeping (no I/O), checked by assertions on every change.
+//! crcs, slot states and the free slots, and the overlay of blocks whose WAL records are not
+//! yet copied into their slot. Pure bookkeeping (no I/O), checked by assertions on every change.
+//!
+//! Everything per slot lives in slot-indexed vectors allocated zeroed, and free slots are
+//! handed out lowest first, so memory grows with the objects stored, not with the slots
+//! (docs/design.md, "Memory").
 
-use crate::checkpoint::EntryRef;
+use crate::checkpoint::{self, AreaWriter, EntryRef};
 use crate::engine::AlignedBuf;
+use crate::free_slots::FreeSlots;
+use crate::objects::ObjectTable;
 use crate::options::BLOCK_BYTES;
 use basalt_proto::{ObjectId, Version};
 use std::collections::{HashMap, VecDeque};
@@ -16,6 +22,9 @@ pub(crate) const BLOCK: usize = BLOCK_BYTES as usize;
 pub(crate) type Block = [u8; BLOCK];
 /// Overlay buffers kept for reuse once their block is applied (bounds the pool at 4 MiB).
 const BLOCK_POOL_MAX: usize = 1024;
+/// Slots looked at per call of [`Index::encode_cut`] (bounds the table lock's hold when
+/// few slots are used).
+pub(crate) const CUT_SCAN_SLOTS_MAX: u32 = 1 << 16;
 
 /// Where an object lives and its last version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,11 +33,13 @@ pub(crate) struct ObjectMeta {
     pub version: Version,
 }
 
-/// The life of a slot: `Free → Reserved → Used → Pending → Free`.
+/// The life of a slot: `Free → Reserved → Used → Pending → Free`. Kept as one byte per
+/// slot; 0 is `Free`, so a zeroed vector is a table of free slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum SlotState {
-    /// Holds nothing anyone needs; on the free list (at run time).
-    Free,
+    /// Holds nothing anyone needs; may be handed out (at run time).
+    Free = 0,
     /// Handed to a writer that is about to attach it to an object.
     Reserved,
     /// Holds an object.
@@ -38,21 +49,44 @@ enum SlotState {
     Pending,
 }
 
+impl SlotState {
+    fn from_byte(b: u8) -> SlotState {
+        match b {
+            0 => SlotState::Free,
+            1 => SlotState::Reserved,
+            2 => SlotState::Used,
+            3 => SlotState::Pending,
+            _ => unreachable!("only SlotState values are stored"),
+        }
+    }
+}
+
 /// A block's newest contents, waiting for its WAL record to become durable and be applied.
 struct OverlayBlock {
     lsn: u64,
     data: Box<Block>,
 }
 
+/// A checkpoint being streamed: the table as of its cut, for the slots not yet encoded.
+struct Cut {
+    /// Slots below this one are encoded.
+    next: u32,
+    /// Slots at or past `next` changed since the cut: their entry as of the cut (encoded),
+    /// or None when no object held them then.
+    saved: HashMap<u32, Option<Box<[u8]>>, FastHash>,
+}
+
 /// The object table. Not synchronized: the store wraps it in a lock.
 pub(crate) struct Index {
     blocks_per_slot: usize,
     words_per_slot: usize,
-    objects: HashMap<ObjectId, ObjectMeta, FastHash>,
-    state: Vec<SlotState>,
+    objects: ObjectTable,
+    /// Per slot, its [`SlotState`] as a byte.
+    state: Vec<u8>,
     crcs: Vec<u32>,
     alloc: Vec<u64>,
-    free: Vec<u32>,
+    /// Mirrors `state == Free`, searchable for the lowest free slot.
+    free: FreeSlots,
     pending_free: VecDeque<(u64, u32)>,
     overlay: HashMap<(u32, u32), OverlayBlock, FastHash>,
     /// Whole-object writes handed to the I/O engine whose completion the leader has not yet
@@ -60,10 +94,12 @@ pub(crate) struct Index {
     in_flight: HashMap<u32, Arc<AlignedBuf>, FastHash>,
     pool: Vec<Box<Block>>,
     used_blocks: u64,
+    /// The checkpoint being written, if any (see [`Index::begin_cut`]).
+    cut: Option<Cut>,
 }
 
 impl Index {
-    /// An empty table for `slot_count` slots; call [`Index::rebuild_free_list`] before use.
+    /// An empty table for `slot_count` slots, every slot free.
     pub fn new(slot_count: u32, blocks_per_slot: u32) -> Index {
         let blocks = blocks_per_slot as usize;
         let words = blocks.div_ceil(64);
@@ -71,25 +107,26 @@ impl Index {
         Index {
             blocks_per_slot: blocks,
             words_per_slot: words,
-            objects: HashMap::default(),
-            state: vec![SlotState::Free; n],
+            objects: ObjectTable::new(slot_count),
+            state: vec![SlotState::Free as u8; n],
             crcs: vec![0; n * blocks],
             alloc: vec![0; n * words],
-            free: Vec::new(),
+            free: FreeSlots::new(slot_count),
             pending_free: VecDeque::new(),
             overlay: HashMap::default(),
             in_flight: HashMap::default(),
             pool: Vec::new(),
             used_blocks: 0,
+            cut: None,
         }
     }
 
-    pub fn blocks_per_slot(&self) -> u32 {
-        self.blocks_per_slot as u32
-    }
-
     pub fn object(&self, obj: ObjectId) -> Option<ObjectMeta> {
-        self.objects.get(&obj).copied()
+        let slot = self.objects.find(obj)?;
+        Some(ObjectMeta {
+            slot,
+            version: self.objects.record(slot).1,
+        })
     }
 
     pub fn is_allocated(&self, slot: u32, block: usize) -> bool {
@@ -129,7 +166,7 @@ impl Index {
 
     /// A whole-object write of `data` into `slot` (just remapped) is in flight.
     pub fn add_in_flight(&mut self, slot: u32, data: Arc<AlignedBuf>) {
-        assert_eq!(self.state[slot as usize], SlotState::Used);
+        assert_eq!(self.state(slot), SlotState::Used);
         let old = self.in_flight.insert(slot, data);
         assert!(old.is_none(), "one write in flight per slot");
     }
@@ -149,31 +186,31 @@ impl Index {
         self.pending_free.len()
     }
 
-    /// Take a free slot for a writer (`Free → Reserved`).
+    /// Take the lowest free slot for a writer (`Free → Reserved`).
     pub fn reserve_free_slot(&mut self) -> Option<u32> {
-        let slot = self.free.pop()?;
+        let slot = self.free.lowest()?;
         assert_eq!(
-            self.state[slot as usize],
+            self.state(slot),
             SlotState::Free,
-            "free list holds slot {slot}"
+            "free bitmap holds slot {slot}"
         );
         debug_assert!(self.alloc_words(slot).iter().all(|&w| w == 0));
-        self.state[slot as usize] = SlotState::Reserved;
+        self.set_state(slot, SlotState::Reserved);
         Some(slot)
     }
 
     /// Give back a reserved slot that was not used (`Reserved → Free`).
     pub fn unreserve(&mut self, slot: u32) {
-        assert_eq!(self.state[slot as usize], SlotState::Reserved);
-        self.state[slot as usize] = SlotState::Free;
-        self.free.push(slot);
+        assert_eq!(self.state(slot), SlotState::Reserved);
+        self.set_state(slot, SlotState::Free);
     }
 
     /// Replay: take the slot a record names, which must be free (`Free → Reserved`).
     pub fn claim_slot(&mut self, slot: u32) -> bool {
-        let free = self.state.get(slot as usize) == Some(&SlotState::Free);
+        debug_assert!(self.cut.is_none(), "replay writes no checkpoint");
+        let free = self.state.get(slot as usize) == Some(&(SlotState::Free as u8));
         if free {
-            self.state[slot as usize] = SlotState::Reserved;
+            self.set_state(slot, SlotState::Reserved);
         }
         free
     }
@@ -190,16 +227,17 @@ impl Index {
         crcs: &[u32],
         overlay: Option<(u64, &[&[u8]])>,
     ) {
-        match self.objects.get_mut(&obj) {
-            Some(meta) => {
-                assert_eq!(meta.slot, slot, "write record names the object's slot");
-                meta.version = version;
+        self.touch(slot);
+        match self.objects.find(obj) {
+            Some(at) => {
+                assert_eq!(at, slot, "write record names the object's slot");
+                self.objects.set_version(slot, version);
             }
             None => {
-                assert_eq!(self.state[slot as usize], SlotState::Reserved);
+                assert_eq!(self.state(slot), SlotState::Reserved);
                 assert!(self.alloc_words(slot).iter().all(|&w| w == 0));
-                self.state[slot as usize] = SlotState::Used;
-                self.objects.insert(obj, ObjectMeta { slot, version });
+                self.set_state(slot, SlotState::Used);
+                self.objects.insert(obj, slot, version);
             }
         }
         let first = first as usize;
@@ -226,20 +264,22 @@ impl Index {
         crcs: &[u32],
         free_lsn: Option<u64>,
     ) {
-        assert_eq!(self.state[slot as usize], SlotState::Reserved);
+        assert_eq!(self.state(slot), SlotState::Reserved);
         assert_eq!(
             crcs.len(),
             self.blocks_per_slot,
             "remap covers the whole object"
         );
-        if let Some(old) = self.objects.get(&obj).copied() {
-            self.release_slot(old.slot, free_lsn);
+        self.touch(slot);
+        if let Some(old) = self.objects.remove(obj) {
+            self.touch(old);
+            self.release_slot(old, free_lsn);
         }
-        self.state[slot as usize] = SlotState::Used;
+        self.set_state(slot, SlotState::Used);
         for (b, &crc) in crcs.iter().enumerate() {
             self.set_block(slot, b, crc);
         }
-        self.objects.insert(obj, ObjectMeta { slot, version });
+        self.objects.insert(obj, slot, version);
     }
 
     /// Blocks `first..first + count` of `obj` become holes. An object left with no block is
@@ -252,11 +292,11 @@ impl Index {
         version: Version,
         free_lsn: Option<u64>,
     ) -> bool {
-        let Some(meta) = self.objects.get_mut(&obj) else {
+        let Some(slot) = self.objects.find(obj) else {
             return false;
         };
-        meta.version = version;
-        let slot = meta.slot;
+        self.touch(slot);
+        self.objects.set_version(slot, version);
         let (first, end) = (first as usize, (first + count) as usize);
         assert!(end <= self.blocks_per_slot, "trim beyond the object");
         for b in first..end {
@@ -268,7 +308,7 @@ impl Index {
             self.drop_overlay(slot, b as u32);
         }
         if self.alloc_words(slot).iter().all(|&w| w == 0) {
-            self.objects.remove(&obj);
+            self.objects.remove(obj);
             self.release_slot(slot, free_lsn);
         }
         true
@@ -276,10 +316,12 @@ impl Index {
 
     /// Remove `obj` and free its slot. Returns false if it does not exist.
     pub fn delete(&mut self, obj: ObjectId, free_lsn: Option<u64>) -> bool {
-        let Some(meta) = self.objects.remove(&obj) else {
+        let Some(slot) = self.objects.find(obj) else {
             return false;
         };
-        self.release_slot(meta.slot, free_lsn);
+        self.touch(slot);
+        self.objects.remove(obj);
+        self.release_slot(slot, free_lsn);
         true
     }
 
@@ -287,13 +329,18 @@ impl Index {
     /// any) is freed. Returns false if `from` does not exist.
     pub fn rename(&mut self, from: ObjectId, obj: ObjectId, free_lsn: Option<u64>) -> bool {
         assert_ne!(from, obj, "rename onto itself");
-        let Some(meta) = self.objects.remove(&from) else {
+        let Some(slot) = self.objects.find(from) else {
             return false;
         };
-        if let Some(old) = self.objects.remove(&obj) {
-            self.release_slot(old.slot, free_lsn);
+        self.touch(slot);
+        self.objects.remove(from);
+        let (_, version) = self.objects.record(slot);
+        if let Some(old) = self.objects.find(obj) {
+            self.touch(old);
+            self.objects.remove(obj);
+            self.release_slot(old, free_lsn);
         }
-        self.objects.insert(obj, meta);
+        self.objects.insert(obj, slot, version);
         true
     }
 
@@ -320,25 +367,24 @@ impl Index {
                 break;
             }
             self.pending_free.pop_front();
-            assert_eq!(self.state[slot as usize], SlotState::Pending);
-            self.state[slot as usize] = SlotState::Free;
-            self.free.push(slot);
+            assert_eq!(self.state(slot), SlotState::Pending);
+            self.set_state(slot, SlotState::Free);
         }
     }
 
-    /// Rebuild the free list from slot states (after create or recovery), lowest slot first.
-    pub fn rebuild_free_list(&mut self) {
+    /// After create or recovery, before serving: nothing awaits confirmation or waits in the
+    /// overlay (replay frees slots at once and copies logged blocks in place).
+    pub fn finish_recovery(&self) {
         assert!(self.pending_free.is_empty() && self.overlay.is_empty());
-        self.free.clear();
-        for slot in (0..self.state.len() as u32).rev() {
-            if self.state[slot as usize] == SlotState::Free {
-                self.free.push(slot);
-            }
-        }
+        assert!(self.in_flight.is_empty());
     }
 
     /// Recovery: add one checkpoint entry, refusing anything a correct store never writes.
     pub fn load_entry(&mut self, e: EntryRef<'_>) -> Result<(), String> {
+        assert!(
+            self.cut.is_none(),
+            "no checkpoint is written while one is loaded"
+        );
         let slot = e.slot;
         if !self.claim_slot(slot) {
             return Err(format!(
@@ -346,7 +392,7 @@ impl Index {
                 e.obj
             ));
         }
-        if self.objects.contains_key(&e.obj) {
+        if self.objects.find(e.obj).is_some() {
             return Err(format!("object {} appears twice", e.obj));
         }
         if e.alloc.len() != self.words_per_slot || e.crcs.len() != self.blocks_per_slot {
@@ -360,36 +406,105 @@ impl Index {
                 e.obj
             ));
         }
-        self.state[slot as usize] = SlotState::Used;
+        self.set_state(slot, SlotState::Used);
         for b in 0..self.blocks_per_slot {
             if e.alloc[b / 64] & (1 << (b % 64)) != 0 {
                 self.set_block(slot, b, e.crcs[b]);
             }
         }
-        self.objects.insert(
-            e.obj,
-            ObjectMeta {
-                slot,
-                version: e.version,
-            },
-        );
+        self.objects.insert(e.obj, slot, e.version);
         Ok(())
     }
 
-    /// Every object as a checkpoint records it (in no particular order).
-    pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> {
-        self.objects.iter().map(move |(&obj, meta)| EntryRef {
+    /// Start a checkpoint's cut: from now on a change to a slot not yet encoded by
+    /// [`Index::encode_cut`] first saves the slot's entry as it is now, so the checkpoint
+    /// records the table of this moment while writers go on.
+    pub fn begin_cut(&mut self) {
+        assert!(self.cut.is_none(), "one checkpoint at a time");
+        self.cut = Some(Cut {
+            next: 0,
+            saved: HashMap::default(),
+        });
+    }
+
+    /// Push the entries of the next slots, as of the cut, into `w` until it wants writing
+    /// or `scan_max` slots were looked at; true once every slot is encoded.
+    pub fn encode_cut(&mut self, w: &mut AreaWriter, scan_max: u32) -> bool {
+        let Some(mut cut) = self.cut.take() else {
+            panic!("encode_cut without begin_cut");
+        };
+        let slot_count = self.state.len() as u32;
+        let scan_end = cut.next.saturating_add(scan_max).min(slot_count);
+        while cut.next < scan_end && !w.wants_write() {
+            let slot = cut.next;
+            match cut.saved.remove(&slot) {
+                Some(Some(entry)) => w.push_encoded(&entry),
+                Some(None) => {}
+                None if self.state(slot) == SlotState::Used => w.push_entry(&self.entry(slot)),
+                None => {}
+            }
+            cut.next += 1;
+        }
+        let done = cut.next == slot_count;
+        if done {
+            assert!(cut.saved.is_empty(), "every saved entry was encoded");
+        } else {
+            self.cut = Some(cut);
+        }
+        done
+    }
+
+    /// Forget the cut (the checkpoint is written, or failed).
+    pub fn end_cut(&mut self) {
+        self.cut = None;
+    }
+
+    /// Before `slot` changes: while a checkpoint streams and has not encoded `slot` yet,
+    /// save its entry as of the cut (once).
+    fn touch(&mut self, slot: u32) {
+        let Some(cut) = &self.cut else {
+            return;
+        };
+        if slot < cut.next || cut.saved.contains_key(&slot) {
+            return;
+        }
+        let entry = (self.state(slot) == SlotState::Used).then(|| {
+            let mut bytes = vec![0u8; checkpoint::entry_bytes(self.blocks_per_slot as u32)];
+            checkpoint::encode_entry(&mut bytes, &self.entry(slot));
+            bytes.into_boxed_slice()
+        });
+        if let Some(cut) = &mut self.cut {
+            cut.saved.insert(slot, entry);
+        }
+    }
+
+    /// Every object as a checkpoint records it, in slot order.
+    #[cfg(test)]
+    pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> + Clone {
+        (0..self.state.len() as u32)
+            .filter(|&slot| self.state(slot) == SlotState::Used)
+            .map(move |slot| self.entry(slot))
+    }
+
+    /// The checkpoint entry of the object in the used `slot`.
+    fn entry(&self, slot: u32) -> EntryRef<'_> {
+        let (obj, version) = self.objects.record(slot);
+        EntryRef {
             obj,
-            version: meta.version,
-            slot: meta.slot,
-            alloc: self.alloc_words(meta.slot),
-            crcs: self.slot_crcs(meta.slot),
-        })
+            version,
+            slot,
+            alloc: self.alloc_words(slot),
+            crcs: self.slot_crcs(slot),
+        }
     }
 
     /// Every object and its version, sorted by object id.
     pub fn objects(&self) -> Vec<(ObjectId, Version)> {
-        let mut v: Vec<_> = self.objects.iter().map(|(&o, m)| (o, m.version)).collect();
+        let mut v: Vec<_> = self
+            .objects
+            .slots()
+            .map(|s| self.objects.record(s))
+            .collect();
         v.sort_unstable();
         v
     }
@@ -404,42 +519,83 @@ impl Index {
 
     /// Check every cross-structure invariant (O(slots): tests and debug recovery only).
     pub fn check_invariants(&self) {
-        let used = self.state.iter().filter(|&&s| s == SlotState::Used).count();
+        self.objects.check_invariants();
+        self.free.check_invariants();
+        let used = self
+            .state
+            .iter()
+            .filter(|&&s| s == SlotState::Used as u8)
+            .count();
         assert_eq!(used, self.objects.len(), "one used slot per object");
         let mut blocks = 0u64;
-        for meta in self.objects.values() {
-            assert_eq!(self.state[meta.slot as usize], SlotState::Used);
-            let words = self.alloc_words(meta.slot);
+        for slot in self.objects.slots() {
+            assert_eq!(self.state(slot), SlotState::Used);
+            let words = self.alloc_words(slot);
             assert!(words.iter().any(|&w| w != 0), "objects have a block");
             blocks += words.iter().map(|w| w.count_ones() as u64).sum::<u64>();
         }
         assert_eq!(blocks, self.used_blocks, "used block count");
-        for &s in &self.free {
-            assert_eq!(self.state[s as usize], SlotState::Free);
+        let mut free = 0u64;
+        for slot in 0..self.state.len() as u32 {
+            let state = self.state(slot);
+            assert_eq!(
+                self.free.is_free(slot),
+                state == SlotState::Free,
+                "free bitmap of slot {slot}"
+            );
+            free += u64::from(state == SlotState::Free);
+            // Only a used slot's allocated blocks hold anything: the rest stays zero (as
+            // the zeroed allocation left it), so slots never used cost no memory.
+            for b in 0..self.blocks_per_slot {
+                if state != SlotState::Used || !self.is_allocated(slot, b) {
+                    assert_eq!(self.block_crc(slot, b), 0, "crc of slot {slot} hole {b}");
+                }
+            }
+            if state != SlotState::Used {
+                assert!(
+                    self.alloc_words(slot).iter().all(|&w| w == 0),
+                    "slot {slot} bits"
+                );
+            }
         }
+        assert_eq!(free, self.free.free_count(), "free slot count");
         for &(_, s) in &self.pending_free {
-            assert_eq!(self.state[s as usize], SlotState::Pending);
+            assert_eq!(self.state(s), SlotState::Pending);
+        }
+        if let Some(cut) = &self.cut {
+            assert!(
+                cut.saved.keys().all(|&s| s >= cut.next),
+                "entries are saved only for slots not yet encoded"
+            );
         }
         for &slot in self.in_flight.keys() {
             assert!(
-                matches!(
-                    self.state[slot as usize],
-                    SlotState::Used | SlotState::Pending
-                ),
+                matches!(self.state(slot), SlotState::Used | SlotState::Pending),
                 "a write in flight is to a slot not yet reusable"
             );
         }
         for &(slot, block) in self.overlay.keys() {
-            assert_eq!(
-                self.state[slot as usize],
-                SlotState::Used,
-                "overlay on a used slot"
-            );
+            assert_eq!(self.state(slot), SlotState::Used, "overlay on a used slot");
             assert!(
                 self.is_allocated(slot, block as usize),
                 "overlay on an allocated block"
             );
         }
+    }
+
+    fn state(&self, slot: u32) -> SlotState {
+        SlotState::from_byte(self.state[slot as usize])
+    }
+
+    /// Move `slot` to `new`, keeping the free bitmap in step.
+    fn set_state(&mut self, slot: u32, new: SlotState) {
+        let old = self.state(slot);
+        if old == SlotState::Free && new != SlotState::Free {
+            self.free.take(slot);
+        } else if old != SlotState::Free && new == SlotState::Free {
+            self.free.give(slot);
+        }
+        self.state[slot as usize] = new as u8;
     }
 
     fn set_block(&mut self, slot: u32, block: usize, crc: u32) {
@@ -478,7 +634,7 @@ impl Index {
     /// The slot no longer holds an object: clear it and, at run time, park it until the
     /// freeing record (`free_lsn`) is confirmed; during replay (`None`) free it at once.
     fn release_slot(&mut self, slot: u32, free_lsn: Option<u64>) {
-        assert_eq!(self.state[slot as usize], SlotState::Used);
+        assert_eq!(self.state(slot), SlotState::Used);
         let w = slot as usize * self.words_per_slot;
         for word in &mut self.alloc[w..w + self.words_per_slot] {
             self.used_blocks -= word.count_ones() as u64;
@@ -492,10 +648,10 @@ impl Index {
         match free_lsn {
             Some(lsn) => {
                 debug_assert!(self.pending_free.back().is_none_or(|&(l, _)| l <= lsn));
-                self.state[slot as usize] = SlotState::Pending;
+                self.set_state(slot, SlotState::Pending);
                 self.pending_free.push_back((lsn, slot));
             }
-            None => self.state[slot as usize] = SlotState::Free,
+            None => self.set_state(slot, SlotState::Free),
         }
     }
 }
@@ -543,7 +699,6 @@ mod tests {
     #[test]
     fn slots_cycle_through_pending_before_reuse() {
         let mut ix = Index::new(2, 4);
-        ix.rebuild_free_list();
         let a = ObjectId::new(1, 0);
         let s0 = ix.reserve_free_slot().expect("slot");
         ix.write_blocks(
@@ -576,10 +731,102 @@ mod tests {
         ix.check_invariants();
     }
 
+    /// A xorshift step.
+    fn next(r: &mut u64) -> u64 {
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        *r
+    }
+
+    /// One random change through the table's API, as the store makes them (4 blocks per
+    /// slot, 40 object names).
+    fn random_change(ix: &mut Index, r: &mut u64, lsn: &mut u64) {
+        *lsn += 1;
+        let obj = ObjectId::new(1, next(r) % 40);
+        let v = Version::new(1, *lsn);
+        let first = (next(r) % 4) as u32;
+        let n = 1 + next(r) % (4 - first as u64);
+        match next(r) % 6 {
+            0 | 1 => {
+                let crcs: Vec<u32> = (0..n).map(|_| next(r) as u32 | 1).collect();
+                let slot = match ix.object(obj) {
+                    Some(m) => m.slot,
+                    None => match ix.reserve_free_slot() {
+                        Some(s) => s,
+                        None => return,
+                    },
+                };
+                ix.write_blocks(obj, slot, v, first, &crcs, None);
+            }
+            2 => {
+                if let Some(slot) = ix.reserve_free_slot() {
+                    let crcs: Vec<u32> = (0..4).map(|_| next(r) as u32 | 1).collect();
+                    ix.remap(obj, slot, v, &crcs, Some(*lsn));
+                }
+            }
+            3 => {
+                ix.trim(obj, first, n as u32, v, Some(*lsn));
+            }
+            4 => {
+                ix.delete(obj, Some(*lsn));
+            }
+            _ => {
+                let to = ObjectId::new(1, (obj.index + 1 + next(r) % 39) % 40);
+                ix.rename(obj, to, Some(*lsn));
+            }
+        }
+        if next(r).is_multiple_of(3) {
+            ix.release_confirmed(*lsn);
+        }
+    }
+
+    #[test]
+    fn a_streamed_checkpoint_is_the_table_of_its_cut() {
+        // Goal: while a checkpoint is encoded a few slots at a time, writers change the
+        // table in every way the store does; what is streamed is byte for byte the
+        // checkpoint of the table at the cut (crc included).
+        let mut ix = Index::new(48, 4);
+        let (mut r, mut lsn) = (0x9e37_79b9_7f4a_7c15u64, 0u64);
+        for round in 0..200 {
+            for _ in 0..next(&mut r) % 30 {
+                random_change(&mut ix, &mut r, &mut lsn);
+            }
+            let header = crate::checkpoint::CheckpointHeader {
+                seq: round,
+                wal_pos: 0,
+                next_lsn: lsn + 1,
+                entry_count: ix.object_count(),
+                clean: false,
+                aligned_batches: true,
+            };
+            let mut want = Vec::new();
+            crate::checkpoint::encode(&mut want, &header, 4, ix.entries());
+            ix.begin_cut();
+            let mut w = AreaWriter::new(&header, 4, 0, Vec::new());
+            let step = 1 + (next(&mut r) % 7) as u32;
+            while !ix.encode_cut(&mut w, step) {
+                for _ in 0..next(&mut r) % 4 {
+                    random_change(&mut ix, &mut r, &mut lsn);
+                }
+                ix.check_invariants();
+            }
+            ix.end_cut();
+            let mut got = Vec::new();
+            let done = w.finish(|bytes, at| {
+                got.resize(got.len().max(at as usize + bytes.len()), 0);
+                got[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+                Ok::<(), ()>(())
+            });
+            assert!(done.is_ok());
+            assert_eq!(got, want, "round {round}");
+            ix.check_invariants();
+        }
+    }
+
     #[test]
     fn applied_overlay_is_forgotten_unless_rewritten() {
         let mut ix = Index::new(1, 2);
-        ix.rebuild_free_list();
         let a = ObjectId::new(1, 0);
         let s = ix.reserve_free_slot().expect("slot");
         ix.write_blocks(a, s, V, 0, &[1, 2], Some((5, &[&[1; BLOCK], &[2; BLOCK]])));

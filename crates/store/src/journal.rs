@@ -4,10 +4,10 @@
 //! Only the *leader* (whoever holds `Store::leader`) writes the WAL region, syncs, applies and
 //! checkpoints; writers only append encoded records to [`WalBuffer`] under its mutex.
 
-use crate::checkpoint::{self, CheckpointHeader};
+use crate::checkpoint::{AreaWriter, CheckpointHeader};
 use crate::device::InFlightWrite;
 use crate::error::StoreError;
-use crate::index::BLOCK;
+use crate::index::{BLOCK, CUT_SCAN_SLOTS_MAX};
 use crate::store::{lock, read, write, Store};
 use crate::wal::{self, WalBody, COMMIT_RECORD_BYTES};
 use basalt_proto::{ObjectId, Version};
@@ -271,7 +271,8 @@ pub(crate) struct Leader {
     copied: Vec<(u32, u32, u32)>,
     /// Last LSN of that batch.
     copied_lsn: u64,
-    checkpoint_image: Vec<u8>,
+    /// The buffer a checkpoint is streamed through (at most a chunk and a block).
+    checkpoint_buf: Vec<u8>,
 }
 
 impl Leader {
@@ -285,7 +286,7 @@ impl Leader {
             copies: Vec::new(),
             copied: Vec::new(),
             copied_lsn: 0,
-            checkpoint_image: Vec::new(),
+            checkpoint_buf: Vec::new(),
         }
     }
 }
@@ -519,12 +520,12 @@ impl Store {
         self.file.check_writable()?;
         let mut batch = std::mem::take(&mut leader.batch);
         batch.clear();
-        let mut image = std::mem::take(&mut leader.checkpoint_image);
         let seq = leader.checkpoint_seq + 1;
         let (taken, header) = {
             // A consistent cut: writers update the table and append under the table's write
-            // lock, so holding it shared stops them between records (readers go on).
-            let index = read(&self.index);
+            // lock, so holding it stops them between records. The table is encoded later,
+            // as of this moment: changes made meanwhile first save what they replace.
+            let mut index = write(&self.index);
             let mut wal = lock(&self.wal);
             let taken = if wal.pending.is_empty() {
                 None
@@ -538,23 +539,17 @@ impl Store {
                 seq,
                 wal_pos: wal.head_pos,
                 next_lsn: wal.next_lsn,
-                entry_count: 0,
+                entry_count: index.object_count(),
                 clean,
                 aligned_batches: true,
             };
-            checkpoint::encode(
-                &mut image,
-                &header,
-                index.blocks_per_slot(),
-                index.entries(),
-            );
-            // Whole blocks (the crc covers the checkpoint's own length; the rest is padding).
-            image.resize(image.len().next_multiple_of(BLOCK), 0);
+            index.begin_cut();
             (taken, header)
         };
-        let result = self.write_checkpoint(leader, &batch, taken, &image, seq);
+        let result = self.write_checkpoint(leader, &batch, taken, &header);
+        // Done or failed, nothing keeps saving entries for this checkpoint.
+        write(&self.index).end_cut();
         leader.batch = batch;
-        leader.checkpoint_image = image;
         result?;
         leader.checkpoint_seq = seq;
         self.last_checkpoint_ms
@@ -571,8 +566,7 @@ impl Store {
         leader: &mut Leader,
         batch: &[u8],
         taken: Option<(u64, u64)>,
-        image: &[u8],
-        seq: u64,
+        header: &CheckpointHeader,
     ) -> Result<(), StoreError> {
         if let Some((start_pos, last_lsn)) = taken {
             self.commit_batch(leader, batch, start_pos, last_lsn)?;
@@ -581,16 +575,22 @@ impl Store {
         // put in place must be durable first.
         self.finish_deferred_copies(leader)?;
         self.file.sync("fdatasync before checkpoint")?;
-        assert!(
-            image.len() as u64 <= self.layout.checkpoint_bytes,
-            "checkpoint fits its area"
-        );
-        let area = (seq % 2) as usize;
-        self.file.write_at(
-            image,
+        let area = (header.seq % 2) as usize;
+        let (start, end) = (
             self.layout.checkpoint_offsets[area],
-            "write checkpoint",
-        )?;
+            self.layout.checkpoint_offsets[area] + self.layout.checkpoint_bytes,
+        );
+        let mut write_at = |bytes: &[u8], at: u64| {
+            assert!(at + bytes.len() as u64 <= end, "checkpoint fits its area");
+            self.file.write_at(bytes, at, "write checkpoint")
+        };
+        let buf = std::mem::take(&mut leader.checkpoint_buf);
+        let mut w = AreaWriter::new(header, self.layout.blocks_per_slot(), start, buf);
+        // A piece at a time: encode under the table's lock, write without it.
+        while !write(&self.index).encode_cut(&mut w, CUT_SCAN_SLOTS_MAX) {
+            w.write_blocks(&mut write_at)?;
+        }
+        leader.checkpoint_buf = w.finish(&mut write_at)?;
         self.file.sync("fdatasync checkpoint")
     }
 }

@@ -145,8 +145,7 @@ fn prepare_file(
 
 /// Write an empty store's first checkpoint and superblock, durably.
 fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
-    let mut index = Index::new(layout.slot_count, layout.blocks_per_slot());
-    index.rebuild_free_list();
+    let index = Index::new(layout.slot_count, layout.blocks_per_slot());
     let header = CheckpointHeader {
         seq: 0,
         wal_pos: 0,
@@ -253,7 +252,7 @@ fn recover(file: DataFile) -> Result<Store, StoreError> {
     }
     let (header, mut index) = load_checkpoint(&file, &layout)?;
     let replay = replay_wal(&file, &layout, &header, &mut index)?;
-    index.rebuild_free_list();
+    index.finish_recovery();
     if cfg!(debug_assertions) {
         index.check_invariants();
     }

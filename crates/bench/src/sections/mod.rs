@@ -2,6 +2,7 @@
 //! against the shared [`Ctx`] and returns its table; a failed step becomes a failed figure,
 //! never an aborted run.
 
+pub mod memory;
 pub mod metrics_cost;
 pub mod network;
 pub mod nvmf;
