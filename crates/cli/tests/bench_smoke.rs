@@ -154,8 +154,22 @@ fn bench_storage_writes_a_complete_report() {
             "s3",
             "strmvol",
             "plasmavmc",
-            "nvmf"
+            "nvmf",
+            "memory"
         ]
+    );
+    // The memory section measured the store's RAM per object copy.
+    let memory = json["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "memory")
+        .unwrap();
+    let rows = memory["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["basalt"]["value"].as_f64().is_some_and(|v| v > 0.0)),
+        "memory section without a figure: {memory}"
     );
     // The PlasmaVMC section measured every figure: import, clones, chain, VMs.
     let section = |id: &str| {
