@@ -183,22 +183,7 @@ impl DataFile {
         offset: u64,
         op: &'static str,
     ) -> Result<Option<InFlightWrite>, StoreError> {
-        let Medium::Engine { engine, .. } = &self.medium else {
-            return self.write_at(data, offset, op).map(|()| None);
-        };
-        self.check_writable()?;
-        self.check_aligned(data.len(), offset, op)?;
-        self.injected().map_err(|e| self.trip(e, op))?;
-        let buf = Arc::new(AlignedBuf::copy_from(data));
-        let done = engine.submit(Op::Write {
-            offset,
-            buf: buf.clone(),
-        });
-        if done.is_ready() {
-            self.finish_write(done, op)?;
-            return Ok(None);
-        }
-        Ok(Some(InFlightWrite { buf, done, op }))
+        Ok(self.start_writes(&[(data, offset)], op)?.pop())
     }
 
     /// [`DataFile::start_write`] for each of `writes` (data, offset), submitted together;

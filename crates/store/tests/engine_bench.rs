@@ -189,12 +189,7 @@ fn bench_engines_awaited_on_a_runtime() {
 fn bench_engines() {
     let dir = bench_dir();
     let path = dir.path().join("medium");
-    let f = std::fs::File::create(&path).expect("create");
-    // SAFETY: posix_fallocate on a descriptor we own.
-    let rc =
-        unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, FILE_BYTES as i64) };
-    assert_eq!(rc, 0, "fallocate 1 GiB");
-    drop(f);
+    written_file(&path);
     let modes: [(&str, EngineKind, usize); 4] = [
         ("inline QD1", EngineKind::Inline, 1),
         ("inline on 32 threads", EngineKind::Inline, 0),
