@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 mod checkpoint;
+mod crc_pages;
+mod crcs;
 mod device;
 pub mod engine;
 mod error;
