@@ -4,11 +4,17 @@
 
 use crate::crc_pages::CrcGeometry;
 use crate::index::FastHash;
+use crate::zeroed::ZeroedArray;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Most bytes of dirty crcs before a flush checkpoints.
-pub(crate) const CRC_DIRTY_BYTES_MAX: usize = 8 << 20;
+/// Bytes of dirty crcs past which a flush checkpoints (4 MiB: 26,000 slots of 32 blocks,
+/// about what a 256 MiB WAL holds of 4 KiB writes between checkpoints anyway)...
+const CRC_DIRTY_BYTES_MIN_BOUND: usize = 4 << 20;
+/// ...but at least this many slots' records, so stores of large objects (4 KiB of crcs per
+/// 4 MiB slot) do not checkpoint every thousand small writes.
+const CRC_DIRTY_SLOTS_MIN_BOUND: usize = 4096;
+
 /// Bytes of clean crc pages cached.
 pub(crate) const CRC_CACHE_BYTES: usize = 16 << 20;
 
@@ -24,7 +30,10 @@ pub(crate) enum CrcLookup {
 /// Every slot's block crcs.
 pub(crate) enum CrcTable {
     /// `blocks_per_slot` values per slot, 0 for holes.
-    InRam { blocks: usize, crcs: Vec<u32> },
+    InRam {
+        blocks: usize,
+        crcs: ZeroedArray<u32>,
+    },
     /// On disk; see [`PagedCrcs`].
     Paged(Box<PagedCrcs>),
 }
@@ -42,7 +51,7 @@ impl CrcTable {
         match geometry {
             None => CrcTable::InRam {
                 blocks,
-                crcs: vec![0; slot_count as usize * blocks],
+                crcs: ZeroedArray::new(slot_count as usize * blocks),
             },
             Some(geometry) => CrcTable::Paged(Box::new(PagedCrcs::new(geometry, seq, carry))),
         }
@@ -172,101 +181,222 @@ impl PagedCrcs {
     pub fn dirty_bytes(&self) -> usize {
         self.dirty.bytes()
     }
+
+    /// Past this many bytes of dirty crcs, a flush checkpoints.
+    pub fn dirty_bytes_max(&self) -> usize {
+        CRC_DIRTY_BYTES_MIN_BOUND.max(CRC_DIRTY_SLOTS_MIN_BOUND * self.dirty.record_bytes())
+    }
 }
 
+/// Crcs a slot's record holds inline before it moves to a slab record (one small write
+/// touches one to three blocks).
+const FEW: usize = 3;
+
 /// Per slot changed since a checkpoint's cut: which blocks' crcs were set, their values, and
-/// the checkpoint that first writes them. Records live in one slab (no allocation per slot).
+/// the checkpoint that first writes them. A record of up to [`FEW`] crcs sits in the map
+/// itself; a larger one (a whole-object write) in one slab of full records (a bitmap of set
+/// blocks, then a value per block), so there is no allocation per slot.
 pub(crate) struct DirtyCrcs {
     blocks: usize,
-    /// u32s per record: interval (2), bitmap of set blocks (2 per 64 blocks), values.
+    /// u32s per full record: bitmap (2 per 64 blocks), then values.
     stride: usize,
-    at: HashMap<u32, u32, FastHash>,
+    at: HashMap<u32, Dirty, FastHash>,
     slab: Vec<u32>,
     free: Vec<u32>,
 }
 
-/// One slot's dirty crcs, as saved at a checkpoint's cut.
+/// One slot's record.
+#[derive(Clone, Copy)]
+struct Dirty {
+    /// The checkpoint that first writes these crcs.
+    interval: u64,
+    crcs: Crcs,
+}
+
+#[derive(Clone, Copy)]
+enum Crcs {
+    /// `n` (block, crc) pairs.
+    Few {
+        n: u8,
+        blocks: [u16; FEW],
+        crcs: [u32; FEW],
+    },
+    /// Record `r` of the slab.
+    Full(u32),
+}
+
+/// One slot's dirty crcs as saved at a checkpoint's cut: a full record (bitmap, values).
 pub(crate) type SavedCrcs = Box<[u32]>;
 
 impl DirtyCrcs {
     fn new(blocks: usize) -> DirtyCrcs {
         DirtyCrcs {
             blocks,
-            stride: 2 + 2 * blocks.div_ceil(64) + blocks,
+            stride: 2 * blocks.div_ceil(64) + blocks,
             at: HashMap::default(),
             slab: Vec::new(),
             free: Vec::new(),
         }
     }
 
-    fn record(&self, slot: u32) -> Option<&[u32]> {
-        let r = *self.at.get(&slot)? as usize * self.stride;
-        Some(&self.slab[r..r + self.stride])
+    fn full(&self, r: u32) -> &[u32] {
+        let at = r as usize * self.stride;
+        &self.slab[at..at + self.stride]
+    }
+
+    fn full_mut(&mut self, r: u32) -> &mut [u32] {
+        let at = r as usize * self.stride;
+        &mut self.slab[at..at + self.stride]
+    }
+
+    fn value_at(&self, block: usize) -> usize {
+        2 * self.blocks.div_ceil(64) + block
+    }
+
+    /// Every (block, crc) of a record.
+    fn each(&self, d: &Dirty, mut f: impl FnMut(usize, u32)) {
+        match d.crcs {
+            Crcs::Few { n, blocks, crcs } => {
+                for i in 0..n as usize {
+                    f(blocks[i] as usize, crcs[i]);
+                }
+            }
+            Crcs::Full(r) => self.each_saved(self.full(r), f),
+        }
+    }
+
+    /// Every (block, crc) of a full record.
+    fn each_saved(&self, rec: &[u32], mut f: impl FnMut(usize, u32)) {
+        for b in 0..self.blocks {
+            if is_set(rec, b) {
+                f(b, rec[self.value_at(b)]);
+            }
+        }
     }
 
     /// The crc set for block `block` of `slot` since the cut, if any.
     pub fn get(&self, slot: u32, block: usize) -> Option<u32> {
-        let rec = self.record(slot)?;
-        is_set(rec, block).then(|| rec[self.value_at(block)])
-    }
-
-    fn value_at(&self, block: usize) -> usize {
-        2 + 2 * self.blocks.div_ceil(64) + block
+        let d = self.at.get(&slot)?;
+        match d.crcs {
+            Crcs::Few { n, blocks, crcs } => (0..n as usize)
+                .find(|&i| blocks[i] as usize == block)
+                .map(|i| crcs[i]),
+            Crcs::Full(r) => {
+                let rec = self.full(r);
+                is_set(rec, block).then(|| rec[self.value_at(block)])
+            }
+        }
     }
 
     fn set(&mut self, slot: u32, block: usize, crc: u32, interval: u64) {
-        let r = match self.at.get(&slot) {
-            Some(&r) => r as usize,
-            None => {
-                let r = match self.free.pop() {
-                    Some(r) => r as usize,
-                    None => {
-                        self.slab.resize(self.slab.len() + self.stride, 0);
-                        self.slab.len() / self.stride - 1
+        let mut d = self.at.get(&slot).copied().unwrap_or(Dirty {
+            interval,
+            crcs: Crcs::Few {
+                n: 0,
+                blocks: [0; FEW],
+                crcs: [0; FEW],
+            },
+        });
+        d.interval = interval;
+        d.crcs = match d.crcs {
+            Crcs::Few {
+                mut n,
+                mut blocks,
+                mut crcs,
+            } => match (0..n as usize).find(|&i| blocks[i] as usize == block) {
+                Some(i) => {
+                    crcs[i] = crc;
+                    Crcs::Few { n, blocks, crcs }
+                }
+                None if (n as usize) < FEW => {
+                    blocks[n as usize] = block as u16;
+                    crcs[n as usize] = crc;
+                    n += 1;
+                    Crcs::Few { n, blocks, crcs }
+                }
+                None => {
+                    let r = self.new_full();
+                    for i in 0..FEW {
+                        self.set_full(r, blocks[i] as usize, crcs[i]);
                     }
-                };
-                self.slab[r * self.stride..(r + 1) * self.stride].fill(0);
-                self.at.insert(slot, r as u32);
-                r
+                    Crcs::Full(r)
+                }
+            },
+            full => full,
+        };
+        if let Crcs::Full(r) = d.crcs {
+            self.set_full(r, block, crc);
+        }
+        self.at.insert(slot, d);
+    }
+
+    fn new_full(&mut self) -> u32 {
+        let r = match self.free.pop() {
+            Some(r) => r,
+            None => {
+                self.slab.resize(self.slab.len() + self.stride, 0);
+                (self.slab.len() / self.stride - 1) as u32
             }
         };
+        self.full_mut(r).fill(0);
+        r
+    }
+
+    fn set_full(&mut self, r: u32, block: usize, crc: u32) {
         let value_at = self.value_at(block);
-        let rec = &mut self.slab[r * self.stride..(r + 1) * self.stride];
-        rec[0] = interval as u32;
-        rec[1] = (interval >> 32) as u32;
-        rec[2 + block / 32] |= 1 << (block % 32);
+        let rec = self.full_mut(r);
+        rec[block / 32] |= 1 << (block % 32);
         rec[value_at] = crc;
     }
 
     fn forget_block(&mut self, slot: u32, block: usize) {
-        if let Some(&r) = self.at.get(&slot) {
-            self.slab[r as usize * self.stride + 2 + block / 32] &= !(1 << (block % 32));
+        let Some(d) = self.at.get_mut(&slot) else {
+            return;
+        };
+        match &mut d.crcs {
+            Crcs::Few { n, blocks, crcs } => {
+                if let Some(i) = (0..*n as usize).find(|&i| blocks[i] as usize == block) {
+                    let last = *n as usize - 1;
+                    blocks[i] = blocks[last];
+                    crcs[i] = crcs[last];
+                    *n -= 1;
+                }
+            }
+            &mut Crcs::Full(r) => self.full_mut(r)[block / 32] &= !(1 << (block % 32)),
         }
     }
 
     fn remove(&mut self, slot: u32) {
-        if let Some(r) = self.at.remove(&slot) {
+        if let Some(Dirty {
+            crcs: Crcs::Full(r),
+            ..
+        }) = self.at.remove(&slot)
+        {
             self.free.push(r);
         }
     }
 
     /// The interval of `slot`'s record.
+    #[cfg(test)]
     pub fn interval(&self, slot: u32) -> Option<u64> {
-        self.record(slot)
-            .map(|rec| rec[0] as u64 | (rec[1] as u64) << 32)
+        self.at.get(&slot).map(|d| d.interval)
     }
 
     /// A copy of `slot`'s record (None: the slot has none), to compose a page with later.
     pub fn save(&self, slot: u32) -> Option<SavedCrcs> {
-        self.record(slot).map(|rec| rec.into())
+        let d = self.at.get(&slot)?;
+        let mut rec = vec![0u32; self.stride];
+        self.each(d, |b, crc| {
+            rec[b / 32] |= 1 << (b % 32);
+            rec[self.value_at(b)] = crc;
+        });
+        Some(rec.into_boxed_slice())
     }
 
-    /// Does `slot`'s record (or `saved`, a record saved earlier) set every block of `alloc`?
+    /// Does `slot`'s record set every block of `alloc`?
     pub fn covers(&self, slot: u32, alloc: &[u64]) -> bool {
-        let Some(rec) = self.record(slot) else {
-            return alloc.iter().all(|&w| w == 0);
-        };
-        (0..self.blocks).all(|b| alloc[b / 64] & (1 << (b % 64)) == 0 || is_set(rec, b))
+        (0..self.blocks)
+            .all(|b| alloc[b / 64] & (1 << (b % 64)) == 0 || self.get(slot, b).is_some())
     }
 
     /// Write the crcs set in `slot`'s record (or in `saved`, when given) into `image`, the
@@ -278,22 +408,20 @@ impl DirtyCrcs {
         slot: u32,
         saved: Option<&[u32]>,
     ) {
-        let Some(rec) = saved.or_else(|| self.record(slot)) else {
-            return;
-        };
-        for b in 0..self.blocks {
-            if is_set(rec, b) {
-                geometry.set(image, slot, b, rec[self.value_at(b)]);
+        let mut put = |b: usize, crc: u32| geometry.set(image, slot, b, crc);
+        match saved {
+            Some(rec) => self.each_saved(rec, &mut put),
+            None => {
+                if let Some(d) = self.at.get(&slot) {
+                    self.each(d, &mut put);
+                }
             }
         }
     }
 
     /// Slots with a record, and their interval.
     pub fn slots(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
-        self.at.keys().map(|&slot| {
-            let interval = self.interval(slot).unwrap_or_default();
-            (slot, interval)
-        })
+        self.at.iter().map(|(&slot, d)| (slot, d.interval))
     }
 
     /// Drop the records of checkpoints up to `seq`, first calling `f(slot, block, crc)` for
@@ -305,20 +433,22 @@ impl DirtyCrcs {
             .map(|(slot, _)| slot)
             .collect();
         for slot in old {
-            if let Some(rec) = self.record(slot) {
-                for b in 0..self.blocks {
-                    if is_set(rec, b) {
-                        f(slot, b, rec[self.value_at(b)]);
-                    }
-                }
+            if let Some(d) = self.at.get(&slot) {
+                self.each(d, |b, crc| f(slot, b, crc));
             }
             self.remove(slot);
         }
     }
 
-    /// Bytes the records take (slab and map).
+    /// Bytes the records take (map and slab).
     pub fn bytes(&self) -> usize {
-        self.at.len() * (4 * self.stride + 16)
+        let entry = std::mem::size_of::<(u32, Dirty)>() + 1;
+        self.at.len() * entry + (self.slab.len() - self.free.len() * self.stride) * 4
+    }
+
+    /// Bytes of a full record and its map entry.
+    fn record_bytes(&self) -> usize {
+        4 * self.stride + std::mem::size_of::<(u32, Dirty)>() + 1
     }
 
     /// Records.
@@ -328,8 +458,9 @@ impl DirtyCrcs {
     }
 }
 
+/// Is block `block` set in a full record?
 fn is_set(rec: &[u32], block: usize) -> bool {
-    rec[2 + block / 32] & (1 << (block % 32)) != 0
+    rec[block / 32] & (1 << (block % 32)) != 0
 }
 
 /// Clean crc pages, at most `frames` of them, evicted by CLOCK.
@@ -424,8 +555,9 @@ mod tests {
 
     #[test]
     fn dirty_records_set_forget_and_drop_by_interval() {
-        // Goal: a slot's record keeps the crcs set since the cut (and which), forgets a
-        // block or the whole slot, reuses freed records, and drops by checkpoint.
+        // Goal: a slot's record keeps the crcs set since the cut (and which), inline up to
+        // FEW and in the slab beyond, forgets a block or the whole slot, reuses freed slab
+        // records, saves a full copy, and drops by checkpoint.
         let mut d = DirtyCrcs::new(70);
         d.set(5, 0, 11, 3);
         d.set(5, 69, 12, 4);
@@ -434,19 +566,38 @@ mod tests {
             (d.get(5, 0), d.get(5, 69), d.get(5, 1)),
             (Some(11), Some(12), None)
         );
+        assert!(d.slab.is_empty(), "two crcs stay inline");
         assert_eq!(d.interval(5), Some(4), "the newest change's checkpoint");
         d.forget_block(5, 0);
         assert_eq!(d.get(5, 0), None);
         assert!(d.covers(5, &[0, 1 << 5]));
         assert!(!d.covers(5, &[1, 0]));
+        let saved = d.save(5).expect("a record");
+        assert_eq!(saved.len(), d.stride);
         let mut dropped = Vec::new();
         d.drop_through(3, |slot, block, crc| dropped.push((slot, block, crc)));
         assert_eq!(dropped, vec![(9, 1, 13)]);
         assert_eq!(d.len(), 1);
+        // A whole object's crcs move to the slab, keeping the inline ones.
         d.set(20, 2, 14, 5);
-        assert_eq!(d.slab.len(), 2 * d.stride, "the freed record is reused");
-        d.remove(5);
-        assert_eq!(d.get(5, 69), None);
+        for b in 10..70 {
+            d.set(20, b, b as u32, 5);
+        }
+        assert_eq!(d.slab.len(), d.stride, "one full record");
+        assert_eq!(
+            (d.get(20, 2), d.get(20, 69), d.get(20, 3)),
+            (Some(14), Some(69), None)
+        );
+        d.forget_block(20, 69);
+        assert_eq!(d.get(20, 69), None);
+        d.remove(20);
+        for b in 0..FEW + 1 {
+            d.set(21, b, 1, 5);
+        }
+        assert_eq!(d.slab.len(), d.stride, "the freed record is reused");
+        assert_eq!(d.get(5, 69), Some(12));
+        d.drop_through(5, |_, _, _| {});
+        assert_eq!((d.len(), d.bytes()), (0, 0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! crcs, slot states and the free slots, and the overlay of blocks whose WAL records are not
 //! yet copied into their slot. Pure bookkeeping (no I/O), checked by assertions on every change.
 //!
-//! Everything per slot lives in slot-indexed vectors allocated zeroed, and free slots are
+//! Everything per slot lives in slot-indexed arrays mapped as zeros, and free slots are
 //! handed out lowest first, so memory grows with the objects stored, not with the slots
 //! (docs/design.md, "Memory").
 
@@ -13,6 +13,7 @@ use crate::engine::AlignedBuf;
 use crate::free_slots::FreeSlots;
 use crate::objects::ObjectTable;
 use crate::options::BLOCK_BYTES;
+use crate::zeroed::ZeroedArray;
 use basalt_proto::{ObjectId, Version};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -36,7 +37,7 @@ pub(crate) struct ObjectMeta {
 }
 
 /// The life of a slot: `Free → Reserved → Used → Pending → Free`. Kept as one byte per
-/// slot; 0 is `Free`, so a zeroed vector is a table of free slots.
+/// slot; 0 is `Free`, so an array of zeros is a table of free slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 enum SlotState {
@@ -75,9 +76,9 @@ pub(crate) struct Index {
     words_per_slot: usize,
     objects: ObjectTable,
     /// Per slot, its [`SlotState`] as a byte.
-    state: Vec<u8>,
+    state: ZeroedArray<u8>,
     crcs: CrcTable,
-    alloc: Vec<u64>,
+    alloc: ZeroedArray<u64>,
     /// Mirrors `state == Free`, searchable for the lowest free slot.
     free: FreeSlots,
     pending_free: VecDeque<(u64, u32)>,
@@ -108,9 +109,9 @@ impl Index {
             blocks_per_slot: blocks,
             words_per_slot: words,
             objects: ObjectTable::new(slot_count),
-            state: vec![SlotState::Free as u8; n],
+            state: ZeroedArray::new(n),
             crcs: CrcTable::new(slot_count, blocks, geometry, seq, carry),
-            alloc: vec![0; n * words],
+            alloc: ZeroedArray::new(n * words),
             free: FreeSlots::new(slot_count),
             pending_free: VecDeque::new(),
             overlay: HashMap::default(),
@@ -145,9 +146,12 @@ impl Index {
         &self.crcs
     }
 
-    /// Bytes of crcs set since the last checkpoint's cut (0 when every crc lives in RAM).
-    pub fn crc_dirty_bytes(&self) -> usize {
-        self.crcs.paged().map_or(0, |p| p.dirty_bytes())
+    /// Do the crcs set since the last checkpoint's cut take more RAM than they may (never
+    /// when every crc lives in RAM)?
+    pub fn crc_dirty_over_bound(&self) -> bool {
+        self.crcs
+            .paged()
+            .is_some_and(|p| p.dirty_bytes() > p.dirty_bytes_max())
     }
 
     pub fn alloc_words(&self, slot: u32) -> &[u64] {

@@ -6,7 +6,6 @@
 
 use crate::checkpoint::{AreaWriter, CheckpointHeader};
 use crate::crc_pages;
-use crate::crcs::CRC_DIRTY_BYTES_MAX;
 use crate::device::InFlightWrite;
 use crate::error::StoreError;
 use crate::index::{CutPage, BLOCK, CUT_SCAN_SLOTS_MAX};
@@ -270,10 +269,6 @@ pub(crate) struct Leader {
     completed: Vec<u32>,
     /// Write records of the batch being applied: (slot, first block, block count).
     applied: Vec<(u32, u32, u32)>,
-    /// The buffer a checkpoint is streamed through (at most a chunk and a block).
-    checkpoint_buf: Vec<u8>,
-    /// The buffer a checkpoint's crc pages go through ([`CRC_PAGES_PER_WRITE`] pages).
-    crc_buf: Vec<u8>,
 }
 
 impl Leader {
@@ -285,8 +280,6 @@ impl Leader {
             in_flight: Vec::new(),
             completed: Vec::new(),
             applied: Vec::new(),
-            checkpoint_buf: Vec::new(),
-            crc_buf: Vec::new(),
         }
     }
 }
@@ -351,7 +344,7 @@ impl Store {
             (wal.pending_pos - wal.tail_pos) * 100 > wal.wal_bytes * CHECKPOINT_TRIGGER_PERCENT
         };
         // Dirty crcs leave RAM at the checkpoint that writes them.
-        let crcs_filling = read(&self.index).crc_dirty_bytes() > CRC_DIRTY_BYTES_MAX;
+        let crcs_filling = read(&self.index).crc_dirty_over_bound();
         // A forced batch with no room for its commit record means the WAL is full: a
         // checkpoint confirms everything instead.
         if wal_filling || crcs_filling || (force && taken.is_none()) {
@@ -543,7 +536,7 @@ impl Store {
         if let Some((start_pos, last_lsn)) = taken {
             self.commit_batch(leader, batch, start_pos, last_lsn)?;
         }
-        self.write_crc_pages(leader, header.seq, pages)?;
+        self.write_crc_pages(header.seq, pages)?;
         // The records before the new replay position are about to be overwritable: what they
         // put in place must be durable first; so must the crc pages the checkpoint names.
         self.file.sync("fdatasync before checkpoint")?;
@@ -556,15 +549,16 @@ impl Store {
             assert!(at + bytes.len() as u64 <= end, "checkpoint fits its area");
             self.file.write_at(bytes, at, "write checkpoint")
         };
-        let buf = std::mem::take(&mut leader.checkpoint_buf);
-        let mut w = AreaWriter::new(header, self.layout.table_format(), start, buf);
+        // The buffers of a checkpoint (a piece of the table, a group of crc pages) are freed
+        // after it: between checkpoints they would only be resident memory.
+        let mut w = AreaWriter::new(header, self.layout.table_format(), start, Vec::new());
         // A piece at a time: encode under the table's lock, write without it.
         while !write(&self.index).encode_cut(&mut w, CUT_SCAN_SLOTS_MAX) {
             w.write_blocks(&mut write_at)?;
         }
         let numbers: Vec<u32> = pages.iter().map(|c| c.page).collect();
         w.push_pages(&numbers);
-        leader.checkpoint_buf = w.finish(&mut write_at)?;
+        w.finish(&mut write_at)?;
         self.file.sync("fdatasync checkpoint")
     }
 
@@ -572,54 +566,45 @@ impl Store {
     /// the old contents of those that need them read from the newest region (which this
     /// checkpoint never writes), the crcs set in RAM composed over them under the table's
     /// lock, then all written together.
-    fn write_crc_pages(
-        &self,
-        leader: &mut Leader,
-        seq: u64,
-        pages: &[CutPage],
-    ) -> Result<(), StoreError> {
+    fn write_crc_pages(&self, seq: u64, pages: &[CutPage]) -> Result<(), StoreError> {
         let (Some(regions), Some(g)) = (self.layout.crc_region_offsets, self.layout.crc_geometry())
         else {
             return Ok(());
         };
         let page_bytes = g.page_bytes as usize;
         let (base_region, base_seq) = (((seq - 1) % 2) as usize, seq - 1);
-        let mut buf = std::mem::take(&mut leader.crc_buf);
-        let result = (|| {
-            for group in pages.chunks(CRC_PAGES_PER_WRITE) {
-                buf.clear();
-                buf.resize(group.len() * page_bytes, 0);
-                self.read_crc_bases(group, regions[base_region], page_bytes, &mut buf)?;
-                for (c, image) in group.iter().zip(buf.chunks_exact(page_bytes)) {
-                    if c.needs_base && !crc_pages::is_valid(image, c.page, base_region, base_seq) {
-                        return Err(StoreError::corrupt(format!(
-                            "crc page {} of region {base_region} fails its check: checkpoint \
+        let mut buf = Vec::new();
+        for group in pages.chunks(CRC_PAGES_PER_WRITE) {
+            buf.clear();
+            buf.resize(group.len() * page_bytes, 0);
+            self.read_crc_bases(group, regions[base_region], page_bytes, &mut buf)?;
+            for (c, image) in group.iter().zip(buf.chunks_exact(page_bytes)) {
+                if c.needs_base && !crc_pages::is_valid(image, c.page, base_region, base_seq) {
+                    return Err(StoreError::corrupt(format!(
+                        "crc page {} of region {base_region} fails its check: checkpoint \
                              {seq} cannot be written",
-                            c.page
-                        )));
-                    }
+                        c.page
+                    )));
                 }
-                {
-                    let mut index = write(&self.index);
-                    for (c, image) in group.iter().zip(buf.chunks_exact_mut(page_bytes)) {
-                        index.compose_cut_page(c.page, image);
-                    }
-                }
-                let mut writes = Vec::with_capacity(group.len());
-                let region = regions[(seq % 2) as usize];
-                for (c, image) in group.iter().zip(buf.chunks_exact_mut(page_bytes)) {
-                    crc_pages::seal(image, c.page, seq);
-                    let at = region + c.page as u64 * page_bytes as u64;
-                    if let Some(w) = self.file.start_write(image, at, "write crc page")? {
-                        writes.push(w);
-                    }
-                }
-                self.finish_copies(&mut writes)?;
             }
-            Ok(())
-        })();
-        leader.crc_buf = buf;
-        result
+            {
+                let mut index = write(&self.index);
+                for (c, image) in group.iter().zip(buf.chunks_exact_mut(page_bytes)) {
+                    index.compose_cut_page(c.page, image);
+                }
+            }
+            let mut writes = Vec::with_capacity(group.len());
+            let region = regions[(seq % 2) as usize];
+            for (c, image) in group.iter().zip(buf.chunks_exact_mut(page_bytes)) {
+                crc_pages::seal(image, c.page, seq);
+                let at = region + c.page as u64 * page_bytes as u64;
+                if let Some(w) = self.file.start_write(image, at, "write crc page")? {
+                    writes.push(w);
+                }
+            }
+            self.finish_copies(&mut writes)?;
+        }
+        Ok(())
     }
 
     /// Read the old contents of the pages of `group` that need them from the region at

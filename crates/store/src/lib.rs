@@ -26,6 +26,7 @@ mod recovery;
 mod store;
 mod superblock;
 pub mod wal;
+mod zeroed;
 
 pub use device::Disk;
 pub use error::StoreError;
