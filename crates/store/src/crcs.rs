@@ -8,8 +8,9 @@ use crate::zeroed::ZeroedArray;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Bytes of dirty crcs past which a flush checkpoints (4 MiB: 26,000 slots of 32 blocks,
-/// about what a 256 MiB WAL holds of 4 KiB writes between checkpoints anyway)...
+/// Bytes of dirty crcs past which a flush checkpoints (4 MiB: 87,000 slots changed by small
+/// writes, their crcs inline, or 26,000 whole objects of 32 blocks; a 256 MiB WAL holds
+/// 31,000 4 KiB writes between the checkpoints it triggers itself)...
 const CRC_DIRTY_BYTES_MIN_BOUND: usize = 4 << 20;
 /// ...but at least this many slots' records, so stores of large objects (4 KiB of crcs per
 /// 4 MiB slot) do not checkpoint every thousand small writes.
