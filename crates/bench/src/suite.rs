@@ -45,6 +45,9 @@ const OPT_IN_SECTIONS: [&str; 2] = [
     crate::sections::security::ID,
     crate::sections::metrics_cost::ID,
 ];
+/// Sections that `--quick` leaves out unless `--sections` names them: the memory section
+/// writes a million objects and removes their sparse store, minutes on a virtual disk.
+const NOT_QUICK_SECTIONS: [&str; 1] = [crate::sections::memory::ID];
 /// Sections that run fio on the disk test file and the Basalt volume (which are written
 /// once before they run).
 const PROFILE_SECTIONS: [&str; 3] = ["disk", "torus", "vitastor"];
@@ -105,7 +108,11 @@ impl StorageOptions {
     /// Whether section `id` runs.
     pub fn runs(&self, id: &str) -> bool {
         match &self.sections {
-            None => !OPT_IN_SECTIONS.contains(&id),
+            None => {
+                let left_out_of_quick =
+                    self.quick && !self.smoke && NOT_QUICK_SECTIONS.contains(&id);
+                !(OPT_IN_SECTIONS.contains(&id) || left_out_of_quick)
+            }
             Some(ids) => ids.iter().any(|s| s == id),
         }
     }
@@ -601,10 +608,25 @@ mod tests {
     fn sections_are_chosen_by_id() {
         // Goal: --sections runs exactly the sections it names, refuses unknown ones with
         // the list of real ones, and runs everything but the opt-in ones when absent.
-        let all = options(None);
+        let quick = options(None);
+        assert!(SECTION_IDS.iter().all(|id| quick.runs(id)
+            != (OPT_IN_SECTIONS.contains(id) || NOT_QUICK_SECTIONS.contains(id))));
+        let all = StorageOptions {
+            quick: false,
+            ..options(None)
+        };
         assert!(SECTION_IDS
             .iter()
             .all(|id| all.runs(id) != OPT_IN_SECTIONS.contains(id)));
+        let smoke = StorageOptions {
+            smoke: true,
+            ..options(None)
+        };
+        assert!(smoke.runs("memory") && !quick.runs("memory") && all.runs("memory"));
+        assert!(
+            options(Some(&["memory"])).runs("memory"),
+            "named, it runs in --quick"
+        );
         assert!(options(Some(&["security"])).runs("security"));
         assert!(!all.runs("metrics") && options(Some(&["metrics"])).runs("metrics"));
         let some = options(Some(&["network", "scaling"]));

@@ -78,7 +78,7 @@ pub struct StorageArgs {
     quick: bool,
     /// Run only these sections, comma-separated, in their usual order: network, disk,
     /// torus, vitastor, scaling, s3, strmvol, plasmavmc, nvmf, memory (the store's RAM per
-    /// object); and, only when named,
+    /// object; not in --quick unless named); and, only when named,
     /// security (authentication and TLS costs) and metrics (metrics on vs off). Example:
     /// --sections network,disk
     #[arg(long, value_delimiter = ',')]

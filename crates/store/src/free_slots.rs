@@ -2,15 +2,17 @@
 //! 64 slots (set: all 64 taken), so the lowest free slot is found by skipping full words.
 //! Handing out the lowest free slot keeps used slots dense at the start of the file (and of
 //! the slot-indexed tables in RAM). A bitmap of zeros means "all free", so the bits of slots
-//! never used cost no resident memory (the vectors are zeroed allocations).
+//! never used cost no resident memory (the arrays are mappings of zeros).
+
+use crate::zeroed::ZeroedArray;
 
 /// Free-slot bitmap over `slot_count` slots. Not synchronized: the index owns it.
 pub(crate) struct FreeSlots {
     slot_count: u32,
     /// Bit `s % 64` of word `s / 64`: slot `s` is taken. Bits past `slot_count` are set.
-    taken: Vec<u64>,
+    taken: ZeroedArray<u64>,
     /// Bit `w % 64` of word `w / 64`: `taken[w]` is all ones. Bits past `taken.len()` are set.
-    full: Vec<u64>,
+    full: ZeroedArray<u64>,
     /// No `full` word below this index has a zero bit (a search starts here).
     first_open: usize,
     free_count: u64,
@@ -23,8 +25,8 @@ impl FreeSlots {
         let words = n.div_ceil(64);
         let mut s = FreeSlots {
             slot_count,
-            taken: vec![0; words],
-            full: vec![0; words.div_ceil(64).max(1)],
+            taken: ZeroedArray::new(words),
+            full: ZeroedArray::new(words.div_ceil(64).max(1)),
             first_open: 0,
             free_count: slot_count as u64,
         };

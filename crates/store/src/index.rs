@@ -2,15 +2,18 @@
 //! crcs, slot states and the free slots, and the overlay of blocks whose WAL records are not
 //! yet copied into their slot. Pure bookkeeping (no I/O), checked by assertions on every change.
 //!
-//! Everything per slot lives in slot-indexed vectors allocated zeroed, and free slots are
+//! Everything per slot lives in slot-indexed arrays mapped as zeros, and free slots are
 //! handed out lowest first, so memory grows with the objects stored, not with the slots
 //! (docs/design.md, "Memory").
 
-use crate::checkpoint::{self, AreaWriter, EntryRef};
+use crate::checkpoint::EntryRef;
+use crate::crc_pages::CrcGeometry;
+use crate::crcs::{CrcLookup, CrcTable};
 use crate::engine::AlignedBuf;
 use crate::free_slots::FreeSlots;
 use crate::objects::ObjectTable;
 use crate::options::BLOCK_BYTES;
+use crate::zeroed::ZeroedArray;
 use basalt_proto::{ObjectId, Version};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -22,9 +25,9 @@ pub(crate) const BLOCK: usize = BLOCK_BYTES as usize;
 pub(crate) type Block = [u8; BLOCK];
 /// Overlay buffers kept for reuse once their block is applied (bounds the pool at 4 MiB).
 const BLOCK_POOL_MAX: usize = 1024;
-/// Slots looked at per call of [`Index::encode_cut`] (bounds the table lock's hold when
-/// few slots are used).
-pub(crate) const CUT_SCAN_SLOTS_MAX: u32 = 1 << 16;
+pub(crate) use cut::{CutPage, CUT_SCAN_SLOTS_MAX};
+
+mod cut;
 
 /// Where an object lives and its last version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +37,7 @@ pub(crate) struct ObjectMeta {
 }
 
 /// The life of a slot: `Free → Reserved → Used → Pending → Free`. Kept as one byte per
-/// slot; 0 is `Free`, so a zeroed vector is a table of free slots.
+/// slot; 0 is `Free`, so an array of zeros is a table of free slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 enum SlotState {
@@ -67,24 +70,15 @@ struct OverlayBlock {
     data: Box<Block>,
 }
 
-/// A checkpoint being streamed: the table as of its cut, for the slots not yet encoded.
-struct Cut {
-    /// Slots below this one are encoded.
-    next: u32,
-    /// Slots at or past `next` changed since the cut: their entry as of the cut (encoded),
-    /// or None when no object held them then.
-    saved: HashMap<u32, Option<Box<[u8]>>, FastHash>,
-}
-
 /// The object table. Not synchronized: the store wraps it in a lock.
 pub(crate) struct Index {
     blocks_per_slot: usize,
     words_per_slot: usize,
     objects: ObjectTable,
     /// Per slot, its [`SlotState`] as a byte.
-    state: Vec<u8>,
-    crcs: Vec<u32>,
-    alloc: Vec<u64>,
+    state: ZeroedArray<u8>,
+    crcs: CrcTable,
+    alloc: ZeroedArray<u64>,
     /// Mirrors `state == Free`, searchable for the lowest free slot.
     free: FreeSlots,
     pending_free: VecDeque<(u64, u32)>,
@@ -95,12 +89,19 @@ pub(crate) struct Index {
     pool: Vec<Box<Block>>,
     used_blocks: u64,
     /// The checkpoint being written, if any (see [`Index::begin_cut`]).
-    cut: Option<Cut>,
+    cut: Option<cut::Cut>,
 }
 
 impl Index {
-    /// An empty table for `slot_count` slots, every slot free.
-    pub fn new(slot_count: u32, blocks_per_slot: u32) -> Index {
+    /// An empty table for `slot_count` slots, every slot free; its crcs in RAM, or (with a
+    /// crc `geometry`) in the crc region of checkpoint `seq`, which wrote pages `carry`.
+    pub fn new(
+        slot_count: u32,
+        blocks_per_slot: u32,
+        geometry: Option<CrcGeometry>,
+        seq: u64,
+        carry: Vec<u32>,
+    ) -> Index {
         let blocks = blocks_per_slot as usize;
         let words = blocks.div_ceil(64);
         let n = slot_count as usize;
@@ -108,9 +109,9 @@ impl Index {
             blocks_per_slot: blocks,
             words_per_slot: words,
             objects: ObjectTable::new(slot_count),
-            state: vec![SlotState::Free as u8; n],
-            crcs: vec![0; n * blocks],
-            alloc: vec![0; n * words],
+            state: ZeroedArray::new(n),
+            crcs: CrcTable::new(slot_count, blocks, geometry, seq, carry),
+            alloc: ZeroedArray::new(n * words),
             free: FreeSlots::new(slot_count),
             pending_free: VecDeque::new(),
             overlay: HashMap::default(),
@@ -134,18 +135,28 @@ impl Index {
         self.alloc[slot as usize * self.words_per_slot + block / 64] & (1 << (block % 64)) != 0
     }
 
-    pub fn block_crc(&self, slot: u32, block: usize) -> u32 {
-        self.crcs[slot as usize * self.blocks_per_slot + block]
+    /// The crc of block `block` of `slot` (allocated, in a used slot), or the crc page
+    /// that holds it.
+    pub fn block_crc(&self, slot: u32, block: usize) -> CrcLookup {
+        self.crcs.get(slot, block)
+    }
+
+    /// The crcs in RAM.
+    pub fn crcs(&self) -> &CrcTable {
+        &self.crcs
+    }
+
+    /// Do the crcs set since the last checkpoint's cut take more RAM than they may (never
+    /// when every crc lives in RAM)?
+    pub fn crc_dirty_over_bound(&self) -> bool {
+        self.crcs
+            .paged()
+            .is_some_and(|p| p.dirty_bytes() > p.dirty_bytes_max())
     }
 
     pub fn alloc_words(&self, slot: u32) -> &[u64] {
         let s = slot as usize * self.words_per_slot;
         &self.alloc[s..s + self.words_per_slot]
-    }
-
-    fn slot_crcs(&self, slot: u32) -> &[u32] {
-        let s = slot as usize * self.blocks_per_slot;
-        &self.crcs[s..s + self.blocks_per_slot]
     }
 
     /// The unapplied newest contents of a block, if any.
@@ -304,7 +315,7 @@ impl Index {
                 self.alloc[slot as usize * self.words_per_slot + b / 64] &= !(1 << (b % 64));
                 self.used_blocks -= 1;
             }
-            self.crcs[slot as usize * self.blocks_per_slot + b] = 0;
+            self.crcs.clear(slot, b);
             self.drop_overlay(slot, b as u32);
         }
         if self.alloc_words(slot).iter().all(|&w| w == 0) {
@@ -395,7 +406,11 @@ impl Index {
         if self.objects.find(e.obj).is_some() {
             return Err(format!("object {} appears twice", e.obj));
         }
-        if e.alloc.len() != self.words_per_slot || e.crcs.len() != self.blocks_per_slot {
+        let crcs_in_ram = self.crcs.paged().is_none();
+        let crcs_ok = e.crcs.map_or(!crcs_in_ram, |c| {
+            crcs_in_ram && c.len() == self.blocks_per_slot
+        });
+        if e.alloc.len() != self.words_per_slot || !crcs_ok {
             return Err("entry geometry".into());
         }
         let tail_bits = self.blocks_per_slot % 64;
@@ -409,73 +424,15 @@ impl Index {
         self.set_state(slot, SlotState::Used);
         for b in 0..self.blocks_per_slot {
             if e.alloc[b / 64] & (1 << (b % 64)) != 0 {
-                self.set_block(slot, b, e.crcs[b]);
+                // A paged store's crcs stay in its crc region until a block changes.
+                match e.crcs {
+                    Some(crcs) => self.set_block(slot, b, crcs[b]),
+                    None => self.allocate(slot, b),
+                }
             }
         }
         self.objects.insert(e.obj, slot, e.version);
         Ok(())
-    }
-
-    /// Start a checkpoint's cut: from now on a change to a slot not yet encoded by
-    /// [`Index::encode_cut`] first saves the slot's entry as it is now, so the checkpoint
-    /// records the table of this moment while writers go on.
-    pub fn begin_cut(&mut self) {
-        assert!(self.cut.is_none(), "one checkpoint at a time");
-        self.cut = Some(Cut {
-            next: 0,
-            saved: HashMap::default(),
-        });
-    }
-
-    /// Push the entries of the next slots, as of the cut, into `w` until it wants writing
-    /// or `scan_max` slots were looked at; true once every slot is encoded.
-    pub fn encode_cut(&mut self, w: &mut AreaWriter, scan_max: u32) -> bool {
-        let Some(mut cut) = self.cut.take() else {
-            panic!("encode_cut without begin_cut");
-        };
-        let slot_count = self.state.len() as u32;
-        let scan_end = cut.next.saturating_add(scan_max).min(slot_count);
-        while cut.next < scan_end && !w.wants_write() {
-            let slot = cut.next;
-            match cut.saved.remove(&slot) {
-                Some(Some(entry)) => w.push_encoded(&entry),
-                Some(None) => {}
-                None if self.state(slot) == SlotState::Used => w.push_entry(&self.entry(slot)),
-                None => {}
-            }
-            cut.next += 1;
-        }
-        let done = cut.next == slot_count;
-        if done {
-            assert!(cut.saved.is_empty(), "every saved entry was encoded");
-        } else {
-            self.cut = Some(cut);
-        }
-        done
-    }
-
-    /// Forget the cut (the checkpoint is written, or failed).
-    pub fn end_cut(&mut self) {
-        self.cut = None;
-    }
-
-    /// Before `slot` changes: while a checkpoint streams and has not encoded `slot` yet,
-    /// save its entry as of the cut (once).
-    fn touch(&mut self, slot: u32) {
-        let Some(cut) = &self.cut else {
-            return;
-        };
-        if slot < cut.next || cut.saved.contains_key(&slot) {
-            return;
-        }
-        let entry = (self.state(slot) == SlotState::Used).then(|| {
-            let mut bytes = vec![0u8; checkpoint::entry_bytes(self.blocks_per_slot as u32)];
-            checkpoint::encode_entry(&mut bytes, &self.entry(slot));
-            bytes.into_boxed_slice()
-        });
-        if let Some(cut) = &mut self.cut {
-            cut.saved.insert(slot, entry);
-        }
     }
 
     /// Every object as a checkpoint records it, in slot order.
@@ -494,7 +451,7 @@ impl Index {
             version,
             slot,
             alloc: self.alloc_words(slot),
-            crcs: self.slot_crcs(slot),
+            crcs: self.crcs.slot_crcs(slot),
         }
     }
 
@@ -546,9 +503,11 @@ impl Index {
             free += u64::from(state == SlotState::Free);
             // Only a used slot's allocated blocks hold anything: the rest stays zero (as
             // the zeroed allocation left it), so slots never used cost no memory.
-            for b in 0..self.blocks_per_slot {
-                if state != SlotState::Used || !self.is_allocated(slot, b) {
-                    assert_eq!(self.block_crc(slot, b), 0, "crc of slot {slot} hole {b}");
+            if let Some(crcs) = self.crcs.slot_crcs(slot) {
+                for (b, &crc) in crcs.iter().enumerate() {
+                    if state != SlotState::Used || !self.is_allocated(slot, b) {
+                        assert_eq!(crc, 0, "crc of slot {slot} hole {b}");
+                    }
                 }
             }
             if state != SlotState::Used {
@@ -562,11 +521,21 @@ impl Index {
         for &(_, s) in &self.pending_free {
             assert_eq!(self.state(s), SlotState::Pending);
         }
+        if let Some(p) = self.crcs.paged() {
+            for (slot, interval) in p.dirty.slots() {
+                assert_eq!(
+                    self.state(slot),
+                    SlotState::Used,
+                    "dirty crcs of a used slot"
+                );
+                assert!(
+                    interval <= p.interval && interval > p.newest_seq,
+                    "dirty crcs belong to a checkpoint not yet durable"
+                );
+            }
+        }
         if let Some(cut) = &self.cut {
-            assert!(
-                cut.saved.keys().all(|&s| s >= cut.next),
-                "entries are saved only for slots not yet encoded"
-            );
+            cut.check_invariants();
         }
         for &slot in self.in_flight.keys() {
             assert!(
@@ -599,12 +568,16 @@ impl Index {
     }
 
     fn set_block(&mut self, slot: u32, block: usize, crc: u32) {
+        self.allocate(slot, block);
+        self.crcs.set(slot, block, crc);
+    }
+
+    fn allocate(&mut self, slot: u32, block: usize) {
         let word = &mut self.alloc[slot as usize * self.words_per_slot + block / 64];
         if *word & (1 << (block % 64)) == 0 {
             *word |= 1 << (block % 64);
             self.used_blocks += 1;
         }
-        self.crcs[slot as usize * self.blocks_per_slot + block] = crc;
     }
 
     fn put_overlay(&mut self, slot: u32, block: u32, lsn: u64, data: &[u8]) {
@@ -640,8 +613,7 @@ impl Index {
             self.used_blocks -= word.count_ones() as u64;
             *word = 0;
         }
-        let c = slot as usize * self.blocks_per_slot;
-        self.crcs[c..c + self.blocks_per_slot].fill(0);
+        self.crcs.clear_slot(slot);
         for b in 0..self.blocks_per_slot as u32 {
             self.drop_overlay(slot, b);
         }
@@ -662,7 +634,7 @@ impl Index {
 #[derive(Default, Clone, Copy)]
 pub(crate) struct FastHasher(u64);
 
-type FastHash = BuildHasherDefault<FastHasher>;
+pub(crate) type FastHash = BuildHasherDefault<FastHasher>;
 
 impl FastHasher {
     fn add(&mut self, v: u64) {
@@ -698,7 +670,7 @@ mod tests {
 
     #[test]
     fn slots_cycle_through_pending_before_reuse() {
-        let mut ix = Index::new(2, 4);
+        let mut ix = Index::new(2, 4, None, 0, Vec::new());
         let a = ObjectId::new(1, 0);
         let s0 = ix.reserve_free_slot().expect("slot");
         ix.write_blocks(
@@ -731,102 +703,9 @@ mod tests {
         ix.check_invariants();
     }
 
-    /// A xorshift step.
-    fn next(r: &mut u64) -> u64 {
-        *r ^= *r << 13;
-        *r ^= *r >> 7;
-        *r ^= *r << 17;
-        *r
-    }
-
-    /// One random change through the table's API, as the store makes them (4 blocks per
-    /// slot, 40 object names).
-    fn random_change(ix: &mut Index, r: &mut u64, lsn: &mut u64) {
-        *lsn += 1;
-        let obj = ObjectId::new(1, next(r) % 40);
-        let v = Version::new(1, *lsn);
-        let first = (next(r) % 4) as u32;
-        let n = 1 + next(r) % (4 - first as u64);
-        match next(r) % 6 {
-            0 | 1 => {
-                let crcs: Vec<u32> = (0..n).map(|_| next(r) as u32 | 1).collect();
-                let slot = match ix.object(obj) {
-                    Some(m) => m.slot,
-                    None => match ix.reserve_free_slot() {
-                        Some(s) => s,
-                        None => return,
-                    },
-                };
-                ix.write_blocks(obj, slot, v, first, &crcs, None);
-            }
-            2 => {
-                if let Some(slot) = ix.reserve_free_slot() {
-                    let crcs: Vec<u32> = (0..4).map(|_| next(r) as u32 | 1).collect();
-                    ix.remap(obj, slot, v, &crcs, Some(*lsn));
-                }
-            }
-            3 => {
-                ix.trim(obj, first, n as u32, v, Some(*lsn));
-            }
-            4 => {
-                ix.delete(obj, Some(*lsn));
-            }
-            _ => {
-                let to = ObjectId::new(1, (obj.index + 1 + next(r) % 39) % 40);
-                ix.rename(obj, to, Some(*lsn));
-            }
-        }
-        if next(r).is_multiple_of(3) {
-            ix.release_confirmed(*lsn);
-        }
-    }
-
-    #[test]
-    fn a_streamed_checkpoint_is_the_table_of_its_cut() {
-        // Goal: while a checkpoint is encoded a few slots at a time, writers change the
-        // table in every way the store does; what is streamed is byte for byte the
-        // checkpoint of the table at the cut (crc included).
-        let mut ix = Index::new(48, 4);
-        let (mut r, mut lsn) = (0x9e37_79b9_7f4a_7c15u64, 0u64);
-        for round in 0..200 {
-            for _ in 0..next(&mut r) % 30 {
-                random_change(&mut ix, &mut r, &mut lsn);
-            }
-            let header = crate::checkpoint::CheckpointHeader {
-                seq: round,
-                wal_pos: 0,
-                next_lsn: lsn + 1,
-                entry_count: ix.object_count(),
-                clean: false,
-                aligned_batches: true,
-            };
-            let mut want = Vec::new();
-            crate::checkpoint::encode(&mut want, &header, 4, ix.entries());
-            ix.begin_cut();
-            let mut w = AreaWriter::new(&header, 4, 0, Vec::new());
-            let step = 1 + (next(&mut r) % 7) as u32;
-            while !ix.encode_cut(&mut w, step) {
-                for _ in 0..next(&mut r) % 4 {
-                    random_change(&mut ix, &mut r, &mut lsn);
-                }
-                ix.check_invariants();
-            }
-            ix.end_cut();
-            let mut got = Vec::new();
-            let done = w.finish(|bytes, at| {
-                got.resize(got.len().max(at as usize + bytes.len()), 0);
-                got[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
-                Ok::<(), ()>(())
-            });
-            assert!(done.is_ok());
-            assert_eq!(got, want, "round {round}");
-            ix.check_invariants();
-        }
-    }
-
     #[test]
     fn applied_overlay_is_forgotten_unless_rewritten() {
-        let mut ix = Index::new(1, 2);
+        let mut ix = Index::new(1, 2, None, 0, Vec::new());
         let a = ObjectId::new(1, 0);
         let s = ix.reserve_free_slot().expect("slot");
         ix.write_blocks(a, s, V, 0, &[1, 2], Some((5, &[&[1; BLOCK], &[2; BLOCK]])));

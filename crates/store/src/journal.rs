@@ -5,9 +5,10 @@
 //! checkpoints; writers only append encoded records to [`WalBuffer`] under its mutex.
 
 use crate::checkpoint::{AreaWriter, CheckpointHeader};
+use crate::crc_pages;
 use crate::device::InFlightWrite;
 use crate::error::StoreError;
-use crate::index::{BLOCK, CUT_SCAN_SLOTS_MAX};
+use crate::index::{CutPage, BLOCK, CUT_SCAN_SLOTS_MAX};
 use crate::store::{lock, read, write, Store};
 use crate::wal::{self, WalBody, COMMIT_RECORD_BYTES};
 use basalt_proto::{ObjectId, Version};
@@ -15,6 +16,9 @@ use std::sync::atomic::Ordering;
 
 /// Checkpoint once the written part of the WAL passes this share of its size (percent).
 pub(crate) const CHECKPOINT_TRIGGER_PERCENT: u64 = 50;
+/// Crc pages a checkpoint reads, composes and writes at a time (bounds its buffer: 1 MiB of
+/// 4 KiB pages).
+const CRC_PAGES_PER_WRITE: usize = 256;
 
 /// A record did not fit in the WAL: the caller checkpoints and retries.
 pub(crate) struct WalFull;
@@ -271,8 +275,6 @@ pub(crate) struct Leader {
     copied: Vec<(u32, u32, u32)>,
     /// Last LSN of that batch.
     copied_lsn: u64,
-    /// The buffer a checkpoint is streamed through (at most a chunk and a block).
-    checkpoint_buf: Vec<u8>,
 }
 
 impl Leader {
@@ -286,7 +288,6 @@ impl Leader {
             copies: Vec::new(),
             copied: Vec::new(),
             copied_lsn: 0,
-            checkpoint_buf: Vec::new(),
         }
     }
 }
@@ -350,9 +351,11 @@ impl Store {
             let wal = lock(&self.wal);
             (wal.pending_pos - wal.tail_pos) * 100 > wal.wal_bytes * CHECKPOINT_TRIGGER_PERCENT
         };
+        // Dirty crcs leave RAM at the checkpoint that writes them.
+        let crcs_filling = read(&self.index).crc_dirty_over_bound();
         // A forced batch with no room for its commit record means the WAL is full: a
         // checkpoint confirms everything instead.
-        if wal_filling || (force && taken.is_none()) {
+        if wal_filling || crcs_filling || (force && taken.is_none()) {
             self.checkpoint_locked(leader, false)?;
         }
         Ok(())
@@ -393,17 +396,23 @@ impl Store {
         Ok(())
     }
 
-    /// Wait for the in-place copies of the last durable batch, then let reads of their
-    /// blocks go to the slots. The first failure stops the store.
-    fn finish_deferred_copies(&self, leader: &mut Leader) -> Result<(), StoreError> {
+    /// Wait for every write of `copies`, all of them even after a failure; the first
+    /// failure is returned.
+    fn finish_copies(&self, copies: &mut Vec<InFlightWrite>) -> Result<(), StoreError> {
         let mut result = Ok(());
-        for copy in leader.copies.drain(..) {
+        for copy in copies.drain(..) {
             let done = self.file.finish_write(copy.done, copy.op);
             if result.is_ok() {
                 result = done;
             }
         }
-        result?;
+        result
+    }
+
+    /// Wait for the in-place copies of the last durable batch, then let reads of their
+    /// blocks go to the slots. The first failure stops the store.
+    fn finish_deferred_copies(&self, leader: &mut Leader) -> Result<(), StoreError> {
+        self.finish_copies(&mut leader.copies)?;
         if !leader.copied.is_empty() {
             let mut index = write(&self.index);
             for &(slot, first, count) in &leader.copied {
@@ -521,7 +530,7 @@ impl Store {
         let mut batch = std::mem::take(&mut leader.batch);
         batch.clear();
         let seq = leader.checkpoint_seq + 1;
-        let (taken, header) = {
+        let (taken, header, pages) = {
             // A consistent cut: writers update the table and append under the table's write
             // lock, so holding it stops them between records. The table is encoded later,
             // as of this moment: changes made meanwhile first save what they replace.
@@ -535,22 +544,32 @@ impl Store {
                 self.in_flight_bytes.store(0, Ordering::Relaxed);
                 Some(wal.take_batch(&mut batch, &mut leader.in_flight))
             };
+            let pages = index.begin_cut(seq);
             let header = CheckpointHeader {
                 seq,
                 wal_pos: wal.head_pos,
                 next_lsn: wal.next_lsn,
                 entry_count: index.object_count(),
+                page_count: pages.len() as u32,
                 clean,
                 aligned_batches: true,
             };
-            index.begin_cut();
-            (taken, header)
+            (taken, header, pages)
         };
-        let result = self.write_checkpoint(leader, &batch, taken, &header);
-        // Done or failed, nothing keeps saving entries for this checkpoint.
-        write(&self.index).end_cut();
+        let result = self.write_checkpoint(leader, &batch, taken, &header, &pages);
+        {
+            // Done or failed, nothing keeps saving entries for this checkpoint.
+            let mut index = write(&self.index);
+            match result {
+                Ok(()) => index.complete_cut(seq),
+                Err(_) => index.end_cut(),
+            }
+        }
         leader.batch = batch;
         result?;
+        // What the table freed since the last checkpoint (dropped dirty crcs, a hash array
+        // that doubled) goes back to the kernel rather than stay resident as free heap.
+        crate::memory::release_free_heap();
         leader.checkpoint_seq = seq;
         self.last_checkpoint_ms
             .store(self.opened_ms(), Ordering::Relaxed);
@@ -567,12 +586,14 @@ impl Store {
         batch: &[u8],
         taken: Option<(u64, u64)>,
         header: &CheckpointHeader,
+        pages: &[CutPage],
     ) -> Result<(), StoreError> {
         if let Some((start_pos, last_lsn)) = taken {
             self.commit_batch(leader, batch, start_pos, last_lsn)?;
         }
+        self.write_crc_pages(header.seq, pages)?;
         // The records before the new replay position are about to be overwritable: what they
-        // put in place must be durable first.
+        // put in place must be durable first; so must the crc pages the checkpoint names.
         self.finish_deferred_copies(leader)?;
         self.file.sync("fdatasync before checkpoint")?;
         let area = (header.seq % 2) as usize;
@@ -584,13 +605,94 @@ impl Store {
             assert!(at + bytes.len() as u64 <= end, "checkpoint fits its area");
             self.file.write_at(bytes, at, "write checkpoint")
         };
-        let buf = std::mem::take(&mut leader.checkpoint_buf);
-        let mut w = AreaWriter::new(header, self.layout.blocks_per_slot(), start, buf);
+        // The buffers of a checkpoint (a piece of the table, a group of crc pages) are freed
+        // after it: between checkpoints they would only be resident memory.
+        let mut w = AreaWriter::new(header, self.layout.table_format(), start, Vec::new());
         // A piece at a time: encode under the table's lock, write without it.
         while !write(&self.index).encode_cut(&mut w, CUT_SCAN_SLOTS_MAX) {
             w.write_blocks(&mut write_at)?;
         }
-        leader.checkpoint_buf = w.finish(&mut write_at)?;
+        let numbers: Vec<u32> = pages.iter().map(|c| c.page).collect();
+        w.push_pages(&numbers);
+        w.finish(&mut write_at)?;
         self.file.sync("fdatasync checkpoint")
+    }
+
+    /// Write checkpoint `seq`'s crc pages into its region as of its cut, a group at a time:
+    /// the old contents of those that need them read from the newest region (which this
+    /// checkpoint never writes), the crcs set in RAM composed over them under the table's
+    /// lock, then all written together.
+    fn write_crc_pages(&self, seq: u64, pages: &[CutPage]) -> Result<(), StoreError> {
+        let (Some(regions), Some(g)) = (self.layout.crc_region_offsets, self.layout.crc_geometry())
+        else {
+            return Ok(());
+        };
+        let page_bytes = g.page_bytes as usize;
+        let (base_region, base_seq) = (((seq - 1) % 2) as usize, seq - 1);
+        let mut buf = Vec::new();
+        for group in pages.chunks(CRC_PAGES_PER_WRITE) {
+            buf.clear();
+            buf.resize(group.len() * page_bytes, 0);
+            self.read_crc_bases(group, regions[base_region], page_bytes, &mut buf)?;
+            for (c, image) in group.iter().zip(buf.chunks_exact(page_bytes)) {
+                if c.needs_base && !crc_pages::is_valid(image, c.page, base_region, base_seq) {
+                    return Err(StoreError::corrupt(format!(
+                        "crc page {} of region {base_region} fails its check: checkpoint \
+                             {seq} cannot be written",
+                        c.page
+                    )));
+                }
+            }
+            {
+                let mut index = write(&self.index);
+                for (c, image) in group.iter().zip(buf.chunks_exact_mut(page_bytes)) {
+                    index.compose_cut_page(c.page, image);
+                }
+            }
+            let region = regions[(seq % 2) as usize];
+            for (c, image) in group.iter().zip(buf.chunks_exact_mut(page_bytes)) {
+                crc_pages::seal(image, c.page, seq);
+            }
+            let writes: Vec<(&[u8], u64)> = group
+                .iter()
+                .zip(buf.chunks_exact(page_bytes))
+                .map(|(c, image)| (image, region + c.page as u64 * page_bytes as u64))
+                .collect();
+            let mut started = self.file.start_writes(&writes, "write crc page")?;
+            self.finish_copies(&mut started)?;
+        }
+        Ok(())
+    }
+
+    /// Read the old contents of the pages of `group` that need them from the region at
+    /// `region_offset` into their places in `buf` (the others stay zero), all submitted
+    /// before any is awaited.
+    fn read_crc_bases(
+        &self,
+        group: &[CutPage],
+        region_offset: u64,
+        page_bytes: usize,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let mut pending = Vec::new();
+        for (i, (c, image)) in group
+            .iter()
+            .zip(buf.chunks_exact_mut(page_bytes))
+            .enumerate()
+        {
+            if !c.needs_base {
+                continue;
+            }
+            let at = region_offset + c.page as u64 * page_bytes as u64;
+            match self.file.submit_read(at, page_bytes) {
+                Some(done) => pending.push((i, done)),
+                None => self.file.read_at(image, at, "read crc page")?,
+            }
+        }
+        for (i, done) in pending {
+            let data = self.file.finish_read(done.wait(), "read crc page")?;
+            buf[i * page_bytes..(i + 1) * page_bytes].copy_from_slice(data.as_slice());
+        }
+        Ok(())
     }
 }

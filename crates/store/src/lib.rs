@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 mod checkpoint;
+mod crc_pages;
+mod crcs;
 mod device;
 pub mod engine;
 mod error;
@@ -24,6 +26,7 @@ mod recovery;
 mod store;
 mod superblock;
 pub mod wal;
+mod zeroed;
 
 pub use device::Disk;
 pub use error::StoreError;

@@ -4,9 +4,11 @@
 //! Per slot, a packed record `[inode, index, epoch, counter]` (32 bytes, meaningful while an
 //! object holds the slot); per object, one `u32` in an open-addressing hash table keyed by
 //! object id (Robin Hood linear probing, deletion by backward shift, so no tombstones). An
-//! entry holds `slot + 1`; 0 is empty. Both vectors are zeroed allocations, so slots never
-//! used cost no resident memory.
+//! entry holds `slot + 1`; 0 is empty. Both arrays are mappings of zeros, so slots never
+//! used cost no resident memory, and a hash array replaced by a larger one goes back to the
+//! kernel.
 
+use crate::zeroed::ZeroedArray;
 use basalt_proto::{ObjectId, Version};
 
 /// Smallest hash table (entries).
@@ -20,9 +22,9 @@ const MAX_LOAD_DEN: usize = 4;
 /// Object id → slot and version. Not synchronized: the index owns it.
 pub(crate) struct ObjectTable {
     /// Per slot: inode, index, epoch, counter of the object in it.
-    records: Vec<[u64; 4]>,
+    records: ZeroedArray<[u64; 4]>,
     /// Open addressing: `slot + 1` per entry, 0 for empty; length a power of two.
-    entries: Vec<u32>,
+    entries: ZeroedArray<u32>,
     /// `64 - log2(entries.len())`: a hash's home entry is its top bits.
     shift: u32,
     len: usize,
@@ -32,8 +34,8 @@ impl ObjectTable {
     /// An empty table for objects in `slot_count` slots.
     pub fn new(slot_count: u32) -> ObjectTable {
         ObjectTable {
-            records: vec![[0; 4]; slot_count as usize],
-            entries: vec![0; MIN_CAPACITY],
+            records: ZeroedArray::new(slot_count as usize),
+            entries: ZeroedArray::new(MIN_CAPACITY),
             shift: 64 - MIN_CAPACITY.trailing_zeros(),
             len: 0,
         }
@@ -192,10 +194,10 @@ impl ObjectTable {
 
     /// Double the hash table and place every entry again.
     fn grow(&mut self) {
-        let doubled = vec![0; self.entries.len() * 2];
+        let doubled = ZeroedArray::new(self.entries.len() * 2);
         let old = std::mem::replace(&mut self.entries, doubled);
         self.shift -= 1;
-        for e in old.into_iter().filter(|&e| e != 0) {
+        for &e in old.iter().filter(|&&e| e != 0) {
             self.place(e);
         }
     }

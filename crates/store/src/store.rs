@@ -309,6 +309,11 @@ impl Store {
             let chunk_end = (chunk + READ_CHUNK_BLOCKS).min(end);
             if let Some(plan) = self.plan_chunk(obj, start, buf, chunk..chunk_end) {
                 let base = self.layout.slot_offset(plan.slot);
+                // A crc page the plan needs is read beside the data, not after it.
+                let page = plan
+                    .page
+                    .as_ref()
+                    .and_then(|p| self.file.submit_read(p.offset, p.bytes));
                 let runs: Vec<_> = plan
                     .runs()
                     .filter_map(|run| {
@@ -316,11 +321,15 @@ impl Store {
                         Some((run.clone(), self.file.submit_read(at, run.len() * BLOCK)?))
                     })
                     .collect();
-                reads.push((plan, runs));
+                reads.push((plan, page, runs));
             }
             chunk = chunk_end;
         }
-        for (plan, runs) in reads {
+        for (mut plan, page, runs) in reads {
+            if let Some(done) = page {
+                let image = self.file.finish_read(done.await, "read crc page");
+                self.resolve_crcs(&mut plan, image.ok().as_ref().map(|b| b.as_slice()));
+            }
             for (run, done) in runs {
                 let data = self.file.finish_read(done.await, "read object blocks")?;
                 for b in run.clone() {
@@ -580,6 +589,8 @@ impl Store {
             first: blocks.start,
             wanted: 0,
             crcs: [0; READ_CHUNK_BLOCKS],
+            in_page: 0,
+            page: None,
         };
         let index = read(&self.index);
         let Some(meta) = index.object(obj) else {
@@ -601,7 +612,7 @@ impl Store {
                 buf[in_buf].copy_from_slice(&data.as_slice()[at..at + BLOCK][in_block]);
             } else {
                 plan.wanted |= 1 << (b - blocks.start);
-                plan.crcs[b - blocks.start] = index.block_crc(meta.slot, b);
+                self.plan_crc(&index, &mut plan, b);
             }
         }
         (plan.wanted != 0).then_some(plan)
@@ -616,9 +627,10 @@ impl Store {
         buf: &mut [u8],
         blocks: Range<usize>,
     ) -> Result<(), StoreError> {
-        let Some(plan) = self.plan_chunk(obj, start, buf, blocks) else {
+        let Some(mut plan) = self.plan_chunk(obj, start, buf, blocks) else {
             return Ok(());
         };
+        self.resolve_crcs_sync(&mut plan);
         let base = self.layout.slot_offset(plan.slot);
         for run in plan.runs() {
             let mut b = run.start;
@@ -646,7 +658,7 @@ impl Store {
                 )?;
                 for k in b..whole_end {
                     let at = in_buf + (k - b) * BLOCK;
-                    if crc32c::crc32c(&buf[at..at + BLOCK]) != plan.crc(k) {
+                    if !plan.verifies(k, &buf[at..at + BLOCK]) {
                         self.read_block_stable(obj, k, start, buf)?;
                     }
                 }
@@ -667,7 +679,7 @@ impl Store {
         start: usize,
         buf: &mut [u8],
     ) -> Result<(), StoreError> {
-        if crc32c::crc32c(data) != plan.crc(b) {
+        if !plan.verifies(b, data) {
             return self.read_block_stable(obj, b, start, buf);
         }
         let (in_buf, in_block) = span(start, buf.len(), b);
@@ -703,7 +715,7 @@ impl Store {
             let mut tmp = [0u8; BLOCK];
             let at = self.layout.slot_offset(meta.slot) + (b * BLOCK) as u64;
             self.file.read_at(&mut tmp, at, "re-read object block")?;
-            if crc32c::crc32c(&tmp) != index.block_crc(meta.slot, b) {
+            if crc32c::crc32c(&tmp) != self.stable_crc(&index, meta.slot, b)? {
                 return Err(StoreError::Checksum {
                     obj,
                     block: b as u32,
@@ -919,11 +931,18 @@ struct SlotReads {
     first: usize,
     wanted: u64,
     crcs: [u32; READ_CHUNK_BLOCKS],
+    /// Blocks whose crc is still to come from `page` (none unless the store keeps its crcs
+    /// in crc regions).
+    in_page: u64,
+    page: Option<crc_reads::PageRead>,
 }
 
 impl SlotReads {
-    fn crc(&self, b: usize) -> u32 {
-        self.crcs[b - self.first]
+    /// Does `data` (block `b`) match its crc? A crc not known (its page unreadable or not
+    /// valid) matches nothing: the block goes the stable way.
+    fn verifies(&self, b: usize, data: &[u8]) -> bool {
+        self.in_page & (1 << (b - self.first)) == 0
+            && crc32c::crc32c(data) == self.crcs[b - self.first]
     }
 
     /// Runs of consecutive wanted blocks (one read each).
@@ -989,6 +1008,9 @@ pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().expect("store lock poisoned by an earlier panic")
 }
+
+#[path = "crc_reads.rs"]
+mod crc_reads;
 
 #[cfg(test)]
 #[path = "store_tests.rs"]

@@ -1,6 +1,7 @@
 //! Goal: the store behaves like a plain map of byte arrays (the reference model) across random
 //! sequences of writes, reads, trims, deletes, promotes, flushes, clean reopens and crashes (drop
-//! without close), keeping at least everything flushed across a crash.
+//! without close), keeping at least everything flushed across a crash; in both store formats
+//! (block crcs on disk, and in RAM as before format version 2).
 
 mod common;
 
@@ -80,7 +81,16 @@ fn check_after_crash(store: &Store, since_durable: &[Model]) -> Result<(), TestC
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    run_with(ops, IoOptions::default())
+    run_with(ops, IoOptions::default(), Format::Current)
+}
+
+/// Which store format a run creates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// Block crcs in crc regions on disk (format version 2).
+    Current,
+    /// Block crcs in RAM and in the checkpoints (version 1, still opened).
+    Version1,
 }
 
 /// Direct I/O through io_uring: whole-object writes stay in flight past their return, reads
@@ -90,10 +100,10 @@ fn run_direct(ops: Vec<Op>) -> Result<(), TestCaseError> {
         engine: basalt_store::engine::EngineKind::Uring,
         direct: true,
     };
-    run_with(ops, io)
+    run_with(ops, io, Format::Current)
 }
 
-fn run_with(ops: Vec<Op>, io: IoOptions) -> Result<(), TestCaseError> {
+fn run_with(ops: Vec<Op>, io: IoOptions, format: Format) -> Result<(), TestCaseError> {
     // tmpfs refuses O_DIRECT: a direct store lives on the real disk's filesystem.
     let dir = match io.direct {
         true => tempfile::tempdir().expect("tempdir on disk"),
@@ -103,7 +113,13 @@ fn run_with(ops: Vec<Op>, io: IoOptions) -> Result<(), TestCaseError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let mut store = Some(Store::create_with(&path, &small_opts(OBJ, 24), &io).expect("create"));
+    let created = match format {
+        Format::Current => Store::create_with(&path, &small_opts(OBJ, 24), &io),
+        Format::Version1 => Store::create_version_1(&path, &small_opts(OBJ, 24), &io),
+    };
+    let mut store = Some(created.expect("create"));
+    let version = store.as_ref().map(|s| s.layout().format_version());
+    prop_assert_eq!(version, Some(if format == Format::Current { 2 } else { 1 }));
     if io.direct {
         let engine = store.as_ref().and_then(|s| s.io_engine());
         prop_assert_eq!(
@@ -205,6 +221,21 @@ proptest! {
     #[test]
     fn store_matches_the_reference_model(ops in prop::collection::vec(op(), 1..80)) {
         run(ops)?;
+    }
+}
+
+proptest! {
+    // Fewer cases: the older format's own code is only its crcs in RAM and in checkpoints.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn a_store_of_format_version_1_matches_the_reference_model(
+        ops in prop::collection::vec(op(), 1..80)
+    ) {
+        run_with(ops, IoOptions::default(), Format::Version1)?;
     }
 }
 
