@@ -21,6 +21,7 @@ mod memdisk;
 pub mod memory;
 mod objects;
 mod options;
+mod prefetch;
 pub mod prepare;
 mod recovery;
 mod store;
@@ -37,5 +38,6 @@ pub use options::{
     MAX_AUTO_WAL_BYTES, MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES,
     MIN_WAL_BYTES,
 };
+pub use prefetch::EdgeBlocks;
 pub use store::{Store, StoreStats, WalStats};
 pub use superblock::{StoreLayout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};

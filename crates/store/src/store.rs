@@ -9,6 +9,7 @@ use crate::error::StoreError;
 use crate::index::{Block, Index, BLOCK};
 use crate::journal::{Leader, WalBuffer, WalFull};
 use crate::options::{IoOptions, StoreOptions, MAX_BLOCKS_PER_OBJECT};
+use crate::prefetch::{EdgeBlocks, Stripe, StripeGuard};
 use crate::recovery;
 use crate::superblock::StoreLayout;
 use crate::wal::MAX_RECORD_BLOCKS;
@@ -64,7 +65,7 @@ pub struct Store {
     /// Held shared by every write into the slot region, and exclusively by a reader that saw
     /// a checksum mismatch and must tell a race with a concurrent write from real damage.
     pub(crate) gate: RwLock<()>,
-    stripes: Box<[Mutex<()>]>,
+    stripes: Box<[Stripe]>,
     /// Newest LSN known durable.
     pub(crate) durable_lsn: AtomicU64,
     /// Mirror of the WAL buffer's pending bytes (records and whole-object writes in
@@ -81,6 +82,9 @@ pub struct Store {
     /// saved because a newer record of the same batch rewrote them.
     pub(crate) blocks_applied: AtomicU64,
     pub(crate) blocks_merged: AtomicU64,
+    /// Partial blocks of writes and trims read under the stripe (not prefetched, or a
+    /// racing writer made the prefetch stale).
+    edge_reads_inline: AtomicU64,
 }
 
 /// How full the write-ahead log is, and how old its last checkpoint.
@@ -99,6 +103,10 @@ pub struct WalStats {
     /// Blocks of small writes never copied because a newer write in the same batch replaced
     /// them (each block is copied once per batch).
     pub blocks_merged: u64,
+    /// Partial blocks of writes and trims read while holding the writer's stripe (the
+    /// caller waits on the device): not read ahead by [`Store::prefetch_edges`], or a racing
+    /// writer of the same stripe made what was read ahead stale.
+    pub edge_reads_inline: u64,
 }
 
 impl Store {
@@ -200,7 +208,7 @@ impl Store {
             wal: Mutex::new(wal),
             leader: Mutex::new(leader),
             gate: RwLock::new(()),
-            stripes: (0..STRIPE_COUNT).map(|_| Mutex::new(())).collect(),
+            stripes: (0..STRIPE_COUNT).map(|_| Stripe::new()).collect(),
             durable_lsn: AtomicU64::new(durable_lsn),
             unflushed_bytes: AtomicU64::new(0),
             in_flight_bytes: AtomicU64::new(0),
@@ -208,6 +216,7 @@ impl Store {
             opened: std::time::Instant::now(),
             last_checkpoint_ms: AtomicU64::new(0),
             blocks_applied: AtomicU64::new(0),
+            edge_reads_inline: AtomicU64::new(0),
             blocks_merged: AtomicU64::new(0),
         }
     }
@@ -237,13 +246,29 @@ impl Store {
     }
 
     /// Write `data` at byte `offset` of `obj` and set its version. Visible to reads at once,
-    /// durable once a later [`Store::flush`] returns.
+    /// durable once a later [`Store::flush`] returns. A write covering part of a block
+    /// reads the rest of it here: async callers prefetch it ([`Store::write_prefetched`]).
     pub fn write(
         &self,
         obj: ObjectId,
         offset: u32,
         data: &[u8],
         version: Version,
+    ) -> Result<(), StoreError> {
+        self.write_prefetched(obj, offset, data, version, &mut EdgeBlocks::default())
+    }
+
+    /// [`Store::write`] with its partial blocks read ahead by [`Store::prefetch_edges`] (used
+    /// if no writer of the object's stripe ran since; otherwise read again here). Once it
+    /// returns, `edges` holds the partial blocks as written, merged with `data`: see
+    /// [`EdgeBlocks::aligned_write`].
+    pub fn write_prefetched(
+        &self,
+        obj: ObjectId,
+        offset: u32,
+        data: &[u8],
+        version: Version,
+        edges: &mut EdgeBlocks,
     ) -> Result<(), StoreError> {
         self.check_range(offset, data.len() as u64)?;
         self.file.check_writable()?;
@@ -258,11 +283,16 @@ impl Store {
         if records > self.unflushed_limit_bytes || in_flight > IN_FLIGHT_LIMIT_BYTES {
             self.flush()?;
         }
-        let _stripe = self.stripe(obj);
+        let stripe = self.stripe(obj);
         if offset == 0 && data.len() == self.layout.object_size_bytes as usize {
             self.write_whole(obj, data, version)
         } else {
-            self.write_blocks(obj, offset as usize, data, version)
+            let merged = {
+                let edges = Edges::new(edges, stripe.generation());
+                self.write_blocks(obj, offset as usize, data, version, &edges)?
+            };
+            edges.set_merged(merged);
+            Ok(())
         }
     }
 
@@ -350,25 +380,38 @@ impl Store {
         len: u32,
         version: Version,
     ) -> Result<(), StoreError> {
+        self.trim_prefetched(obj, offset, len, version, &EdgeBlocks::NONE)
+    }
+
+    /// [`Store::trim`] with its partial blocks read ahead by [`Store::prefetch_edges`].
+    pub fn trim_prefetched(
+        &self,
+        obj: ObjectId,
+        offset: u32,
+        len: u32,
+        version: Version,
+        edges: &EdgeBlocks,
+    ) -> Result<(), StoreError> {
         self.check_range(offset, len as u64)?;
         self.file.check_writable()?;
         if len == 0 {
             return Ok(());
         }
-        let _stripe = self.stripe(obj);
+        let stripe = self.stripe(obj);
         if read(&self.index).object(obj).is_none() {
             return Ok(());
         }
+        let edges = Edges::new(edges, stripe.generation());
         let (start, end) = (offset as usize, offset as usize + len as usize);
         let (first_full, end_full) = (start.div_ceil(BLOCK), end / BLOCK);
         if first_full > end_full {
-            self.zero_fill(obj, start, end, version)?;
+            self.zero_fill(obj, start, end, version, &edges)?;
         } else {
             if !start.is_multiple_of(BLOCK) {
-                self.zero_fill(obj, start, first_full * BLOCK, version)?;
+                self.zero_fill(obj, start, first_full * BLOCK, version, &edges)?;
             }
             if !end.is_multiple_of(BLOCK) {
-                self.zero_fill(obj, end_full * BLOCK, end, version)?;
+                self.zero_fill(obj, end_full * BLOCK, end, version, &edges)?;
             }
         }
         let count = end_full.saturating_sub(first_full) as u32;
@@ -404,8 +447,8 @@ impl Store {
         }
         self.file.check_writable()?;
         let (a, b) = (self.stripe_index(from), self.stripe_index(obj));
-        let _first = lock(&self.stripes[a.min(b)]);
-        let _second = (a != b).then(|| lock(&self.stripes[a.max(b)]));
+        let _first = self.stripes[a.min(b)].lock();
+        let _second = (a != b).then(|| self.stripes[a.max(b)].lock());
         for _ in 0..COMMIT_RETRIES_MAX {
             let mut index = write(&self.index);
             let Some(meta) = index.object(from) else {
@@ -524,6 +567,7 @@ impl Store {
                 .saturating_sub(self.last_checkpoint_ms.load(Ordering::Relaxed)),
             blocks_applied: self.blocks_applied.load(Ordering::Relaxed),
             blocks_merged: self.blocks_merged.load(Ordering::Relaxed),
+            edge_reads_inline: self.edge_reads_inline.load(Ordering::Relaxed),
         }
     }
 
@@ -544,7 +588,7 @@ impl Store {
         read(&self.index).check_invariants();
     }
 
-    fn check_range(&self, offset: u32, len: u64) -> Result<(), StoreError> {
+    pub(crate) fn check_range(&self, offset: u32, len: u64) -> Result<(), StoreError> {
         let object_size = self.layout.object_size_bytes;
         if offset as u64 + len > object_size as u64 {
             return Err(StoreError::OutOfRange {
@@ -556,8 +600,12 @@ impl Store {
         Ok(())
     }
 
-    fn stripe(&self, obj: ObjectId) -> MutexGuard<'_, ()> {
-        lock(&self.stripes[self.stripe_index(obj)])
+    fn stripe(&self, obj: ObjectId) -> StripeGuard<'_> {
+        self.stripe_of(obj).lock()
+    }
+
+    pub(crate) fn stripe_of(&self, obj: ObjectId) -> &Stripe {
+        &self.stripes[self.stripe_index(obj)]
     }
 
     fn stripe_index(&self, obj: ObjectId) -> usize {
@@ -735,7 +783,8 @@ impl Store {
         offset: usize,
         data: &[u8],
         version: Version,
-    ) -> Result<(), StoreError> {
+        edges: &Edges,
+    ) -> Result<Merged, StoreError> {
         let end = offset + data.len();
         let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
         let head_partial =
@@ -744,10 +793,10 @@ impl Store {
         let mut head = [0u8; BLOCK];
         let mut tail = [0u8; BLOCK];
         if head_partial {
-            self.merge_edge(obj, first, offset, data, &mut head)?;
+            self.merge_edge(obj, first, offset, data, &mut head, edges)?;
         }
         if tail_partial {
-            self.merge_edge(obj, last, offset, data, &mut tail)?;
+            self.merge_edge(obj, last, offset, data, &mut tail, edges)?;
         }
         let image = WriteImage {
             offset,
@@ -767,7 +816,10 @@ impl Store {
             self.commit_write(obj, version, c0 as u32, &crcs[..n], &blocks[..n])?;
             c0 += n;
         }
-        Ok(())
+        Ok([
+            head_partial.then(|| (first, Box::new(head))),
+            tail_partial.then(|| (last, Box::new(tail))),
+        ])
     }
 
     fn merge_edge(
@@ -777,8 +829,15 @@ impl Store {
         offset: usize,
         data: &[u8],
         out: &mut Block,
+        edges: &Edges,
     ) -> Result<(), StoreError> {
-        self.read(obj, (b * BLOCK) as u32, out)?;
+        match edges.prefetched.block(obj, edges.generation, b) {
+            Some(block) => out.copy_from_slice(block),
+            None => {
+                self.edge_reads_inline.fetch_add(1, Ordering::Relaxed);
+                self.read(obj, (b * BLOCK) as u32, out)?;
+            }
+        }
         let (in_data, in_block) = span(offset, data.len(), b);
         out[in_block].copy_from_slice(&data[in_data]);
         Ok(())
@@ -791,6 +850,7 @@ impl Store {
         start: usize,
         end: usize,
         version: Version,
+        edges: &Edges,
     ) -> Result<(), StoreError> {
         let allocated = {
             let index = read(&self.index);
@@ -799,7 +859,7 @@ impl Store {
                 .is_some_and(|m| index.is_allocated(m.slot, start / BLOCK))
         };
         if allocated {
-            self.write_blocks(obj, start, &ZERO_BLOCK[..end - start], version)?;
+            self.write_blocks(obj, start, &ZERO_BLOCK[..end - start], version, edges)?;
         }
         Ok(())
     }
@@ -855,7 +915,9 @@ impl Store {
     /// double write). Without a free slot, an existing object is rewritten through the WAL.
     fn write_whole(&self, obj: ObjectId, data: &[u8], version: Version) -> Result<(), StoreError> {
         let Some(slot) = self.reserve_slot()? else {
-            return self.write_blocks(obj, 0, data, version);
+            return self
+                .write_blocks(obj, 0, data, version, &Edges::NONE)
+                .map(drop);
         };
         let blocks = self.layout.blocks_per_slot() as usize;
         let mut crc_buf = [0u32; MAX_BLOCKS_PER_OBJECT as usize];
@@ -966,6 +1028,31 @@ impl SlotReads {
 
 /// The block images of one write: whole blocks come from `data`, partial edge blocks from
 /// the merged `head`/`tail` buffers.
+/// The partial blocks of a write as written (block number, contents): head and tail.
+type Merged = [Option<(usize, Box<Block>)>; 2];
+
+/// What a write under its stripe knows of prefetched partial blocks.
+struct Edges<'a> {
+    prefetched: &'a EdgeBlocks,
+    /// The stripe's generation while this writer holds it.
+    generation: u64,
+}
+
+impl<'a> Edges<'a> {
+    /// A whole, aligned write: it has no partial block.
+    const NONE: Edges<'static> = Edges {
+        prefetched: &EdgeBlocks::NONE,
+        generation: 0,
+    };
+
+    fn new(prefetched: &'a EdgeBlocks, generation: u64) -> Edges<'a> {
+        Edges {
+            prefetched,
+            generation,
+        }
+    }
+}
+
 struct WriteImage<'a> {
     offset: usize,
     data: &'a [u8],

@@ -270,3 +270,89 @@ fn holes_and_allocation_follow_writes_and_trims() {
     );
     assert_eq!(store.stats().objects, 0);
 }
+
+#[test]
+fn partial_blocks_read_ahead_are_used_unless_a_writer_ran_since() {
+    // Goal: a write whose partial blocks were read ahead does not read them again under its
+    // stripe; one whose read-ahead went stale (another write of the object in between) reads
+    // them again and merges the current contents, never the stale ones. On direct I/O
+    // through io_uring, as an OSD runs (tmpfs refuses O_DIRECT: the real disk's filesystem).
+    let dir = tempfile::tempdir().expect("tempdir on disk");
+    let io = basalt_store::IoOptions {
+        engine: basalt_store::engine::EngineKind::Uring,
+        direct: true,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let store =
+        Store::create_with(&dir.path().join("store"), &small_opts(OBJ, 4), &io).expect("create");
+    store
+        .write(obj(1), 0, &[1; 8192], ver(1, 1))
+        .expect("write");
+    store.flush().expect("flush");
+    let inline = |s: &Store| s.wal_stats().edge_reads_inline;
+
+    // Fresh: 100 bytes inside block 0, and a range across blocks 0 and 1.
+    let mut edges = runtime
+        .block_on(store.prefetch_edges(obj(1), 100, 100))
+        .expect("prefetch");
+    assert_eq!(edges.len(), 1);
+    store
+        .write_prefetched(obj(1), 100, &[2; 100], ver(1, 2), &mut edges)
+        .expect("write");
+    let mut edges = runtime
+        .block_on(store.prefetch_edges(obj(1), 4000, 200))
+        .expect("prefetch");
+    assert_eq!(edges.len(), 2);
+    store
+        .write_prefetched(obj(1), 4000, &[3; 200], ver(1, 3), &mut edges)
+        .expect("write");
+    assert_eq!(inline(&store), 0, "the read-ahead blocks were used");
+    // The write widened to whole blocks, as written: blocks 0 and 1 as they are now.
+    let (at, widened) = edges.aligned_write(4000, &[3; 200]).expect("aligned write");
+    let mut now = vec![0u8; 8192];
+    store.read(obj(1), 0, &mut now).expect("read");
+    assert_eq!((at, widened.len()), (0, 8192));
+    assert!(widened == now, "the widened write is the blocks as written");
+
+    // Stale: block 0 rewritten after the read-ahead.
+    let mut edges = runtime
+        .block_on(store.prefetch_edges(obj(1), 10, 10))
+        .expect("prefetch");
+    store
+        .write(obj(1), 300, &[4; 10], ver(1, 4))
+        .expect("write");
+    let before = inline(&store);
+    store
+        .write_prefetched(obj(1), 10, &[5; 10], ver(1, 5), &mut edges)
+        .expect("write");
+    assert_eq!(inline(&store), before + 1, "the stale block was read again");
+    let (at, widened) = edges.aligned_write(10, &[5; 10]).expect("aligned write");
+    store.read(obj(1), 0, &mut now[..4096]).expect("read");
+    assert_eq!(at, 0);
+    assert!(
+        widened == now[..4096],
+        "the widened write holds the re-read block"
+    );
+
+    // Another object's read-ahead is never used for this one.
+    let other = runtime
+        .block_on(store.prefetch_edges(obj(2), 10, 10))
+        .expect("prefetch");
+    let before = inline(&store);
+    store
+        .trim_prefetched(obj(1), 20, 4000, ver(1, 6), &other)
+        .expect("trim");
+    assert_eq!(inline(&store), before + 1);
+
+    let mut want = vec![1u8; 8192];
+    want[100..200].fill(2);
+    want[4000..4200].fill(3);
+    want[300..310].fill(4);
+    want[10..20].fill(5);
+    want[20..4020].fill(0);
+    let mut got = vec![0u8; 8192];
+    store.read(obj(1), 0, &mut got).expect("read");
+    assert!(got == want, "contents merge every write in order");
+}

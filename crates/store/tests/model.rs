@@ -94,7 +94,8 @@ enum Format {
 }
 
 /// Direct I/O through io_uring: whole-object writes stay in flight past their return, reads
-/// are awaited (alternately with the synchronous read, which must agree).
+/// are awaited (alternately with the synchronous read, which must agree), and every other
+/// write and trim has its partial blocks read ahead.
 fn run_direct(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let io = IoOptions {
         engine: basalt_store::engine::EngineKind::Uring,
@@ -136,8 +137,25 @@ fn run_with(ops: Vec<Op>, io: IoOptions, format: Format) -> Result<(), TestCaseE
         match op {
             Op::Write { obj, offset, len } => {
                 let data = content(i as u64, offset as usize, len as usize);
-                s.write(id(obj), offset, &data, v).expect("write");
-                model.write(id(obj), offset as usize, &data, v);
+                if io.direct && i % 2 == 0 {
+                    // As an OSD writes: partial blocks read ahead, awaited, then the write.
+                    let mut edges = runtime
+                        .block_on(s.prefetch_edges(id(obj), offset, len))
+                        .expect("prefetch");
+                    s.write_prefetched(id(obj), offset, &data, v, &mut edges)
+                        .expect("write");
+                    model.write(id(obj), offset as usize, &data, v);
+                    // What a primary forwards: the write widened to whole blocks, equal to
+                    // those blocks as the write left them.
+                    if let Some((at, widened)) = edges.aligned_write(offset, &data) {
+                        let (at, end) = (at as usize, at as usize + widened.len());
+                        let want = &model.objects[&id(obj)].data[at..end];
+                        prop_assert!(widened == want, "widened write at {} of {}", at, obj);
+                    }
+                } else {
+                    s.write(id(obj), offset, &data, v).expect("write");
+                    model.write(id(obj), offset as usize, &data, v);
+                }
                 since_durable.push(model.clone());
             }
             Op::Read { obj, offset, len } => {
@@ -166,7 +184,15 @@ fn run_with(ops: Vec<Op>, io: IoOptions, format: Format) -> Result<(), TestCaseE
                 prop_assert_eq!(s.version(id(obj)), model.version(id(obj)));
             }
             Op::Trim { obj, offset, len } => {
-                s.trim(id(obj), offset, len, v).expect("trim");
+                if io.direct && i % 2 == 0 {
+                    let edges = runtime
+                        .block_on(s.prefetch_edges(id(obj), offset, len))
+                        .expect("prefetch");
+                    s.trim_prefetched(id(obj), offset, len, v, &edges)
+                        .expect("trim");
+                } else {
+                    s.trim(id(obj), offset, len, v).expect("trim");
+                }
                 model.trim(id(obj), offset as usize, len as usize, v);
                 since_durable.push(model.clone());
             }
