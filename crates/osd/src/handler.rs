@@ -20,7 +20,7 @@ use basalt_proto::{
     inode_pool, Flags, Header, InodeId, ObjectId, ObjectImage, Opcode, PgId, Status, Version,
     LIST_ENTRY_BYTES, LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
 };
-use basalt_store::StoreError;
+use basalt_store::{EdgeBlocks, StoreError};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -790,6 +790,18 @@ fn pull_reply(
 
 /// Apply a mutation to the local store.
 pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> Status {
+    apply_with(osd, h, payload, version, &mut EdgeBlocks::default())
+}
+
+/// [`apply`] with the partial blocks of a write or trim read ahead ([`crate::prefetch`]);
+/// `edges` then holds a write's partial blocks as written.
+fn apply_with(
+    osd: &Osd,
+    h: &Header,
+    payload: &[u8],
+    version: Version,
+    edges: &mut EdgeBlocks,
+) -> Status {
     let length = if h.opcode == Opcode::Write {
         payload.len() as u32
     } else {
@@ -803,8 +815,12 @@ pub(crate) fn apply(osd: &Osd, h: &Header, payload: &[u8], version: Version) -> 
     crate::slow::stage(SlowStage::StoreWrite, None);
     let start = basalt_metrics::now();
     let result = match h.opcode {
-        Opcode::Write => osd.store.write(h.object, h.offset, payload, version),
-        Opcode::Trim => osd.store.trim(h.object, h.offset, h.length, version),
+        Opcode::Write => osd
+            .store
+            .write_prefetched(h.object, h.offset, payload, version, edges),
+        Opcode::Trim => osd
+            .store
+            .trim_prefetched(h.object, h.offset, h.length, version, edges),
         Opcode::Delete => osd.store.delete(h.object, version),
         _ => unreachable!("apply is only called for mutations"),
     };
@@ -899,11 +915,21 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
         Ok(chain) => chain,
         Err(e) => return layer_status(osd, &h, &e),
     };
+    // Read ahead, awaited, what applying it under the PG lock would otherwise read there.
+    let mut edges = crate::prefetch::edges(osd, &h, &payload).await;
+    let mut source = match h.opcode {
+        Opcode::Delete => None,
+        _ => crate::prefetch::copy_up_source(osd, h.object, &chain).await,
+    };
     let result = replicate(osd, &h, true, |version| {
         if chain.is_empty() {
-            plain_mutation(osd, &h, &payload, version)
+            plain_mutation(osd, &h, &payload, version, &mut edges)
         } else {
-            layered_mutation(osd, &h, &payload, version, &chain)
+            let ahead = Ahead {
+                edges: &mut edges,
+                source: &mut source,
+            };
+            layered_mutation(osd, &h, &payload, version, &chain, ahead)
         }
     })
     .await;
@@ -921,6 +947,7 @@ async fn primary_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
         Ok(chain) => chain,
         Err(e) => return layer_status(osd, &h, &e),
     };
+    let mut source = crate::prefetch::copy_up_source(osd, h.object, &chain).await;
     let result = replicate(osd, &h, false, |version| {
         let holds = |o: ObjectId| osd.store.version(o).is_some();
         let Some(&nearest) = chain.first() else {
@@ -934,7 +961,7 @@ async fn primary_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
             return Ok(((), None));
         };
         let mut buf = BytesMut::zeroed(osd.store.object_size() as usize);
-        if let Err(e) = osd.store.read(ancestor, 0, &mut buf) {
+        if let Err(e) = crate::prefetch::read_object(osd, ancestor, &mut source, &mut buf) {
             tracing::error!(osd = osd.id, object = %h.object, %ancestor, "copy-up read failed: {e}");
             return Err(status_of(&e));
         }
@@ -957,17 +984,25 @@ async fn primary_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
     }
 }
 
-/// Apply a client mutation as it came and forward it unchanged.
+/// Apply a client mutation as it came (its partial blocks read ahead in `edges`) and
+/// forward it: unchanged, or a write widened to whole blocks ([`crate::prefetch::forwarded`]).
 fn plain_mutation(
     osd: &Osd,
     h: &Header,
     payload: &Bytes,
     version: Version,
+    edges: &mut EdgeBlocks,
 ) -> Result<((), Option<Forward>), Status> {
-    match apply(osd, h, payload, version) {
-        Status::Ok => Ok(((), Some((*h, payload.clone())))),
+    match apply_with(osd, h, payload, version, edges) {
+        Status::Ok => Ok(((), Some(crate::prefetch::forwarded(h, payload, edges)))),
         status => Err(status),
     }
+}
+
+/// What a layered mutation read ahead: its partial blocks, and the object a copy-up copies.
+struct Ahead<'a> {
+    edges: &'a mut EdgeBlocks,
+    source: &'a mut Option<crate::prefetch::ReadAhead>,
 }
 
 /// A client mutation of a layer with ancestors (`chain`; docs/design.md, "Layers"). When
@@ -982,6 +1017,7 @@ fn layered_mutation(
     payload: &Bytes,
     version: Version,
     chain: &[InodeId],
+    ahead: Ahead,
 ) -> Result<((), Option<Forward>), Status> {
     let object_size = osd.store.object_size();
     let (offset, len) = match h.opcode {
@@ -996,19 +1032,19 @@ fn layered_mutation(
     let holds = |o: ObjectId| osd.store.version(o).is_some();
     let nearest = ObjectId::new(chain[0], h.object.index);
     let Some(ancestor) = first_holder(nearest, &chain[1..], holds) else {
-        return plain_mutation(osd, h, payload, version);
+        return plain_mutation(osd, h, payload, version, ahead.edges);
     };
     let zeroing = h.opcode != Opcode::Write;
     let range = offset as usize..(offset + len) as usize;
     let (write_offset, data) = if holds(h.object) {
         if !zeroing {
-            return plain_mutation(osd, h, payload, version);
+            return plain_mutation(osd, h, payload, version, ahead.edges);
         }
         (offset, Bytes::from_static(&ZEROS[..len as usize]))
     } else {
         let mut buf = BytesMut::zeroed(object_size as usize);
         if h.opcode != Opcode::Delete {
-            if let Err(e) = osd.store.read(ancestor, 0, &mut buf) {
+            if let Err(e) = crate::prefetch::read_object(osd, ancestor, ahead.source, &mut buf) {
                 tracing::error!(osd = osd.id, object = %h.object, %ancestor, "copy-up read failed: {e}");
                 return Err(status_of(&e));
             }
@@ -1026,10 +1062,8 @@ fn layered_mutation(
         length: data.len() as u32,
         ..*h
     };
-    match apply(osd, &write, &data, version) {
-        Status::Ok => Ok(((), Some((write, data)))),
-        status => Err(status),
-    }
+    // A trim's zeros have the trim's partial blocks, read ahead as such.
+    plain_mutation(osd, &write, &data, version, ahead.edges)
 }
 
 /// A mutation the primary applied to its own copy, to forward to every replica: the request
@@ -1101,6 +1135,11 @@ pub(crate) async fn replicate<T>(
         h.pg
     );
     let replicas = connect_replicas(osd, &map, &acting[1..]).await?;
+    if osd.store.write_would_flush() {
+        // The write would flush first, waiting on the device under the PG lock: flush here,
+        // off the runtime's threads. (A failure stops the store; the write then says so.)
+        flush(osd).await;
+    }
     // Under the PG lock: check the interval is still ours, assign the version, apply locally
     // and queue to every replica, so the replicas receive this PG's mutations in version
     // order.

@@ -2,10 +2,11 @@
 //! kept in one object (the S3 gateway's bucket index shards).
 //!
 //! Only the PG's active primary serves them. An update runs under the PG lock like any
-//! mutation (see [`replicate`]): it reads the table from the local store, checks every
-//! condition against it (all or nothing), applies the edits, and writes the new body at
-//! offset 0 as an ordinary WRITE, which is what the replicas receive. Gets and lists read
-//! the local copy. Formats and rules: `docs/design.md`, "Object classes: KV tables".
+//! mutation (see [`replicate`]): it takes the table from the local store (read ahead,
+//! awaited, and used if no writer came in between; else read again under the lock),
+//! checks every condition against it (all or nothing), applies the edits, and writes the
+//! new body at offset 0, padded with zeros to whole 4 KiB blocks, as an ordinary WRITE,
+//! which is what the replicas receive. Gets and lists read the local copy, awaited. Formats and rules: `docs/design.md`, "Object classes: KV tables".
 
 use crate::daemon::Osd;
 use crate::handler::{apply, primary_gate, replicate, status_of};
@@ -23,6 +24,8 @@ use std::sync::Arc;
 
 /// Bytes read from the object before its body length is known: small tables take one read.
 const FIRST_READ_BYTES: usize = 4096;
+/// The store's block: a body is written padded to a whole number of them.
+const BLOCK_BYTES: usize = 4096;
 
 /// Run one CALL (client request, no REPLICA flag) and return the reply's status and payload.
 pub(crate) async fn call(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Bytes) {
@@ -31,9 +34,9 @@ pub(crate) async fn call(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Byt
         None => (Status::Invalid, Bytes::new()),
         Some(_) if !object_in_pg(osd, &h) => (Status::Invalid, Bytes::new()),
         Some(KvMethod::Update) => update(osd, h, args).await,
-        Some(KvMethod::Get) => read_call(osd, &h, || get(osd, &h, args)),
-        Some(KvMethod::List) => read_call(osd, &h, || list(osd, &h, args)),
-        Some(KvMethod::Stat) => read_call(osd, &h, || stat(osd, &h, args)),
+        Some(KvMethod::Get) => read_call(osd, &h, get(osd, &h, args)).await,
+        Some(KvMethod::List) => read_call(osd, &h, list(osd, &h, args)).await,
+        Some(KvMethod::Stat) => read_call(osd, &h, stat(osd, &h, args)).await,
     };
     match status {
         Status::Ok => {}
@@ -56,40 +59,40 @@ fn object_in_pg(osd: &Osd, h: &Header) -> bool {
 }
 
 /// A read-only method: only as the active primary.
-fn read_call(
+async fn read_call(
     osd: &Osd,
     h: &Header,
-    run: impl FnOnce() -> Result<Bytes, Status>,
+    run: impl std::future::Future<Output = Result<Bytes, Status>>,
 ) -> (Status, Bytes) {
     if let Err(status) = primary_gate(osd, h) {
         return (status, Bytes::new());
     }
-    match run() {
+    match run.await {
         Ok(data) => (Status::Ok, data),
         Err(status) => (status, Bytes::new()),
     }
 }
 
-fn get(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
+async fn get(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
     let args = KvGet::decode_bytes(args).map_err(|e| bad_args(osd, h, e))?;
-    let table = read_table_consistent(osd, h)?;
+    let table = read_table_consistent(osd, h).await?;
     let values = lookup(&table, &args.keys);
     fits_in_reply(values.encoded_len())?;
     Ok(values.encode())
 }
 
-fn list(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
+async fn list(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
     let args = KvList::decode_bytes(args).map_err(|e| bad_args(osd, h, e))?;
     if args.max_entries == 0 {
         return Err(Status::Invalid);
     }
-    let table = read_table_consistent(osd, h)?;
+    let table = read_table_consistent(osd, h).await?;
     Ok(page(&table, &args).encode())
 }
 
 /// The table's entry count and encoded size (an S3 gateway splits a table that grows large
 /// before it fills its object).
-fn stat(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
+async fn stat(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
     if !args.is_empty() {
         return Err(bad_args(
             osd,
@@ -97,7 +100,7 @@ fn stat(osd: &Osd, h: &Header, args: Bytes) -> Result<Bytes, Status> {
             KvDecodeError::Trailing { extra: args.len() },
         ));
     }
-    let table = read_table_consistent(osd, h)?;
+    let table = read_table_consistent(osd, h).await?;
     Ok(KvStat {
         entries: table.entries.len() as u32,
         body_bytes: table.encoded_len() as u32,
@@ -120,8 +123,18 @@ async fn update(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Bytes) {
         Err(e) => return (bad_args(osd, &h, e), Bytes::new()),
     };
     let object_size = osd.store.object_size() as usize;
+    // Read ahead, awaited; used under the PG lock if no writer came in between, else read
+    // again there.
+    let token = osd.store.write_token(h.object);
+    let ahead = match osd.store.awaits_io() {
+        true => read_table_async(osd, h.object).await.ok(),
+        false => None,
+    };
     let result = replicate(osd, &h, true, move |version| {
-        let mut table = read_table(osd, h.object).map_err(|e| table_status(osd, h.object, &e))?;
+        let mut table = match ahead {
+            Some(table) if osd.store.unchanged_since(h.object, token) => table,
+            _ => read_table(osd, h.object).map_err(|e| table_status(osd, h.object, &e))?,
+        };
         let previous = lookup(&table, args.edits.iter().map(|e| &e.key));
         fits_in_reply(previous.encoded_len())?;
         if args.edits.is_empty() {
@@ -136,6 +149,11 @@ async fn update(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Bytes) {
             // The shard is full: its user splits it (nothing was written).
             return Err(Status::NoSpace);
         }
+        // Zeros to the end of its last block: the write has no partial block to read (the
+        // body carries its length, so what follows it is never read).
+        let mut padded = BytesMut::from(&body[..]);
+        padded.resize(body.len().next_multiple_of(BLOCK_BYTES).min(object_size), 0);
+        let body = padded.freeze();
         let write = Header {
             opcode: Opcode::Write,
             offset: 0,
@@ -223,11 +241,32 @@ fn read_table(osd: &Osd, obj: ObjectId) -> Result<KvTable, TableError> {
     Ok(KvTable::decode_bytes(buf.freeze())?)
 }
 
+/// [`read_table`] awaited.
+async fn read_table_async(osd: &Osd, obj: ObjectId) -> Result<KvTable, TableError> {
+    if osd.store.version(obj).is_none() {
+        return Ok(KvTable::default());
+    }
+    let object_size = osd.store.object_size() as usize;
+    let first = FIRST_READ_BYTES.min(object_size);
+    let mut buf = BytesMut::zeroed(first);
+    osd.store.read_async(obj, 0, &mut buf).await?;
+    let body_len = KvTable::body_len(&buf, object_size)?;
+    if body_len > first {
+        buf.resize(body_len, 0);
+        osd.store
+            .read_async(obj, first as u32, &mut buf[first..])
+            .await?;
+    } else {
+        buf.truncate(body_len);
+    }
+    Ok(KvTable::decode_bytes(buf.freeze())?)
+}
+
 /// The table for a read-only method. Reads do not take the PG lock, so one that overlaps an
 /// update may see parts of two bodies (the crc catches it): a body that does not decode is
 /// read again under the lock, where no update is in progress, before it is called corrupt.
-fn read_table_consistent(osd: &Osd, h: &Header) -> Result<KvTable, Status> {
-    match read_table(osd, h.object) {
+async fn read_table_consistent(osd: &Osd, h: &Header) -> Result<KvTable, Status> {
+    match read_table_async(osd, h.object).await {
         Ok(table) => Ok(table),
         Err(TableError::Corrupt(_)) => {
             let _pg = osd.pgs.shard(h.pg).lock().expect("pg shard lock");

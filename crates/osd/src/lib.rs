@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod peering;
 pub mod pg;
+mod prefetch;
 pub mod process;
 pub mod recovery;
 mod scrub;

@@ -530,7 +530,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
         )?;
     }
     type WalField = fn(&basalt_store::WalStats) -> u64;
-    let applied: [(&str, &str, WalField); 2] = [
+    let applied: [(&str, &str, WalField); 3] = [
         (
             "store_blocks_applied",
             "Blocks of small writes copied from the write-ahead log into their slots",
@@ -540,6 +540,11 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "store_blocks_merged",
             "Blocks of small writes not copied: a newer write in the same batch replaced them",
             |w| w.blocks_merged,
+        ),
+        (
+            "store_edge_reads_inline",
+            "Partial blocks of writes and trims read while the writer waits (not read ahead)",
+            |w| w.edge_reads_inline,
         ),
     ];
     for (name, help, value) in applied {

@@ -203,13 +203,24 @@ pub(crate) async fn push_object(
     fua: bool,
     kind: PushKind,
 ) -> Status {
+    // Read ahead, awaited; used under the PG lock (which orders the push with the PG's
+    // writes) if no writer came in between, else read again there.
+    let token = osd.store.write_token(obj);
+    let mut ahead = match osd.store.awaits_io() {
+        true => read_image_async(osd, obj).await.ok(),
+        false => None,
+    };
     let pending = {
         let shard = osd.pgs.shard(pg).lock().expect("pg shard lock");
         match shard.get(&pg) {
             Some(e) if e.phase == PgPhase::Active && e.interval == interval => {}
             _ => return Status::NotPrimary,
         }
-        let (version, payload) = match read_image(osd, obj) {
+        let read = match ahead.take() {
+            Some(image) if osd.store.unchanged_since(obj, token) => Ok(image),
+            _ => read_image(osd, obj),
+        };
+        let (version, payload) = match read {
             Ok(Some((v, image))) => (v, image.encode()),
             Ok(None) => (Version::ZERO, Bytes::new()),
             Err(e) => {

@@ -1,5 +1,6 @@
 //! Goal: OSDs whose stores are on raw block devices (loop devices with direct I/O, prepared
-//! like `basalt disk prepare`) serve a volume whose data survives a restart of every OSD; an
+//! like `basalt disk prepare`) serve a volume whose data survives a restart of every OSD,
+//! writes with partial blocks read nothing while a writer waits and leave identical copies; an
 //! OSD pointed at an unprepared device refuses to start and says how to prepare it.
 //!
 //! Needs root and `losetup` (util-linux): without them the test fails, it is not skipped.
@@ -87,7 +88,41 @@ async fn osds_on_prepared_devices_keep_a_volume_across_restarts() {
         .write(12_345, Bytes::from(data.clone()), false)
         .await
         .unwrap();
+    // Writes with partial blocks: the primary reads them ahead and forwards whole blocks,
+    // so no OSD reads a block while a writer waits; every copy ends identical.
+    volume
+        .write(100, Bytes::from_static(b"ten bytes."), false)
+        .await
+        .unwrap();
+    volume
+        .write(4000, Bytes::from(vec![7u8; 300]), false)
+        .await
+        .unwrap();
     volume.flush().await.unwrap();
+    for h in &osds {
+        let stats = h.osd.store.wal_stats();
+        assert_eq!(stats.edge_reads_inline, 0, "osd.{}", h.osd.id);
+    }
+    let copies: Vec<Vec<(basalt_proto::ObjectId, Vec<u8>)>> = osds
+        .iter()
+        .map(|h| {
+            let mut objects = h.osd.store.objects();
+            objects.sort();
+            objects
+                .into_iter()
+                .map(|(obj, _)| {
+                    let mut data = vec![0u8; OBJECT_SIZE as usize];
+                    h.osd.store.read(obj, 0, &mut data).unwrap();
+                    (obj, data)
+                })
+                .collect()
+        })
+        .collect();
+    assert!(!copies[0].is_empty());
+    assert!(
+        copies.iter().all(|c| *c == copies[0]),
+        "the replicas' copies differ from the primary's"
+    );
     drop(volume);
     drop(cluster);
     for h in osds {
@@ -100,4 +135,12 @@ async fn osds_on_prepared_devices_keep_a_volume_across_restarts() {
     let volume = cluster.open_volume("v").await.unwrap();
     let after = volume.read(12_345, 1 << 20).await.unwrap();
     assert!(after[..] == data[..], "data changed across an OSD restart");
+    let head = volume.read(0, 4400).await.unwrap();
+    assert_eq!(&head[100..110], b"ten bytes.");
+    assert!(head[4000..4300].iter().all(|&b| b == 7));
+    assert!(head[..100]
+        .iter()
+        .chain(&head[110..4000])
+        .chain(&head[4300..])
+        .all(|&b| b == 0));
 }

@@ -38,6 +38,6 @@ pub use options::{
     MAX_AUTO_WAL_BYTES, MAX_BLOCKS_PER_OBJECT, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES,
     MIN_WAL_BYTES,
 };
-pub use prefetch::EdgeBlocks;
+pub use prefetch::{EdgeBlocks, WriteToken};
 pub use store::{Store, StoreStats, WalStats};
 pub use superblock::{StoreLayout, SUPERBLOCK_BYTES, SUPERBLOCK_FORMAT_VERSION};

@@ -46,6 +46,12 @@ impl Stripe {
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
+
+    /// The generation once no writer holds the stripe (taken and let go without moving it).
+    fn generation_when_idle(&self) -> u64 {
+        let _idle = crate::store::lock(&self.lock);
+        self.generation()
+    }
 }
 
 /// A held stripe (see [`Stripe::lock`]).
@@ -151,7 +157,33 @@ fn partial_blocks(offset: usize, len: usize) -> impl Iterator<Item = usize> {
     head.into_iter().chain(tail)
 }
 
+/// Taken before reading an object ahead; [`Store::unchanged_since`] then tells whether any
+/// writer of the object's stripe finished since — if none did, what was read is the
+/// object's current contents, not a mix of two writes (a write of many blocks is several
+/// records, and readers do not wait for writers).
+#[derive(Clone, Copy, Debug)]
+pub struct WriteToken {
+    stripe: usize,
+    generation: u64,
+}
+
 impl Store {
+    /// See [`WriteToken`].
+    pub fn write_token(&self, obj: ObjectId) -> WriteToken {
+        let stripe = self.stripe_index(obj);
+        WriteToken {
+            stripe,
+            generation: self.stripes[stripe].generation(),
+        }
+    }
+
+    /// Has no writer of `obj`'s stripe finished since `token` was taken, and none is
+    /// writing now? Waits for a writer in progress (CPU work under the stripe, normally).
+    pub fn unchanged_since(&self, obj: ObjectId, token: WriteToken) -> bool {
+        let stripe = self.stripe_index(obj);
+        stripe == token.stripe && self.stripes[stripe].generation_when_idle() == token.generation
+    }
+
     /// Read the partial blocks of a write or trim of `offset..offset + len` of `obj`, awaited
     /// with no lock held, for [`Store::write_prefetched`] or [`Store::trim_prefetched`].
     /// A range the store refuses yields no blocks (the write reports the error).
@@ -164,7 +196,7 @@ impl Store {
         if !self.file.awaits() || self.check_range(offset, len as u64).is_err() {
             return Ok(EdgeBlocks::NONE);
         }
-        let generation = self.stripe_of(obj).generation();
+        let generation = self.write_token(obj).generation;
         let mut blocks = Vec::new();
         for b in partial_blocks(offset as usize, len as usize) {
             let mut block = Box::new([0u8; BLOCK]);

@@ -65,7 +65,7 @@ pub struct Store {
     /// Held shared by every write into the slot region, and exclusively by a reader that saw
     /// a checksum mismatch and must tell a race with a concurrent write from real damage.
     pub(crate) gate: RwLock<()>,
-    stripes: Box<[Stripe]>,
+    pub(crate) stripes: Box<[Stripe]>,
     /// Newest LSN known durable.
     pub(crate) durable_lsn: AtomicU64,
     /// Mirror of the WAL buffer's pending bytes (records and whole-object writes in
@@ -275,12 +275,7 @@ impl Store {
         if data.is_empty() {
             return Ok(());
         }
-        let in_flight = self.in_flight_bytes.load(Ordering::Relaxed);
-        let records = self
-            .unflushed_bytes
-            .load(Ordering::Relaxed)
-            .saturating_sub(in_flight);
-        if records > self.unflushed_limit_bytes || in_flight > IN_FLIGHT_LIMIT_BYTES {
+        if self.write_would_flush() {
             self.flush()?;
         }
         let stripe = self.stripe(obj);
@@ -503,6 +498,17 @@ impl Store {
         self.flush_inner()
     }
 
+    /// Would a write now flush first (too many unflushed bytes)? An async caller flushes
+    /// off its thread beforehand rather than have the write wait for the device.
+    pub fn write_would_flush(&self) -> bool {
+        let in_flight = self.in_flight_bytes.load(Ordering::Relaxed);
+        let records = self
+            .unflushed_bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(in_flight);
+        records > self.unflushed_limit_bytes || in_flight > IN_FLIGHT_LIMIT_BYTES
+    }
+
     /// Bytes written since the last flush started (what a crash could still lose). Lets the
     /// owner flush in the background before `write` has to flush inline.
     pub fn unflushed_bytes(&self) -> u64 {
@@ -601,14 +607,10 @@ impl Store {
     }
 
     fn stripe(&self, obj: ObjectId) -> StripeGuard<'_> {
-        self.stripe_of(obj).lock()
+        self.stripes[self.stripe_index(obj)].lock()
     }
 
-    pub(crate) fn stripe_of(&self, obj: ObjectId) -> &Stripe {
-        &self.stripes[self.stripe_index(obj)]
-    }
-
-    fn stripe_index(&self, obj: ObjectId) -> usize {
+    pub(crate) fn stripe_index(&self, obj: ObjectId) -> usize {
         const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
         let h = (obj.inode.wrapping_mul(MIX) ^ obj.index).wrapping_mul(MIX);
         (h >> 32) as usize % STRIPE_COUNT
