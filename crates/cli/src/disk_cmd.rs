@@ -2,10 +2,12 @@
 //! that hold one (`ls`). The checks and the store live in `basalt_store::prepare`; this file
 //! parses and prints.
 
+use crate::daemons::MetaArgs;
 use anyhow::Context;
 use basalt_proto::size::{human_bytes, parse_size};
 use basalt_store::prepare::{self, DeviceStore, PrepareOptions};
 use clap::Subcommand;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
@@ -45,15 +47,41 @@ pub enum DiskCommand {
         #[arg(long)]
         wal_size: Option<String>,
     },
-    /// List the block devices that hold a Basalt store: device, size, store id, object size,
-    /// WAL size (--json for scripts).
+    /// List the block devices that hold a Basalt store: device, size, store id, its OSD,
+    /// object size, WAL size (--json for scripts).
     ///
     /// Devices are opened read-only and shared, so devices in use by an OSD are listed too.
+    /// The OSD column needs the cluster metadata (--meta URL): an OSD records its store's id
+    /// when it starts. Without --meta it shows `?`; `-` is a store no OSD has started on.
+    ///
+    /// Examples:
+    ///   basalt disk ls
+    ///   basalt --meta http://10.0.0.1:2379 disk ls --json
+    #[command(verbatim_doc_comment)]
     Ls,
 }
 
-/// Run a `basalt disk` command; `json` is the global --json flag.
-pub fn run(command: DiskCommand, json: bool) -> anyhow::Result<()> {
+/// Whose store each device holds, as far as known.
+enum Owners {
+    /// No cluster metadata to ask (no --meta).
+    Unknown,
+    /// OSD by store id, from the OSDs' records.
+    Known(HashMap<String, u32>),
+}
+
+impl Owners {
+    /// The OSD of `store`: Some(Some(id)), Some(None) when no OSD has it, None unknown.
+    fn of(&self, store: &DeviceStore) -> Option<Option<u32>> {
+        match self {
+            Owners::Unknown => None,
+            Owners::Known(map) => Some(map.get(&format!("{:016x}", store.store_id)).copied()),
+        }
+    }
+}
+
+/// Run a `basalt disk` command; `json` is the global --json flag, `meta` says how to reach
+/// the cluster metadata (`disk ls` names the devices' OSDs with it).
+pub async fn run(command: DiskCommand, meta: &MetaArgs, json: bool) -> anyhow::Result<()> {
     match command {
         DiskCommand::Prepare {
             device,
@@ -74,7 +102,11 @@ pub fn run(command: DiskCommand, json: bool) -> anyhow::Result<()> {
             // The store's errors name the device and the reason already.
             let made = prepare::prepare(&device, &opts)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&to_json(&made))?);
+                let owners = Owners::Known(HashMap::new());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&to_json(&made, &owners))?
+                );
             } else {
                 println!(
                     "prepared {}: a Basalt store of {} (store id {:016x}, object size {}, \
@@ -93,24 +125,37 @@ pub fn run(command: DiskCommand, json: bool) -> anyhow::Result<()> {
         }
         DiskCommand::Ls => {
             let stores = prepare::list();
+            let owners = match meta.meta {
+                None => Owners::Unknown,
+                Some(_) => {
+                    let meta = meta.connect().await?;
+                    let map = basalt_client::osds::osds_by_store_id(meta.as_ref())
+                        .await
+                        .context("read the OSDs' records")?;
+                    Owners::Known(map)
+                }
+            };
             if json {
-                let list: Vec<_> = stores.iter().map(to_json).collect();
+                let list: Vec<_> = stores.iter().map(|s| to_json(s, &owners)).collect();
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(());
             }
-            print_table(&stores);
+            print_table(&stores, &owners);
             Ok(())
         }
     }
 }
 
-/// The JSON form of a device's store (docs/cli.md, `disk ls --json`).
-fn to_json(s: &DeviceStore) -> serde_json::Value {
+/// The JSON form of a device's store (docs/cli.md, `disk ls --json`); "osd" is null when no
+/// OSD has it or it is not known (then "osd_known" is false).
+fn to_json(s: &DeviceStore, owners: &Owners) -> serde_json::Value {
+    let osd = owners.of(s);
     serde_json::json!({
         "device": s.device.display().to_string(),
         "size_bytes": s.size_bytes,
         "store_id": format!("{:016x}", s.store_id),
-        "osd": null,
+        "osd": osd.flatten(),
+        "osd_known": osd.is_some(),
         "object_size_bytes": s.object_size_bytes,
         "wal_bytes": s.wal_bytes,
         "capacity_bytes": s.capacity_bytes,
@@ -118,24 +163,32 @@ fn to_json(s: &DeviceStore) -> serde_json::Value {
     })
 }
 
-fn print_table(stores: &[DeviceStore]) {
+fn print_table(stores: &[DeviceStore], owners: &Owners) {
     if stores.is_empty() {
         println!("no block device holds a Basalt store (make one with `basalt disk prepare DEV`)");
         return;
     }
     println!(
-        "{:<24} {:>10} {:<16} {:>4} {:>11} {:>10}",
+        "{:<24} {:>10} {:<16} {:>7} {:>11} {:>10}",
         "DEVICE", "SIZE", "STORE", "OSD", "OBJECT SIZE", "WAL"
     );
     for s in stores {
+        let osd = match owners.of(s) {
+            None => "?".to_string(),
+            Some(None) => "-".to_string(),
+            Some(Some(id)) => format!("osd.{id}"),
+        };
         println!(
-            "{:<24} {:>10} {:016x} {:>4} {:>11} {:>10}",
+            "{:<24} {:>10} {:016x} {:>7} {:>11} {:>10}",
             s.device.display().to_string(),
             human_bytes(s.size_bytes),
             s.store_id,
-            "-",
+            osd,
             human_bytes(s.object_size_bytes as u64),
             human_bytes(s.wal_bytes)
         );
+    }
+    if matches!(owners, Owners::Unknown) {
+        println!("(OSD ?: give --meta URL, or set BASALT_META, to name the OSD of each store)");
     }
 }

@@ -309,7 +309,7 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
             args.meta = global.meta;
             block_on(daemons::run_osd(args))
         }
-        Command::Disk { command } => disk_cmd::run(command, global.json),
+        Command::Disk { command } => block_on(disk_cmd::run(command, &global.meta, global.json)),
         Command::S3 {
             command: Some(command),
             mut args,

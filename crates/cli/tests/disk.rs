@@ -67,6 +67,7 @@ fn disk_prepare_makes_a_store_that_disk_ls_lists() {
     assert_eq!(entry["object_size_bytes"], 128 << 10);
     assert_eq!(entry["wal_bytes"], 8 << 20);
     assert_eq!(entry["osd"], serde_json::Value::Null);
+    assert_eq!(entry["osd_known"], false, "no --meta: the OSD is not known");
     let store_id = entry["store_id"].as_str().unwrap().to_owned();
     assert!(
         text.contains(&store_id),
@@ -80,9 +81,10 @@ fn disk_prepare_makes_a_store_that_disk_ls_lists() {
         .find(|l| l.starts_with(&dev.name()))
         .unwrap_or_else(|| panic!("{} not in the table: {table}", dev.name()));
     assert!(
-        line.contains(&store_id) && line.contains("64.0 MiB"),
+        line.contains(&store_id) && line.contains("64.0 MiB") && line.contains(" ? "),
         "{line}"
     );
+    assert!(table.contains("give --meta URL"), "{table}");
 
     // Prepared already: refused, exit 1, even with --force.
     let out = basalt(&["disk", "prepare", &dev.name(), "--force"]);
@@ -250,6 +252,44 @@ fn an_osd_runs_on_its_prepared_device_and_refuses_another_store() {
     drop(osd);
     let record = std::fs::read_to_string(data.join("store.json")).unwrap();
     assert!(record.contains(&first.name()), "{record}");
+
+    // `disk ls` names the OSD of a store from the OSDs' records, stopped or not.
+    let out = basalt(&["--meta", &meta, "disk", "ls", "--json"]);
+    assert!(out.status.success(), "ls: {}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = |dev: &LoopDevice| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["device"] == dev.name())
+            .unwrap_or_else(|| panic!("{} not in disk ls: {list}", dev.name()))
+            .clone()
+    };
+    assert_eq!(
+        (
+            entry(&first)["osd"].clone(),
+            entry(&first)["osd_known"].clone()
+        ),
+        (0.into(), true.into())
+    );
+    assert_eq!(
+        (
+            entry(&second)["osd"].clone(),
+            entry(&second)["osd_known"].clone()
+        ),
+        (serde_json::Value::Null, true.into())
+    );
+    let out = basalt(&["--meta", &meta, "disk", "ls"]);
+    let table = stdout(&out);
+    let line = |dev: &LoopDevice| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&dev.name()))
+            .unwrap_or_else(|| panic!("{} not in the table: {table}", dev.name()))
+            .to_owned()
+    };
+    assert!(line(&first).contains(" osd.0 "), "{table}");
+    assert!(line(&second).contains(" - "), "{table}");
 
     let err = start_osd(&meta, &keyring, &data, &second.path)
         .err()

@@ -46,3 +46,16 @@ pub async fn set_osd_out(
     }
     Ok(())
 }
+
+/// The OSD each store belongs to, by store id (16 hex digits), from the OSDs' records (an
+/// OSD records its store's id when it starts; records of older OSDs have none).
+pub async fn osds_by_store_id(
+    meta: &dyn MetaStore,
+) -> Result<std::collections::HashMap<String, u32>, ClientError> {
+    let records = meta.list(basalt_meta::schema::OSDS_PREFIX).await?;
+    Ok(records
+        .iter()
+        .filter_map(|(_, bytes, _)| serde_json::from_slice::<OsdRecord>(bytes).ok())
+        .filter_map(|r| Some((r.store_id?, r.id)))
+        .collect())
+}

@@ -125,6 +125,10 @@ pub struct OsdRecord {
     /// Set by an operator (`basalt osd out`): keep it out of placement even while up.
     #[serde(default)]
     pub admin_out: bool,
+    /// Id of its store (16 hex digits, as in the store's superblock): lets `basalt disk ls`
+    /// name the OSD of a device. Absent in records of older OSDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
 }
 
 /// Written by a running OSD under its lease: vanishes when the OSD stops renewing it.

@@ -118,6 +118,7 @@ mod tests {
             host: host.into(),
             capacity_bytes: 8 << 30,
             admin_out: false,
+            store_id: None,
         }
     }
 

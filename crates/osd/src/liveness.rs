@@ -53,6 +53,7 @@ pub async fn register(
         host: reg.host.clone(),
         capacity_bytes,
         admin_out: existing.as_ref().is_some_and(|r| r.admin_out),
+        store_id: Some(format!("{:016x}", osd.store.layout().store_id)),
     };
     if existing.as_ref() != Some(&record) {
         meta.put(
