@@ -93,6 +93,11 @@ pub fn counter(v: u64) -> prometheus_client::metrics::counter::ConstCounter<u64>
     prometheus_client::metrics::counter::ConstCounter::new(v)
 }
 
+/// A floating-point counter value read at scrape time (for [`family`]): seconds summed.
+pub fn counter_f64(v: f64) -> prometheus_client::metrics::counter::ConstCounter<f64> {
+    prometheus_client::metrics::counter::ConstCounter::new(v)
+}
+
 /// A gauge value read at scrape time (for [`family`]).
 pub fn gauge(v: i64) -> prometheus_client::metrics::gauge::ConstGauge<i64> {
     prometheus_client::metrics::gauge::ConstGauge::new(v)

@@ -530,7 +530,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
         )?;
     }
     type WalField = fn(&basalt_store::WalStats) -> u64;
-    let applied: [(&str, &str, WalField); 3] = [
+    let applied: [(&str, &str, WalField); 4] = [
         (
             "store_blocks_applied",
             "Blocks of small writes copied from the write-ahead log into their slots",
@@ -546,6 +546,11 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "Partial blocks of writes and trims read while the writer waits (not read ahead)",
             |w| w.edge_reads_inline,
         ),
+        (
+            "store_checkpoints",
+            "Checkpoints the store wrote since it opened",
+            |w| w.checkpoints,
+        ),
     ];
     for (name, help, value) in applied {
         family(
@@ -558,6 +563,16 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
                 .map(|(o, s)| ([("osd", o.id)], counter(value(&s.1)))),
         )?;
     }
+    family(
+        enc,
+        "basalt_osd_store_checkpoint_seconds",
+        "Time the store's checkpoints took (no write batch commits meanwhile)",
+        Kind::Counter,
+        osds.iter().zip(&stats).map(|(o, s)| {
+            let seconds = s.1.checkpoint_micros as f64 / 1e6;
+            ([("osd", o.id)], basalt_metrics::counter_f64(seconds))
+        }),
+    )?;
     family(
         enc,
         "basalt_osd_checkpoint_age_seconds",

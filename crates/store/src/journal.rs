@@ -527,6 +527,7 @@ impl Store {
         clean: bool,
     ) -> Result<(), StoreError> {
         self.file.check_writable()?;
+        let started = std::time::Instant::now();
         let mut batch = std::mem::take(&mut leader.batch);
         batch.clear();
         let seq = leader.checkpoint_seq + 1;
@@ -573,6 +574,9 @@ impl Store {
         leader.checkpoint_seq = seq;
         self.last_checkpoint_ms
             .store(self.opened_ms(), Ordering::Relaxed);
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.checkpoint_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         let last_lsn = header.next_lsn - 1;
         leader.prev_batch_last_lsn = last_lsn;
         lock(&self.wal).tail_pos = header.wal_pos;

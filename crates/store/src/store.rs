@@ -78,6 +78,10 @@ pub struct Store {
     /// this run), read without the leader's lock (which a flush holds across fdatasync).
     opened: std::time::Instant,
     pub(crate) last_checkpoint_ms: AtomicU64,
+    /// Checkpoints written since open, and the microseconds they took (holding the leader
+    /// role: no batch commits meanwhile).
+    pub(crate) checkpoints: AtomicU64,
+    pub(crate) checkpoint_us: AtomicU64,
     /// Blocks of small writes copied into their slots since open, and blocks whose copy was
     /// saved because a newer record of the same batch rewrote them.
     pub(crate) blocks_applied: AtomicU64,
@@ -107,6 +111,10 @@ pub struct WalStats {
     /// caller waits on the device): not read ahead by [`Store::prefetch_edges`], or a racing
     /// writer of the same stripe made what was read ahead stale.
     pub edge_reads_inline: u64,
+    /// Checkpoints written since open.
+    pub checkpoints: u64,
+    /// Microseconds those checkpoints took, in total (batches wait meanwhile).
+    pub checkpoint_micros: u64,
 }
 
 impl Store {
@@ -215,6 +223,8 @@ impl Store {
             unflushed_limit_bytes: (layout.wal_bytes / 8).min(UNFLUSHED_LIMIT_MAX_BYTES),
             opened: std::time::Instant::now(),
             last_checkpoint_ms: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+            checkpoint_us: AtomicU64::new(0),
             blocks_applied: AtomicU64::new(0),
             edge_reads_inline: AtomicU64::new(0),
             blocks_merged: AtomicU64::new(0),
@@ -574,6 +584,8 @@ impl Store {
             blocks_applied: self.blocks_applied.load(Ordering::Relaxed),
             blocks_merged: self.blocks_merged.load(Ordering::Relaxed),
             edge_reads_inline: self.edge_reads_inline.load(Ordering::Relaxed),
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            checkpoint_micros: self.checkpoint_us.load(Ordering::Relaxed),
         }
     }
 

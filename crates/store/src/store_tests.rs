@@ -166,7 +166,7 @@ fn freed_slots_are_reused_once_confirmed() {
 #[test]
 fn wal_stats_follow_writes_and_checkpoints() {
     // Goal: the WAL's used bytes grow with writes, never pass its size, fall back at a
-    // checkpoint; the checkpoint age restarts at a checkpoint.
+    // checkpoint; the checkpoint age restarts at a checkpoint, which is counted and timed.
     let dir = scratch();
     let store = Store::create(&dir.path().join("store"), &opts()).expect("create");
     let before = store.wal_stats();
@@ -194,6 +194,12 @@ fn wal_stats_follow_writes_and_checkpoints() {
     let after = store.wal_stats();
     let since_call_ms = checkpoint_called.elapsed().as_millis() as u64;
     assert!(after.used_bytes < written.used_bytes, "{after:?}");
+    assert_eq!(after.checkpoints, written.checkpoints + 1, "{after:?}");
+    assert!(
+        after.checkpoint_micros > written.checkpoint_micros
+            && after.checkpoint_micros - written.checkpoint_micros <= since_call_ms * 1000 + 1000,
+        "{written:?} -> {after:?}"
+    );
     assert!(
         after.checkpoint_age_ms <= since_call_ms + 1,
         "{after:?}, {since_call_ms} ms since the checkpoint was called"
