@@ -56,7 +56,7 @@ pub enum DiskCommand {
     ///
     /// Examples:
     ///   basalt disk ls
-    ///   basalt --meta http://10.0.0.1:2379 disk ls --json
+    ///   basalt --meta etcd://10.0.0.1:2379 disk ls --json
     #[command(verbatim_doc_comment)]
     Ls,
 }
