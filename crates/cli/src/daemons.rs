@@ -174,6 +174,11 @@ pub struct OsdArgs {
     /// Object size of the store; must equal the object size of the pools (first start).
     #[arg(long, default_value = "128K")]
     pub object_size: String,
+    /// WAL size of the store, e.g. 64M (first start only) [default: an eighth of --capacity,
+    /// 4 MiB to 256 MiB]. A smaller WAL checkpoints more often; the WAL is allocated even
+    /// with --sparse.
+    #[arg(long, value_name = "SIZE")]
+    pub wal_size: Option<String>,
     /// Liveness lease TTL in seconds: how soon a dead OSD is noticed (failover time).
     #[arg(long, default_value_t = 3)]
     pub lease_ttl: u64,
@@ -287,6 +292,12 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         host: args.host.clone().unwrap_or_else(basalt_node::hostname),
         capacity_bytes: parse_size(&args.capacity)?,
         object_size_bytes: parse_size(&args.object_size)? as u32,
+        wal_bytes: args
+            .wal_size
+            .as_deref()
+            .map(parse_size)
+            .transpose()?
+            .unwrap_or(0),
         lease_ttl_secs: args.lease_ttl,
         recovery: basalt_osd::RecoveryConfig {
             idle_bytes_per_sec: parse_size(&args.recovery_rate)?,

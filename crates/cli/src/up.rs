@@ -51,6 +51,11 @@ pub struct UpArgs {
     /// Capacity of each OSD's store file, e.g. 8G (first start only; the file is sparse).
     #[arg(long, default_value = "8G")]
     osd_size: String,
+    /// WAL size of each OSD's store, e.g. 64M (first start only) [default: an eighth of
+    /// --osd-size, 4 MiB to 256 MiB]. The WAL is allocated on disk even though the rest of
+    /// the store file is sparse; a smaller one checkpoints more often.
+    #[arg(long, value_name = "SIZE")]
+    wal_size: Option<String>,
     /// Object size of the OSDs' stores and of the pool, e.g. 128K (first start only; with
     /// --ec each stripe is K of them).
     #[arg(long, default_value = "128K")]
@@ -161,6 +166,12 @@ fn local_config(args: &UpArgs, data_tls: Option<PathBuf>) -> anyhow::Result<Loca
         replicas: args.replicas,
         ec: args.ec.clone(),
         osd_size_bytes: parse_size(&args.osd_size)?,
+        wal_bytes: args
+            .wal_size
+            .as_deref()
+            .map(parse_size)
+            .transpose()?
+            .unwrap_or(0),
         object_size_bytes: parse_size(&args.object_size)?,
         pgs: args.pgs,
         default_volume,

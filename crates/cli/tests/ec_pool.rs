@@ -130,13 +130,18 @@ fn ec_pool_verified_io_through_kill9_loops() {
     cluster.stop();
 }
 
-/// Goal: `basalt up` refuses an erasure code it cannot place or does not support, with the
-/// flag named, before creating anything.
+/// Goal: `basalt up` refuses an erasure code it cannot place or does not support, or a store
+/// geometry no store can have, with the flag named, before creating anything.
 #[test]
 fn ec_settings_are_checked_up_front() {
     let dir = tempfile::tempdir().unwrap();
     for (args, needle) in [
         (vec!["--ec", "4+2"], "--ec 4+2 needs --osds 6"),
+        (
+            vec!["--wal-size", "1M"],
+            "--wal-size: bad store options: WAL size 1.0 MiB is not a multiple of 4 KiB from \
+             4.0 MiB to 1.0 GiB",
+        ),
         (vec!["--ec", "1+1"], "--ec"),
         (vec!["--ec", "2+9"], "--ec"),
         (vec!["--ec", "two"], "not an erasure code"),

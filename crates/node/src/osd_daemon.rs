@@ -33,6 +33,8 @@ pub struct OsdDaemonConfig {
     /// Store capacity and object size (first start).
     pub capacity_bytes: u64,
     pub object_size_bytes: u32,
+    /// WAL size of a new store (0: chosen from the capacity).
+    pub wal_bytes: u64,
     pub lease_ttl_secs: u64,
     pub recovery: RecoveryConfig,
     /// How often to scan for stray copies (None: never).
@@ -124,7 +126,7 @@ impl OsdDaemon {
             store_options: StoreOptions {
                 capacity_bytes: config.capacity_bytes,
                 object_size_bytes: config.object_size_bytes,
-                ..StoreOptions::default()
+                wal_bytes: config.wal_bytes,
             },
             listen: config.listen,
             network: match &config.data_tls {

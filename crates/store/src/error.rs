@@ -50,12 +50,14 @@ pub enum StoreError {
     Device(#[from] crate::medium::DeviceError),
     /// A store file cannot be fully allocated: the filesystem lacks the space.
     #[error(
-        "the store needs {}, the filesystem of {} has {} free",
+        "{what} needs {}, the filesystem of {} has {} free",
         basalt_proto::size::human_bytes(*needed_bytes),
         dir.display(),
         basalt_proto::size::human_bytes(*free_bytes)
     )]
     NoRoom {
+        /// What is allocated: the whole store, or (sparse) its WAL and metadata.
+        what: &'static str,
         /// The directory holding the store file.
         dir: std::path::PathBuf,
         /// The store's capacity.

@@ -145,8 +145,13 @@ fn prepare_file(
     file.set_len(layout.capacity_bytes)
         .map_err(io_err("size store file"))?;
     match allocation {
-        Allocation::Full => allocate(path, file, layout.capacity_bytes),
-        Allocation::Sparse => allocate(path, file, layout.slots_offset),
+        Allocation::Full => allocate(path, file, layout.capacity_bytes, "the store"),
+        Allocation::Sparse => allocate(
+            path,
+            file,
+            layout.slots_offset,
+            "the store's WAL and metadata (its data region stays sparse)",
+        ),
     }
 }
 
@@ -210,7 +215,7 @@ fn open_file(path: &Path, io: &IoOptions, allocation: Allocation) -> Result<Stor
     lock_file(&file)?;
     if allocation == Allocation::Full {
         let len = file.metadata().map_err(io_err("stat store file"))?.len();
-        allocate(path, &file, len)?;
+        allocate(path, &file, len, "the store")?;
     }
     recover(engine_file(path, file, io)?)
 }
@@ -778,7 +783,7 @@ enum Allocation {
 /// Allocate the first `len` bytes of `file` (the store at `path`), so that no later write
 /// meets ENOSPC. A full filesystem is refused naming the shortfall; filesystems without
 /// fallocate (EOPNOTSUPP) keep the file sparse.
-fn allocate(path: &Path, file: &File, len: u64) -> Result<(), StoreError> {
+fn allocate(path: &Path, file: &File, len: u64, what: &'static str) -> Result<(), StoreError> {
     let dir = parent_dir(path);
     // Free space before the call: a failed posix_fallocate may leave part of the range
     // allocated, which would understate what was free.
@@ -797,6 +802,7 @@ fn allocate(path: &Path, file: &File, len: u64) -> Result<(), StoreError> {
     match rc {
         0 | libc::EOPNOTSUPP | libc::ENOSYS => Ok(()),
         libc::ENOSPC => Err(StoreError::NoRoom {
+            what,
             dir: dir.to_owned(),
             needed_bytes: len,
             free_bytes: free_bytes.unwrap_or(0),

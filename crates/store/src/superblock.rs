@@ -9,6 +9,7 @@ use crate::options::{
     StoreOptions, BLOCK_BYTES, MAX_OBJECT_BYTES, MAX_WAL_BYTES, MIN_OBJECT_BYTES, MIN_WAL_BYTES,
 };
 use crate::wal::{u32_at, u64_at};
+use basalt_proto::size::human_bytes;
 
 /// Bytes reserved for the superblock at offset 0.
 pub const SUPERBLOCK_BYTES: u64 = 4096;
@@ -73,7 +74,10 @@ impl StoreLayout {
         let object = opts.object_size_bytes;
         if !object.is_power_of_two() || !(MIN_OBJECT_BYTES..=MAX_OBJECT_BYTES).contains(&object) {
             return Err(StoreError::bad_options(format!(
-                "object size {object} is not a power of two from {MIN_OBJECT_BYTES} to {MAX_OBJECT_BYTES}"
+                "object size {} is not a power of two from {} to {}",
+                human_bytes(object as u64),
+                human_bytes(MIN_OBJECT_BYTES as u64),
+                human_bytes(MAX_OBJECT_BYTES as u64)
             )));
         }
         let wal_bytes = opts.effective_wal_bytes();
@@ -81,7 +85,10 @@ impl StoreLayout {
             || !(MIN_WAL_BYTES..=MAX_WAL_BYTES).contains(&wal_bytes)
         {
             return Err(StoreError::bad_options(format!(
-                "WAL size {wal_bytes} is not a multiple of 4 KiB from {MIN_WAL_BYTES} to {MAX_WAL_BYTES}"
+                "WAL size {} is not a multiple of 4 KiB from {} to {}",
+                human_bytes(wal_bytes),
+                human_bytes(MIN_WAL_BYTES),
+                human_bytes(MAX_WAL_BYTES)
             )));
         }
         let paged = version >= 2;

@@ -394,4 +394,20 @@ fn a_file_store_is_fully_allocated_or_refused_naming_the_shortfall() {
         .expect("open sparse")
         .close()
         .expect("close");
+    // A sparse store's WAL is allocated all the same: one that cannot be is refused, and the
+    // error says what was asked for.
+    let walled = fs.path().join("walled.dat");
+    let opts = StoreOptions {
+        capacity_bytes: 1 << 30,
+        wal_bytes: 64 << 20,
+        ..StoreOptions::default()
+    };
+    let err = error_of(Store::create_sparse(&walled, &opts, &IoOptions::default()));
+    assert!(
+        err.to_string().starts_with(
+            "the store's WAL and metadata (its data region stays sparse) needs 66.6 MiB, "
+        ),
+        "{err}"
+    );
+    assert!(!walled.exists(), "the half-made file is removed");
 }

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 pub const DAEMON_START: Duration = Duration::from_secs(60);
 /// Bound on one CLI call.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+/// WAL size of a test OSD's store: each WAL is allocated in full, and a test run has several
+/// clusters of up to a dozen OSDs on one disk (the default, 256 MiB at 2 GiB, filled a
+/// CI machine's disk).
+pub const TEST_WAL_SIZE: &str = "32M";
 /// First data-plane port on every host (metrics: + 1000).
 pub const OSD_BASE_PORT: u16 = 6800;
 /// NBD port of the gateway.
@@ -191,8 +195,11 @@ impl BasaltCluster {
                 &h.name,
                 "--capacity",
                 &self.layout.osd_capacity,
-                // Several test OSDs share one disk: their capacity is a ceiling.
+                // Several test OSDs share one disk: their capacity is a ceiling, and their
+                // WALs (allocated even when sparse) small.
                 "--sparse",
+                "--wal-size",
+                TEST_WAL_SIZE,
                 "--lease-ttl",
                 "3",
                 "--out-after",

@@ -175,6 +175,10 @@ impl Cluster {
         if !self.extra_args.iter().any(|a| a == "--osd-size") {
             cmd.args(["--osd-size", OSD_SIZE]);
         }
+        // Small WALs: each is allocated on disk, and several clusters share this one.
+        if !self.extra_args.iter().any(|a| a == "--wal-size") {
+            cmd.args(["--wal-size", basalt_testcluster::basalt::TEST_WAL_SIZE]);
+        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {bin} up: {e}"));

@@ -52,6 +52,8 @@ pub struct LocalConfig {
     pub replicas: u32,
     pub ec: Option<String>,
     pub osd_size_bytes: u64,
+    /// WAL size of each new store (0: chosen from the store size).
+    pub wal_bytes: u64,
     pub object_size_bytes: u64,
     pub pgs: u32,
     /// The volume made on first start and served by default (None: none).
@@ -275,7 +277,7 @@ async fn start_osds(
             store_options: StoreOptions {
                 capacity_bytes: config.osd_size_bytes,
                 object_size_bytes: pools::store_object_size(pool),
-                ..StoreOptions::default()
+                wal_bytes: config.wal_bytes,
             },
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             network: match &config.data_tls {

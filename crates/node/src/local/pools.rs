@@ -34,7 +34,21 @@ pub(super) async fn main_pool(
     }
     // Created before the OSDs register: nothing to check its placement against, and the
     // OSDs it needs are started next.
-    Ok(basalt_client::create_pool(meta, first_start_pool(config)?).await?)
+    let pool = first_start_pool(config)?;
+    check_store_geometry(config, &pool)?;
+    Ok(basalt_client::create_pool(meta, pool).await?)
+}
+
+/// Refuse store options no OSD's store could be made with, before anything is created.
+fn check_store_geometry(config: &LocalConfig, pool: &PoolRecord) -> anyhow::Result<()> {
+    let opts = basalt_store::StoreOptions {
+        capacity_bytes: config.osd_size_bytes,
+        object_size_bytes: store_object_size(pool),
+        wal_bytes: config.wal_bytes,
+    };
+    basalt_store::StoreLayout::compute(&opts, 0)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("--osd-size, --object-size, --wal-size: {e}"))
 }
 
 /// Settings of the pool `basalt up` creates on first start, checked.
