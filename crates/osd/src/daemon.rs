@@ -429,6 +429,15 @@ const BACKGROUND_FLUSH_INTERVAL_MS: u64 = 20;
 /// bound, at which `Store::write` flushes inline on the caller's runtime thread).
 pub(crate) const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
 
+/// Run the store's due checkpoint off the runtime threads.
+async fn background_checkpoint(osd: Arc<Osd>) {
+    let store = osd.store.clone();
+    if let Err(e) = osd.store_call(move || store.checkpoint_due()).await {
+        // The store is fail-stop now; requests will report it.
+        tracing::error!(osd = osd.id, "background checkpoint failed: {e}");
+    }
+}
+
 /// Flush the store off the runtime threads (on the blocking pool) once enough is unflushed,
 /// so writers rarely meet the store's inline flush; and, while rewrites and deletes left
 /// freed slots awaiting confirmation, at every tick, so those slots are reused within a few
@@ -439,12 +448,18 @@ async fn background_flush(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(
         BACKGROUND_FLUSH_INTERVAL_MS,
     ));
+    let mut checkpoint: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             biased;
             _ = stop.changed() => return,
             _ = osd.flush_wanted.notified() => {}
             _ = tick.tick() => {}
+        }
+        // A due checkpoint runs beside the flushes, not in one of them: batches go on
+        // committing while it writes the table.
+        if checkpoint.as_ref().is_none_or(|t| t.is_finished()) && osd.store.checkpoint_wanted() {
+            checkpoint = Some(tokio::spawn(background_checkpoint(osd.clone())));
         }
         let unflushed = osd.store.unflushed_bytes();
         if unflushed < BACKGROUND_FLUSH_BYTES && osd.store.pending_freed_slots() == 0 {

@@ -82,6 +82,13 @@ pub async fn serve_connection<R, W>(
             Ok(p) => p,
             Err(_) => break,
         };
+        if is_replica_mutation(&header) && osd.store.write_would_flush() {
+            // Applied inline below, the mutation would flush first and hold this runtime
+            // thread until the device has the batch: flush here, awaited, off the runtime's
+            // threads. The connection's later frames wait, keeping the primary's order.
+            // (A failure stops the store; the mutation then says so.)
+            flush(&osd).await;
+        }
         dispatch(
             &osd,
             header,
@@ -92,6 +99,15 @@ pub async fn serve_connection<R, W>(
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// A mutation or push from a PG's primary: applied inline by [`dispatch`].
+fn is_replica_mutation(h: &Header) -> bool {
+    h.flags.has(Flags::REPLICA)
+        && matches!(
+            h.opcode,
+            Opcode::Write | Opcode::Trim | Opcode::Delete | Opcode::Push
+        )
 }
 
 /// A request about to be queued for its own task: its queue-wait histogram and its slot in

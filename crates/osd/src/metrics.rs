@@ -530,7 +530,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
         )?;
     }
     type WalField = fn(&basalt_store::WalStats) -> u64;
-    let applied: [(&str, &str, WalField); 4] = [
+    let applied: [(&str, &str, WalField); 5] = [
         (
             "store_blocks_applied",
             "Blocks of small writes copied from the write-ahead log into their slots",
@@ -545,6 +545,11 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "store_edge_reads_inline",
             "Partial blocks of writes and trims read while the writer waits (not read ahead)",
             |w| w.edge_reads_inline,
+        ),
+        (
+            "store_writer_flushes",
+            "Flushes a write ran itself, waiting on the device, past twice the unflushed bound",
+            |w| w.writer_flushes,
         ),
         (
             "store_checkpoints",

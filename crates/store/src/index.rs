@@ -146,12 +146,12 @@ impl Index {
         &self.crcs
     }
 
-    /// Do the crcs set since the last checkpoint's cut take more RAM than they may (never
-    /// when every crc lives in RAM)?
-    pub fn crc_dirty_over_bound(&self) -> bool {
-        self.crcs
-            .paged()
-            .is_some_and(|p| p.dirty_bytes() > p.dirty_bytes_max())
+    /// RAM taken by the crcs set since the last checkpoint's cut, in percent of what they
+    /// may take (0 when every crc lives in RAM).
+    pub fn crc_dirty_percent(&self) -> u64 {
+        self.crcs.paged().map_or(0, |p| {
+            (p.dirty_bytes() as u64 * 100) / (p.dirty_bytes_max() as u64).max(1)
+        })
     }
 
     pub fn alloc_words(&self, slot: u32) -> &[u64] {

@@ -1,8 +1,10 @@
 //! The journal: the in-RAM tail of the WAL, group commit (one fdatasync for every writer
 //! waiting), copying durable records into their slots, and checkpoints.
 //!
-//! Only the *leader* (whoever holds `Store::leader`) writes the WAL region, syncs, applies and
-//! checkpoints; writers only append encoded records to [`WalBuffer`] under its mutex.
+//! Only the *leader* (whoever holds `Store::leader`) writes the WAL region, syncs and applies;
+//! writers only append encoded records to [`WalBuffer`] under its mutex. A checkpoint (whoever
+//! holds `Store::checkpointer`) needs the leader only to take its cut and make the records
+//! before it durable and applied: batches after the cut commit while it writes the table.
 
 use crate::checkpoint::{AreaWriter, CheckpointHeader};
 use crate::crc_pages;
@@ -14,14 +16,28 @@ use crate::wal::{self, WalBody, COMMIT_RECORD_BYTES};
 use basalt_proto::{ObjectId, Version};
 use std::sync::atomic::Ordering;
 
-/// Checkpoint once the written part of the WAL passes this share of its size (percent).
+/// A checkpoint is due once the written part of the WAL passes this share of its size
+/// (percent): the store's owner runs it in the background ([`Store::checkpoint_wanted`]).
 pub(crate) const CHECKPOINT_TRIGGER_PERCENT: u64 = 50;
+/// Past this share (percent), or with dirty crcs at twice their bound, the flush that sees it
+/// checkpoints itself: an owner that runs no checkpoints, or one that fell behind.
+pub(crate) const CHECKPOINT_INLINE_PERCENT: u64 = 75;
 /// Crc pages a checkpoint reads, composes and writes at a time (bounds its buffer: 1 MiB of
 /// 4 KiB pages).
 const CRC_PAGES_PER_WRITE: usize = 256;
 
 /// A record did not fit in the WAL: the caller checkpoints and retries.
 pub(crate) struct WalFull;
+
+/// Whether a checkpoint should run, as a flush sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum CheckpointNeed {
+    No,
+    /// Due: the owner may run it in the background.
+    Due,
+    /// Now, by the flush that found it (WAL or crc memory close to full).
+    Now,
+}
 
 /// Records appended but not yet written, and where the log stands.
 ///
@@ -260,8 +276,6 @@ pub(crate) struct Leader {
     /// Last LSN of the previous durable batch: once another batch is durable, recovery will
     /// trust every record up to here without checks, so slots they freed may be reused.
     prev_batch_last_lsn: u64,
-    /// Sequence number of the newest durable checkpoint.
-    checkpoint_seq: u64,
     batch: Vec<u8>,
     /// Whole-object writes the batch being committed waits for.
     in_flight: Vec<(u32, InFlightWrite)>,
@@ -278,10 +292,9 @@ pub(crate) struct Leader {
 }
 
 impl Leader {
-    pub fn new(checkpoint_seq: u64, last_lsn: u64) -> Leader {
+    pub fn new(last_lsn: u64) -> Leader {
         Leader {
             prev_batch_last_lsn: last_lsn,
-            checkpoint_seq,
             batch: Vec::new(),
             in_flight: Vec::new(),
             completed: Vec::new(),
@@ -302,31 +315,83 @@ impl Store {
             return Ok(());
         }
         // While we wait for the leader role, its holder may write a batch that covers us.
-        let mut leader = lock(&self.leader);
-        self.file.check_writable()?;
-        if self.durable_lsn.load(Ordering::Acquire) >= target {
-            return Ok(());
-        }
-        self.flush_batch(&mut leader, false)
+        let need = {
+            let mut leader = lock(&self.leader);
+            self.file.check_writable()?;
+            if self.durable_lsn.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            self.flush_batch(&mut leader, false)?
+        };
+        self.checkpoint_if_now(need)
     }
 
     /// Make slots freed by earlier records reusable: one batch makes the freeing records
     /// durable, a second (possibly just a commit record) confirms them.
     pub(crate) fn reclaim_slots(&self) -> Result<(), StoreError> {
-        let mut leader = lock(&self.leader);
-        self.flush_batch(&mut leader, true)?;
-        self.flush_batch(&mut leader, true)
+        for _ in 0..2 {
+            let need = self.flush_batch(&mut lock(&self.leader), true)?;
+            self.checkpoint_if_now(need)?;
+        }
+        Ok(())
     }
 
-    /// Take a checkpoint now (`clean` when closing).
+    /// Take a checkpoint now (`clean` when closing), after any in progress.
     pub(crate) fn checkpoint(&self, clean: bool) -> Result<(), StoreError> {
-        let mut leader = lock(&self.leader);
-        self.checkpoint_locked(&mut leader, clean)
+        let mut seq = lock(&self.checkpointer);
+        self.checkpoint_locked(&mut seq, clean)
+    }
+
+    /// The checkpoint a flush found needed now, run by the flusher once it let go of the
+    /// leader role (the checkpoint takes it back only for its cut).
+    fn checkpoint_if_now(&self, need: CheckpointNeed) -> Result<(), StoreError> {
+        match need {
+            CheckpointNeed::Now => self.checkpoint(false),
+            CheckpointNeed::No | CheckpointNeed::Due => Ok(()),
+        }
+    }
+
+    /// Is a checkpoint due, and none running? The store's owner then runs
+    /// [`Store::checkpoint_due`] off its latency-sensitive threads; batches go on committing
+    /// meanwhile.
+    pub fn checkpoint_wanted(&self) -> bool {
+        match self.checkpointer.try_lock() {
+            Ok(_running) => self.checkpoint_need() != CheckpointNeed::No,
+            Err(_) => false,
+        }
+    }
+
+    /// Run a checkpoint if one is due (see [`Store::checkpoint_wanted`]); a no-op otherwise.
+    pub fn checkpoint_due(&self) -> Result<(), StoreError> {
+        self.file.check_writable()?;
+        let mut seq = lock(&self.checkpointer);
+        if self.checkpoint_need() == CheckpointNeed::No {
+            return Ok(());
+        }
+        self.checkpoint_locked(&mut seq, false)
+    }
+
+    /// How full the WAL and the dirty crcs are, as a checkpoint need.
+    fn checkpoint_need(&self) -> CheckpointNeed {
+        let wal_percent = {
+            let wal = lock(&self.wal);
+            (wal.pending_pos - wal.tail_pos) * 100 / wal.wal_bytes
+        };
+        // Dirty crcs leave RAM at the checkpoint that writes them.
+        let crc_percent = read(&self.index).crc_dirty_percent();
+        if wal_percent > CHECKPOINT_INLINE_PERCENT || crc_percent > 200 {
+            CheckpointNeed::Now
+        } else if wal_percent > CHECKPOINT_TRIGGER_PERCENT || crc_percent > 100 {
+            CheckpointNeed::Due
+        } else {
+            CheckpointNeed::No
+        }
     }
 
     /// Write, sync and apply the pending batch. `force` writes a batch even when nothing is
-    /// pending (a lone commit record), to confirm the previous one.
-    fn flush_batch(&self, leader: &mut Leader, force: bool) -> Result<(), StoreError> {
+    /// pending (a lone commit record), to confirm the previous one. Returns whether a
+    /// checkpoint is needed, for the caller to run once it let go of the leader role.
+    fn flush_batch(&self, leader: &mut Leader, force: bool) -> Result<CheckpointNeed, StoreError> {
         self.file.check_writable()?;
         let mut batch = std::mem::take(&mut leader.batch);
         batch.clear();
@@ -347,18 +412,12 @@ impl Store {
         };
         leader.batch = batch;
         result?;
-        let wal_filling = {
-            let wal = lock(&self.wal);
-            (wal.pending_pos - wal.tail_pos) * 100 > wal.wal_bytes * CHECKPOINT_TRIGGER_PERCENT
-        };
-        // Dirty crcs leave RAM at the checkpoint that writes them.
-        let crcs_filling = read(&self.index).crc_dirty_over_bound();
         // A forced batch with no room for its commit record means the WAL is full: a
         // checkpoint confirms everything instead.
-        if wal_filling || crcs_filling || (force && taken.is_none()) {
-            self.checkpoint_locked(leader, false)?;
+        if force && taken.is_none() {
+            return Ok(CheckpointNeed::Now);
         }
-        Ok(())
+        Ok(self.checkpoint_need())
     }
 
     fn commit_batch(
@@ -521,84 +580,97 @@ impl Store {
 
     /// Write a checkpoint: the table as of the last appended record, after making every
     /// record up to it durable and applied; then let the WAL reuse the space before it.
-    pub(crate) fn checkpoint_locked(
-        &self,
-        leader: &mut Leader,
-        clean: bool,
-    ) -> Result<(), StoreError> {
+    /// `seq` is the newest durable checkpoint's number, held (`Store::checkpointer`) for the
+    /// whole checkpoint; the leader role only for the cut, so batches after the cut commit
+    /// while the crc pages and the table are written.
+    pub(crate) fn checkpoint_locked(&self, seq: &mut u64, clean: bool) -> Result<(), StoreError> {
         self.file.check_writable()?;
         let started = std::time::Instant::now();
-        let mut batch = std::mem::take(&mut leader.batch);
-        batch.clear();
-        let seq = leader.checkpoint_seq + 1;
-        let (taken, header, pages) = {
-            // A consistent cut: writers update the table and append under the table's write
-            // lock, so holding it stops them between records. The table is encoded later,
-            // as of this moment: changes made meanwhile first save what they replace.
-            let mut index = write(&self.index);
-            let mut wal = lock(&self.wal);
-            let taken = if wal.pending.is_empty() {
-                None
-            } else {
-                wal.append_commit();
-                self.unflushed_bytes.store(0, Ordering::Relaxed);
-                self.in_flight_bytes.store(0, Ordering::Relaxed);
-                Some(wal.take_batch(&mut batch, &mut leader.in_flight))
+        let new_seq = *seq + 1;
+        let (header, pages) = {
+            let mut leader = lock(&self.leader);
+            let mut batch = std::mem::take(&mut leader.batch);
+            batch.clear();
+            let (taken, header, pages) = {
+                // A consistent cut: writers update the table and append under the table's
+                // write lock, so holding it stops them between records. The table is encoded
+                // later, as of this moment: changes made meanwhile first save what they
+                // replace.
+                let mut index = write(&self.index);
+                let mut wal = lock(&self.wal);
+                let taken = if wal.pending.is_empty() {
+                    None
+                } else {
+                    wal.append_commit();
+                    self.unflushed_bytes.store(0, Ordering::Relaxed);
+                    self.in_flight_bytes.store(0, Ordering::Relaxed);
+                    Some(wal.take_batch(&mut batch, &mut leader.in_flight))
+                };
+                let pages = index.begin_cut(new_seq);
+                let header = CheckpointHeader {
+                    seq: new_seq,
+                    wal_pos: wal.head_pos,
+                    next_lsn: wal.next_lsn,
+                    entry_count: index.object_count(),
+                    page_count: pages.len() as u32,
+                    clean,
+                    aligned_batches: true,
+                };
+                (taken, header, pages)
             };
-            let pages = index.begin_cut(seq);
-            let header = CheckpointHeader {
-                seq,
-                wal_pos: wal.head_pos,
-                next_lsn: wal.next_lsn,
-                entry_count: index.object_count(),
-                page_count: pages.len() as u32,
-                clean,
-                aligned_batches: true,
-            };
-            (taken, header, pages)
+            // The records before the cut durable, and what they put in place written (made
+            // durable by the checkpoint's first fdatasync): the new replay position may then
+            // pass them. Later batches' copies are no concern of this checkpoint.
+            let before_cut = match taken {
+                Some((start_pos, last_lsn)) => {
+                    self.commit_batch(&mut leader, &batch, start_pos, last_lsn)
+                }
+                None => Ok(()),
+            }
+            .and_then(|()| self.finish_deferred_copies(&mut leader));
+            leader.batch = batch;
+            if let Err(e) = before_cut {
+                write(&self.index).end_cut();
+                return Err(e);
+            }
+            (header, pages)
         };
-        let result = self.write_checkpoint(leader, &batch, taken, &header, &pages);
+        let result = self.write_checkpoint(&header, &pages);
         {
             // Done or failed, nothing keeps saving entries for this checkpoint.
             let mut index = write(&self.index);
             match result {
-                Ok(()) => index.complete_cut(seq),
+                Ok(()) => index.complete_cut(new_seq),
                 Err(_) => index.end_cut(),
             }
         }
-        leader.batch = batch;
         result?;
         // What the table freed since the last checkpoint (dropped dirty crcs, a hash array
         // that doubled) goes back to the kernel rather than stay resident as free heap.
         crate::memory::release_free_heap();
-        leader.checkpoint_seq = seq;
+        *seq = new_seq;
         self.last_checkpoint_ms
             .store(self.opened_ms(), Ordering::Relaxed);
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.checkpoint_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let last_lsn = header.next_lsn - 1;
-        leader.prev_batch_last_lsn = last_lsn;
+        // Replay starts at the cut now: the records before it are trusted, so the slots
+        // they freed may be reused.
         lock(&self.wal).tail_pos = header.wal_pos;
-        write(&self.index).release_confirmed(last_lsn);
+        write(&self.index).release_confirmed(header.next_lsn - 1);
         Ok(())
     }
 
+    /// Write the crc pages and the table of a checkpoint whose cut is taken, each made
+    /// durable before the next (no leader role needed).
     fn write_checkpoint(
         &self,
-        leader: &mut Leader,
-        batch: &[u8],
-        taken: Option<(u64, u64)>,
         header: &CheckpointHeader,
         pages: &[CutPage],
     ) -> Result<(), StoreError> {
-        if let Some((start_pos, last_lsn)) = taken {
-            self.commit_batch(leader, batch, start_pos, last_lsn)?;
-        }
         self.write_crc_pages(header.seq, pages)?;
         // The records before the new replay position are about to be overwritable: what they
         // put in place must be durable first; so must the crc pages the checkpoint names.
-        self.finish_deferred_copies(leader)?;
         self.file.sync("fdatasync before checkpoint")?;
         let area = (header.seq % 2) as usize;
         let (start, end) = (

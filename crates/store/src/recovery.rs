@@ -191,8 +191,8 @@ fn format(file: DataFile, layout: StoreLayout) -> Result<Store, StoreError> {
     file.write_at(&layout.encode(), 0, "write superblock")?;
     file.sync_all("fsync new store file")?;
     let wal = WalBuffer::new(layout.store_id, layout.wal_bytes, 0, 0, FIRST_LSN);
-    let leader = Leader::new(0, FIRST_LSN - 1);
-    Ok(Store::assemble(layout, file, index, wal, leader))
+    let leader = Leader::new(FIRST_LSN - 1);
+    Ok(Store::assemble(layout, file, index, wal, leader, 0))
 }
 
 /// Open a store and recover it; a store file created sparse (before stores were allocated
@@ -290,7 +290,8 @@ fn recover(file: DataFile) -> Result<Store, StoreError> {
         file,
         index,
         wal,
-        Leader::new(header.seq, next_lsn - 1),
+        Leader::new(next_lsn - 1),
+        header.seq,
     );
     store.checkpoint(false)?;
     Ok(store)

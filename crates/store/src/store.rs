@@ -1,7 +1,8 @@
 //! The store: the public API, and the read and write paths.
 //!
 //! Locks, always taken in this order: an object's stripe (serializes the writers of one
-//! object) → the leader role (`leader`) → `gate` → `index` → `wal`. The index lock is held only
+//! object) → the checkpoint role (`checkpointer`) → the leader role (`leader`) → `gate` →
+//! `index` → `wal`. The index lock is held only
 //! to look up or change metadata and append to the WAL buffer, never during slot I/O.
 
 use crate::device::{DataFile, Disk};
@@ -24,7 +25,8 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 const STRIPE_COUNT: usize = 256;
 /// Blocks looked up per index-lock hold on the read path (bounds stack use and hold time).
 const READ_CHUNK_BLOCKS: usize = 64;
-/// Ceiling on bytes appended to the WAL but not yet written: past it, a writer flushes first.
+/// Ceiling on bytes appended to the WAL but not yet written: past it, an async caller
+/// flushes (awaited) before it writes, and past twice it a write flushes first itself.
 /// (The effective limit is also at most an eighth of the WAL.)
 const UNFLUSHED_LIMIT_MAX_BYTES: u64 = 16 << 20;
 /// Ceiling on bytes of whole-object writes in flight (held in RAM until the flush that
@@ -62,6 +64,9 @@ pub struct Store {
     pub(crate) index: RwLock<Index>,
     pub(crate) wal: Mutex<WalBuffer>,
     pub(crate) leader: Mutex<Leader>,
+    /// The checkpoint role, held across a checkpoint: the sequence number of the newest
+    /// durable checkpoint.
+    pub(crate) checkpointer: Mutex<u64>,
     /// Held shared by every write into the slot region, and exclusively by a reader that saw
     /// a checksum mismatch and must tell a race with a concurrent write from real damage.
     pub(crate) gate: RwLock<()>,
@@ -78,8 +83,8 @@ pub struct Store {
     /// this run), read without the leader's lock (which a flush holds across fdatasync).
     opened: std::time::Instant,
     pub(crate) last_checkpoint_ms: AtomicU64,
-    /// Checkpoints written since open, and the microseconds they took (holding the leader
-    /// role: no batch commits meanwhile).
+    /// Checkpoints written since open, and the microseconds they took (batches wait only
+    /// while one takes its cut).
     pub(crate) checkpoints: AtomicU64,
     pub(crate) checkpoint_us: AtomicU64,
     /// Blocks of small writes copied into their slots since open, and blocks whose copy was
@@ -89,6 +94,8 @@ pub struct Store {
     /// Partial blocks of writes and trims read under the stripe (not prefetched, or a
     /// racing writer made the prefetch stale).
     edge_reads_inline: AtomicU64,
+    /// Flushes run by a write past twice the unflushed bound.
+    writer_flushes: AtomicU64,
 }
 
 /// How full the write-ahead log is, and how old its last checkpoint.
@@ -111,9 +118,14 @@ pub struct WalStats {
     /// caller waits on the device): not read ahead by [`Store::prefetch_edges`], or a racing
     /// writer of the same stripe made what was read ahead stale.
     pub edge_reads_inline: u64,
+    /// Flushes a write ran itself, the caller waiting on the device, because the store was
+    /// past twice its unflushed bound ([`Store::write_would_flush`] tells callers to flush
+    /// before that).
+    pub writer_flushes: u64,
     /// Checkpoints written since open.
     pub checkpoints: u64,
-    /// Microseconds those checkpoints took, in total (batches wait meanwhile).
+    /// Microseconds those checkpoints took, in total (batches wait only while one takes its
+    /// cut).
     pub checkpoint_micros: u64,
 }
 
@@ -207,6 +219,7 @@ impl Store {
         index: Index,
         wal: WalBuffer,
         leader: Leader,
+        checkpoint_seq: u64,
     ) -> Store {
         let durable_lsn = wal.last_lsn();
         Store {
@@ -215,6 +228,7 @@ impl Store {
             index: RwLock::new(index),
             wal: Mutex::new(wal),
             leader: Mutex::new(leader),
+            checkpointer: Mutex::new(checkpoint_seq),
             gate: RwLock::new(()),
             stripes: (0..STRIPE_COUNT).map(|_| Stripe::new()).collect(),
             durable_lsn: AtomicU64::new(durable_lsn),
@@ -227,6 +241,7 @@ impl Store {
             checkpoint_us: AtomicU64::new(0),
             blocks_applied: AtomicU64::new(0),
             edge_reads_inline: AtomicU64::new(0),
+            writer_flushes: AtomicU64::new(0),
             blocks_merged: AtomicU64::new(0),
         }
     }
@@ -285,7 +300,10 @@ impl Store {
         if data.is_empty() {
             return Ok(());
         }
-        if self.write_would_flush() {
+        if self.over_unflushed_bound(2) {
+            // The caller did not flush when told to (or many writers raced past the bound
+            // together): the memory bound holds all the same, at the cost of this wait.
+            self.writer_flushes.fetch_add(1, Ordering::Relaxed);
             self.flush()?;
         }
         let stripe = self.stripe(obj);
@@ -508,15 +526,22 @@ impl Store {
         self.flush_inner()
     }
 
-    /// Would a write now flush first (too many unflushed bytes)? An async caller flushes
-    /// off its thread beforehand rather than have the write wait for the device.
+    /// Is the store past its unflushed bound? A caller that must not wait on the device
+    /// then flushes off its thread (awaited) before it writes. A write flushes first itself
+    /// only past twice the bound, so callers that flush when told never have a write wait on
+    /// the device, even when many of them pass this check at once.
     pub fn write_would_flush(&self) -> bool {
+        self.over_unflushed_bound(1)
+    }
+
+    /// Past `times` the bound on unflushed records or on whole-object writes in flight?
+    fn over_unflushed_bound(&self, times: u64) -> bool {
         let in_flight = self.in_flight_bytes.load(Ordering::Relaxed);
         let records = self
             .unflushed_bytes
             .load(Ordering::Relaxed)
             .saturating_sub(in_flight);
-        records > self.unflushed_limit_bytes || in_flight > IN_FLIGHT_LIMIT_BYTES
+        records > times * self.unflushed_limit_bytes || in_flight > times * IN_FLIGHT_LIMIT_BYTES
     }
 
     /// Bytes written since the last flush started (what a crash could still lose). Lets the
@@ -584,6 +609,7 @@ impl Store {
             blocks_applied: self.blocks_applied.load(Ordering::Relaxed),
             blocks_merged: self.blocks_merged.load(Ordering::Relaxed),
             edge_reads_inline: self.edge_reads_inline.load(Ordering::Relaxed),
+            writer_flushes: self.writer_flushes.load(Ordering::Relaxed),
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
             checkpoint_micros: self.checkpoint_us.load(Ordering::Relaxed),
         }

@@ -93,6 +93,63 @@ fn a_failed_slot_write_of_a_whole_object_stops_the_store() {
     store.close().expect("close");
 }
 
+/// Goal: past the unflushed bound the store tells callers to flush (`write_would_flush`),
+/// and a write flushes by itself only past twice the bound, so callers that flush when told
+/// never have a write wait on the device; one that never does is still bounded (counted).
+#[test]
+fn a_write_flushes_itself_only_past_twice_the_unflushed_bound() {
+    let dir = scratch();
+    let store = Store::create(&dir.path().join("store"), &opts()).expect("create");
+    let bound = store.layout().wal_bytes / 8;
+    let mut n = 0u64;
+    let mut write = |store: &Store| {
+        let obj = ObjectId::new(3, n % 16);
+        let block = ((n / 16) % 4) as u32;
+        store
+            .write(obj, block * BLOCK as u32, &[n as u8; BLOCK], v(n + 1))
+            .expect("write");
+        n += 1;
+    };
+    // A caller that flushes when told: never a flush inside a write.
+    for _ in 0..2000 {
+        if store.write_would_flush() {
+            store.flush().expect("flush");
+        }
+        write(&store);
+    }
+    assert_eq!(store.wal_stats().writer_flushes, 0);
+    // One that ignores it: the store flushes inside the write, past twice the bound.
+    let mut told_at = None;
+    let mut flushed_at = None;
+    for i in 0..2000u64 {
+        if told_at.is_none() && store.write_would_flush() {
+            told_at = Some(i);
+        }
+        write(&store);
+        if store.wal_stats().writer_flushes > 0 {
+            flushed_at = Some(i);
+            break;
+        }
+    }
+    let (told_at, flushed_at) = (
+        told_at.expect("told to flush"),
+        flushed_at.expect("the write flushed"),
+    );
+    assert_eq!(store.wal_stats().writer_flushes, 1);
+    assert!(
+        store.unflushed_bytes() < bound,
+        "the write's own flush emptied the buffer"
+    );
+    // Between being told and the write's own flush, about another bound's worth of writes.
+    let records_per_bound = bound / (BLOCK as u64 + 128);
+    assert!(
+        flushed_at - told_at >= records_per_bound / 2,
+        "the store flushed itself {} writes after the bound ({records_per_bound} per bound)",
+        flushed_at - told_at
+    );
+    store.close().expect("close");
+}
+
 #[test]
 fn group_commit_and_checkpoints_keep_the_wal_bounded() {
     let dir = scratch();
@@ -109,9 +166,11 @@ fn group_commit_and_checkpoints_keep_the_wal_bounded() {
         if i % 50 == 0 {
             store.flush().expect("flush");
         }
+        // A caller that never flushes when told to (`write_would_flush`) meets the hard
+        // bound: twice the bound, which is an eighth of the WAL.
         let wal = lock(&store.wal);
         assert!(
-            wal.pending_bytes() <= wal_bytes / 8 + (64 << 10),
+            wal.pending_bytes() <= 2 * (wal_bytes / 8) + (64 << 10),
             "unflushed bytes bounded"
         );
     }

@@ -137,6 +137,16 @@ fn concurrent_writers_readers_and_flushers_stay_consistent() {
         let readers: Vec<_> = (0..READERS)
             .map(|_| s.spawn(|| reader(&store, &stop)))
             .collect();
+        // Due checkpoints on a thread of their own, racing the writers' flushes (as in an
+        // OSD); the writers' flushes still checkpoint inline when this one falls behind.
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if store.checkpoint_wanted() {
+                    store.checkpoint_due().expect("background checkpoint");
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        });
         let models: Vec<Model> = writers
             .into_iter()
             .map(|w| w.join().expect("writer"))
@@ -175,6 +185,10 @@ fn concurrent_writers_readers_and_flushers_stay_consistent() {
         buf
     };
     let contended = check(&store);
+    assert!(
+        store.wal_stats().checkpoints > 0,
+        "the run raced checkpoints against the writers"
+    );
     store.flush().expect("flush");
     drop(store); // a crash after the flush: nothing may be lost
     let store = Store::open(&path).expect("recover");

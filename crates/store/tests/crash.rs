@@ -122,15 +122,32 @@ fn crash_child() {
     let first_op: u64 = parts[2].parse().expect("first op");
     let flush_every: u64 = parts[3].parse().expect("flush interval");
     let store = Store::open_with(path, &io_options(parts[4])).expect("child opens the store");
-    let mut out = std::io::stdout().lock();
-    for n in first_op..first_op + CHILD_OPS_MAX {
-        apply_to_store(&store, seed, n);
-        if (n - first_op + 1).is_multiple_of(flush_every) {
-            store.flush().expect("flush");
-            writeln!(out, "durable {n}").expect("report");
-            out.flush().expect("report");
+    // As an OSD does: due checkpoints run on a thread of their own, beside the writes and
+    // flushes (kills then land in checkpoints racing batches); else the flushes run them.
+    let background = parts[5] == "background";
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if background {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if store.checkpoint_wanted() {
+                        store.checkpoint_due().expect("background checkpoint");
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            });
         }
-    }
+        let mut out = std::io::stdout().lock();
+        for n in first_op..first_op + CHILD_OPS_MAX {
+            apply_to_store(&store, seed, n);
+            if (n - first_op + 1).is_multiple_of(flush_every) {
+                store.flush().expect("flush");
+                writeln!(out, "durable {n}").expect("report");
+                out.flush().expect("report");
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     store.close().expect("close");
 }
 
@@ -159,6 +176,7 @@ struct Kill {
 fn run_child(
     path: &std::path::Path,
     io: &str,
+    background_checkpoints: bool,
     seed: u64,
     first_op: u64,
     flush_every: u64,
@@ -174,7 +192,15 @@ fn run_child(
         ])
         .env(
             CHILD_ENV,
-            format!("{};{seed};{first_op};{flush_every};{io}", path.display()),
+            format!(
+                "{};{seed};{first_op};{flush_every};{io};{}",
+                path.display(),
+                if background_checkpoints {
+                    "background"
+                } else {
+                    "inline"
+                }
+            ),
         )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -293,7 +319,9 @@ fn crash_rounds(dir: &std::path::Path, modes: &[&str]) {
             delay: Duration::from_millis(rng.below(KILL_DELAY_MS_MAX + 1)),
         };
         let mode = modes[round as usize % modes.len()];
-        let durable = run_child(&path, mode, seed, first_op, flush_every, kill);
+        // Every other round of each mode, checkpoints on a thread of their own (as in an OSD).
+        let background = (round as usize / modes.len()).is_multiple_of(2);
+        let durable = run_child(&path, mode, background, seed, first_op, flush_every, kill);
         // The child printed `durable N` after each flush before starting the next op, so it
         // cannot have started any op past the next flush point.
         let started_max = durable + flush_every;
