@@ -292,12 +292,7 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         host: args.host.clone().unwrap_or_else(basalt_node::hostname),
         capacity_bytes: parse_size(&args.capacity)?,
         object_size_bytes: parse_size(&args.object_size)? as u32,
-        wal_bytes: args
-            .wal_size
-            .as_deref()
-            .map(parse_size)
-            .transpose()?
-            .unwrap_or(0),
+        wal_bytes: parse_size_or_zero(args.wal_size.as_deref())?,
         lease_ttl_secs: args.lease_ttl,
         recovery: basalt_osd::RecoveryConfig {
             idle_bytes_per_sec: parse_size(&args.recovery_rate)?,
@@ -512,4 +507,9 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     wait_for_signal().await?;
     gateway.stop().await;
     Ok(())
+}
+
+/// An optional size flag: its bytes, or 0 (the callee's own default) when not given.
+pub(crate) fn parse_size_or_zero(text: Option<&str>) -> anyhow::Result<u64> {
+    Ok(text.map(parse_size).transpose()?.unwrap_or(0))
 }

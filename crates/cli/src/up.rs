@@ -1,6 +1,7 @@
 //! `basalt up`: its flags, and its banner; the one-process cluster itself is
 //! `basalt_node::LocalCluster`.
 
+use crate::daemons::parse_size_or_zero;
 use anyhow::Context;
 use basalt_meta::schema::PoolRecord;
 use basalt_node::{Endpoints, LocalCluster, LocalConfig, ReadyFile, S3Settings};
@@ -166,12 +167,7 @@ fn local_config(args: &UpArgs, data_tls: Option<PathBuf>) -> anyhow::Result<Loca
         replicas: args.replicas,
         ec: args.ec.clone(),
         osd_size_bytes: parse_size(&args.osd_size)?,
-        wal_bytes: args
-            .wal_size
-            .as_deref()
-            .map(parse_size)
-            .transpose()?
-            .unwrap_or(0),
+        wal_bytes: parse_size_or_zero(args.wal_size.as_deref())?,
         object_size_bytes: parse_size(&args.object_size)?,
         pgs: args.pgs,
         default_volume,

@@ -571,7 +571,7 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
     family(
         enc,
         "basalt_osd_store_checkpoint_seconds",
-        "Time the store's checkpoints took (no write batch commits meanwhile)",
+        "Time the store's checkpoints took (batches commit meanwhile, but for the cut)",
         Kind::Counter,
         osds.iter().zip(&stats).map(|(o, s)| {
             let seconds = s.1.checkpoint_micros as f64 / 1e6;
