@@ -30,7 +30,7 @@ const CRC_PAGES_PER_WRITE: usize = 256;
 pub(crate) struct WalFull;
 
 /// Whether a checkpoint should run, as a flush sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CheckpointNeed {
     No,
     /// Due: the owner may run it in the background.
@@ -400,10 +400,7 @@ impl Store {
             if wal.pending.is_empty() && !(force && wal.has_room_for_commit()) {
                 None
             } else {
-                wal.append_commit();
-                self.unflushed_bytes.store(0, Ordering::Relaxed);
-                self.in_flight_bytes.store(0, Ordering::Relaxed);
-                Some(wal.take_batch(&mut batch, &mut leader.in_flight))
+                Some(self.close_batch(&mut wal, &mut batch, &mut leader.in_flight))
             }
         };
         let result = match taken {
@@ -418,6 +415,20 @@ impl Store {
             return Ok(CheckpointNeed::Now);
         }
         Ok(self.checkpoint_need())
+    }
+
+    /// Close the pending records with a commit record and take them (and the whole-object
+    /// writes they wait for) as the next batch: its start position and last LSN.
+    fn close_batch(
+        &self,
+        wal: &mut WalBuffer,
+        batch: &mut Vec<u8>,
+        in_flight: &mut Vec<(u32, InFlightWrite)>,
+    ) -> (u64, u64) {
+        wal.append_commit();
+        self.unflushed_bytes.store(0, Ordering::Relaxed);
+        self.in_flight_bytes.store(0, Ordering::Relaxed);
+        wal.take_batch(batch, in_flight)
     }
 
     fn commit_batch(
@@ -601,10 +612,7 @@ impl Store {
                 let taken = if wal.pending.is_empty() {
                     None
                 } else {
-                    wal.append_commit();
-                    self.unflushed_bytes.store(0, Ordering::Relaxed);
-                    self.in_flight_bytes.store(0, Ordering::Relaxed);
-                    Some(wal.take_batch(&mut batch, &mut leader.in_flight))
+                    Some(self.close_batch(&mut wal, &mut batch, &mut leader.in_flight))
                 };
                 let pages = index.begin_cut(new_seq);
                 let header = CheckpointHeader {
