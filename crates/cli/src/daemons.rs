@@ -176,8 +176,8 @@ pub struct OsdArgs {
     pub object_size: String,
     /// WAL size of the store, e.g. 64M (first start only) [default: an eighth of --capacity,
     /// 4 MiB to 256 MiB]. A smaller WAL checkpoints more often; the WAL is allocated even
-    /// with --sparse.
-    #[arg(long, value_name = "SIZE")]
+    /// with --sparse. A device's WAL is set by `basalt disk prepare --wal-size`.
+    #[arg(long, value_name = "SIZE", conflicts_with = "device")]
     pub wal_size: Option<String>,
     /// Liveness lease TTL in seconds: how soon a dead OSD is noticed (failover time).
     #[arg(long, default_value_t = 3)]

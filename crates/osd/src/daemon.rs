@@ -426,7 +426,7 @@ impl Osd {
 /// How often the background flusher looks at the store.
 const BACKGROUND_FLUSH_INTERVAL_MS: u64 = 20;
 /// Unflushed bytes above which the background flusher flushes (well below the store's own
-/// bound, at which `Store::write` flushes inline on the caller's runtime thread).
+/// bound, past which the OSD flushes, awaited, before it applies a write).
 pub(crate) const BACKGROUND_FLUSH_BYTES: u64 = 1 << 20;
 
 /// Run the store's due checkpoint off the runtime threads.

@@ -83,9 +83,9 @@ pub async fn serve_connection<R, W>(
             Err(_) => break,
         };
         if is_replica_mutation(&header) && osd.store.write_would_flush() {
-            // Applied inline below, the mutation would flush first and hold this runtime
-            // thread until the device has the batch: flush here, awaited, off the runtime's
-            // threads. The connection's later frames wait, keeping the primary's order.
+            // Past the bound: flush here, awaited, off the runtime's threads, before the
+            // mutation is applied inline below (the store would flush inside the write itself,
+            // holding this runtime thread, past twice the bound). The connection's later frames wait, keeping the primary's order.
             // (A failure stops the store; the mutation then says so.)
             flush(&osd).await;
         }
