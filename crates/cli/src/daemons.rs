@@ -137,6 +137,41 @@ pub struct MonArgs {
     /// TTL in seconds of the monitor role's lease.
     #[arg(long, default_value_t = 3)]
     pub mon_lease_ttl: u64,
+    /// How many OSDs must report an OSD unreachable before the monitor marks it down ahead
+    /// of its liveness lease (fewer when fewer other OSDs are up).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_down_reporters: u64,
+}
+
+/// How an OSD watches the peers of its PGs (docs/design.md, "Failure detection by peers").
+#[derive(Args, Debug, Clone)]
+pub struct HeartbeatArgs {
+    /// Milliseconds between two heartbeats to each peer.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub heartbeat_interval_ms: u64,
+    /// Report a peer to the monitor once it has not answered for this many milliseconds
+    /// (a refused connection is reported at once). Larger tolerates more network jitter and
+    /// longer stalls; smaller fails over sooner.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub heartbeat_grace_ms: u64,
+    /// How long one answered heartbeat lets this OSD serve as a primary, in milliseconds;
+    /// also how long a peer waits before taking over from a primary reported down. At least
+    /// three intervals, at most the grace.
+    #[arg(long, default_value_t = 600, value_name = "MS")]
+    pub peer_lease_ms: u64,
+}
+
+impl HeartbeatArgs {
+    fn config(&self) -> anyhow::Result<basalt_osd::HeartbeatConfig> {
+        let ms = std::time::Duration::from_millis;
+        let config = basalt_osd::HeartbeatConfig {
+            interval: ms(self.heartbeat_interval_ms),
+            grace: ms(self.heartbeat_grace_ms),
+            peer_lease: ms(self.peer_lease_ms),
+        };
+        config.check().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(config)
+    }
 }
 
 /// `basalt osd`: one storage daemon.
@@ -208,6 +243,8 @@ pub struct OsdArgs {
     #[command(flatten)]
     pub io: IoArgs,
     #[command(flatten)]
+    pub heartbeat: HeartbeatArgs,
+    #[command(flatten)]
     pub mon: MonArgs,
 }
 
@@ -251,6 +288,7 @@ impl MonArgs {
         MonitorSettings {
             out_after_secs: self.out_after,
             lease_ttl_secs: self.mon_lease_ttl,
+            min_down_reporters: self.min_down_reporters as usize,
         }
     }
 }
@@ -305,6 +343,7 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         metrics,
         data_tls: args.meta.data_tls()?,
         io,
+        heartbeat: Some(args.heartbeat.config()?),
     })
 }
 

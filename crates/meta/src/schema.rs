@@ -7,6 +7,7 @@
 //! | `/basalt/monitor` | [`MonitorRecord`], under the monitor's lease | the monitor |
 //! | `/basalt/osds/ID` | [`OsdRecord`] (static: host, weight, admin `out`) | the OSD at start, `basalt osd out/in` |
 //! | `/basalt/alive/ID` | [`AliveRecord`], under the OSD's lease | the OSD |
+//! | `/basalt/failures/TARGET/REPORTER` | [`FailureReport`]: REPORTER cannot reach OSD TARGET, under the reporter's lease | the reporting OSD |
 //! | `/basalt/next_osd_id` | decimal counter | `basalt osd` when allocating an id |
 //! | `/basalt/pools/NAME` | [`PoolRecord`] | `basalt pool create` |
 //! | `/basalt/next_pool_id` | decimal counter of pool ids | `basalt pool create` |
@@ -30,6 +31,7 @@ pub const MAP_KEY: &str = "/basalt/map";
 pub const MONITOR_KEY: &str = "/basalt/monitor";
 pub const OSDS_PREFIX: &str = "/basalt/osds/";
 pub const ALIVE_PREFIX: &str = "/basalt/alive/";
+pub const FAILURES_PREFIX: &str = "/basalt/failures/";
 pub const NEXT_OSD_ID_KEY: &str = "/basalt/next_osd_id";
 pub const POOLS_PREFIX: &str = "/basalt/pools/";
 pub const NEXT_POOL_ID_KEY: &str = "/basalt/next_pool_id";
@@ -93,6 +95,33 @@ pub fn osd_key(id: u32) -> String {
 /// Key of OSD `id`'s liveness record.
 pub fn alive_key(id: u32) -> String {
     format!("{ALIVE_PREFIX}{id}")
+}
+
+/// Key of `reporter`'s report that it cannot reach OSD `target`.
+pub fn failure_key(target: u32, reporter: u32) -> String {
+    format!("{FAILURES_PREFIX}{target}/{reporter}")
+}
+
+/// (target, reporter) of a key under [`FAILURES_PREFIX`]; None for any other key.
+pub fn parse_failure_key(key: &str) -> Option<(u32, u32)> {
+    let (target, reporter) = key.strip_prefix(FAILURES_PREFIX)?.split_once('/')?;
+    Some((target.parse().ok()?, reporter.parse().ok()?))
+}
+
+/// An OSD's report that a heartbeat peer stopped answering (or refused its connection).
+/// Written under the reporter's liveness lease, so it vanishes with the reporter; deleted
+/// by the reporter when the peer answers again. The monitor marks the peer down when
+/// enough reporters agree (docs/design.md, "Failure detection by peers").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureReport {
+    /// The run of the target the reporter could not reach (a report of an earlier run
+    /// counts for nothing against a restarted OSD).
+    pub target_incarnation: u64,
+    /// Why: "no answer for 1.0 s", "connection refused", ...
+    pub reason: String,
+    /// Seconds since the Unix epoch when the reporter last heard the target (or began
+    /// trying).
+    pub since: u64,
 }
 
 /// Key of a pool's record.

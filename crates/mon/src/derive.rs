@@ -1,9 +1,9 @@
 //! The map the cluster's records imply: a pure function, so it is tested without a cluster.
 
-use basalt_meta::schema::{AliveRecord, OsdRecord, PoolRecord};
+use basalt_meta::schema::{AliveRecord, FailureReport, OsdRecord, PoolRecord};
 use basalt_placement::{ClusterMap, FailureDomain, OsdInfo, PoolSpec};
 use basalt_proto::OsdId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// When the monitor first saw each OSD down (monitor-local: a new monitor starts counting
 /// afresh, which only delays marking an OSD out).
@@ -72,12 +72,16 @@ pub fn derive_map(
             is_in: false,
             incarnation: 0,
             io: String::new(),
+            up_from: 0,
         });
         info.host = rec.host.clone();
         info.weight = weight(rec.capacity_bytes);
         match alive.get(&rec.id) {
             Some(a) => {
                 clock.since_ms.remove(&rec.id);
+                if !info.up || info.incarnation != a.incarnation || info.up_from == 0 {
+                    info.up_from = current.epoch + 1;
+                }
                 info.up = true;
                 info.addr = a.addr.clone();
                 info.incarnation = a.incarnation;
@@ -106,6 +110,59 @@ pub fn derive_map(
         ..m.clone()
     } != *current;
     changed.then_some(m)
+}
+
+/// Failure reports as the monitor reads them: target → reporter → report.
+pub type Reports = BTreeMap<OsdId, BTreeMap<OsdId, FailureReport>>;
+
+/// The OSDs that are alive (their liveness record exists) but that enough of their peers
+/// report unreachable: the monitor treats them as down. A report counts when it names the
+/// target's current incarnation and its reporter is alive and not itself taken down. Enough
+/// is `min_reporters`, lowered to the number of other alive OSDs, never below 1.
+///
+/// A partition makes both sides report each other; the side reported by more OSDs — the
+/// smaller one — goes down: targets are judged most-reported first, and once one is down its
+/// own reports no longer count. (An OSD cut off from three peers has three reporters, each
+/// peer only its one; a host of two OSDs cut off from four has four each, the four only two.)
+/// An even split takes down the side judged first (lowest ids); the peer leases keep either
+/// outcome safe.
+pub fn down_by_reports(
+    alive: &BTreeMap<OsdId, AliveRecord>,
+    reports: &Reports,
+    min_reporters: usize,
+) -> BTreeSet<OsdId> {
+    let need = |target: OsdId| {
+        let others = alive.keys().filter(|id| **id != target).count();
+        min_reporters.min(others).max(1)
+    };
+    let reporters = |target: OsdId, down: &BTreeSet<OsdId>| -> usize {
+        let Some(a) = alive.get(&target) else {
+            return 0;
+        };
+        reports
+            .get(&target)
+            .into_iter()
+            .flatten()
+            .filter(|(reporter, r)| {
+                **reporter != target
+                    && alive.contains_key(reporter)
+                    && !down.contains(reporter)
+                    && r.target_incarnation == a.incarnation
+            })
+            .count()
+    };
+    let mut order: Vec<(usize, OsdId)> = reports
+        .keys()
+        .map(|t| (reporters(*t, &BTreeSet::new()), *t))
+        .collect();
+    order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut down = BTreeSet::new();
+    for (_, target) in order {
+        if reporters(target, &down) >= need(target) {
+            down.insert(target);
+        }
+    }
+    down
 }
 
 #[cfg(test)]
@@ -269,5 +326,117 @@ mod tests {
             };
             assert_eq!(m3.interval(pg), expect, "{pg}");
         }
+    }
+
+    fn report(incarnation: u64) -> FailureReport {
+        FailureReport {
+            target_incarnation: incarnation,
+            reason: "no answer".into(),
+            since: 0,
+        }
+    }
+
+    fn reports(pairs: &[(OsdId, OsdId)]) -> Reports {
+        let mut r = Reports::new();
+        for (target, reporter) in pairs {
+            r.entry(*target).or_default().insert(*reporter, report(1));
+        }
+        r
+    }
+
+    /// Goal: two agreeing reporters take an alive OSD down; one is not enough; a report of
+    /// an earlier run or from a dead reporter counts for nothing.
+    #[test]
+    fn reports_agree_before_an_osd_goes_down() {
+        let alive = all_alive(4);
+        assert!(down_by_reports(&alive, &reports(&[(2, 0)]), 2).is_empty());
+        assert_eq!(
+            down_by_reports(&alive, &reports(&[(2, 0), (2, 1)]), 2),
+            BTreeSet::from([2])
+        );
+        let mut stale = reports(&[(2, 0), (2, 1)]);
+        stale
+            .get_mut(&2)
+            .unwrap()
+            .get_mut(&1)
+            .unwrap()
+            .target_incarnation = 7;
+        assert!(down_by_reports(&alive, &stale, 2).is_empty());
+        let mut three = all_alive(4);
+        three.remove(&1);
+        assert!(down_by_reports(&three, &reports(&[(2, 0), (2, 1)]), 2).is_empty());
+    }
+
+    /// Goal: an OSD cut off from its peers reports them all, and is the only one to go down.
+    #[test]
+    fn a_cut_off_osd_does_not_take_its_peers_down() {
+        let alive = all_alive(4);
+        let pairs = [(3, 0), (3, 1), (3, 2), (0, 3), (1, 3), (2, 3)];
+        assert_eq!(
+            down_by_reports(&alive, &reports(&pairs), 2),
+            BTreeSet::from([3])
+        );
+    }
+
+    /// Goal: a host of two OSDs cut off from the other four goes down, not the four it
+    /// reports (each of them has two reporters too).
+    #[test]
+    fn a_cut_off_host_goes_down_not_the_rest() {
+        let alive = all_alive(6);
+        let mut pairs = Vec::new();
+        for cut in [4, 5] {
+            for other in 0..4 {
+                pairs.push((cut, other));
+                pairs.push((other, cut));
+            }
+        }
+        assert_eq!(
+            down_by_reports(&alive, &reports(&pairs), 2),
+            BTreeSet::from([4, 5])
+        );
+    }
+
+    /// Goal: with only two OSDs up one report is enough, and two that report each other
+    /// do not both go down.
+    #[test]
+    fn two_osds_split_lose_one() {
+        let alive = all_alive(2);
+        assert_eq!(
+            down_by_reports(&alive, &reports(&[(1, 0)]), 2),
+            BTreeSet::from([1])
+        );
+        assert_eq!(
+            down_by_reports(&alive, &reports(&[(1, 0), (0, 1)]), 2).len(),
+            1
+        );
+    }
+
+    /// Goal: `up_from` names the epoch in which an OSD last came up: set when it comes up
+    /// or restarts, kept otherwise.
+    #[test]
+    fn up_from_names_the_epoch_an_osd_came_up() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = derive_map(
+            &ClusterMap::default(),
+            &osds,
+            &all_alive(4),
+            &[pool()],
+            &mut clock,
+            0,
+            1000,
+        )
+        .unwrap();
+        assert!(m1.osds.values().all(|o| o.up_from == 1));
+        let mut some_alive = all_alive(4);
+        some_alive.remove(&2);
+        let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
+        let m3 = derive_map(&m2, &osds, &all_alive(4), &[pool()], &mut clock, 200, 1000).unwrap();
+        assert_eq!(m3.osds[&2].up_from, 3);
+        assert_eq!(m3.osds[&1].up_from, 1);
+        let mut restarted = all_alive(4);
+        restarted.insert(1, alive("10.0.0.1:7000", 2));
+        let m4 = derive_map(&m3, &osds, &restarted, &[pool()], &mut clock, 300, 1000).unwrap();
+        assert_eq!(m4.osds[&1].up_from, 4);
     }
 }

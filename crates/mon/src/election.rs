@@ -1,9 +1,9 @@
 //! Taking and holding the monitor role, and the holder's loop.
 
-use crate::derive::{derive_map, DownClock};
+use crate::derive::{derive_map, down_by_reports, DownClock, Reports};
 use basalt_meta::schema::{
-    AliveRecord, MonitorRecord, OsdRecord, PoolRecord, ALIVE_PREFIX, MAP_KEY, MONITOR_KEY,
-    OSDS_PREFIX, POOLS_PREFIX,
+    parse_failure_key, AliveRecord, FailureReport, MonitorRecord, OsdRecord, PoolRecord,
+    ALIVE_PREFIX, FAILURES_PREFIX, MAP_KEY, MONITOR_KEY, OSDS_PREFIX, POOLS_PREFIX,
 };
 use basalt_meta::{LeaseId, MetaError, MetaStore};
 use basalt_placement::ClusterMap;
@@ -25,6 +25,9 @@ pub struct MonitorConfig {
     pub out_after_secs: u64,
     /// How often the holder re-derives the map.
     pub tick_ms: u64,
+    /// Distinct OSDs that must report an OSD unreachable before it is marked down ahead of
+    /// its lease (fewer when fewer other OSDs are up).
+    pub min_down_reporters: usize,
 }
 
 impl MonitorConfig {
@@ -34,6 +37,7 @@ impl MonitorConfig {
             lease_ttl_secs: 3,
             out_after_secs: 600,
             tick_ms: 200,
+            min_down_reporters: 2,
         }
     }
 }
@@ -128,7 +132,7 @@ async fn lead(
             return;
         }
         let now_ms = started.elapsed().as_millis() as u64;
-        if let Err(e) = update_map(meta, &mut clock, now_ms, config.out_after_secs * 1000).await {
+        if let Err(e) = update_map(meta, config, &mut clock, now_ms).await {
             tracing::debug!("monitor update: {e}");
         }
         tokio::select! {
@@ -157,18 +161,30 @@ fn decode_all<T: serde::de::DeserializeOwned>(
 /// Read the records, derive the map, write it if it changed.
 async fn update_map(
     meta: &dyn MetaStore,
+    config: &MonitorConfig,
     clock: &mut DownClock,
     now_ms: u64,
-    out_after_ms: u64,
 ) -> Result<(), MetaError> {
+    let out_after_ms = config.out_after_secs * 1000;
     let osds: Vec<OsdRecord> = decode_all(meta.list(OSDS_PREFIX).await?)
         .into_iter()
         .map(|(_, r)| r)
         .collect();
-    let alive: BTreeMap<u32, AliveRecord> = decode_all(meta.list(ALIVE_PREFIX).await?)
+    let mut alive: BTreeMap<u32, AliveRecord> = decode_all(meta.list(ALIVE_PREFIX).await?)
         .into_iter()
         .filter_map(|(k, r)| k[ALIVE_PREFIX.len()..].parse().ok().map(|id| (id, r)))
         .collect();
+    let mut reports = Reports::new();
+    for (key, report) in decode_all::<FailureReport>(meta.list(FAILURES_PREFIX).await?) {
+        if let Some((target, reporter)) = parse_failure_key(&key) {
+            reports.entry(target).or_default().insert(reporter, report);
+        }
+    }
+    // Down by reports: treated as if its liveness record were gone.
+    let reported = down_by_reports(&alive, &reports, config.min_down_reporters);
+    for id in &reported {
+        alive.remove(id);
+    }
     let pools: Vec<PoolRecord> = decode_all(meta.list(POOLS_PREFIX).await?)
         .into_iter()
         .map(|(_, r)| r)
@@ -185,6 +201,13 @@ async fn update_map(
         },
         None => (ClusterMap::default(), 0),
     };
+    for id in reported
+        .iter()
+        .filter(|id| current.osds.get(id).is_some_and(|o| o.up))
+    {
+        let by: Vec<String> = reports[id].keys().map(|r| format!("osd.{r}")).collect();
+        tracing::warn!("marking osd.{id} down: unreachable from {}", by.join(", "));
+    }
     let Some(next) = derive_map(&current, &osds, &alive, &pools, clock, now_ms, out_after_ms)
     else {
         return Ok(());

@@ -14,6 +14,8 @@ pub struct MonitorSettings {
     pub out_after_secs: u64,
     /// TTL in seconds of the monitor role's lease.
     pub lease_ttl_secs: u64,
+    /// OSDs that must report an OSD unreachable before it is marked down by reports.
+    pub min_down_reporters: usize,
 }
 
 /// A running monitor candidate; it takes the role when no one holds it.
@@ -28,6 +30,7 @@ impl Monitor {
         let mut config = MonitorConfig::new(holder);
         config.out_after_secs = settings.out_after_secs;
         config.lease_ttl_secs = settings.lease_ttl_secs;
+        config.min_down_reporters = settings.min_down_reporters;
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(basalt_mon::run(meta, config, stop_rx));
         Self { stop_tx, task }

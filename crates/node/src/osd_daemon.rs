@@ -48,6 +48,8 @@ pub struct OsdDaemonConfig {
     pub data_tls: Option<Arc<basalt_auth::DataTls>>,
     /// How the store does its I/O.
     pub io: basalt_store::IoOptions,
+    /// Heartbeats with the peers of its PGs (None: none, failures noticed by leases only).
+    pub heartbeat: Option<basalt_osd::HeartbeatConfig>,
 }
 
 /// A running `basalt osd`.
@@ -139,6 +141,7 @@ impl OsdDaemon {
             stray_scan: config.stray_scan,
             auth: Some(authority),
             io: config.io,
+            heartbeat: config.heartbeat,
         };
         let registration = Registration {
             host: config.host.clone(),

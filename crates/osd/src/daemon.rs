@@ -101,6 +101,9 @@ pub struct OsdConfig {
     /// Authenticate every TCP connection against this authority (and prove this OSD's own
     /// key to its peers); None: no handshake (tests, the simulator's in-process links).
     pub auth: Option<Arc<basalt_auth::Authority>>,
+    /// Heartbeats with the peers of its PGs, failure reports and peer leases; None: none
+    /// (the OSDs of one process, which cannot fail apart).
+    pub heartbeat: Option<crate::heartbeat::HeartbeatConfig>,
 }
 
 /// Run `f` on the blocking pool, or inline when `inline`. A panic in `f` is a bug: it is
@@ -168,6 +171,12 @@ pub struct Osd {
     pub(crate) meta: Arc<dyn MetaStore>,
     /// Connections to the replicas this OSD forwards to.
     pub(crate) peers: ConnPool,
+    /// Connections of the heartbeats (their own, so a ping never waits behind data).
+    pub(crate) heartbeat_conns: ConnPool,
+    /// Peer leases held (as primary) and promised (as member).
+    pub leases: crate::heartbeat::PeerLeases,
+    /// The liveness lease the OSD's records live under (0: not registered).
+    liveness_lease: std::sync::atomic::AtomicI64,
     /// Interval, role and version counter of every PG; a shard's lock orders its PGs'
     /// mutations.
     pub pgs: PgTable,
@@ -230,6 +239,15 @@ impl Osd {
 
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// The liveness lease, once registered: failure reports live under it.
+    pub fn liveness_lease(&self) -> Option<basalt_meta::LeaseId> {
+        Some(self.liveness_lease.load(Ordering::Acquire)).filter(|l| *l != 0)
+    }
+
+    pub(crate) fn set_liveness_lease(&self, lease: basalt_meta::LeaseId) {
+        self.liveness_lease.store(lease, Ordering::Release);
     }
 
     /// Record that the liveness lease was just renewed.
@@ -319,7 +337,7 @@ impl Osd {
             location: location.to_string(),
             source,
         })?;
-        let (incoming, peers, addr) = match &config.network {
+        let (incoming, peers, heartbeat_conns, addr) = match &config.network {
             Network::Tcp | Network::Tls(_) => {
                 let tls = match &config.network {
                     Network::Tls(tls) => Some(tls.clone()),
@@ -350,12 +368,14 @@ impl Osd {
                     .map(|a| a.daemon_credentials(config.id).with_tls(tls.clone()));
                 (
                     Incoming::Tcp(listener, tls),
+                    ConnPool::authenticated(creds.clone()),
                     ConnPool::authenticated(creds),
                     addr,
                 )
             }
             Network::InProcess { listener, dialer } => (
                 Incoming::InProcess(listener.clone()),
+                ConnPool::with_dialer(dialer.clone()),
                 ConnPool::with_dialer(dialer.clone()),
                 config.listen,
             ),
@@ -368,6 +388,9 @@ impl Osd {
             map,
             meta,
             peers,
+            heartbeat_conns,
+            leases: crate::heartbeat::PeerLeases::new(config.heartbeat.map(|h| h.peer_lease)),
+            liveness_lease: std::sync::atomic::AtomicI64::new(0),
             pgs: PgTable::default(),
             layers: Default::default(),
             stripes: Default::default(),
@@ -406,6 +429,13 @@ impl Osd {
             tokio::spawn(crate::stray::remove_strays(
                 osd.clone(),
                 every,
+                stop_rx.clone(),
+            ));
+        }
+        if let Some(heartbeat) = config.heartbeat {
+            tokio::spawn(crate::heartbeat::run(
+                osd.clone(),
+                heartbeat,
                 stop_rx.clone(),
             ));
         }

@@ -109,9 +109,12 @@ pub fn narrowed(
 
 /// May the primary serve a client request sent under map epoch `client_epoch`, given its
 /// entry for the PG? Only as the active primary of the current interval, whose own copy is
-/// sealed at that interval. Returns the interval.
+/// sealed at that interval — and not beyond it: a newer interval's primary sealed it, so
+/// that primary may be serving already even if this OSD's map does not say so yet.
+/// Returns the interval.
 pub fn client_gate(e: &PgEntry, client_epoch: u32) -> Result<u32, Status> {
     match e.phase {
+        PgPhase::Active if e.sealed > e.interval => Err(Status::NotPrimary),
         PgPhase::Active if client_epoch >= e.interval => {
             // Peering sealed our copy at the interval before activating it.
             assert!(
@@ -164,6 +167,7 @@ mod tests {
                 is_in: true,
                 incarnation,
                 io: String::new(),
+                up_from: 0,
             };
             m.osds.insert(id, info);
         }
@@ -340,6 +344,12 @@ mod tests {
                 "active, client behind",
                 entry(PgPhase::Active, 5, 5),
                 4,
+                Err(Status::NotPrimary),
+            ),
+            (
+                "active, sealed by a newer interval's primary",
+                entry(PgPhase::Active, 5, 7),
+                9,
                 Err(Status::NotPrimary),
             ),
             (

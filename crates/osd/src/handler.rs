@@ -162,6 +162,7 @@ pub(crate) fn dispatch(
 ) {
     let replica = h.flags.has(Flags::REPLICA);
     match h.opcode {
+        Opcode::Ping if replica => sink.send(crate::heartbeat::answer(osd, &h), Bytes::new()),
         Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),
         Opcode::Stat => sink.send(h.reply(Status::Ok), stat(osd)),
         Opcode::Usage => usage_request(osd, h, payload, sink, permit),
@@ -184,6 +185,21 @@ pub(crate) fn dispatch(
         }
         Opcode::List | Opcode::Pull if !expected_incarnation(osd, &h) => {
             sink.send(h.reply(Status::Unavailable), Bytes::new());
+        }
+        Opcode::List if seal_must_wait(osd, &h) => {
+            // A seal for a newer interval: judged against the request's map, after every
+            // promise this OSD gave a run that map shows down has run out.
+            let osd = osd.clone();
+            tokio::spawn(async move {
+                let reply = if crate::heartbeat::wait_for_map(&osd, h.map_epoch, MAP_WAIT).await {
+                    crate::heartbeat::wait_to_seal(&osd).await;
+                    list(&osd, &h)
+                } else {
+                    (Status::Unavailable, Bytes::new())
+                };
+                sink.send(h.reply(reply.0), reply.1);
+                drop(permit);
+            });
         }
         Opcode::List => {
             let (status, data) = list(osd, &h);
@@ -559,8 +575,15 @@ pub(crate) fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
         // The client knows a newer map than we do; ours arrives shortly.
         return Err(Status::Unavailable);
     }
-    osd.pgs
-        .with(h.pg, |e| crate::decide::client_gate(e, h.map_epoch))
+    osd.pgs.with(h.pg, |e| {
+        let interval = crate::decide::client_gate(e, h.map_epoch)?;
+        if !osd.leases.holds_all(osd.id, &e.acting) {
+            // A member's peer lease lapsed: it may be sealing for a new primary.
+            crate::metrics::OsdCounters::add(&osd.counters.peer_lease_refusals, 1);
+            return Err(Status::Unavailable);
+        }
+        Ok(interval)
+    })
 }
 
 fn in_object(osd: &Osd, h: &Header) -> bool {
@@ -772,6 +795,21 @@ pub(crate) fn local_list(
 /// Is this OSD the incarnation a LIST or PULL is meant for (`version.epoch`, 0 = any)?
 fn expected_incarnation(osd: &Osd, h: &Header) -> bool {
     h.version.epoch == 0 || h.version.epoch == osd.incarnation
+}
+
+/// Longest a LIST waits for the map it names before answering Unavailable.
+const MAP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Would this LIST seal its PG further, while the request's map is newer than ours or a
+/// promise still binds this OSD? (See `crate::heartbeat`.)
+fn seal_must_wait(osd: &Osd, h: &Header) -> bool {
+    if !osd.leases.enabled() {
+        return false;
+    }
+    let sealed = osd.pgs.with(h.pg, |e| e.sealed);
+    h.map_epoch > sealed
+        && (h.map_epoch > osd.map().epoch
+            || osd.leases.seal_not_before(|| osd.map()) > tokio::time::Instant::now())
 }
 
 /// LIST: seal the PG below the request's epoch, then list its objects.

@@ -10,6 +10,7 @@ pub mod decide;
 pub(crate) mod ec;
 pub mod error;
 pub mod handler;
+pub mod heartbeat;
 pub mod identity;
 mod kv;
 pub mod layers;
@@ -37,6 +38,7 @@ pub use daemon::{
 };
 pub use error::PgError;
 pub use handler::{link_in_process, LocalOsd, PeerOsd};
+pub use heartbeat::HeartbeatConfig;
 pub use identity::{allocate_osd_id, bind_device_store, identity, IdentityError};
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;

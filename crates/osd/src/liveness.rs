@@ -87,6 +87,7 @@ async fn publish(osd: &Osd, alive: &[u8], ttl_secs: u64) -> Result<LeaseId, Meta
     osd.meta
         .put_with_lease(&alive_key(osd.id), alive.to_vec(), lease)
         .await?;
+    osd.set_liveness_lease(lease);
     osd.note_lease_renewed();
     Ok(lease)
 }

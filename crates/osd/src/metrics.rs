@@ -53,6 +53,10 @@ pub struct OsdCounters {
     /// Liveness lease renewals that succeeded, and attempts that failed.
     pub lease_renewals: AtomicU64,
     pub lease_renewal_failures: AtomicU64,
+    /// Heartbeat peers this OSD reported unreachable to the monitor.
+    pub failure_reports: AtomicU64,
+    /// Client requests refused because a member's peer lease had lapsed.
+    pub peer_lease_refusals: AtomicU64,
     /// Client operations and bytes by pool.
     pub pools: PoolCounters,
     /// Where the time of requests goes.
@@ -262,7 +266,7 @@ type AuthField = fn(&crate::auth::AuthCounters) -> &AtomicU64;
 /// Every OSD family, a sample per OSD of `osds`.
 fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let g = OsdCounters::get;
-    let counters: [(&str, &str, CounterField); 13] = [
+    let counters: [(&str, &str, CounterField); 15] = [
         ("reads", "Client reads served as primary", |c| &c.reads),
         ("read_bytes", "Bytes of client reads", |c| &c.read_bytes),
         ("writes", "Client mutations acknowledged as primary", |c| {
@@ -305,6 +309,16 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "lease_renewal_failures",
             "Liveness lease renewals that failed",
             |c| &c.lease_renewal_failures,
+        ),
+        (
+            "failure_reports",
+            "Heartbeat peers reported unreachable to the monitor",
+            |c| &c.failure_reports,
+        ),
+        (
+            "peer_lease_refusals",
+            "Client requests refused (retried) because a PG member's peer lease had lapsed",
+            |c| &c.peer_lease_refusals,
         ),
     ];
     for (name, help, field) in counters {

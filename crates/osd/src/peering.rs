@@ -200,6 +200,9 @@ async fn try_peer(
             .into());
         }
     }
+    // Promises to an old primary the map shows down bind this copy too (see
+    // `crate::heartbeat`).
+    crate::heartbeat::wait_to_seal(osd).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(interval));
     let me = CompleteCopy {
         osd: osd.id,

@@ -38,6 +38,11 @@ pub struct OsdInfo {
     /// OSD did not say (an older OSD).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub io: String,
+    /// The epoch of the map in which this OSD last came up (0: unknown, an older monitor).
+    /// Peers promise a peer lease only to the run of the OSD their map shows up: a process
+    /// that missed its own down-and-up cannot use promises meant for the next run.
+    #[serde(default)]
+    pub up_from: u32,
 }
 
 /// A redundancy scheme and its placement settings.
@@ -290,6 +295,7 @@ mod tests {
                     is_in: true,
                     incarnation: 0,
                     io: String::new(),
+                    up_from: 0,
                 },
             );
         }

@@ -126,6 +126,7 @@ mod tests {
             is_in: true,
             incarnation: 0,
             io: String::new(),
+            up_from: 0,
         }
     }
 

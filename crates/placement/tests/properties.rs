@@ -22,6 +22,7 @@ fn osds(n: u32, per_host: u32, weight: impl Fn(u32) -> u64) -> Vec<OsdInfo> {
             is_in: true,
             incarnation: 0,
             io: String::new(),
+            up_from: 0,
         })
         .collect()
 }

@@ -247,6 +247,7 @@ impl SimCluster {
             stray_scan: Some(Duration::from_secs(10)),
             auth: None,
             io: basalt_store::IoOptions::default(),
+            heartbeat: None,
         };
         let registration = Registration {
             host: format!("host{id}"),

@@ -125,6 +125,7 @@ impl LocalCluster {
         let settings = MonitorSettings {
             out_after_secs: u64::MAX / 2000,
             lease_ttl_secs: LOCAL_LEASE_TTL_SECS,
+            min_down_reporters: 2,
         };
         let monitor = Monitor::spawn(meta.store.clone(), "basalt up".into(), settings);
         let cluster = local_client(&config, &meta, secret, map, &osds);
@@ -290,6 +291,8 @@ async fn start_osds(
             stray_scan: Some(Duration::from_secs(STRAY_SCAN_SECS)),
             auth: authority.clone(),
             io: config.io,
+            // One process: its OSDs cannot fail apart, so no heartbeats or peer leases.
+            heartbeat: None,
         };
         let registration = Registration {
             host: "localhost".into(),

@@ -24,6 +24,9 @@ pub(crate) async fn peer(
 ) -> Result<u32, PgError> {
     let pg = ctx.pg;
     let (previous, expected_rev) = previous_sources(osd, ctx).await?;
+    // Promises to an old primary the map shows down bind this copy too (see
+    // `crate::heartbeat`).
+    crate::heartbeat::wait_to_seal(osd).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
     let map = osd.map();
     let survey = survey(osd, &map, ctx, acting, &previous).await?;

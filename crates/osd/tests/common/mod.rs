@@ -31,6 +31,7 @@ pub fn base_map() -> ClusterMap {
                 is_in: true,
                 incarnation: 0,
                 io: String::new(),
+                up_from: 0,
             },
         );
     }
@@ -71,6 +72,7 @@ pub fn osd_config(dir: &Path, id: u32, capacity_bytes: u64) -> OsdConfig {
         auth: None,
         // What a daemon runs: direct I/O through io_uring (buffered on tmpfs).
         io: basalt_store::IoOptions::DAEMON_DEFAULT,
+        heartbeat: None,
     }
 }
 
