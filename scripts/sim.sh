@@ -5,10 +5,11 @@
 #   scripts/sim.sh --seeds 500 --first 7   # seeds 7..506
 #   scripts/sim.sh --seed 1000123 [--log]  # replay one seed; --log prints the cluster's log
 #                                          # (--log debug for more)
+#   scripts/sim.sh --jitter --seeds 1000   # only latency/jitter faults: no OSD may go down
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 seeds=2000
 first=1000000
 seed=""
@@ -18,6 +19,7 @@ while [ $# -gt 0 ]; do
         --seeds) seeds="$2"; shift 2 ;;
         --first) first="$2"; shift 2 ;;
         --seed) seed="$2"; shift 2 ;;
+        --jitter) export BASALT_SIM_JITTER=1; shift ;;
         --log)
             if [ $# -gt 1 ] && [[ "$2" =~ ^(info|debug|trace)$ ]]; then log="$2"; shift 2
             else log=1; shift; fi ;;

@@ -247,7 +247,8 @@ impl SimCluster {
             stray_scan: Some(Duration::from_secs(10)),
             auth: None,
             io: basalt_store::IoOptions::default(),
-            heartbeat: None,
+            // What `basalt osd` runs: peers report each other, primaries hold peer leases.
+            heartbeat: Some(basalt_osd::HeartbeatConfig::default()),
         };
         let registration = Registration {
             host: format!("host{id}"),

@@ -33,6 +33,9 @@ pub struct SimConfig {
     /// Every `ec_every`-th seed (`seed % ec_every == ec_every - 1`) runs an erasure-coded
     /// 2+1 pool instead of `shape`'s (0: none); see [`SimConfig::shape_for`].
     pub ec_every: u64,
+    /// The only faults are network latency and jitter (up to 200 ms each way), under which
+    /// no OSD may ever be marked down: a false failover fails the seed.
+    pub jitter_only: bool,
 }
 
 impl Default for SimConfig {
@@ -45,6 +48,7 @@ impl Default for SimConfig {
             faults: true,
             echo_log: None,
             ec_every: 4,
+            jitter_only: false,
         }
     }
 }
@@ -202,6 +206,11 @@ struct Shared {
     acting: Mutex<BTreeMap<PgId, OsdSet>>,
     /// Every OSD's incarnation in the newest map.
     incarnations: Mutex<BTreeMap<OsdId, u64>>,
+    /// Every time a map showed an OSD down that the previous map showed up (OSD, virtual
+    /// ms since the start).
+    downs: Mutex<Vec<(OsdId, u64)>>,
+    /// Whether the newest map shows each OSD up.
+    up: Mutex<BTreeMap<OsdId, bool>>,
     /// The newest record of every PG (its complete copies and holders).
     records: Mutex<BTreeMap<PgId, basalt_meta::schema::PgRecord>>,
     /// The PG of every object of the volume.
@@ -336,6 +345,15 @@ async fn follow_acting(
         if !map.pools.contains_key(&pool) {
             continue;
         }
+        {
+            let mut seen = shared.up.lock().expect("up lock");
+            for o in map.osds.values() {
+                if seen.insert(o.id, o.up) == Some(true) && !o.up {
+                    let at = shared.started.elapsed().as_millis() as u64;
+                    shared.downs.lock().expect("downs lock").push((o.id, at));
+                }
+            }
+        }
         *shared.incarnations.lock().expect("incarnations lock") =
             map.osds.values().map(|o| (o.id, o.incarnation)).collect();
         let mut acting = shared.acting.lock().expect("acting lock");
@@ -417,6 +435,8 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         durable_on_ack: erasure_coded,
         acting: Mutex::new(BTreeMap::new()),
         incarnations: Mutex::new(BTreeMap::new()),
+        downs: Mutex::new(Vec::new()),
+        up: Mutex::new(BTreeMap::new()),
         records: Mutex::new(BTreeMap::new()),
         object_pgs,
         digest: Mutex::new(Digest(0xcbf2_9ce4_8422_2325)),
@@ -452,6 +472,7 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
     let deadline = started + Duration::from_secs(config.run_secs);
     if config.faults {
         let mut injector = Injector::new(rng.fork(), observer.clone());
+        injector.jitter_only = config.jitter_only;
         injector.run(&mut cluster, &shared, deadline).await?;
         faults = injector.done;
     } else {
@@ -480,6 +501,16 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
     }
     if let Some(v) = shared.violation.lock().expect("violation lock").take() {
         return Err(v);
+    }
+    if config.jitter_only {
+        let downs = shared.downs.lock().expect("downs lock").clone();
+        if let Some((osd, at)) = downs.first() {
+            return Err(format!(
+                "false failover: osd.{osd} marked down at {at} ms with only latency faults \
+                 ({} down marks in all)",
+                downs.len()
+            ));
+        }
     }
     wait_clean(&cluster.client, CLEAN_TIMEOUT)
         .await
@@ -830,6 +861,8 @@ struct Injector {
     observer: Observer,
     active: Vec<Impairment>,
     done: Vec<String>,
+    /// Only latency and jitter (see [`SimConfig::jitter_only`]).
+    jitter_only: bool,
 }
 
 impl Injector {
@@ -839,6 +872,7 @@ impl Injector {
             observer,
             active: Vec::new(),
             done: Vec::new(),
+            jitter_only: false,
         }
     }
 
@@ -918,6 +952,13 @@ impl Injector {
     }
 
     async fn inject(&mut self, cluster: &mut SimCluster, shared: &Shared) -> Result<(), String> {
+        if self.jitter_only {
+            // Up to 200 ms each way per chunk, from a floor of up to half of that.
+            let hi = self.rng.between(20_000, 200_000);
+            cluster.net.set_latency_us(self.rng.below(hi / 2), hi);
+            self.note(shared, format!("jitter up to {hi} us"));
+            return Ok(());
+        }
         let ids = cluster.osd_ids();
         let healthy: Vec<OsdId> = ids
             .iter()
@@ -953,13 +994,18 @@ impl Injector {
                 return self.whole_cluster_power_cut(cluster, shared).await;
             }
             45..=59 => {
+                // From every other node, or (half the time) from the other OSDs only: the
+                // client still reaches it, and the metadata too (peers report it; it must
+                // stop serving before a new primary does).
+                let peers_only = self.rng.chance(50);
                 for other in all_nodes(cluster) {
-                    if other != osd {
+                    if other != osd && !(peers_only && other == crate::net::CLIENT_NODE) {
                         net.set_partition(osd, other, true);
                     }
                 }
                 let for_ = for_.min(Duration::from_secs(8));
-                self.note(shared, format!("partition osd.{osd} for {for_:?}"));
+                let from = if peers_only { " from its peers" } else { "" };
+                self.note(shared, format!("partition osd.{osd}{from} for {for_:?}"));
                 self.active.push(Impairment {
                     until: Instant::now() + for_,
                     osd,
@@ -991,7 +1037,10 @@ impl Injector {
                 return Ok(());
             }
             _ => {
-                let hi = self.rng.between(50, 20_000);
+                // Mostly up to 20 ms; one time in four up to 200 ms (jitter the failure
+                // detection must ride out).
+                let top = if self.rng.chance(25) { 200_000 } else { 20_000 };
+                let hi = self.rng.between(50, top);
                 net.set_latency_us(self.rng.below(hi / 2), hi);
                 self.note(shared, format!("latency up to {hi} us"));
                 return Ok(());
