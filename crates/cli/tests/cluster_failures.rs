@@ -539,3 +539,104 @@ fn primary_cut_from_etcd_only_fences_itself() {
     loader.finish();
     verify_regions(&mh, dir.path(), 4, 8);
 }
+
+/// Sum over every OSD of a counter of its `/metrics` (those that answer).
+fn osd_counter_sum(mh: &MultiHost, name: &str) -> u64 {
+    mh.osds
+        .iter()
+        .filter_map(|o| mh.0.osd_metrics(o.id).ok())
+        .flat_map(|m| {
+            m.lines()
+                .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum::<f64>() as u64
+}
+
+/// Issue 30: cut the primary's host off from the other OSD hosts only (etcd and the gateway
+/// still reach it) under load. Its liveness lease stays alive, so only its peers' reports can
+/// take it down: they do, the load goes on at new primaries, and the cut-off primary stops
+/// serving before they start (its peer leases lapse; fio verifies every block it reads, so a
+/// stale read would fail). After healing the reports are withdrawn and it rejoins.
+#[test]
+fn primary_cut_from_its_peers_only_is_marked_down() {
+    let (dir, mh, primary, loader) = busy_cluster();
+    let host = mh.hosts[mh.osd(primary).host].clone();
+    let others: Vec<_> = mh.hosts.iter().filter(|h| h.name != host.name).collect();
+    mh.net
+        .partition(&host, &others)
+        .expect("cut the primary's host off from the other OSD hosts");
+    mh.wait_status(
+        "the cut-off primary is marked down by its peers' reports",
+        REACT_TIMEOUT,
+        |st| {
+            st["osds"].as_array().is_some_and(|osds| {
+                osds.iter().any(|o| {
+                    o["id"].as_u64() == Some(primary as u64) && o["up"].as_bool() == Some(false)
+                })
+            })
+        },
+    );
+    load_moves_on_without(&mh, primary);
+    assert!(
+        osd_counter_sum(&mh, "basalt_osd_failure_reports_total") > 0,
+        "peers reported the cut-off OSDs"
+    );
+    let fenced = format!("basalt_osd_fenced{{osd=\"{primary}\"}} 0");
+    assert!(
+        mh.0.osd_metrics(primary)
+            .unwrap_or_default()
+            .contains(&fenced),
+        "its liveness lease stayed alive: the reports, not the lease, took it down"
+    );
+    mh.net.heal(&host).expect("heal");
+    let st = mh.wait_clean(Duration::from_secs(120));
+    assert!(
+        st["osds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["up"].as_bool() == Some(true)),
+        "every OSD rejoined once the reports were withdrawn: {st}"
+    );
+    loader.finish();
+    verify_regions(&mh, dir.path(), 4, 8);
+}
+
+/// Issue 30: no false failover. Stop the primary (SIGSTOP) for 300 ms at a time, well
+/// inside the heartbeat grace (1 s), five times under load: no peer reports it, no OSD is
+/// marked down, and the load goes on.
+#[test]
+fn short_stalls_are_not_failures() {
+    let (dir, mh, primary, loader) = busy_cluster();
+    let epoch_before = mh.status()["map_epoch"].as_u64();
+    let p = &mh.osd(primary).proc;
+    for _ in 0..5 {
+        p.stop().expect("SIGSTOP the primary");
+        std::thread::sleep(Duration::from_millis(300));
+        p.cont().expect("SIGCONT");
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    assert_eq!(
+        osd_counter_sum(&mh, "basalt_osd_failure_reports_total"),
+        0,
+        "a stall shorter than the grace was reported"
+    );
+    let st = mh.status();
+    assert!(
+        st["osds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["up"].as_bool() == Some(true)),
+        "an OSD was marked down: {st}"
+    );
+    assert_eq!(
+        epoch_before,
+        st["map_epoch"].as_u64(),
+        "the map changed: {st}"
+    );
+    loader.finish();
+    verify_regions(&mh, dir.path(), 4, 8);
+}
