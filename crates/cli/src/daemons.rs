@@ -467,6 +467,12 @@ pub struct NbdArgs {
     /// Export per-volume metrics for the first N volumes opened (0: totals only).
     #[arg(long, default_value_t = 0)]
     pub metrics_per_volume: usize,
+    /// Seconds an I/O keeps being retried while its PG cannot serve (failover, peering,
+    /// fewer than min_size OSDs up) before the client gets an error (EIO); 0: wait for ever,
+    /// as a hard-mounted disk does, so a VM stalls rather than sees errors. Waits longer
+    /// than 30 s are logged; `basalt status` names the PGs and what brings them back.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    pub io_timeout: u64,
     #[command(flatten)]
     pub tls: NbdTlsArgs,
 }
@@ -486,6 +492,12 @@ pub struct NvmfArgs {
     /// Export per-volume metrics for the first N volumes opened (0: totals only).
     #[arg(long, default_value_t = 0)]
     pub metrics_per_volume: usize,
+    /// Seconds an I/O keeps being retried while its PG cannot serve (failover, peering,
+    /// fewer than min_size OSDs up) before the client gets an error (EIO); 0: wait for ever,
+    /// as a hard-mounted disk does, so a VM stalls rather than sees errors. Waits longer
+    /// than 30 s are logged; `basalt status` names the PGs and what brings them back.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    pub io_timeout: u64,
 }
 
 impl MetaArgs {
@@ -495,6 +507,7 @@ impl MetaArgs {
         listen: SocketAddr,
         metrics_listen: Option<String>,
         metrics_per_volume: usize,
+        io_timeout_secs: u64,
     ) -> anyhow::Result<GatewayConfig> {
         let credentials = self.credentials()?;
         let (meta, meta_latency) = self.connect_timed().await?;
@@ -505,6 +518,8 @@ impl MetaArgs {
             listen,
             metrics_listen,
             metrics_per_volume,
+            io_timeout: (io_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(io_timeout_secs)),
         })
     }
 }
@@ -512,7 +527,12 @@ impl MetaArgs {
 pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
     let config = args
         .meta
-        .gateway_config(args.listen, args.metrics_listen, args.metrics_per_volume)
+        .gateway_config(
+            args.listen,
+            args.metrics_listen,
+            args.metrics_per_volume,
+            args.io_timeout,
+        )
         .await?;
     let gateway = basalt_node::NvmfGateway::start(config).await?;
     println!(
@@ -533,7 +553,12 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
     let tls_line = tls.as_ref().map(|t| format!("; TLS: {}", t.describe()));
     let config = args
         .meta
-        .gateway_config(args.listen, args.metrics_listen, args.metrics_per_volume)
+        .gateway_config(
+            args.listen,
+            args.metrics_listen,
+            args.metrics_per_volume,
+            args.io_timeout,
+        )
         .await?;
     let gateway = basalt_node::NbdGateway::start(config, args.socket, tls).await?;
     println!(

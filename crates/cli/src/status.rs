@@ -83,6 +83,9 @@ fn print_cluster(r: &StatusReport) {
     for why in &r.unplaceable {
         println!("  placement: {why}");
     }
+    for why in &r.below_min_size {
+        println!("  blocked: {why}");
+    }
     if r.degraded_objects > 0 {
         println!(
             "  recovery: {} object copies to recover",

@@ -640,3 +640,72 @@ fn short_stalls_are_not_failures() {
     loader.finish();
     verify_regions(&mh, dir.path(), 4, 8);
 }
+
+/// Issue 30: below min_size, clients wait. Kill every OSD of two of the three hosts, so
+/// every PG has one OSD of three up (min_size 2). `basalt status` names the PGs and the OSDs
+/// they wait for. A write through the default gateway waits, without error, and completes
+/// once the OSDs return; through a gateway started with `--io-timeout 3` the same write fails
+/// with an I/O error instead.
+#[test]
+fn below_min_size_writes_wait_until_osds_return() {
+    let dir = scratch();
+    let mh = MultiHost::start(Layout::default());
+    mh.cli_ok(&["volume", "create", "vol", "--size", "64M"]);
+    let impatient_port = 10_900;
+    let _impatient = mh
+        .spawn_gateway(impatient_port, &["--io-timeout", "3"])
+        .expect("a gateway with an I/O timeout");
+    let survivor = mh.osds[0].host;
+    let killed: Vec<_> = mh.osds.iter().filter(|o| o.host != survivor).collect();
+    for o in &killed {
+        o.proc.kill9().expect("kill an OSD");
+    }
+    let st = mh.wait_status("every PG below min_size", REACT_TIMEOUT, |st| {
+        st["pgs_inactive"].as_u64().is_some() && st["pgs_inactive"] == st["pgs_total"]
+    });
+    let lines = st["below_min_size"].as_array().expect("PGs named").clone();
+    let first = lines[0].as_str().unwrap_or_default();
+    assert!(
+        first.contains("1 of 3 OSDs up, min_size 2") && first.contains("basalt osd out"),
+        "{first}"
+    );
+    let text = mh.cli_ok(&["status"]);
+    assert!(text.contains("blocked: pg "), "{text}");
+    let job = ["--rw=write", "--bs=4k", "--size=64k", "--iodepth=1"];
+    let patient = Fio::new(&mh.uri("vol"), dir.path(), "patient", &job).spawn();
+    let started = Instant::now();
+    let impatient = Fio::new(
+        &mh.uri_at(impatient_port, "vol"),
+        dir.path(),
+        "impatient",
+        &job,
+    )
+    .spawn();
+    let failed = wait_child(impatient, Duration::from_secs(60));
+    assert!(
+        !failed.status.success(),
+        "a write past --io-timeout must fail: {}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "it failed only once the I/O timeout passed (after {:?})",
+        started.elapsed()
+    );
+    let mut patient = patient;
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        patient.try_wait().expect("fio state").is_none(),
+        "the default gateway's write must still wait"
+    );
+    for o in &killed {
+        o.proc.restart().expect("restart an OSD");
+    }
+    let out = wait_child(patient, FIO_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "the waiting write completes once the OSDs are back: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    mh.wait_clean(Duration::from_secs(120));
+}

@@ -45,11 +45,19 @@ const STAT_WORDS_BYTES: usize = 88;
 /// Longest time one object request may take before the client gives up on it.
 pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Longest time one request keeps being retried across map changes (primary failover,
-/// peering, a replica being marked down) before its error reaches the caller.
+/// peering, a replica being marked down) before its error reaches the caller, unless the
+/// client was given another I/O timeout ([`Cluster::set_io_timeout`]: gateways wait for
+/// ever by default, like a hard-mounted disk).
 pub const RETRY_DEADLINE_MS: u64 = 120_000;
 /// First and largest pause between retries when no new map arrives meanwhile.
 const RETRY_BACKOFF_MIN_MS: u64 = 20;
 const RETRY_BACKOFF_MAX_MS: u64 = 1_000;
+/// Largest pause while the primary answers that its PG is peering or that it cannot serve
+/// yet: it activates within moments of a failover, and the first write after it should not
+/// wait out a long backoff.
+const RETRY_BACKOFF_PEERING_MAX_MS: u64 = 100;
+/// How often a request that keeps being retried says so (warn), while it waits.
+const RETRY_WARN_EVERY: Duration = Duration::from_secs(30);
 
 /// Is this failure one that may go away by itself (the cluster is changing), so the request
 /// should be retried rather than reported?
@@ -82,6 +90,9 @@ pub struct Cluster {
     conns: ConnPool,
     /// Shared state of every volume opened in this process, by inode.
     volumes: Mutex<HashMap<(InodeId, bool), Arc<VolumeState>>>,
+    /// How long a request is retried before its error reaches the caller, in ms (0: for
+    /// ever).
+    io_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -125,7 +136,29 @@ impl Cluster {
             map,
             conns,
             volumes: Mutex::new(HashMap::new()),
+            io_timeout_ms: std::sync::atomic::AtomicU64::new(RETRY_DEADLINE_MS),
         })
+    }
+
+    /// How long a request is retried across failovers, peering and PGs below min_size
+    /// before its error reaches the caller (default [`RETRY_DEADLINE_MS`]); None: for ever,
+    /// as a hard-mounted disk waits for its server (the NBD and NVMe/TCP gateways' default:
+    /// a VM's disk stalls rather than fails while a PG cannot serve).
+    pub fn set_io_timeout(&self, timeout: Option<Duration>) {
+        let ms = timeout.map_or(0, |t| (t.as_millis() as u64).max(1));
+        self.io_timeout_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// When a request started now stops being retried (None: never).
+    fn retry_deadline(&self) -> Option<Instant> {
+        match self
+            .io_timeout_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            ms => Some(Instant::now() + Duration::from_millis(ms)),
+        }
     }
 
     /// The metadata store.
@@ -177,9 +210,13 @@ impl Cluster {
         header: Header,
         payload: Bytes,
     ) -> Result<Reply, ClientError> {
-        let deadline = Instant::now() + Duration::from_millis(RETRY_DEADLINE_MS);
+        let deadline = self.retry_deadline();
+        let started = Instant::now();
+        let mut warned = started;
         let mut attempt = 0u32;
         let mut epoch = 0u32;
+        // Bound: the I/O timeout (a gateway without one waits for ever, by design, and says
+        // so every RETRY_WARN_EVERY).
         loop {
             let map = self.map();
             if map.epoch != epoch {
@@ -190,14 +227,24 @@ impl Cluster {
             }
             let result = self.try_primary(&map, pg, header, payload.clone()).await;
             match result {
-                Err(e) if is_retryable(&e) && Instant::now() < deadline => {
+                Err(e) if is_retryable(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
                     self.counters
                         .retries
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if attempt == 0 {
                         tracing::debug!(%pg, "retrying {:?}: {e}", header.opcode);
                     }
-                    self.wait_for_map(map.epoch, backoff(attempt)).await;
+                    if warned.elapsed() >= RETRY_WARN_EVERY {
+                        warned = Instant::now();
+                        tracing::warn!(
+                            %pg,
+                            "{:?} waiting for {:.0} s: {e} (`basalt status` says why the PG \
+                             cannot serve)",
+                            header.opcode,
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    self.wait_for_map(map.epoch, retry_pause(&e, attempt)).await;
                     attempt += 1;
                 }
                 Err(e) => {
@@ -349,12 +396,13 @@ impl Cluster {
         opcode: Opcode,
         object: ObjectId,
     ) -> Result<(), ClientError> {
-        let deadline = Instant::now() + Duration::from_millis(RETRY_DEADLINE_MS);
+        let deadline = self.retry_deadline();
         let mut attempt = 0u32;
+        // Bound: the I/O timeout (none: for ever, as for object requests).
         loop {
             let map = self.map();
             match self.broadcast_once(&map, opcode, object).await {
-                Err(e) if is_retryable(&e) && Instant::now() < deadline => {
+                Err(e) if is_retryable(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
                     tracing::debug!("retrying {opcode:?} broadcast: {e}");
                     self.wait_for_map(map.epoch, backoff(attempt)).await;
                     attempt += 1;
@@ -409,6 +457,17 @@ pub(crate) fn reply_result(reply: Reply) -> Result<Reply, ClientError> {
 /// Pause before retry number `attempt` (0-based) when no new map arrives.
 pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis((RETRY_BACKOFF_MIN_MS << attempt.min(10)).min(RETRY_BACKOFF_MAX_MS))
+}
+
+/// [`backoff`], shorter while the primary says its PG is about to serve (peering, or
+/// waiting for its peers' leases).
+fn retry_pause(e: &ClientError, attempt: u32) -> Duration {
+    match e {
+        ClientError::Status {
+            status: Status::Peering | Status::Unavailable,
+        } => backoff(attempt).min(Duration::from_millis(RETRY_BACKOFF_PEERING_MAX_MS)),
+        _ => backoff(attempt),
+    }
 }
 
 /// Await a reply with the request timeout.

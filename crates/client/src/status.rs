@@ -6,6 +6,7 @@ use crate::error::ClientError;
 use basalt_meta::schema::{MonitorRecord, PgRecord, MONITOR_KEY, PGS_PREFIX};
 use basalt_placement::{ClusterMap, PoolSpec};
 use basalt_proto::slowop::SlowOp;
+use basalt_proto::OsdId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -140,6 +141,10 @@ pub struct StatusReport {
     /// failure domains were lost since) are degraded or inactive, one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unplaceable: Vec<String>,
+    /// PGs below min_size (I/O to them waits), one line each: which OSDs they wait for and
+    /// what brings them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub below_min_size: Vec<String>,
 }
 
 /// What the OSDs that answered hold, summed.
@@ -452,7 +457,63 @@ async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport
         image_used_bytes: image_usage.iter().map(|u| u.bytes).sum(),
         usage_error,
         unplaceable: pool_shortfalls(&map),
+        below_min_size: below_min_size(&map),
     })
+}
+
+/// Lines shown at most for PGs below min_size (the rest are counted).
+const BELOW_MIN_SIZE_LINES: usize = 16;
+
+/// For each PG of `map` with fewer than min_size OSDs up: how many are up, the placed OSDs
+/// that are down, and what brings it back (those OSDs returning, or marking them out so the
+/// PG is placed elsewhere). Client I/O to such a PG waits (gateways without an I/O timeout
+/// wait for ever, as a hard-mounted disk does).
+pub fn below_min_size(map: &ClusterMap) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut more = 0usize;
+    for pg in map.all_pgs() {
+        let pool = &map.pools[&pg.pool];
+        let up = map.acting(pg).map(|a| a.len()).unwrap_or(0);
+        if up as u32 >= pool.min_size {
+            continue;
+        }
+        if out.len() == BELOW_MIN_SIZE_LINES {
+            more += 1;
+            continue;
+        }
+        let down: Vec<OsdId> = map
+            .placement(pg)
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .filter(|id| map.osds.get(id).is_none_or(|o| !o.up))
+            .collect();
+        let head = format!(
+            "pg {pg}: {up} of {} OSDs up, min_size {}: I/O waits",
+            pool.size, pool.min_size
+        );
+        if down.is_empty() {
+            out.push(format!(
+                "{head}: the pool cannot place enough OSDs (see placement)"
+            ));
+            continue;
+        }
+        let names: Vec<String> = down.iter().map(|id| format!("osd.{id}")).collect();
+        let out_cmd: Vec<String> = down
+            .iter()
+            .map(|id| format!("basalt osd out {id}"))
+            .collect();
+        out.push(format!(
+            "{head} for {} to return (or `{}` to place it elsewhere and rebuild it from the \
+             copies left)",
+            names.join(", "),
+            out_cmd.join("; ")
+        ));
+    }
+    if more > 0 {
+        out.push(format!("... and {more} more PGs below min_size"));
+    }
+    out
 }
 
 /// For each pool of `map` its OSDs counted in placement cannot place, why.
@@ -509,5 +570,57 @@ mod tests {
         assert_eq!(r.health(), "HEALTH_WARN");
         r.unfound_objects = 1;
         assert_eq!(r.health(), "HEALTH_ERR");
+    }
+
+    /// Goal: a PG below min_size is named with the OSDs it waits for and what brings it
+    /// back; PGs at min_size or above are not.
+    #[test]
+    fn below_min_size_names_the_missing_osds() {
+        let mut map = ClusterMap::default();
+        for id in 0..3u32 {
+            map.osds.insert(
+                id,
+                basalt_placement::OsdInfo {
+                    id,
+                    host: format!("h{id}"),
+                    addr: format!("10.0.0.{id}:7000"),
+                    weight: 1,
+                    up: true,
+                    is_in: true,
+                    incarnation: 1,
+                    io: String::new(),
+                    up_from: 1,
+                },
+            );
+        }
+        map.pools.insert(
+            1,
+            PoolSpec {
+                id: 1,
+                name: "rbd".into(),
+                size: 3,
+                min_size: 2,
+                pg_count: 4,
+                failure_domain: basalt_placement::FailureDomain::Host,
+                object_size: 128 << 10,
+                ec: None,
+            },
+        );
+        map.recompute();
+        assert!(below_min_size(&map).is_empty());
+        map.osds.get_mut(&1).unwrap().up = false;
+        map.update_acting();
+        assert!(below_min_size(&map).is_empty(), "2 of 3 up is min_size");
+        map.osds.get_mut(&2).unwrap().up = false;
+        map.update_acting();
+        let lines = below_min_size(&map);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(
+            lines[0].contains("1 of 3 OSDs up, min_size 2")
+                && lines[0].contains("osd.1, osd.2 to return")
+                && lines[0].contains("basalt osd out 1; basalt osd out 2"),
+            "{}",
+            lines[0]
+        );
     }
 }

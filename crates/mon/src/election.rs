@@ -114,7 +114,10 @@ async fn lead(
     let mut renewed = Instant::now();
     let mut last_renew_try = Instant::now();
     let mut clock = DownClock::default();
-    // Bound: one round per tick until the role is lost or the candidate stops.
+    // A failure report wakes the holder at once (failover must not wait for a tick); without
+    // the watch it still looks every tick.
+    let mut reports = meta.watch_prefix(FAILURES_PREFIX, 0).await.ok();
+    // Bound: one round per tick (or per report) until the role is lost or the candidate stops.
     loop {
         if last_renew_try.elapsed() >= renew_every {
             last_renew_try = Instant::now();
@@ -138,8 +141,25 @@ async fn lead(
         tokio::select! {
             biased;
             _ = stop.changed() => return,
+            event = next_report(&mut reports) => {
+                if event.is_none() {
+                    reports = None;
+                }
+            }
             _ = tokio::time::sleep(tick) => {}
         }
+    }
+}
+
+/// The next change under the failure reports (None: the watch ended or there is none, and
+/// then this never completes).
+async fn next_report(reports: &mut Option<basalt_meta::WatchReceiver>) -> Option<()> {
+    match reports {
+        Some(rx) => match rx.recv().await {
+            Some(Ok(_)) => Some(()),
+            _ => None,
+        },
+        None => std::future::pending().await,
     }
 }
 

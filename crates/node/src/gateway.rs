@@ -27,6 +27,9 @@ pub struct GatewayConfig {
     pub metrics_listen: Option<String>,
     /// Per-volume counters for the first N volumes opened (0: totals only).
     pub metrics_per_volume: usize,
+    /// How long an I/O is retried while its PG cannot serve before it fails (None: for
+    /// ever, like a hard-mounted disk).
+    pub io_timeout: Option<std::time::Duration>,
 }
 
 /// The NBD server of `exports` with `tls`, counting into `stats`.
@@ -70,6 +73,7 @@ async fn exports(
         .await
         .context("read the cluster map")?;
     let cluster = Cluster::new_as(config.meta.clone(), map, Some(config.credentials.clone()));
+    cluster.set_io_timeout(config.io_timeout);
     let gateway = format!(
         "{what} on {} (pid {}, {})",
         crate::osd_daemon::hostname(),

@@ -238,6 +238,31 @@ impl BasaltCluster {
         Ok(())
     }
 
+    /// Another `basalt nbd` gateway on the client host, at NBD port `port` (its metrics at
+    /// `port + 1000`), with `extra` arguments (e.g. `--io-timeout 3`); see [`Self::uri_at`].
+    pub fn spawn_gateway(&self, port: u16, extra: &[&str]) -> Result<Proc> {
+        let mut args = vec![
+            "nbd".to_string(),
+            "--meta".into(),
+            self.meta_url.clone(),
+            "--listen".into(),
+            format!("{}:{port}", self.client_host.ip),
+            "--metrics-listen".into(),
+            format!("{}:{}", self.client_host.ip, port + 1000),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let spec = self.spec().name(format!("nbd-{port}")).args(args);
+        let proc = self.net.spawn(&self.client_host, spec)?;
+        proc.wait_for_line("NBD gateway serving", DAEMON_START)
+            .with_context(|| format!("the NBD gateway did not start:\n{}", proc.log()))?;
+        Ok(proc)
+    }
+
+    /// The NBD URI of a volume at a gateway of [`Self::spawn_gateway`].
+    pub fn uri_at(&self, port: u16, volume: &str) -> String {
+        format!("nbd://{}:{port}/{volume}", self.client_host.ip)
+    }
+
     /// A `basalt` process with the cluster's keyring (and data-plane TLS, when on).
     fn spec(&self) -> ProcessSpec {
         let spec = ProcessSpec::new(&self.basalt).env("BASALT_KEYRING", &self.keyring);
