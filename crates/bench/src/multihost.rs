@@ -114,7 +114,9 @@ pub fn render(pauses: &[Failover]) -> String {
     let mut s = String::from(
         "\nFailover pause: 4 KiB writes at QD1 to one PG through the client library; the PG's \
          primary is killed with SIGKILL; the pause runs from the kill to the completion of the \
-         first write issued after it (lease TTL 3 s). Target: <= 5 s.\n\n\
+         first write issued after it (peers report the refused connection; the monitor marks the \
+         OSD down; the members' peer leases of 600 ms run out; the new primary peers). Target: \
+         <= 1 s.\n\n\
          | Trial | Killed | Pause |\n|---:|---|---:|\n",
     );
     for (i, f) in pauses.iter().enumerate() {
