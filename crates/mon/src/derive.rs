@@ -214,16 +214,7 @@ mod tests {
     fn first_map_and_idempotence() {
         let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
         let mut clock = DownClock::default();
-        let m = derive_map(
-            &ClusterMap::default(),
-            &osds,
-            &all_alive(4),
-            &[pool()],
-            &mut clock,
-            0,
-            1000,
-        )
-        .expect("a first map");
+        let m = first_map(&osds, &mut clock, 4);
         assert_eq!(m.epoch, 1);
         assert!(m.osds.values().all(|o| o.up && o.is_in));
         for pg in m.all_pgs() {
@@ -242,16 +233,7 @@ mod tests {
     fn down_then_out_then_back() {
         let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
         let mut clock = DownClock::default();
-        let m1 = derive_map(
-            &ClusterMap::default(),
-            &osds,
-            &all_alive(4),
-            &[pool()],
-            &mut clock,
-            0,
-            1000,
-        )
-        .unwrap();
+        let m1 = first_map(&osds, &mut clock, 4);
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
         let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
@@ -275,16 +257,7 @@ mod tests {
     fn restart_changes_incarnation() {
         let osds: Vec<_> = (0..3).map(|i| osd(i, &format!("h{i}"))).collect();
         let mut clock = DownClock::default();
-        let m1 = derive_map(
-            &ClusterMap::default(),
-            &osds,
-            &all_alive(3),
-            &[pool()],
-            &mut clock,
-            0,
-            1000,
-        )
-        .unwrap();
+        let m1 = first_map(&osds, &mut clock, 3);
         let mut restarted = all_alive(3);
         restarted.insert(1, alive("10.0.0.1:7000", 2));
         let m2 = derive_map(&m1, &osds, &restarted, &[pool()], &mut clock, 10, 1000).unwrap();
@@ -302,16 +275,7 @@ mod tests {
     fn down_and_back_as_same_run_is_a_new_interval() {
         let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
         let mut clock = DownClock::default();
-        let m1 = derive_map(
-            &ClusterMap::default(),
-            &osds,
-            &all_alive(4),
-            &[pool()],
-            &mut clock,
-            0,
-            1000,
-        )
-        .unwrap();
+        let m1 = first_map(&osds, &mut clock, 4);
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
         let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
@@ -326,6 +290,20 @@ mod tests {
             };
             assert_eq!(m3.interval(pg), expect, "{pg}");
         }
+    }
+
+    /// The first map of `osds` with the first `alive` of them up.
+    fn first_map(osds: &[OsdRecord], clock: &mut DownClock, alive: u32) -> ClusterMap {
+        derive_map(
+            &ClusterMap::default(),
+            osds,
+            &all_alive(alive),
+            &[pool()],
+            clock,
+            0,
+            1000,
+        )
+        .expect("a first map")
     }
 
     fn report(incarnation: u64) -> FailureReport {
@@ -417,16 +395,7 @@ mod tests {
     fn up_from_names_the_epoch_an_osd_came_up() {
         let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
         let mut clock = DownClock::default();
-        let m1 = derive_map(
-            &ClusterMap::default(),
-            &osds,
-            &all_alive(4),
-            &[pool()],
-            &mut clock,
-            0,
-            1000,
-        )
-        .unwrap();
+        let m1 = first_map(&osds, &mut clock, 4);
         assert!(m1.osds.values().all(|o| o.up_from == 1));
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
