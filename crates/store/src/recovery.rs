@@ -391,8 +391,8 @@ fn replay_wal(
     blocks.sort_unstable();
     for ((slot, block), (i, k)) in blocks {
         let (rec, _) = decode_known(&reader.buf, &locs[i])?;
-        let WalBody::Write { data, .. } = rec.body else {
-            unreachable!("only write records carry data");
+        let (WalBody::Write { data, .. } | WalBody::Merge { data, .. }) = rec.body else {
+            unreachable!("only write and merge records carry data");
         };
         let at = layout.slot_offset(slot) + block as u64 * BLOCK as u64;
         file.write_at(
@@ -515,6 +515,13 @@ fn surviving_records(
         let (rec, _) = decode_known(buf, loc)?;
         match rec.body {
             WalBody::Write {
+                obj,
+                slot,
+                first_block,
+                crcs,
+                ..
+            }
+            | WalBody::Merge {
                 obj,
                 slot,
                 first_block,
@@ -691,6 +698,36 @@ fn apply_record(
                 forget_slot(newest, old.slot, blocks);
             }
             index.rename(from, obj, None);
+        }
+        WalBody::Merge {
+            obj,
+            version,
+            slot,
+            first_block,
+            from,
+            from_slot,
+            crcs,
+            data,
+        } => {
+            if !in_object(first_block, crcs.len()) {
+                return Err(corrupt("merge beyond the object"));
+            }
+            if index.object(obj).map(|m| m.slot) != Some(slot) {
+                return Err(corrupt("merge into an object not in that slot"));
+            }
+            match index.object(from) {
+                Some(m) if m.slot == from_slot && m.version == version && from_slot != slot => {}
+                _ => return Err(corrupt("merge of an object not in that slot")),
+            }
+            debug_assert_eq!(data.len(), crcs.len() * BLOCK);
+            for k in 0..crcs.len() {
+                newest.insert((slot, first_block + k as u32), (i, k));
+            }
+            let mut buf = [0u32; MAX_RECORD_BLOCKS as usize];
+            let crcs = collect_crcs(crcs, &mut buf);
+            index.write_blocks(obj, slot, version, first_block, crcs, None);
+            index.delete(from, None);
+            forget_slot(newest, from_slot, blocks);
         }
         WalBody::Commit => {}
     }
