@@ -485,6 +485,7 @@ fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Pl
             p.map(|(c, s)| PositionState {
                 committed: rank(c),
                 stash: rank(s),
+                partial: None,
             })
         })
         .collect();
