@@ -233,6 +233,8 @@ pub(crate) fn dispatch(
             sink.send(h.reply(status), Bytes::new());
         }
         Opcode::Promote => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Stash if replica => crate::ec::member_stash(osd, h, payload, sink, permit),
+        Opcode::Stash => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub => {
             let osd = osd.clone();
