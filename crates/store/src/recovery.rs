@@ -631,12 +631,7 @@ fn apply_record(
                 None => {}
             }
             debug_assert_eq!(data.len(), crcs.len() * BLOCK);
-            for k in 0..crcs.len() {
-                newest.insert((slot, first_block + k as u32), (i, k));
-            }
-            let mut buf = [0u32; MAX_RECORD_BLOCKS as usize];
-            let crcs = collect_crcs(crcs, &mut buf);
-            index.write_blocks(obj, slot, version, first_block, crcs, None);
+            replay_blocks(index, newest, i, (obj, version, slot, first_block), crcs);
         }
         WalBody::Remap {
             obj,
@@ -720,18 +715,30 @@ fn apply_record(
                 _ => return Err(corrupt("merge of an object not in that slot")),
             }
             debug_assert_eq!(data.len(), crcs.len() * BLOCK);
-            for k in 0..crcs.len() {
-                newest.insert((slot, first_block + k as u32), (i, k));
-            }
-            let mut buf = [0u32; MAX_RECORD_BLOCKS as usize];
-            let crcs = collect_crcs(crcs, &mut buf);
-            index.write_blocks(obj, slot, version, first_block, crcs, None);
+            replay_blocks(index, newest, i, (obj, version, slot, first_block), crcs);
             index.delete(from, None);
             forget_slot(newest, from_slot, blocks);
         }
         WalBody::Commit => {}
     }
     Ok(())
+}
+
+/// The logged blocks of record `i` (a write or a merge) land in `obj` at `first_block` of
+/// `slot`: noted as the newest contents of those blocks, and applied to the table.
+fn replay_blocks(
+    index: &mut Index,
+    newest: &mut NewestData,
+    i: usize,
+    (obj, version, slot, first_block): (ObjectId, basalt_proto::Version, u32, u32),
+    crcs: BlockCrcs<'_>,
+) {
+    for k in 0..crcs.len() {
+        newest.insert((slot, first_block + k as u32), (i, k));
+    }
+    let mut buf = [0u32; MAX_RECORD_BLOCKS as usize];
+    let crcs = collect_crcs(crcs, &mut buf);
+    index.write_blocks(obj, slot, version, first_block, crcs, None);
 }
 
 fn collect_crcs<'b>(crcs: BlockCrcs<'_>, buf: &'b mut [u32]) -> &'b [u32] {

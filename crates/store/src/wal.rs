@@ -298,18 +298,8 @@ pub(crate) fn decode_record(
             }
             check_block_range(first_block, count)?;
             let crcs = BlockCrcs(&meta[WRITE_META_FIXED_BYTES..]);
-            end = meta_end + count as usize * BLOCK;
-            if have < end {
-                return Err(WalError::Truncated { need: end, have });
-            }
-            let data = &bytes[meta_end..end];
-            if verify_data {
-                for (i, crc) in crcs.iter().enumerate() {
-                    if crc32c::crc32c(&data[i * BLOCK..(i + 1) * BLOCK]) != crc {
-                        return Err(WalError::BadBlock { index: i as u32 });
-                    }
-                }
-            }
+            let data = logged_blocks(bytes, meta_end, crcs, verify_data)?;
+            end = meta_end + data.len();
             WalBody::Write {
                 obj,
                 version,
@@ -388,18 +378,8 @@ pub(crate) fn decode_record(
             }
             check_block_range(first_block, count)?;
             let crcs = BlockCrcs(&meta[MERGE_META_FIXED_BYTES..]);
-            end = meta_end + count as usize * BLOCK;
-            if have < end {
-                return Err(WalError::Truncated { need: end, have });
-            }
-            let data = &bytes[meta_end..end];
-            if verify_data {
-                for (i, crc) in crcs.iter().enumerate() {
-                    if crc32c::crc32c(&data[i * BLOCK..(i + 1) * BLOCK]) != crc {
-                        return Err(WalError::BadBlock { index: i as u32 });
-                    }
-                }
-            }
+            let data = logged_blocks(bytes, meta_end, crcs, verify_data)?;
+            end = meta_end + data.len();
             WalBody::Merge {
                 obj,
                 version,
@@ -421,6 +401,30 @@ pub(crate) fn decode_record(
         },
         end,
     ))
+}
+
+/// The data blocks after a record's metadata (ending at `meta_end`), one per crc, checked
+/// against their crcs when `verify`.
+fn logged_blocks<'a>(
+    bytes: &'a [u8],
+    meta_end: usize,
+    crcs: BlockCrcs<'_>,
+    verify: bool,
+) -> Result<&'a [u8], WalError> {
+    let end = meta_end + crcs.len() * BLOCK;
+    let have = bytes.len();
+    if have < end {
+        return Err(WalError::Truncated { need: end, have });
+    }
+    let data = &bytes[meta_end..end];
+    if verify {
+        for (i, crc) in crcs.iter().enumerate() {
+            if crc32c::crc32c(&data[i * BLOCK..(i + 1) * BLOCK]) != crc {
+                return Err(WalError::BadBlock { index: i as u32 });
+            }
+        }
+    }
+    Ok(data)
 }
 
 /// Append the encoding of `record` to `out` (the exact inverse of [`decode_wal_record`]).
