@@ -283,6 +283,15 @@ pub(super) async fn promote_chunk(
         true => stripe.partial_stash(pos),
         false => stripe.chunk(pos, true),
     };
+    if peer == osd.id && partial {
+        // A merge reads the stash's blocks: off the runtime threads.
+        let store = osd.store.clone();
+        let key = stripe.chunk(pos, false);
+        let merged = osd
+            .store_call(move || Ok(merge_local(&store, stash, key, version)))
+            .await;
+        return merged.unwrap_or_else(|e| Err(status_of(&e)));
+    }
     if peer == osd.id {
         return promote_local(osd, stash, version);
     }
@@ -359,4 +368,25 @@ pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
         Ok(()) => Status::Ok,
         Err(s) => s,
     }
+}
+
+/// As a member: PROMOTE of a partial stash (a merge, which reads the stash's blocks) on the
+/// blocking pool, answered from there; the interval is checked under the PG's lock there,
+/// as [`member_promote`] does.
+pub(crate) fn member_merge(
+    osd: &Arc<Osd>,
+    h: Header,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let osd = osd.clone();
+    tokio::spawn(async move {
+        let member = osd.clone();
+        let status = osd
+            .store_call(move || Ok(member_promote(&member, &h)))
+            .await
+            .unwrap_or_else(|e| status_of(&e));
+        sink.send(h.reply(status), Bytes::new());
+        drop(permit);
+    });
 }

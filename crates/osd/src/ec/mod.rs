@@ -33,7 +33,7 @@ use basalt_placement::{ClusterMap, NO_OSD};
 use basalt_proto::{Header, OsdId, PgId, Status, Version};
 use bytes::Bytes;
 
-pub(crate) use chunk::{member_promote, member_stash};
+pub(crate) use chunk::{member_merge, member_promote, member_stash};
 pub(crate) use lock::StripeLocks;
 pub(crate) use peering::peer;
 pub(crate) use read::{client_allocation, client_read};
