@@ -244,11 +244,16 @@ pub(crate) fn dispatch(
             reply.version = osd.store.version(h.object).unwrap_or(Version::ZERO);
             sink.send(reply, data);
         }
+        Opcode::Promote if replica && h.object.is_partial_stash() => {
+            crate::ec::member_merge(osd, h, sink, permit)
+        }
         Opcode::Promote if replica => {
             let status = crate::ec::member_promote(osd, &h);
             sink.send(h.reply(status), Bytes::new());
         }
         Opcode::Promote => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Stash if replica => crate::ec::member_stash(osd, h, payload, sink, permit),
+        Opcode::Stash => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub => {
             let osd = osd.clone();

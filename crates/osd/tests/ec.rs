@@ -1,7 +1,8 @@
 //! Erasure-coded pools through real OSDs on loopback (2+1 on three OSDs): stripes read back
 //! and decode from any k chunks, reads and writes go on with a position down, a returning
 //! OSD is rebuilt, a crash between the two phases of a write is settled by peering, and a
-//! damaged chunk is read around and repaired.
+//! damaged chunk is read around and repaired; small writes stash only what they change
+//! (partial stashes and bumps) and are settled by peering the same way.
 
 mod common;
 
@@ -200,7 +201,9 @@ impl Ec {
                 .enumerate()
                 .filter_map(|(pos, &osd)| {
                     let store = &self.osds[osd as usize].as_ref()?.osd.store;
-                    let stash = store.version(stripe.chunk(pos, true));
+                    let stash = store
+                        .version(stripe.chunk(pos, true))
+                        .or(store.version(stripe.partial_stash(pos)));
                     Some(
                         stash
                             .is_none()
@@ -235,6 +238,11 @@ impl Ec {
                     h.osd.store.version(stripe.chunk(pos, true)),
                     None,
                     "stripe {index} position {pos}: a stash was left behind"
+                );
+                assert_eq!(
+                    h.osd.store.version(stripe.partial_stash(pos)),
+                    None,
+                    "stripe {index} position {pos}: a partial stash was left behind"
                 );
                 let mut buf = vec![0; OBJECT_SIZE as usize];
                 h.osd.store.read(key, 0, &mut buf).expect("chunk read");
@@ -930,4 +938,215 @@ async fn ec_snapshots_clones_and_images() {
         img.read(0, size as u32).await.unwrap()[..] == image[..],
         "image unchanged"
     );
+}
+
+/// Where each position's committed chunk of every stripe of `inode` lives in its store
+/// (None: absent or the OSD stopped). A whole-stripe write moves a stash into place (a new
+/// slot); a partial write merges blocks into the chunk where it is.
+fn chunk_slots(ec: &Ec, inode: u64) -> Vec<Vec<Option<u64>>> {
+    (0..STRIPES)
+        .map(|index| {
+            let stripe = ObjectId::new(inode, index);
+            let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], stripe);
+            let positions = ec.map.placement(pg).expect("pg in the map").to_vec();
+            positions
+                .iter()
+                .enumerate()
+                .map(|(pos, &osd)| {
+                    let h = ec.osds[osd as usize].as_ref()?;
+                    h.osd.store.object_offset(stripe.chunk(pos, false))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Goal: small writes to a 2+1 pool whose positions are all healthy take the partial path —
+/// every chunk stays in its slot (merged in place, none rewritten whole) while its version
+/// moves on — and read back, with every stripe's chunks at one version and any two
+/// decoding to it; a write too large for the partial path still rewrites the stripe whole;
+/// with a position down, reads after partial writes decode and writes go on (whole), and
+/// the returning OSD is rebuilt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_partial_writes_merge_in_place_and_read_back() {
+    let mut ec = Ec::start(2).await;
+    let (info, volume, mut model) = ec.volume().await;
+    fill_stripes(&volume, &mut model, 1).await;
+    ec.wait_promoted(info.id).await;
+    let before = chunk_slots(&ec, info.id);
+    let mut x = 5u64;
+    for i in 0..48u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // 4 KiB aligned, or a few unaligned bytes inside one block.
+        let (offset, len) = match i % 2 {
+            0 => ((x >> 30) % (model.len() as u64 / 4096) * 4096, 4096u64),
+            _ => {
+                let block = (x >> 30) % (model.len() as u64 / 4096) * 4096;
+                (block + (x >> 50) % 3000, 1 + (x >> 20) % 1000)
+            }
+        };
+        let data: Vec<u8> = (0..len).map(|j| (x >> 56) as u8 ^ j as u8).collect();
+        model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+        volume
+            .write(offset, Bytes::from(data), false)
+            .await
+            .expect("small EC write");
+    }
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "small writes read back");
+    ec.wait_promoted(info.id).await;
+    ec.check_stripes(info.id, &model);
+    assert_eq!(
+        chunk_slots(&ec, info.id),
+        before,
+        "partial writes merge in place"
+    );
+    // Half a stripe at once is no partial write: that stripe is rewritten whole.
+    let half = vec![0x5a; STRIPE as usize / 2];
+    model[..half.len()].copy_from_slice(&half);
+    volume.write(0, Bytes::from(half), false).await.unwrap();
+    ec.wait_promoted(info.id).await;
+    let after = chunk_slots(&ec, info.id);
+    assert!(
+        (0..3).all(|pos| after[0][pos] != before[0][pos]),
+        "a large write moves stashes into place: {:?} then {:?}",
+        before[0],
+        after[0]
+    );
+    ec.check_stripes(info.id, &model);
+
+    // Degraded: reads decode around the missing chunks the partial writes left.
+    ec.stop(2).await;
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "degraded reads after partial writes");
+    write_pattern(&volume, &mut model, 21, 16).await;
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "degraded writes read back");
+    ec.restart(2).await;
+    ec.wait_clean().await;
+    write_pattern(&volume, &mut model, 22, 16).await;
+    ec.wait_promoted(info.id).await;
+    ec.check_stripes(info.id, &model);
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(
+        back[..] == model[..],
+        "reads after the rebuild and more small writes"
+    );
+}
+
+/// A partial stash as a STASH carries it: the header block (docs/design.md,
+/// "Partial-stripe writes"), then the blocks.
+fn partial_stash(base: Version, first_block: u32, blocks: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    b[0..4].copy_from_slice(b"BECP");
+    b[4..6].copy_from_slice(&1u16.to_le_bytes());
+    b[8..16].copy_from_slice(&base.epoch.to_le_bytes());
+    b[16..24].copy_from_slice(&base.counter.to_le_bytes());
+    b[24..28].copy_from_slice(&first_block.to_le_bytes());
+    b[28..32].copy_from_slice(&((blocks.len() / 4096) as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&b[..32]);
+    b[32..36].copy_from_slice(&crc.to_le_bytes());
+    b.extend_from_slice(blocks);
+    b
+}
+
+/// Goal: a partial write cut between its two phases is settled by peering, and a partial
+/// stash counts only over its base. Planted after a stop of every OSD: stripe 0's write
+/// stashed on one position only (rolled back); stripe 1's on the touched data position and
+/// parity, not the bump (rolled forward: both merged, the third position rebuilt); stripe
+/// 2's on all three and merged on one (rolled forward); stripe 3's on two positions whose
+/// chunks are not at the stashes' base (never merged: the stripe keeps its contents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_partial_write_cut_between_phases_is_settled_by_peering() {
+    let mut ec = Ec::start(3).await;
+    let (info, volume, mut model) = ec.volume().await;
+    fill_stripes(&volume, &mut model, 1).await;
+    volume.flush().await.unwrap();
+    ec.wait_promoted(info.id).await;
+    drop(volume);
+    let scheme = Scheme::new(2, 1).unwrap();
+    let paths: Vec<_> = (0..3)
+        .map(|id| ec.dir.path().join(format!("osd{id}.dat")))
+        .collect();
+    let planted = Version::new(ec.map.epoch as u64, 1 << 40);
+    let mut positions = Vec::new();
+    let mut bases = Vec::new();
+    for index in 0..4u64 {
+        let stripe = ObjectId::new(info.id, index);
+        let pg = ClusterMap::pg_of(&ec.map.pools[&EC_POOL], stripe);
+        positions.push(ec.map.placement(pg).unwrap().to_vec());
+        let osd = positions[index as usize][0];
+        bases.push(
+            ec.store(osd)
+                .version(stripe.chunk(0, false))
+                .expect("written"),
+        );
+    }
+    for id in 0..3 {
+        ec.stop(id).await;
+    }
+    let block = 3usize; // chunk-local block 3 of data chunk 0
+    for index in 0..4u64 {
+        let stripe = ObjectId::new(info.id, index);
+        let s = (index * STRIPE as u64) as usize;
+        let old = model[s..s + STRIPE as usize].to_vec();
+        let mut new = old.clone();
+        new[block * 4096..(block + 1) * 4096].fill(0xc0 + index as u8);
+        let chunks = scheme.encode(&new).unwrap();
+        // Stripe 3's stashes name a base its chunks are not at.
+        let base = match index {
+            3 => Version::new(bases[3].epoch, bases[3].counter + 1),
+            _ => bases[index as usize],
+        };
+        let stashes = [
+            partial_stash(
+                base,
+                block as u32,
+                &chunks[0][block * 4096..(block + 1) * 4096],
+            ),
+            partial_stash(base, 0, &[]),
+            partial_stash(
+                base,
+                block as u32,
+                &chunks[2][block * 4096..(block + 1) * 4096],
+            ),
+        ];
+        let reach: &[usize] = match index {
+            0 => &[2],
+            1 => &[0, 2],
+            2 => &[0, 1, 2],
+            _ => &[0, 2],
+        };
+        for &pos in reach {
+            let osd = positions[index as usize][pos];
+            let store = open_store(&paths[osd as usize]);
+            let key = stripe.partial_stash(pos);
+            store.write(key, 0, &stashes[pos], planted).unwrap();
+            if index == 2 && pos == 1 {
+                let n = (stashes[pos].len() / 4096 - 1) as u32;
+                assert!(store.merge(key, 1, stripe.chunk(pos, false), 0, n).unwrap());
+            }
+            store.close().unwrap();
+        }
+        if index == 1 || index == 2 {
+            model[s..s + STRIPE as usize].copy_from_slice(&new);
+        }
+    }
+    for id in 0..3 {
+        ec.restart(id).await;
+    }
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let volume = ec.cluster.open_volume("e").await.unwrap();
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(
+        back[..] == model[..],
+        "reads after peering settled the cut partial writes"
+    );
+    // And the stripes take partial writes again.
+    write_pattern(&volume, &mut model, 31, 12).await;
+    ec.wait_promoted(info.id).await;
+    ec.check_stripes(info.id, &model);
 }

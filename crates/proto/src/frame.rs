@@ -90,6 +90,11 @@ pub enum Opcode {
     /// six little-endian u64 — objects checked, inconsistent, repaired, done (1 when the PG
     /// has no objects past this batch), then the cursor (inode, index) to send next.
     Scrub = 18,
+    /// Erasure-coded PGs (REPLICA flag, primary → member): store the payload as the
+    /// *partial stash* `object` ([`crate::ObjectId::partial_stash`]: a header block naming
+    /// the base version, then the blocks that change) at `version`, if the member's
+    /// committed chunk is at `prev_version` (else Stale); FUA makes it durable first.
+    Stash = 19,
 }
 
 /// Most inodes one USAGE request may name.
@@ -124,6 +129,7 @@ impl Opcode {
             16 => Self::Usage,
             17 => Self::Promote,
             18 => Self::Scrub,
+            19 => Self::Stash,
             _ => return None,
         })
     }
@@ -287,7 +293,7 @@ impl Header {
     pub fn has_payload(&self) -> bool {
         let reply = self.flags.has(Flags::REPLY);
         match self.opcode {
-            Opcode::Write | Opcode::Push => !reply,
+            Opcode::Write | Opcode::Push | Opcode::Stash => !reply,
             Opcode::Read | Opcode::Allocation | Opcode::Stat | Opcode::List | Opcode::Pull => {
                 reply && self.status == Status::Ok
             }
@@ -445,7 +451,10 @@ mod tests {
         assert_eq!(Opcode::from_u8(18), Some(Opcode::Scrub));
         let scrub = Header::request(Opcode::Scrub, 1, ObjectId::new(0, 0));
         assert!(!scrub.has_payload() && scrub.reply(Status::Ok).has_payload());
-        assert_eq!(Opcode::from_u8(19), None);
+        assert_eq!(Opcode::from_u8(19), Some(Opcode::Stash));
+        let stash = Header::request(Opcode::Stash, 1, ObjectId::new(1, 0).partial_stash(2));
+        assert!(stash.has_payload() && !stash.reply(Status::Ok).has_payload());
+        assert_eq!(Opcode::from_u8(20), None);
     }
 
     proptest! {

@@ -45,11 +45,13 @@ impl ObjectId {
 
 /// Bits of an object index that name an erasure-coded chunk in a store key: bits 56..=60
 /// hold the chunk's position + 1 (0: not a chunk), bit 61 marks a *stash* (a chunk written
-/// but not yet committed). Stripe (volume object) indexes keep these bits clear; see
+/// but not yet committed), bit 62 with it a *partial* stash (only the blocks a partial
+/// write changes). Stripe (volume object) indexes keep these bits clear; see
 /// docs/design.md, "Erasure-coded pools".
-pub const CHUNK_KEY_BITS: u64 = 0x3f << 56;
+pub const CHUNK_KEY_BITS: u64 = 0x7f << 56;
 const POSITION_SHIFT: u32 = 56;
 const STASH_BIT: u64 = 1 << 61;
+const PARTIAL_BIT: u64 = 1 << 62;
 /// Most positions a stripe may have (k + m), as the position field can name.
 pub const MAX_CHUNK_POSITIONS: usize = 31;
 
@@ -70,6 +72,20 @@ impl ObjectId {
         }
     }
 
+    /// The store key of the partial stash of chunk `position` of this stripe.
+    pub const fn partial_stash(self, position: usize) -> ObjectId {
+        let key = self.chunk(position, true);
+        ObjectId {
+            inode: key.inode,
+            index: key.index | PARTIAL_BIT,
+        }
+    }
+
+    /// Is this the key of a partial stash?
+    pub const fn is_partial_stash(self) -> bool {
+        self.chunk_position().is_some() && self.index & PARTIAL_BIT != 0
+    }
+
     /// The stripe this key belongs to (itself when it is not a chunk key).
     pub const fn stripe(self) -> ObjectId {
         ObjectId {
@@ -78,7 +94,7 @@ impl ObjectId {
         }
     }
 
-    /// For a chunk key: its position and whether it is a stash.
+    /// For a chunk key: its position and whether it is a stash (whole or partial).
     pub const fn chunk_position(self) -> Option<(usize, bool)> {
         let field = (self.index >> POSITION_SHIFT) & 0x1f;
         if field == 0 {
@@ -167,9 +183,17 @@ mod tests {
                     assert!(!key.is_stripe());
                     assert_eq!(key.stripe(), stripe);
                     assert_eq!(key.chunk_position(), Some((pos, stash)));
+                    assert!(!key.is_partial_stash());
                     assert!(seen.insert(key));
                 }
+                let partial = stripe.partial_stash(pos);
+                assert!(!partial.is_stripe() && partial.is_partial_stash());
+                assert_eq!(partial.stripe(), stripe);
+                assert_eq!(partial.chunk_position(), Some((pos, true)));
+                assert!(seen.insert(partial));
+                assert_eq!(partial.chunk(pos, false), stripe.chunk(pos, false));
             }
+            assert!(!stripe.is_partial_stash());
         }
     }
 }

@@ -200,6 +200,36 @@ impl WalBuffer {
         Ok(lsn)
     }
 
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_merge(
+        &mut self,
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        first_block: u32,
+        from: (ObjectId, u32),
+        crcs: &[u32],
+        blocks: &[&[u8]],
+    ) -> Result<u64, WalFull> {
+        let len = wal::merge_record_bytes(blocks.len());
+        let lsn = self.reserve(len)?;
+        let (id, out) = (self.store_id, &mut self.pending);
+        wal::encode_merge(
+            out,
+            lsn,
+            id,
+            obj,
+            version,
+            slot,
+            first_block,
+            from,
+            crcs,
+            blocks,
+        );
+        self.check_appended(len);
+        Ok(lsn)
+    }
+
     fn has_room_for_commit(&self) -> bool {
         batch_end(self.head_pos) - self.tail_pos <= self.wal_bytes
     }
@@ -536,16 +566,25 @@ impl Store {
             let (rec, len) = wal::decode_record(&batch[off..], cfg!(debug_assertions))
                 .expect("a batch this process encoded decodes");
             assert!(rec.lsn <= last_lsn && rec.lsn <= self.durable_lsn.load(Ordering::Acquire));
-            if let WalBody::Write {
-                slot,
-                first_block,
-                crcs,
-                data,
-                ..
-            } = rec.body
-            {
-                debug_assert_eq!(data.len(), crcs.len() * BLOCK);
-                writes.push((slot, first_block, data));
+            match rec.body {
+                WalBody::Write {
+                    slot,
+                    first_block,
+                    crcs,
+                    data,
+                    ..
+                }
+                | WalBody::Merge {
+                    slot,
+                    first_block,
+                    crcs,
+                    data,
+                    ..
+                } if !crcs.is_empty() => {
+                    debug_assert_eq!(data.len(), crcs.len() * BLOCK);
+                    writes.push((slot, first_block, data));
+                }
+                _ => {}
             }
             if rec.body == WalBody::Commit {
                 // The batch's end: only padding follows.

@@ -391,8 +391,8 @@ fn replay_wal(
     blocks.sort_unstable();
     for ((slot, block), (i, k)) in blocks {
         let (rec, _) = decode_known(&reader.buf, &locs[i])?;
-        let WalBody::Write { data, .. } = rec.body else {
-            unreachable!("only write records carry data");
+        let (WalBody::Write { data, .. } | WalBody::Merge { data, .. }) = rec.body else {
+            unreachable!("only write and merge records carry data");
         };
         let at = layout.slot_offset(slot) + block as u64 * BLOCK as u64;
         file.write_at(
@@ -520,6 +520,13 @@ fn surviving_records(
                 first_block,
                 crcs,
                 ..
+            }
+            | WalBody::Merge {
+                obj,
+                slot,
+                first_block,
+                crcs,
+                ..
             } => {
                 for b in first_block..first_block + crcs.len() as u32 {
                     writes.entry((slot, b)).or_default().push((first + k, obj));
@@ -624,12 +631,7 @@ fn apply_record(
                 None => {}
             }
             debug_assert_eq!(data.len(), crcs.len() * BLOCK);
-            for k in 0..crcs.len() {
-                newest.insert((slot, first_block + k as u32), (i, k));
-            }
-            let mut buf = [0u32; MAX_RECORD_BLOCKS as usize];
-            let crcs = collect_crcs(crcs, &mut buf);
-            index.write_blocks(obj, slot, version, first_block, crcs, None);
+            replay_blocks(index, newest, i, (obj, version, slot, first_block), crcs);
         }
         WalBody::Remap {
             obj,
@@ -692,9 +694,51 @@ fn apply_record(
             }
             index.rename(from, obj, None);
         }
+        WalBody::Merge {
+            obj,
+            version,
+            slot,
+            first_block,
+            from,
+            from_slot,
+            crcs,
+            data,
+        } => {
+            if !in_object(first_block, crcs.len()) {
+                return Err(corrupt("merge beyond the object"));
+            }
+            if index.object(obj).map(|m| m.slot) != Some(slot) {
+                return Err(corrupt("merge into an object not in that slot"));
+            }
+            match index.object(from) {
+                Some(m) if m.slot == from_slot && m.version == version && from_slot != slot => {}
+                _ => return Err(corrupt("merge of an object not in that slot")),
+            }
+            debug_assert_eq!(data.len(), crcs.len() * BLOCK);
+            replay_blocks(index, newest, i, (obj, version, slot, first_block), crcs);
+            index.delete(from, None);
+            forget_slot(newest, from_slot, blocks);
+        }
         WalBody::Commit => {}
     }
     Ok(())
+}
+
+/// The logged blocks of record `i` (a write or a merge) land in `obj` at `first_block` of
+/// `slot`: noted as the newest contents of those blocks, and applied to the table.
+fn replay_blocks(
+    index: &mut Index,
+    newest: &mut NewestData,
+    i: usize,
+    (obj, version, slot, first_block): (ObjectId, basalt_proto::Version, u32, u32),
+    crcs: BlockCrcs<'_>,
+) {
+    for k in 0..crcs.len() {
+        newest.insert((slot, first_block + k as u32), (i, k));
+    }
+    let mut buf = [0u32; MAX_RECORD_BLOCKS as usize];
+    let crcs = collect_crcs(crcs, &mut buf);
+    index.write_blocks(obj, slot, version, first_block, crcs, None);
 }
 
 fn collect_crcs<'b>(crcs: BlockCrcs<'_>, buf: &'b mut [u32]) -> &'b [u32] {

@@ -494,6 +494,71 @@ impl Store {
         Err(StoreError::NoSpace)
     }
 
+    /// Copy blocks `from_block..from_block + count` of `from` into `obj` at `to_block`, give
+    /// `obj` the version `from` has, and remove `from`, in one record: after a crash the
+    /// store holds either both old objects or the merged one. `count` 0 changes only the
+    /// version (a *bump*). Returns false (nothing done) when `from` is absent; `obj` must
+    /// exist. Used to merge an erasure-coded chunk's partial stash (docs/design.md,
+    /// "Erasure-coded pools"). The blocks are read, crc-checked, and logged with the record.
+    pub fn merge(
+        &self,
+        from: ObjectId,
+        from_block: u32,
+        obj: ObjectId,
+        to_block: u32,
+        count: u32,
+    ) -> Result<bool, StoreError> {
+        if from == obj {
+            return Err(StoreError::bad_options("merge of an object into itself"));
+        }
+        if count as usize > MAX_RECORD {
+            return Err(StoreError::bad_options(
+                "merge of more blocks than a record holds",
+            ));
+        }
+        let bytes = count as u64 * BLOCK as u64;
+        self.check_range(from_block * BLOCK as u32, bytes)?;
+        self.check_range(to_block * BLOCK as u32, bytes)?;
+        self.file.check_writable()?;
+        let (a, b) = (self.stripe_index(from), self.stripe_index(obj));
+        let _first = self.stripes[a.min(b)].lock();
+        let _second = (a != b).then(|| self.stripes[a.max(b)].lock());
+        if read(&self.index).object(from).is_none() {
+            return Ok(false);
+        }
+        // Under both objects' stripes: no writer changes these blocks before the record.
+        let mut data = vec![0u8; bytes as usize];
+        self.read(from, from_block * BLOCK as u32, &mut data)?;
+        let blocks: Vec<&[u8]> = data.chunks_exact(BLOCK).collect();
+        let crcs: Vec<u32> = blocks.iter().map(|b| crc32c::crc32c(b)).collect();
+        for _ in 0..COMMIT_RETRIES_MAX {
+            let mut index = write(&self.index);
+            let Some(stash) = index.object(from) else {
+                return Ok(false);
+            };
+            let Some(target) = index.object(obj) else {
+                return Err(StoreError::bad_options("merge into an absent object"));
+            };
+            let mut wal = lock(&self.wal);
+            let from_at = (from, stash.slot);
+            let (version, slot) = (stash.version, target.slot);
+            match wal.append_merge(obj, version, slot, to_block, from_at, &crcs, &blocks) {
+                Ok(lsn) => {
+                    self.note_unflushed(&wal);
+                    drop(wal);
+                    index.write_blocks(obj, slot, version, to_block, &crcs, Some((lsn, &blocks)));
+                    index.delete(from, Some(lsn));
+                    return Ok(true);
+                }
+                Err(WalFull) => {
+                    drop((wal, index));
+                    self.checkpoint(false)?;
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
     /// Remove `obj` (a no-op when absent). Its slot is reused once the removal is durable.
     pub fn delete(&self, obj: ObjectId, version: Version) -> Result<(), StoreError> {
         self.file.check_writable()?;

@@ -539,3 +539,56 @@ fn a_torn_crc_region_write_is_rewritten_by_the_next_checkpoint() {
     let store = Store::open(&path).expect("reopen");
     check(&store);
 }
+
+/// Goal: `merge` copies a stash's blocks into an object, gives it the stash's version and
+/// removes the stash, visible at once and after a flush and reopen; a bump (no blocks)
+/// changes only the version; an absent stash is a no-op and an absent target an error.
+#[test]
+fn merge_moves_blocks_and_version_and_drops_the_stash() {
+    let dir = scratch();
+    let path = dir.path().join("store");
+    let store = Store::create(&path, &opts()).expect("create");
+    let (chunk, stash, other) = (
+        ObjectId::new(1, 1),
+        ObjectId::new(1, 2),
+        ObjectId::new(1, 3),
+    );
+    let size = store.object_size() as usize;
+    store
+        .write(chunk, 0, &vec![1u8; size], v(1))
+        .expect("chunk");
+    store
+        .write(stash, 4096, &vec![2u8; 8192], v(2))
+        .expect("stash");
+    assert!(store.merge(stash, 1, chunk, 2, 2).expect("merge"));
+    assert_eq!(store.version(stash), None);
+    assert_eq!(store.version(chunk), Some(v(2)));
+    let expect: Vec<u8> = (0..size / 4096)
+        .flat_map(|b| vec![if (2..4).contains(&b) { 2u8 } else { 1 }; 4096])
+        .collect();
+    let mut got = vec![0u8; size];
+    store.read(chunk, 0, &mut got).expect("read");
+    assert!(got == expect, "merged blocks");
+    assert!(!store.merge(stash, 0, chunk, 0, 1).expect("absent stash"));
+    store
+        .write(stash, 0, &[9u8; 4096], v(3))
+        .expect("bump stash");
+    assert!(store.merge(stash, 0, chunk, 0, 0).expect("bump"));
+    assert_eq!(store.version(chunk), Some(v(3)));
+    store
+        .write(stash, 0, &[9u8; 4096], v(4))
+        .expect("stash again");
+    assert!(
+        store.merge(stash, 0, other, 0, 1).is_err(),
+        "into an absent object"
+    );
+    assert!(store.merge(chunk, 0, chunk, 0, 1).is_err(), "into itself");
+    store.flush().expect("flush");
+    drop(store);
+    let store = Store::open(&path).expect("reopen after a crash");
+    store.read(chunk, 0, &mut got).expect("read");
+    assert!(got == expect, "merged blocks after replay");
+    assert_eq!(store.version(chunk), Some(v(3)));
+    assert_eq!(store.version(stash), Some(v(4)));
+    store.check_invariants();
+}

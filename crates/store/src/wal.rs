@@ -27,6 +27,7 @@ const REMAP_META_FIXED_BYTES: usize = OBJ_VERSION_BYTES + 8;
 const TRIM_META_BYTES: usize = OBJ_VERSION_BYTES + 12;
 const DELETE_META_BYTES: usize = OBJ_VERSION_BYTES + 4;
 const MOVE_META_BYTES: usize = OBJ_VERSION_BYTES + 4 + 16;
+const MERGE_META_FIXED_BYTES: usize = OBJ_VERSION_BYTES + 12 + 16 + 4;
 /// Largest metadata part of any record (a remap of a 4 MiB object).
 pub const MAX_META_BYTES: usize = REMAP_META_FIXED_BYTES + 4 * MAX_BLOCKS_PER_OBJECT as usize;
 
@@ -36,6 +37,7 @@ const KIND_TRIM: u16 = 3;
 const KIND_DELETE: u16 = 4;
 const KIND_COMMIT: u16 = 5;
 const KIND_MOVE: u16 = 6;
+const KIND_MERGE: u16 = 7;
 
 /// One decoded record: its place in the log and what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +97,21 @@ pub enum WalBody<'a> {
         version: Version,
         slot: u32,
         from: ObjectId,
+    },
+    /// Blocks `first_block..first_block + crcs.len()` of `obj` (which exists, in `slot`) now
+    /// hold `data`, `obj`'s version becomes `version`, and `from` (in `from_slot`, at
+    /// `version`) is removed. One record, so an erasure-coded partial stash merges into its
+    /// committed chunk atomically; no blocks is a version-only bump (docs/design.md,
+    /// "Erasure-coded pools").
+    Merge {
+        obj: ObjectId,
+        version: Version,
+        slot: u32,
+        first_block: u32,
+        from: ObjectId,
+        from_slot: u32,
+        crcs: BlockCrcs<'a>,
+        data: &'a [u8],
     },
     /// End of a batch written by one flush. A record followed by a later batch was durable
     /// before that batch was written (recovery uses this to skip verifying remaps).
@@ -242,6 +259,7 @@ pub(crate) fn decode_record(
         KIND_DELETE => meta_len == DELETE_META_BYTES,
         KIND_COMMIT => meta_len == 0,
         KIND_MOVE => meta_len == MOVE_META_BYTES,
+        KIND_MERGE => meta_len >= MERGE_META_FIXED_BYTES,
         _ => return Err(WalError::BadKind { kind }),
     };
     if !fixed_ok || meta_len > MAX_META_BYTES {
@@ -280,18 +298,8 @@ pub(crate) fn decode_record(
             }
             check_block_range(first_block, count)?;
             let crcs = BlockCrcs(&meta[WRITE_META_FIXED_BYTES..]);
-            end = meta_end + count as usize * BLOCK;
-            if have < end {
-                return Err(WalError::Truncated { need: end, have });
-            }
-            let data = &bytes[meta_end..end];
-            if verify_data {
-                for (i, crc) in crcs.iter().enumerate() {
-                    if crc32c::crc32c(&data[i * BLOCK..(i + 1) * BLOCK]) != crc {
-                        return Err(WalError::BadBlock { index: i as u32 });
-                    }
-                }
-            }
+            let data = logged_blocks(bytes, meta_end, crcs, verify_data)?;
+            end = meta_end + data.len();
             WalBody::Write {
                 obj,
                 version,
@@ -354,6 +362,35 @@ pub(crate) fn decode_record(
                 from,
             }
         }
+        KIND_MERGE => {
+            let (obj, version) = obj_version_at(meta);
+            let first_block = u32_at(meta, 36);
+            let count = u32_at(meta, 40);
+            let from = ObjectId::new(u64_at(meta, 44), u64_at(meta, 52));
+            if count > MAX_RECORD_BLOCKS || meta_len != MERGE_META_FIXED_BYTES + 4 * count as usize
+            {
+                return Err(bad_length);
+            }
+            if from == obj {
+                return Err(WalError::BadField {
+                    what: "merge of an object into itself",
+                });
+            }
+            check_block_range(first_block, count)?;
+            let crcs = BlockCrcs(&meta[MERGE_META_FIXED_BYTES..]);
+            let data = logged_blocks(bytes, meta_end, crcs, verify_data)?;
+            end = meta_end + data.len();
+            WalBody::Merge {
+                obj,
+                version,
+                slot: u32_at(meta, 32),
+                first_block,
+                from,
+                from_slot: u32_at(meta, 60),
+                crcs,
+                data,
+            }
+        }
         _ => WalBody::Commit,
     };
     Ok((
@@ -364,6 +401,30 @@ pub(crate) fn decode_record(
         },
         end,
     ))
+}
+
+/// The data blocks after a record's metadata (ending at `meta_end`), one per crc, checked
+/// against their crcs when `verify`.
+fn logged_blocks<'a>(
+    bytes: &'a [u8],
+    meta_end: usize,
+    crcs: BlockCrcs<'_>,
+    verify: bool,
+) -> Result<&'a [u8], WalError> {
+    let end = meta_end + crcs.len() * BLOCK;
+    let have = bytes.len();
+    if have < end {
+        return Err(WalError::Truncated { need: end, have });
+    }
+    let data = &bytes[meta_end..end];
+    if verify {
+        for (i, crc) in crcs.iter().enumerate() {
+            if crc32c::crc32c(&data[i * BLOCK..(i + 1) * BLOCK]) != crc {
+                return Err(WalError::BadBlock { index: i as u32 });
+            }
+        }
+    }
+    Ok(data)
 }
 
 /// Append the encoding of `record` to `out` (the exact inverse of [`decode_wal_record`]).
@@ -411,6 +472,24 @@ pub fn encode_wal_record(out: &mut Vec<u8>, record: &WalRecord<'_>) {
             slot,
             from,
         } => encode_move(out, lsn, id, obj, version, slot, from),
+        WalBody::Merge {
+            obj,
+            version,
+            slot,
+            first_block,
+            from,
+            from_slot,
+            crcs,
+            data,
+        } => {
+            let start = begin(out, KIND_MERGE, lsn, id, merge_meta_bytes(crcs.len()));
+            put_obj_version(out, obj, version);
+            put_u32s(out, &[slot, first_block, crcs.len() as u32]);
+            put_from(out, from, from_slot);
+            out.extend_from_slice(crcs.as_bytes());
+            seal(out, start);
+            out.extend_from_slice(data);
+        }
         WalBody::Commit => encode_commit(out, lsn, id),
     }
 }
@@ -527,6 +606,46 @@ pub(crate) fn encode_move(
     seal(out, start);
 }
 
+/// Encoded size of a merge record carrying `blocks` blocks.
+pub(crate) fn merge_record_bytes(blocks: usize) -> usize {
+    RECORD_HEADER_BYTES + merge_meta_bytes(blocks) + blocks * BLOCK
+}
+
+/// Append a merge record whose data is `blocks` (each exactly 4 KiB, crcs precomputed; none
+/// for a version-only bump).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_merge(
+    out: &mut Vec<u8>,
+    lsn: u64,
+    store_id: u64,
+    obj: ObjectId,
+    version: Version,
+    slot: u32,
+    first_block: u32,
+    from: (ObjectId, u32),
+    crcs: &[u32],
+    blocks: &[&[u8]],
+) {
+    debug_assert_eq!(crcs.len(), blocks.len());
+    debug_assert!(blocks.len() <= MAX_RECORD_BLOCKS as usize);
+    let start = begin(out, KIND_MERGE, lsn, store_id, merge_meta_bytes(crcs.len()));
+    put_obj_version(out, obj, version);
+    put_u32s(out, &[slot, first_block, crcs.len() as u32]);
+    put_from(out, from.0, from.1);
+    put_u32s(out, crcs);
+    seal(out, start);
+    for block in blocks {
+        debug_assert_eq!(block.len(), BLOCK);
+        out.extend_from_slice(block);
+    }
+}
+
+fn put_from(out: &mut Vec<u8>, from: ObjectId, from_slot: u32) {
+    out.extend_from_slice(&from.inode.to_le_bytes());
+    out.extend_from_slice(&from.index.to_le_bytes());
+    out.extend_from_slice(&from_slot.to_le_bytes());
+}
+
 /// Append a commit record (end of a flush batch).
 pub(crate) fn encode_commit(out: &mut Vec<u8>, lsn: u64, store_id: u64) {
     let start = begin(out, KIND_COMMIT, lsn, store_id, 0);
@@ -535,6 +654,10 @@ pub(crate) fn encode_commit(out: &mut Vec<u8>, lsn: u64, store_id: u64) {
 
 fn write_meta_bytes(blocks: usize) -> usize {
     WRITE_META_FIXED_BYTES + 4 * blocks
+}
+
+fn merge_meta_bytes(blocks: usize) -> usize {
+    MERGE_META_FIXED_BYTES + 4 * blocks
 }
 
 fn remap_meta_bytes(blocks: usize) -> usize {
@@ -637,13 +760,29 @@ mod tests {
         encode_remap(&mut out, 11, 99, OBJ, VER, 6, &crcs);
         encode_trim(&mut out, 12, 99, OBJ, VER, 6, 1, 0);
         encode_delete(&mut out, 13, 99, OBJ, VER, 6);
-        encode_commit(&mut out, 14, 99);
+        let stash = ObjectId::new(7, 10);
+        encode_merge(
+            &mut out,
+            14,
+            99,
+            OBJ,
+            VER,
+            5,
+            3,
+            (stash, 8),
+            &crcs,
+            &[&a, &b],
+        );
+        encode_merge(&mut out, 15, 99, OBJ, VER, 5, 0, (stash, 8), &[], &[]);
+        encode_commit(&mut out, 16, 99);
         assert_eq!(
             out.len(),
             write_record_bytes(2)
                 + remap_record_bytes(2)
                 + TRIM_RECORD_BYTES
                 + DELETE_RECORD_BYTES
+                + merge_record_bytes(2)
+                + merge_record_bytes(0)
                 + COMMIT_RECORD_BYTES
         );
         let mut off = 0;
@@ -664,9 +803,21 @@ mod tests {
                 assert_eq!((first_block, c.len(), data.len()), (3, 2, 2 * BLOCK));
                 assert_eq!(c.get(1), crcs[1]);
             }
+            if let WalBody::Merge {
+                from,
+                from_slot,
+                crcs: c,
+                data,
+                ..
+            } = rec.body
+            {
+                assert_eq!((from, from_slot), (stash, 8));
+                assert_eq!(data.len(), c.len() * BLOCK);
+                assert!(rec.lsn == 15 || data[BLOCK..] == b[..]);
+            }
             off += len;
         }
-        assert_eq!(lsns, [10, 11, 12, 13, 14]);
+        assert_eq!(lsns, [10, 11, 12, 13, 14, 15, 16]);
     }
 
     #[test]
@@ -712,6 +863,8 @@ mod tests {
             encode_write(&mut valid, 5, 6, OBJ, VER, 1, 2, &[crc32c::crc32c(&a)], &[&a]);
             encode_trim(&mut valid, 6, 6, OBJ, VER, 1, 0, 3);
             encode_move(&mut valid, 7, 6, OBJ, VER, 1, ObjectId::new(9, 9));
+            let stash = (ObjectId::new(9, 9), 2);
+            encode_merge(&mut valid, 8, 6, OBJ, VER, 1, 4, stash, &[crc32c::crc32c(&a)], &[&a]);
             for (at, bit) in flips {
                 let at = at % valid.len();
                 valid[at] ^= 1 << bit;
@@ -729,6 +882,12 @@ mod tests {
             decode_wal_record(&out),
             Err(WalError::BadField { .. })
         ));
+        let mut out = Vec::new();
+        encode_merge(&mut out, 1, 2, OBJ, VER, 0, 0, (OBJ, 1), &[], &[]);
+        assert!(
+            matches!(decode_wal_record(&out), Err(WalError::BadField { .. })),
+            "a merge of an object into itself"
+        );
         let mut out = Vec::new();
         encode_commit(&mut out, 1, 2);
         out[24] = 4; // metadata length on a commit

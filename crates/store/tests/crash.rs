@@ -29,10 +29,30 @@ const CHILD_ENV: &str = "BASALT_CRASH_CHILD";
 
 #[derive(Clone, Copy, Debug)]
 enum CrashOp {
-    Write { obj: u64, offset: usize, len: usize },
-    Trim { obj: u64, offset: usize, len: usize },
-    Delete { obj: u64 },
-    Promote { from: u64, to: u64 },
+    Write {
+        obj: u64,
+        offset: usize,
+        len: usize,
+    },
+    Trim {
+        obj: u64,
+        offset: usize,
+        len: usize,
+    },
+    Delete {
+        obj: u64,
+    },
+    Promote {
+        from: u64,
+        to: u64,
+    },
+    /// `Store::merge` of `n` blocks (0: a version-only bump); skipped when `to` is absent.
+    Merge {
+        from: u64,
+        to: u64,
+        block: u32,
+        n: u32,
+    },
 }
 
 /// Op number `n` of the run seeded `seed`: the same in the child and the parent.
@@ -62,13 +82,22 @@ fn op(seed: u64, n: u64) -> CrashOp {
             offset: 0,
             len: OBJ as usize,
         },
-        75..=93 => {
+        75..=91 => {
             let offset = r.below(size);
             let len = 1 + r.below(size - offset);
             CrashOp::Trim {
                 obj,
                 offset: offset as usize,
                 len: len as usize,
+            }
+        }
+        92..=93 => {
+            let block = r.below(blocks) as u32;
+            CrashOp::Merge {
+                from: obj,
+                to: (obj + 1 + r.below(OBJECTS - 1)) % OBJECTS,
+                block,
+                n: r.below(blocks - block as u64 + 1) as u32,
             }
         }
         94..=96 => CrashOp::Promote {
@@ -93,6 +122,10 @@ fn apply_to_store(store: &Store, seed: u64, n: u64) {
         CrashOp::Trim { obj, offset, len } => store.trim(id(obj), offset as u32, len as u32, v),
         CrashOp::Delete { obj } => store.delete(id(obj), v),
         CrashOp::Promote { from, to } => store.promote(id(from), id(to)).map(|_| ()),
+        CrashOp::Merge { to, .. } if store.version(id(to)).is_none() => Ok(()),
+        CrashOp::Merge { from, to, block, n } => {
+            store.merge(id(from), block, id(to), block, n).map(|_| ())
+        }
     };
     result.unwrap_or_else(|e| panic!("op {n}: {e}"));
 }
@@ -106,6 +139,11 @@ fn apply_to_model(model: &mut Model, seed: u64, n: u64) {
         CrashOp::Trim { obj, offset, len } => model.trim(id(obj), offset, len, v),
         CrashOp::Delete { obj } => model.delete(id(obj)),
         CrashOp::Promote { from, to } => model.promote(id(from), id(to)),
+        CrashOp::Merge { to, .. } if !model.objects.contains_key(&id(to)) => {}
+        CrashOp::Merge { from, to, block, n } => {
+            let (b, n) = (block as usize, n as usize);
+            model.merge(id(from), b, id(to), b, n);
+        }
     }
 }
 

@@ -16,11 +16,35 @@ const OBJECTS: u64 = 5;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { obj: u64, offset: u32, len: u32 },
-    Read { obj: u64, offset: u32, len: u32 },
-    Trim { obj: u64, offset: u32, len: u32 },
-    Delete { obj: u64 },
-    Promote { from: u64, to: u64 },
+    Write {
+        obj: u64,
+        offset: u32,
+        len: u32,
+    },
+    Read {
+        obj: u64,
+        offset: u32,
+        len: u32,
+    },
+    Trim {
+        obj: u64,
+        offset: u32,
+        len: u32,
+    },
+    Delete {
+        obj: u64,
+    },
+    Promote {
+        from: u64,
+        to: u64,
+    },
+    Merge {
+        from: u64,
+        to: u64,
+        from_block: u32,
+        to_block: u32,
+        n: u32,
+    },
     Flush,
     Reopen,
     Crash,
@@ -46,6 +70,10 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (obj.clone(), range()).prop_map(|(obj, (offset, len))| Op::Trim { obj, offset, len }),
         1 => obj.clone().prop_map(|obj| Op::Delete { obj }),
         2 => (obj.clone(), 1..OBJECTS).prop_map(|(from, d)| Op::Promote { from, to: (from + d) % OBJECTS }),
+        2 => (obj.clone(), 1..OBJECTS, 0..8u32, 0..8u32, 0..=8u32).prop_map(|(from, d, fb, tb, n)| {
+            let n = n.min(8 - fb).min(8 - tb);
+            Op::Merge { from, to: (from + d) % OBJECTS, from_block: fb, to_block: tb, n }
+        }),
         2 => Just(Op::Flush),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
@@ -206,6 +234,29 @@ fn run_with(ops: Vec<Op>, io: IoOptions, format: Format) -> Result<(), TestCaseE
                 prop_assert_eq!(moved, model.objects.contains_key(&id(from)));
                 model.promote(id(from), id(to));
                 since_durable.push(model.clone());
+            }
+            Op::Merge {
+                from,
+                to,
+                from_block,
+                to_block,
+                n,
+            } => {
+                let (f, t) = (id(from), id(to));
+                let result = s.merge(f, from_block, t, to_block, n);
+                let present = (
+                    model.objects.contains_key(&f),
+                    model.objects.contains_key(&t),
+                );
+                match present {
+                    (true, false) => prop_assert!(result.is_err(), "merge into an absent object"),
+                    _ => {
+                        let merged = result.expect("merge");
+                        let (fb, tb) = (from_block as usize, to_block as usize);
+                        prop_assert_eq!(merged, model.merge(f, fb, t, tb, n as usize));
+                        since_durable.push(model.clone());
+                    }
+                }
             }
             Op::Flush => {
                 s.flush().expect("flush");

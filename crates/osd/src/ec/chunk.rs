@@ -1,15 +1,19 @@
-//! One chunk at one position: read, replaced (stash, rewrite, delete) or promoted, on this
-//! OSD's own store or through the position's OSD; and a member's side of PROMOTE.
+//! One chunk at one position: read, replaced (stash, partial stash, rewrite, delete) or
+//! promoted, on this OSD's own store or through the position's OSD; and a member's side of
+//! PROMOTE and STASH.
 
+use super::partial::{StashHeader, HEADER_BYTES};
 use super::{ChunkRead, EcPg};
 use crate::daemon::Osd;
 use crate::handler::{status_of, REPLICA_TIMEOUT};
-use basalt_client::Connection;
+use basalt_client::{Connection, ReplySink};
 use basalt_proto::{
     Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, Status, Version, IMAGE_BLOCK_BYTES,
 };
+use basalt_store::Store;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// A peer's connection for a position's OSD.
 async fn connect(osd: &Osd, peer: OsdId) -> Result<Arc<Connection>, Status> {
@@ -133,7 +137,139 @@ pub(super) async fn put_chunk(
     wait(osd, peer, conn.start(h, payload)).await.map(|_| ())
 }
 
-/// Promote the stash of `stripe` at position `pos` (held by `peer`) at `version`.
+/// Stash `payload` (a partial stash: header block, then blocks) of `stripe` at position
+/// `pos` (held by `peer`) at `version` over the committed chunk at `base`, durably.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn put_partial_stash(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    stripe: ObjectId,
+    pos: usize,
+    version: Version,
+    base: Version,
+    payload: Bytes,
+) -> Result<(), Status> {
+    let key = stripe.partial_stash(pos);
+    if peer == osd.id {
+        let store = osd.store.clone();
+        return osd
+            .store_call(move || {
+                let status = stash_local(&store, key, version, base, &payload);
+                if status != Status::Ok {
+                    return Ok(Err(status));
+                }
+                store.flush().map(|()| Ok(()))
+            })
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(osd = osd.id, object = %key, "partial stash failed: {e}");
+                Err(status_of(&e))
+            });
+    }
+    let conn = connect(osd, peer).await?;
+    let mut h = member_header(ctx, Opcode::Stash, key, version);
+    h.prev_version = base;
+    h.flags = Flags(h.flags.0 | Flags::FUA);
+    wait(osd, peer, conn.start(h, payload)).await.map(|_| ())
+}
+
+/// Store the partial stash `key` at `version` (`payload`: header block and blocks) if the
+/// committed chunk of its position is at `base` (else Stale), replacing any stash of the
+/// position; not flushed. The PG's writes to this OSD are serialized by its primary.
+fn stash_local(
+    store: &Store,
+    key: ObjectId,
+    version: Version,
+    base: Version,
+    payload: &[u8],
+) -> Status {
+    let Some((pos, true)) = key.chunk_position().filter(|_| key.is_partial_stash()) else {
+        return Status::Invalid;
+    };
+    let header = payload.get(..HEADER_BYTES).and_then(StashHeader::decode);
+    let fits = header
+        .is_some_and(|h| h.base == base && payload.len() == HEADER_BYTES * (1 + h.blocks as usize));
+    if !fits || version <= base || payload.len() > store.object_size() as usize {
+        return Status::Invalid;
+    }
+    let chunk = key.stripe().chunk(pos, false);
+    if store.version(chunk) != Some(base) {
+        return Status::Stale;
+    }
+    // Any older stash of the position goes first: the log is a prefix, so a crash leaves
+    // the old stashes, none, or the new one alone.
+    let whole = key.stripe().chunk(pos, true);
+    let result = (|| {
+        for old in [whole, key] {
+            if store.version(old).is_some() {
+                store.delete(old, version)?;
+            }
+        }
+        store.write(key, 0, payload, version)
+    })();
+    match result {
+        Ok(()) => Status::Ok,
+        Err(e) => {
+            tracing::error!(object = %key, "partial stash failed: {e}");
+            status_of(&e)
+        }
+    }
+}
+
+/// As a member: STASH from the PG's primary, if it belongs to the current interval;
+/// answered once durable (FUA).
+pub(crate) fn member_stash(
+    osd: &Arc<Osd>,
+    h: Header,
+    payload: Bytes,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let status = {
+        let map = osd.map();
+        if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
+            Status::Unavailable
+        } else {
+            let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
+            if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
+                Status::NotPrimary
+            } else {
+                stash_local(&osd.store, h.object, h.version, h.prev_version, &payload)
+            }
+        }
+    };
+    if status != Status::Ok || !h.flags.has(Flags::FUA) {
+        sink.send(h.reply(status), Bytes::new());
+        return;
+    }
+    let osd = osd.clone();
+    tokio::spawn(async move {
+        let status = crate::handler::flush(&osd).await;
+        sink.send(h.reply(status), Bytes::new());
+        drop(permit);
+    });
+}
+
+/// The header of the partial stash of `stripe` at position `pos` on `peer`, if it has one
+/// that is intact (peering needs its base).
+pub(super) async fn partial_header(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    stripe: ObjectId,
+    pos: usize,
+) -> Option<StashHeader> {
+    let key = stripe.partial_stash(pos);
+    let (version, block) = read_chunk(osd, ctx, peer, key, 0, HEADER_BYTES as u32)
+        .await
+        .ok()?;
+    version?;
+    StashHeader::decode(&block)
+}
+
+/// Promote the stash of `stripe` at position `pos` (held by `peer`) at `version`: its
+/// whole stash, or its partial one (merged into the committed chunk) when `partial`.
 pub(super) async fn promote_chunk(
     osd: &Arc<Osd>,
     ctx: &EcPg,
@@ -141,8 +277,21 @@ pub(super) async fn promote_chunk(
     stripe: ObjectId,
     pos: usize,
     version: Version,
+    partial: bool,
 ) -> Result<(), Status> {
-    let stash = stripe.chunk(pos, true);
+    let stash = match partial {
+        true => stripe.partial_stash(pos),
+        false => stripe.chunk(pos, true),
+    };
+    if peer == osd.id && partial {
+        // A merge reads the stash's blocks: off the runtime threads.
+        let store = osd.store.clone();
+        let key = stripe.chunk(pos, false);
+        let merged = osd
+            .store_call(move || Ok(merge_local(&store, stash, key, version)))
+            .await;
+        return merged.unwrap_or_else(|e| Err(status_of(&e)));
+    }
     if peer == osd.id {
         return promote_local(osd, stash, version);
     }
@@ -159,6 +308,9 @@ fn promote_local(osd: &Osd, stash: ObjectId, version: Version) -> Result<(), Sta
         return Err(Status::Invalid);
     };
     let key = stash.stripe().chunk(pos, false);
+    if stash.is_partial_stash() {
+        return merge_local(&osd.store, stash, key, version);
+    }
     match osd.store.version(stash) {
         Some(v) if v == version => match osd.store.promote(stash, key) {
             Ok(_) => Ok(()),
@@ -167,6 +319,38 @@ fn promote_local(osd: &Osd, stash: ObjectId, version: Version) -> Result<(), Sta
         Some(_) => Err(Status::Stale),
         None if osd.store.version(key) == Some(version) => Ok(()),
         None => Err(Status::Stale),
+    }
+}
+
+/// Merge the partial stash `stash` at `version` into the committed chunk `key`, only if
+/// that is at the stash's base (else Stale); idempotent.
+fn merge_local(
+    store: &Store,
+    stash: ObjectId,
+    key: ObjectId,
+    version: Version,
+) -> Result<(), Status> {
+    match store.version(stash) {
+        Some(v) if v == version => {}
+        Some(_) => return Err(Status::Stale),
+        None if store.version(key) == Some(version) => return Ok(()),
+        None => return Err(Status::Stale),
+    }
+    let mut block = vec![0u8; HEADER_BYTES];
+    store
+        .read(stash, 0, &mut block)
+        .map_err(|e| status_of(&e))?;
+    let Some(header) = StashHeader::decode(&block) else {
+        tracing::error!(object = %stash, "a partial stash with a damaged header: not merged");
+        return Err(Status::Io);
+    };
+    if store.version(key) != Some(header.base) {
+        return Err(Status::Stale);
+    }
+    match store.merge(stash, 1, key, header.first_block, header.blocks) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Status::Stale),
+        Err(e) => Err(status_of(&e)),
     }
 }
 
@@ -184,4 +368,25 @@ pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
         Ok(()) => Status::Ok,
         Err(s) => s,
     }
+}
+
+/// As a member: PROMOTE of a partial stash (a merge, which reads the stash's blocks) on the
+/// blocking pool, answered from there; the interval is checked under the PG's lock there,
+/// as [`member_promote`] does.
+pub(crate) fn member_merge(
+    osd: &Arc<Osd>,
+    h: Header,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let osd = osd.clone();
+    tokio::spawn(async move {
+        let member = osd.clone();
+        let status = osd
+            .store_call(move || Ok(member_promote(&member, &h)))
+            .await
+            .unwrap_or_else(|e| status_of(&e));
+        sink.send(h.reply(status), Bytes::new());
+        drop(permit);
+    });
 }

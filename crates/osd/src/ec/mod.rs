@@ -3,20 +3,23 @@
 //!
 //! A stripe is one volume object of `object_size` bytes, cut into k data chunks of
 //! `object_size / k` bytes plus m parity chunks; chunk i lives at position i of the PG, in
-//! the store key `stripe.chunk(i, false)`. Every write of a stripe rewrites all its chunks
-//! at one version, in two phases: each live position stashes its chunk durably
-//! (`stripe.chunk(i, true)`, a whole-object write with FUA), then each promotes the stash to
-//! the committed key (one store record). A stripe's writes, reads and repairs at the primary
+//! the store key `stripe.chunk(i, false)`. Every write of a stripe ends with all its chunks
+//! at one version, in two phases: each live position stashes durably — its whole chunk
+//! (`stripe.chunk(i, true)`), or for a small write only the blocks that change over the
+//! chunk's base version (`stripe.partial_stash(i)`, [`partial`]) — then each promotes the
+//! stash into the committed key (one store record). A stripe's writes, reads and repairs at the primary
 //! hold the stripe's lock, so readers never see a stripe half promoted. After a crash,
 //! peering settles every stripe with a stash with [`basalt_ec::decide::decide`].
 //!
 //! By phase (as Vitastor splits its OSD): [`write`] (client writes, the two phases),
 //! [`read`] (client reads, decode and repair), [`peering`] (settling cut writes),
-//! [`recovery`] (rebuilding positions behind), [`scrub`] (one stripe's parity); beneath
+//! [`recovery`] (rebuilding positions behind), [`scrub`] (one stripe's parity), [`partial`]
+//! (small writes: partial stashes and bumps); beneath
 //! them [`chunk`] (one chunk at one position) and [`lock`] (per-stripe locks).
 
 mod chunk;
 mod lock;
+mod partial;
 mod peering;
 mod read;
 mod recovery;
@@ -30,7 +33,7 @@ use basalt_placement::{ClusterMap, NO_OSD};
 use basalt_proto::{Header, OsdId, PgId, Status, Version};
 use bytes::Bytes;
 
-pub(crate) use chunk::member_promote;
+pub(crate) use chunk::{member_merge, member_promote, member_stash};
 pub(crate) use lock::StripeLocks;
 pub(crate) use peering::peer;
 pub(crate) use read::{client_allocation, client_read};

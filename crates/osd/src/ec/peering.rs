@@ -1,12 +1,12 @@
 //! Peering an erasure-coded PG: list every position (sealing it), settle each stripe with
 //! a stash by [`basalt_ec::decide::decide`], and record which positions are behind.
 
-use super::chunk::{promote_chunk, put_chunk};
+use super::chunk::{partial_header, promote_chunk, put_chunk};
 use super::EcPg;
 use crate::daemon::Osd;
 use crate::error::PgError;
 use crate::recovery::{list_remote, read_record};
-use basalt_ec::decide::{decide, Plan, PositionState};
+use basalt_ec::decide::{decide, PartialStash, Plan, PositionState};
 use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
 use basalt_placement::{ClusterMap, NO_OSD};
 use basalt_proto::{ObjectId, OsdId, Status, Version};
@@ -29,10 +29,11 @@ pub(crate) async fn peer(
     crate::heartbeat::wait_to_seal(osd).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
     let map = osd.map();
-    let survey = survey(osd, &map, ctx, acting, &previous).await?;
+    let mut survey = survey(osd, &map, ctx, acting, &previous).await?;
     previous.check_reached(ctx, &survey)?;
     let mut settled = Settled::default();
-    for (stripe, state) in &survey.seen {
+    for (stripe, state) in survey.seen.iter_mut() {
+        read_partial_bases(osd, ctx, *stripe, state).await;
         settle_stripe(osd, ctx, *stripe, state, &mut settled).await?;
     }
     let Settled {
@@ -235,6 +236,13 @@ impl Survey {
             .seen
             .entry(key.stripe())
             .or_insert_with(|| vec![Seen::default(); width]);
+        if key.is_partial_stash() {
+            if ctx.positions[p] != peer && !self.found_elsewhere[p].contains(&peer) {
+                self.found_elsewhere[p].push(peer);
+            }
+            slot[p].partials.push((peer, version, None));
+            return;
+        }
         let (committed, stashed) = if ctx.positions[p] == peer {
             let h = &mut slot[p].holder;
             (&mut h.0, &mut h.1)
@@ -301,7 +309,7 @@ async fn settle_stripe(
     let target = plan.target.map(|t| version_of(&merged, t));
     // A committed chunk means its write was acknowledged (promotes start once every stash
     // is durable): the version the stripe settles at never undoes one.
-    let newest_committed = merged.iter().flatten().filter_map(|(c, _)| *c).max();
+    let newest_committed = merged.iter().flatten().filter_map(|(c, _, _)| *c).max();
     assert!(
         newest_committed <= target,
         "osd.{} pg {} stripe {stripe}: peering settles at {target:?} below the committed \
@@ -313,9 +321,13 @@ async fn settle_stripe(
     settle_holders(osd, ctx, stripe, state, target, settled).await
 }
 
-/// The decision's input for one stripe: per position, the newest committed and stashed
-/// versions found at its holder or elsewhere; None for a hole with no chunk found.
-fn merged_state(ctx: &EcPg, state: &[Seen]) -> Vec<Option<(Option<Version>, Option<Version>)>> {
+/// What peering knows of one position of a stripe: the newest committed and stashed
+/// versions found at its holder or elsewhere, and the newest partial stash (version,
+/// base) that sits on an OSD whose committed chunk is at its base.
+type Merged = (Option<Version>, Option<Version>, Option<(Version, Version)>);
+
+/// The decision's input for one stripe, per position (None: a hole with no chunk found).
+fn merged_state(ctx: &EcPg, state: &[Seen]) -> Vec<Option<Merged>> {
     state
         .iter()
         .enumerate()
@@ -323,10 +335,36 @@ fn merged_state(ctx: &EcPg, state: &[Seen]) -> Vec<Option<(Option<Version>, Opti
             let live = ctx.positions[p] != NO_OSD;
             let committed = s.elsewhere.iter().map(|e| e.1).max().flatten();
             let stashed = s.elsewhere.iter().map(|e| e.2).max().flatten();
-            (live || !s.elsewhere.is_empty())
-                .then_some((s.holder.0.max(committed), s.holder.1.max(stashed)))
+            let partial = s
+                .partials
+                .iter()
+                .filter_map(|&(at, v, base)| {
+                    let base = base?;
+                    (s.committed_at(ctx.positions[p], at) == Some(base)).then_some((v, base))
+                })
+                .max();
+            (live || !s.elsewhere.is_empty() || !s.partials.is_empty()).then_some((
+                s.holder.0.max(committed),
+                s.holder.1.max(stashed),
+                partial,
+            ))
         })
         .collect()
+}
+
+/// Read the base of every partial stash peering found of `stripe` (its header; one 4 KiB
+/// read per stash of a cut write). A stash whose header cannot be read keeps no base: it
+/// counts for nothing and is dropped.
+async fn read_partial_bases(osd: &Arc<Osd>, ctx: &EcPg, stripe: ObjectId, state: &mut [Seen]) {
+    for (pos, seen) in state.iter_mut().enumerate() {
+        for (at, version, base) in seen.partials.iter_mut() {
+            let header = partial_header(osd, ctx, *at, stripe, pos).await;
+            *base = header.map(|h| h.base);
+            if header.is_none() {
+                tracing::warn!(osd = osd.id, pg = %ctx.pg, %stripe, pos, at, %version, "partial stash without a readable header: dropped");
+            }
+        }
+    }
 }
 
 /// Chunks left on earlier holders are sources for the rebuild: a stash of the target there
@@ -343,7 +381,7 @@ async fn settle_elsewhere(
         for &(other, c, st) in &seen_at.elsewhere {
             let result = match (st, target) {
                 (Some(v), Some(t)) if v == t && c != Some(t) => {
-                    promote_chunk(osd, ctx, other, stripe, pos, t).await
+                    promote_chunk(osd, ctx, other, stripe, pos, t, false).await
                 }
                 (Some(v), _) => {
                     put_chunk(osd, ctx, other, stripe.chunk(pos, true), v, None, false).await
@@ -352,6 +390,20 @@ async fn settle_elsewhere(
             };
             if let Err(status) = result {
                 tracing::warn!(osd = osd.id, pg = %ctx.pg, %stripe, pos, other, "settling a chunk left on an earlier holder: {status:?}");
+            }
+        }
+        let holder = ctx.positions[pos];
+        for &(other, v, base) in seen_at.partials.iter().filter(|p| p.0 != holder) {
+            let merges =
+                target == Some(v) && base.is_some() && seen_at.committed_at(holder, other) == base;
+            let result = match merges {
+                true => promote_chunk(osd, ctx, other, stripe, pos, v, true).await,
+                false => {
+                    put_chunk(osd, ctx, other, stripe.partial_stash(pos), v, None, false).await
+                }
+            };
+            if let Err(status) = result {
+                tracing::warn!(osd = osd.id, pg = %ctx.pg, %stripe, pos, other, "settling a partial stash left on an earlier holder: {status:?}");
             }
         }
     }
@@ -369,18 +421,34 @@ async fn settle_holders(
 ) -> Result<(), PgError> {
     for (pos, peer) in ctx.live() {
         let (hc, hs) = state[pos].holder;
+        // The holder's partial stash (version, base: None when unreadable).
+        let hp = state[pos]
+            .partials
+            .iter()
+            .find(|p| p.0 == peer)
+            .map(|p| (p.1, p.2));
+        let mut merged = false;
         match target {
             Some(t) => {
                 if hc != Some(t) {
                     if hs == Some(t) {
-                        promote_chunk(osd, ctx, peer, stripe, pos, t)
+                        promote_chunk(osd, ctx, peer, stripe, pos, t, false)
                             .await
                             .map_err(|status| peer_status("PROMOTE", peer, status))?;
                         settled.promoted += 1;
+                        drop_partial(osd, ctx, peer, stripe, pos, hp, settled).await?;
                         continue;
                     }
-                    settled.behind |= 1 << pos;
-                    settled.rebuilds += 1;
+                    if hc.is_some() && hp == Some((t, hc)) {
+                        promote_chunk(osd, ctx, peer, stripe, pos, t, true)
+                            .await
+                            .map_err(|status| peer_status("MERGE", peer, status))?;
+                        settled.promoted += 1;
+                        merged = true;
+                    } else {
+                        settled.behind |= 1 << pos;
+                        settled.rebuilds += 1;
+                    }
                 }
                 if let Some(v) = hs.filter(|_| hs != Some(t) || hc == Some(t)) {
                     put_chunk(osd, ctx, peer, stripe.chunk(pos, true), v, None, false)
@@ -388,8 +456,12 @@ async fn settle_holders(
                         .map_err(|status| peer_status("DROP", peer, status))?;
                     settled.dropped += 1;
                 }
+                if !merged {
+                    drop_partial(osd, ctx, peer, stripe, pos, hp, settled).await?;
+                }
             }
             None => {
+                drop_partial(osd, ctx, peer, stripe, pos, hp, settled).await?;
                 if let Some(v) = hs {
                     put_chunk(osd, ctx, peer, stripe.chunk(pos, true), v, None, false)
                         .await
@@ -405,6 +477,26 @@ async fn settle_holders(
             }
         }
     }
+    Ok(())
+}
+
+/// Drop the holder's partial stash `hp` (version, base), if any.
+async fn drop_partial(
+    osd: &Arc<Osd>,
+    ctx: &EcPg,
+    peer: OsdId,
+    stripe: ObjectId,
+    pos: usize,
+    hp: Option<(Version, Option<Version>)>,
+    settled: &mut Settled,
+) -> Result<(), PgError> {
+    let Some((v, _)) = hp else {
+        return Ok(());
+    };
+    put_chunk(osd, ctx, peer, stripe.partial_stash(pos), v, None, false)
+        .await
+        .map_err(|status| peer_status("DROP", peer, status))?;
+    settled.dropped += 1;
     Ok(())
 }
 
@@ -438,6 +530,18 @@ fn rebuild_sources(
 struct Seen {
     holder: (Option<Version>, Option<Version>),
     elsewhere: Vec<(OsdId, Option<Version>, Option<Version>)>,
+    /// Partial stashes of the position, wherever found: (OSD, version, base once read).
+    partials: Vec<(OsdId, Version, Option<Version>)>,
+}
+
+impl Seen {
+    /// The committed version of the position's chunk on `at` (`holder`: the position's OSD).
+    fn committed_at(&self, holder: OsdId, at: OsdId) -> Option<Version> {
+        match at == holder {
+            true => self.holder.0,
+            false => self.elsewhere.iter().find(|e| e.0 == at).and_then(|e| e.1),
+        }
+    }
 }
 
 /// Every object of the PG held by `peer` (this OSD's own store, or a LIST, which also seals
@@ -465,11 +569,11 @@ fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {
 }
 
 /// Every version in a stripe's listed state, ascending: a version's rank is its index + 1.
-fn listed_versions(state: &[Option<(Option<Version>, Option<Version>)>]) -> Vec<Version> {
+fn listed_versions(state: &[Option<Merged>]) -> Vec<Version> {
     let mut all: Vec<Version> = state
         .iter()
         .flatten()
-        .flat_map(|(c, s)| [*c, *s])
+        .flat_map(|(c, s, p)| [*c, *s, p.map(|p| p.0), p.map(|p| p.1)])
         .flatten()
         .collect();
     all.sort_unstable();
@@ -479,15 +583,19 @@ fn listed_versions(state: &[Option<(Option<Version>, Option<Version>)>]) -> Vec<
 
 /// The plan for one stripe's listed state, with versions ranked (the decision only
 /// compares them).
-fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Plan {
+fn plan_of(k: usize, state: &[Option<Merged>]) -> Plan {
     let all = listed_versions(state);
     let rank = |v: Option<Version>| v.map(|v| all.binary_search(&v).expect("listed") as u64 + 1);
     let positions: Vec<Option<PositionState>> = state
         .iter()
         .map(|p| {
-            p.map(|(c, s)| PositionState {
+            p.map(|(c, s, partial)| PositionState {
                 committed: rank(c),
                 stash: rank(s),
+                partial: partial.map(|(v, base)| PartialStash {
+                    version: rank(Some(v)).expect("ranked"),
+                    base: rank(Some(base)).expect("ranked"),
+                }),
             })
         })
         .collect();
@@ -495,6 +603,6 @@ fn plan_of(k: usize, state: &[Option<(Option<Version>, Option<Version>)>]) -> Pl
 }
 
 /// The version of rank `rank` in a stripe's listed state.
-fn version_of(state: &[Option<(Option<Version>, Option<Version>)>], rank: u64) -> Version {
+fn version_of(state: &[Option<Merged>], rank: u64) -> Version {
     listed_versions(state)[rank as usize - 1]
 }

@@ -1,7 +1,9 @@
 //! Writing stripes: the client WRITE, TRIM, DELETE and COPYUP paths and the two phases of
-//! a stripe write (a durable stash on every live position, then the promotes).
+//! a stripe write (a durable stash on every live position, then the promotes); small
+//! writes stash only what they change ([`super::partial`]).
 
 use super::chunk::{promote_chunk, put_chunk, read_chunk};
+use super::partial::{stash_partial, Outcome};
 use super::read::{decode_stripe, layered_stripe};
 use super::{client_context, EcPg};
 use crate::daemon::Osd;
@@ -43,6 +45,19 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
     }
     let guard = osd.stripes.lock(h.object).await;
     let whole = offset == 0 && len == ctx.stripe_bytes as u64;
+    if h.opcode == Opcode::Write && !whole && chain.is_empty() {
+        match stash_partial(osd, &ctx, h.object, h.offset, &payload).await {
+            Outcome::Stashed(version) => {
+                finish_in_background(osd, ctx, h.object, version, true, guard);
+                return Status::Ok;
+            }
+            Outcome::NotTaken => {}
+            Outcome::Failed(status) => {
+                tracing::debug!(osd = osd.id, stripe = %h.object, ?status, "partial EC write failed; writing the stripe whole");
+            }
+            Outcome::Refused(status) => return status,
+        }
+    }
     let healthy = if whole {
         None
     } else {
@@ -77,18 +92,30 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
         Ok(v) => v,
         Err(s) => return s,
     };
-    // Durable on every live position: acknowledged now. The promotes finish under the
-    // stripe lock, so a reader of this stripe still finds every chunk committed.
-    let (osd2, stripe, pg, interval) = (osd.clone(), h.object, ctx.pg, ctx.interval);
+    finish_in_background(osd, ctx, h.object, version, false, guard);
+    Status::Ok
+}
+
+/// A stripe write durable on every live position is acknowledged now; its promotes (of
+/// partial stashes when `partial`) finish under the stripe lock, held by `guard` until
+/// then, so a reader of this stripe still finds every chunk committed at one version.
+fn finish_in_background(
+    osd: &Arc<Osd>,
+    ctx: EcPg,
+    stripe: ObjectId,
+    version: Version,
+    partial: bool,
+    guard: impl Send + 'static,
+) {
+    let (osd2, pg, interval) = (osd.clone(), ctx.pg, ctx.interval);
     tokio::spawn(async move {
-        if let Err(s) = promote_stripe(&osd2, &ctx, stripe, version).await {
+        if let Err(s) = promote_stripe(&osd2, &ctx, stripe, version, partial).await {
             // The stashes are durable: the next interval's peering promotes them.
             tracing::warn!(osd = osd2.id, %stripe, "EC promote after the acknowledgement: {s:?}");
         }
         drop(guard);
     });
     tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %pg, interval, "acknowledged");
-    Status::Ok
 }
 
 /// The k data chunks of `stripe` read whole from their holders when every one is healthy
@@ -132,7 +159,7 @@ async fn write_stripe(
     object: &[u8],
 ) -> Result<(), Status> {
     let version = stash_stripe(osd, ctx, stripe, old_version, object).await?;
-    promote_stripe(osd, ctx, stripe, version).await
+    promote_stripe(osd, ctx, stripe, version, false).await
 }
 
 /// Phase 1 of a stripe write: assign a version, encode, stash every chunk durably on every
@@ -163,34 +190,7 @@ async fn stash_stripe(
             return Err(Status::Io);
         }
     };
-    // The version, under the PG lock: still this interval's active primary.
-    let version = {
-        let mut shard = osd.pgs.shard(ctx.pg).lock().expect("pg shard lock");
-        let entry = shard.entry(ctx.pg).or_default();
-        if entry.interval != ctx.interval || entry.phase != PgPhase::Active {
-            return Err(Status::Unavailable);
-        }
-        // Peering sealed this copy at the interval before activating it: an older
-        // interval's primary can no longer stash or promote here.
-        assert!(
-            entry.sealed >= entry.interval,
-            "osd.{} pg {}: writing in interval {} with the copy sealed only at {}",
-            osd.id,
-            ctx.pg,
-            entry.interval,
-            entry.sealed
-        );
-        entry.counter += 1;
-        Version::new(ctx.interval as u64, entry.counter)
-    };
-    if let Some(old) = old_version {
-        assert!(
-            version > old,
-            "osd.{} pg {}: EC version {version} does not exceed the stripe's {old}",
-            osd.id,
-            ctx.pg
-        );
-    }
+    let version = assign_version(osd, ctx, old_version)?;
     // Chunk i goes to position i: k + m of each.
     assert_eq!(
         chunks.len(),
@@ -225,6 +225,43 @@ async fn stash_stripe(
     Ok(version)
 }
 
+/// The version of a new write of a stripe at `old_version`, under the PG lock: refused
+/// unless this is still the interval's active primary; asserted to grow.
+pub(super) fn assign_version(
+    osd: &Osd,
+    ctx: &EcPg,
+    old_version: Option<Version>,
+) -> Result<Version, Status> {
+    let version = {
+        let mut shard = osd.pgs.shard(ctx.pg).lock().expect("pg shard lock");
+        let entry = shard.entry(ctx.pg).or_default();
+        if entry.interval != ctx.interval || entry.phase != PgPhase::Active {
+            return Err(Status::Unavailable);
+        }
+        // Peering sealed this copy at the interval before activating it: an older
+        // interval's primary can no longer stash or promote here.
+        assert!(
+            entry.sealed >= entry.interval,
+            "osd.{} pg {}: writing in interval {} with the copy sealed only at {}",
+            osd.id,
+            ctx.pg,
+            entry.interval,
+            entry.sealed
+        );
+        entry.counter += 1;
+        Version::new(ctx.interval as u64, entry.counter)
+    };
+    if let Some(old) = old_version {
+        assert!(
+            version > old,
+            "osd.{} pg {}: EC version {version} does not exceed the stripe's {old}",
+            osd.id,
+            ctx.pg
+        );
+    }
+    Ok(version)
+}
+
 /// Phase 2 of a stripe write: promote the stashes of `version` everywhere. The write is
 /// durable already (peering rolls it forward); a reader of the stripe must find every
 /// chunk committed at one version, so the caller holds the stripe lock until this is done.
@@ -238,6 +275,7 @@ async fn promote_stripe(
     ctx: &EcPg,
     stripe: ObjectId,
     version: Version,
+    partial: bool,
 ) -> Result<(), Status> {
     let mut todo: Vec<(usize, OsdId)> = ctx.live().collect();
     let mut pause = Duration::from_millis(PROMOTE_RETRY_FIRST_MS);
@@ -246,7 +284,7 @@ async fn promote_stripe(
     loop {
         let promotes = todo.iter().map(|&(pos, peer)| {
             let (osd, ctx) = (osd.clone(), ctx);
-            async move { promote_chunk(&osd, ctx, peer, stripe, pos, version).await }
+            async move { promote_chunk(&osd, ctx, peer, stripe, pos, version, partial).await }
         });
         let results = join_all(promotes).await;
         let mut last = Status::Ok;
@@ -319,7 +357,9 @@ pub(crate) async fn client_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
 }
 
 /// Run futures concurrently on this task and collect their outputs in order.
-async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+pub(super) async fn join_all<F: std::future::Future>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
     let mut set: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
     std::future::poll_fn(|cx| {

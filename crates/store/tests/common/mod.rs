@@ -137,6 +137,35 @@ impl Model {
         }
     }
 
+    /// `Store::merge`: blocks `from_block..from_block + n` of `from` land in `to` at
+    /// `to_block` (allocated), `to` takes `from`'s version and `from` goes. Returns whether
+    /// it merged (`from` present); the caller checks `to` exists when `from` does.
+    pub fn merge(
+        &mut self,
+        from: ObjectId,
+        from_block: usize,
+        to: ObjectId,
+        to_block: usize,
+        n: usize,
+    ) -> bool {
+        let Some(f) = self.objects.get(&from) else {
+            return false;
+        };
+        let (data, version) = (
+            f.data[from_block * BLOCK..(from_block + n) * BLOCK].to_vec(),
+            f.version,
+        );
+        let t = self
+            .objects
+            .get_mut(&to)
+            .expect("merge into an existing object");
+        t.data[to_block * BLOCK..(to_block + n) * BLOCK].copy_from_slice(&data);
+        t.alloc[to_block..to_block + n].fill(true);
+        t.version = version;
+        self.objects.remove(&from);
+        true
+    }
+
     /// Block `b` of `obj`: its bytes and whether it is allocated (zeros and false if absent).
     pub fn block(&self, obj: ObjectId, b: usize) -> (&[u8], bool) {
         static ZERO: [u8; BLOCK] = [0; BLOCK];
