@@ -284,6 +284,11 @@ impl IoArgs {
 }
 
 impl MonArgs {
+    /// Does any setting differ from its default?
+    fn customised(&self) -> bool {
+        self.out_after != 600 || self.mon_lease_ttl != 3 || self.min_down_reporters != 2
+    }
+
     fn settings(&self) -> MonitorSettings {
         MonitorSettings {
             out_after_secs: self.out_after,
@@ -313,6 +318,13 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         basalt_metrics::disable_latency();
     }
     let io = args.io.options()?;
+    if args.no_monitor && args.mon.customised() {
+        bail!(
+            "--no-monitor with monitor settings (--out-after, --mon-lease-ttl, \
+             --min-down-reporters): this process runs no monitor to apply them; give them to \
+             `basalt mon` or drop --no-monitor"
+        );
+    }
     if let (Some(device), true) = (&args.device, args.io.buffered_io) {
         bail!(
             "--buffered-io with --device {}: a raw device is always opened O_DIRECT (there is \

@@ -336,6 +336,7 @@ async fn ping(
     expected: u64,
     timeout: Duration,
 ) -> Result<(), Option<String>> {
+    let map = osd.map();
     let mut h = Header::request(
         Opcode::Ping,
         0,
@@ -344,14 +345,9 @@ async fn ping(
     h.flags = Flags(Flags::REPLICA);
     h.version = Version {
         epoch: expected,
-        counter: osd
-            .map()
-            .osds
-            .get(&osd.id)
-            .map(|o| o.up_from as u64)
-            .unwrap_or(0),
+        counter: map.osds.get(&osd.id).map_or(0, |o| o.up_from as u64),
     };
-    h.map_epoch = osd.map().epoch;
+    h.map_epoch = map.epoch;
     let sent = Instant::now();
     let call = async {
         let conn = osd
