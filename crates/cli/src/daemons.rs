@@ -141,6 +141,10 @@ pub struct MonArgs {
     /// of its liveness lease (fewer when fewer other OSDs are up).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
     pub min_down_reporters: u64,
+    /// Milliseconds an OSD must stay reported by enough peers before it is marked down: the
+    /// reports of both sides of a partition arrive within it, so the right side goes down.
+    #[arg(long, default_value_t = 300, value_name = "MS")]
+    pub down_report_settle_ms: u64,
 }
 
 /// How an OSD watches the peers of its PGs (docs/design.md, "Failure detection by peers").
@@ -286,7 +290,10 @@ impl IoArgs {
 impl MonArgs {
     /// Does any setting differ from its default?
     fn customised(&self) -> bool {
-        self.out_after != 600 || self.mon_lease_ttl != 3 || self.min_down_reporters != 2
+        self.out_after != 600
+            || self.mon_lease_ttl != 3
+            || self.min_down_reporters != 2
+            || self.down_report_settle_ms != 300
     }
 
     fn settings(&self) -> MonitorSettings {
@@ -294,6 +301,7 @@ impl MonArgs {
             out_after_secs: self.out_after,
             lease_ttl_secs: self.mon_lease_ttl,
             min_down_reporters: self.min_down_reporters as usize,
+            report_settle_ms: self.down_report_settle_ms,
         }
     }
 }
@@ -321,7 +329,7 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
     if args.no_monitor && args.mon.customised() {
         bail!(
             "--no-monitor with monitor settings (--out-after, --mon-lease-ttl, \
-             --min-down-reporters): this process runs no monitor to apply them; give them to \
+             --min-down-reporters, --down-report-settle-ms): this process runs no monitor to apply them; give them to \
              `basalt mon` or drop --no-monitor"
         );
     }

@@ -165,6 +165,46 @@ pub fn down_by_reports(
     down
 }
 
+/// When each OSD first became a candidate of [`down_by_reports`] (monitor-local time).
+///
+/// The reports of the two sides of a partition land over a few heartbeats, not at once.
+/// Judged on the first ones alone, the wrong side could go down: a healthy OSD reported by
+/// the two OSDs of a cut-off host before the four reports on each of those have arrived.
+/// A candidate is marked down only once it has stayed one for the settle time, by which the
+/// whole picture is in; one that stops being a candidate is forgotten. After a kill the
+/// settle time costs nothing: the new primary waits out the dead one's peer lease anyway.
+#[derive(Default, Debug)]
+pub struct ReportSettle {
+    since_ms: BTreeMap<OsdId, u64>,
+}
+
+impl ReportSettle {
+    /// The candidates that have been candidates for at least `settle_ms` at `now_ms`, and
+    /// when the next of the others ripens (None: no other).
+    pub fn ripe(
+        &mut self,
+        candidates: &BTreeSet<OsdId>,
+        now_ms: u64,
+        settle_ms: u64,
+    ) -> (BTreeSet<OsdId>, Option<u64>) {
+        self.since_ms.retain(|id, _| candidates.contains(id));
+        for id in candidates {
+            self.since_ms.entry(*id).or_insert(now_ms);
+        }
+        let mut ripe = BTreeSet::new();
+        let mut next = None::<u64>;
+        for (id, since) in &self.since_ms {
+            let at = since.saturating_add(settle_ms);
+            if at <= now_ms {
+                ripe.insert(*id);
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        (ripe, next)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +427,41 @@ mod tests {
             down_by_reports(&alive, &reports(&[(1, 0), (0, 1)]), 2).len(),
             1
         );
+    }
+
+    /// Goal: the first reports of a partition, two on a healthy OSD from a cut-off host,
+    /// do not take it down: the host's own reports arrive within the settle time and the
+    /// host goes down instead.
+    #[test]
+    fn reports_settle_before_an_osd_goes_down() {
+        let alive = all_alive(6);
+        let mut settle = ReportSettle::default();
+        // t=0: osd.4 and osd.5 (the cut-off host) report osd.0 first.
+        let early = down_by_reports(&alive, &reports(&[(0, 4), (0, 5)]), 2);
+        assert_eq!(early, BTreeSet::from([0]), "a candidate on partial reports");
+        let (ripe, next) = settle.ripe(&early, 0, 300);
+        assert!(ripe.is_empty(), "not marked down before the settle time");
+        assert_eq!(next, Some(300));
+        // t=150: the rest of the reports are in.
+        let mut pairs = Vec::new();
+        for cut in [4, 5] {
+            for other in 0..4 {
+                pairs.push((cut, other));
+                pairs.push((other, cut));
+            }
+        }
+        let full = down_by_reports(&alive, &reports(&pairs), 2);
+        assert_eq!(full, BTreeSet::from([4, 5]));
+        let (ripe, next) = settle.ripe(&full, 150, 300);
+        assert!(ripe.is_empty());
+        assert_eq!(
+            next,
+            Some(450),
+            "osd.0 forgotten, the host's OSDs ripen at 450"
+        );
+        let (ripe, next) = settle.ripe(&full, 450, 300);
+        assert_eq!(ripe, BTreeSet::from([4, 5]));
+        assert_eq!(next, None);
     }
 
     /// Goal: `up_from` names the epoch in which an OSD last came up: set when it comes up

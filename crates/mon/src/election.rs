@@ -1,6 +1,6 @@
 //! Taking and holding the monitor role, and the holder's loop.
 
-use crate::derive::{derive_map, down_by_reports, DownClock, Reports};
+use crate::derive::{derive_map, down_by_reports, DownClock, ReportSettle, Reports};
 use basalt_meta::schema::{
     parse_failure_key, AliveRecord, FailureReport, MonitorRecord, OsdRecord, PoolRecord,
     ALIVE_PREFIX, FAILURES_PREFIX, MAP_KEY, MONITOR_KEY, OSDS_PREFIX, POOLS_PREFIX,
@@ -28,6 +28,9 @@ pub struct MonitorConfig {
     /// Distinct OSDs that must report an OSD unreachable before it is marked down ahead of
     /// its lease (fewer when fewer other OSDs are up).
     pub min_down_reporters: usize,
+    /// How long an OSD must stay reported (by enough peers) before it is marked down: the
+    /// reports of both sides of a partition arrive within it ([`ReportSettle`]).
+    pub report_settle_ms: u64,
 }
 
 impl MonitorConfig {
@@ -38,6 +41,7 @@ impl MonitorConfig {
             out_after_secs: 600,
             tick_ms: 200,
             min_down_reporters: 2,
+            report_settle_ms: 300,
         }
     }
 }
@@ -114,6 +118,7 @@ async fn lead(
     let mut renewed = Instant::now();
     let mut last_renew_try = Instant::now();
     let mut clock = DownClock::default();
+    let mut settle = ReportSettle::default();
     // A failure report wakes the holder at once (failover must not wait for a tick); without
     // the watch it still looks every tick.
     let mut reports = meta.watch_prefix(FAILURES_PREFIX, 0).await.ok();
@@ -135,8 +140,14 @@ async fn lead(
             return;
         }
         let now_ms = started.elapsed().as_millis() as u64;
-        if let Err(e) = update_map(meta, config, &mut clock, now_ms).await {
-            tracing::debug!("monitor update: {e}");
+        // A reported OSD that ripens before the next tick wakes the holder then.
+        let mut wait = tick;
+        match update_map(meta, config, &mut clock, &mut settle, now_ms).await {
+            Ok(Some(ripens_ms)) => {
+                wait = wait.min(Duration::from_millis(ripens_ms.saturating_sub(now_ms)));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!("monitor update: {e}"),
         }
         tokio::select! {
             biased;
@@ -146,7 +157,7 @@ async fn lead(
                     reports = None;
                 }
             }
-            _ = tokio::time::sleep(tick) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
@@ -178,13 +189,15 @@ fn decode_all<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
-/// Read the records, derive the map, write it if it changed.
+/// Read the records, derive the map, write it if it changed. Returns when the next
+/// reported OSD's settle time ends (None: none is waiting).
 async fn update_map(
     meta: &dyn MetaStore,
     config: &MonitorConfig,
     clock: &mut DownClock,
+    settle: &mut ReportSettle,
     now_ms: u64,
-) -> Result<(), MetaError> {
+) -> Result<Option<u64>, MetaError> {
     let out_after_ms = config.out_after_secs * 1000;
     let osds: Vec<OsdRecord> = decode_all(meta.list(OSDS_PREFIX).await?)
         .into_iter()
@@ -201,7 +214,8 @@ async fn update_map(
         }
     }
     // Down by reports: treated as if its liveness record were gone.
-    let reported = down_by_reports(&alive, &reports, config.min_down_reporters);
+    let candidates = down_by_reports(&alive, &reports, config.min_down_reporters);
+    let (reported, ripens_ms) = settle.ripe(&candidates, now_ms, config.report_settle_ms);
     for id in &reported {
         alive.remove(id);
     }
@@ -230,7 +244,7 @@ async fn update_map(
     }
     let Some(next) = derive_map(&current, &osds, &alive, &pools, clock, now_ms, out_after_ms)
     else {
-        return Ok(());
+        return Ok(ripens_ms);
     };
     let value = serde_json::to_vec(&next).expect("map serialises");
     if meta.compare_and_swap(MAP_KEY, rev, value).await?.is_some() {
@@ -244,5 +258,5 @@ async fn update_map(
             "published map"
         );
     }
-    Ok(())
+    Ok(ripens_ms)
 }

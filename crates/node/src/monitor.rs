@@ -16,6 +16,8 @@ pub struct MonitorSettings {
     pub lease_ttl_secs: u64,
     /// OSDs that must report an OSD unreachable before it is marked down by reports.
     pub min_down_reporters: usize,
+    /// Milliseconds an OSD must stay reported before it is marked down.
+    pub report_settle_ms: u64,
 }
 
 /// A running monitor candidate; it takes the role when no one holds it.
@@ -31,6 +33,7 @@ impl Monitor {
         config.out_after_secs = settings.out_after_secs;
         config.lease_ttl_secs = settings.lease_ttl_secs;
         config.min_down_reporters = settings.min_down_reporters;
+        config.report_settle_ms = settings.report_settle_ms;
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(basalt_mon::run(meta, config, stop_rx));
         Self { stop_tx, task }

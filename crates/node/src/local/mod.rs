@@ -126,6 +126,7 @@ impl LocalCluster {
             out_after_secs: u64::MAX / 2000,
             lease_ttl_secs: LOCAL_LEASE_TTL_SECS,
             min_down_reporters: 2,
+            report_settle_ms: 300,
         };
         let monitor = Monitor::spawn(meta.store.clone(), "basalt up".into(), settings);
         let cluster = local_client(&config, &meta, secret, map, &osds);
