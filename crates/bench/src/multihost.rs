@@ -9,10 +9,14 @@ use bytes::Bytes;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Start the cluster with a volume `bench` of `size_bytes`; returns it with the volume's NBD
-/// URI.
-pub fn start(hosts: usize, data_root: &Path, size_bytes: u64) -> Result<(BasaltCluster, String)> {
-    let exe = std::env::current_exe().context("find the basalt executable")?;
+/// Start the cluster, its daemons run from the `basalt` executable `exe`, with a volume
+/// `bench` of `size_bytes`; returns it with the volume's NBD URI.
+pub fn start(
+    hosts: usize,
+    data_root: &Path,
+    size_bytes: u64,
+    exe: std::path::PathBuf,
+) -> Result<(BasaltCluster, String)> {
     std::fs::create_dir_all(data_root)?;
     let layout = Layout {
         hosts,
@@ -109,8 +113,12 @@ pub fn failover_pauses(cluster: &BasaltCluster, trials: usize) -> Result<Vec<Fai
     Ok(out)
 }
 
-/// The failover table of `basalt bench nbd --hosts N` (Markdown).
+/// The failover table of `basalt bench nbd --hosts N` (Markdown); empty when no failover
+/// was measured (`--failovers 0`).
 pub fn render(pauses: &[Failover]) -> String {
+    if pauses.is_empty() {
+        return String::new();
+    }
     let mut s = String::from(
         "\nFailover pause: 4 KiB writes at QD1 to one PG through the client library; the PG's \
          primary is killed with SIGKILL; the pause runs from the kill to the completion of the \
@@ -133,4 +141,21 @@ pub fn render(pauses: &[Failover]) -> String {
         crate::nbd::median(secs)
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: `--failovers 0` prints no failover table (it printed a median of 0.00 s).
+    #[test]
+    fn no_failovers_no_table() {
+        assert_eq!(render(&[]), "");
+        let one = render(&[Failover {
+            osd: 3,
+            pause: Duration::from_millis(640),
+        }]);
+        assert!(one.contains("| 1 | osd.3 | 0.64 s |"), "{one}");
+        assert!(one.contains("| median | | 0.64 s |"), "{one}");
+    }
 }

@@ -315,8 +315,9 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
             "starting a {}-host cluster in network namespaces",
             opts.hosts
         );
+        let exe = std::env::current_exe().context("find the basalt executable")?;
         let (cluster, uri) =
-            multihost::start(opts.hosts, &scratch.join("cluster"), opts.size_bytes)?;
+            multihost::start(opts.hosts, &scratch.join("cluster"), opts.size_bytes, exe)?;
         targets.insert(
             1,
             ServerTarget {
@@ -328,6 +329,33 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
         Some(cluster)
     } else {
         None
+    };
+    // The earlier build on a multi-host cluster of its own, measured in the same rounds.
+    let _cluster_before = match (&opts.before, opts.hosts > 0) {
+        (Some(exe), true) => {
+            eprintln!(
+                "starting a {}-host cluster of {} in network namespaces",
+                opts.hosts,
+                exe.display()
+            );
+            let (cluster, uri) = multihost::start(
+                opts.hosts,
+                &scratch.join("cluster-before"),
+                opts.size_bytes,
+                exe.clone(),
+            )
+            .with_context(|| format!("start a multi-host cluster from {}", exe.display()))?;
+            targets.insert(
+                2,
+                ServerTarget {
+                    name: format!("basalt-before {}-host", opts.hosts),
+                    uri,
+                    pid: None,
+                },
+            );
+            Some(cluster)
+        }
+        _ => None,
     };
 
     eprintln!(

@@ -138,7 +138,8 @@ pub struct NbdArgs {
     #[arg(long, default_value_t = 3)]
     failovers: usize,
     /// Also measure this `basalt` executable (an earlier build) as `basalt-before`, in the
-    /// same interleaved run: before/after figures that share the machine's drift.
+    /// same interleaved run: before/after figures that share the machine's drift. With
+    /// --hosts, it also runs a multi-host cluster of its own (`basalt-before N-host`).
     #[arg(long, value_name = "PATH")]
     before: Option<PathBuf>,
     /// Run only these profiles (comma-separated ids): rr1 (4k randread QD1), rr32, rw1
