@@ -567,6 +567,7 @@ fn primary_cut_from_its_peers_only_is_marked_down() {
     mh.net
         .partition(&host, &others)
         .expect("cut the primary's host off from the other OSD hosts");
+    let cut_at = Instant::now();
     mh.wait_status(
         "the cut-off primary is marked down by its peers' reports",
         REACT_TIMEOUT,
@@ -578,7 +579,16 @@ fn primary_cut_from_its_peers_only_is_marked_down() {
             })
         },
     );
-    load_moves_on_without(&mh, primary);
+    // Figures for docs/benchmarks.md (not asserted: this machine is shared and noisy).
+    eprintln!(
+        "partition: osd.{primary} seen down {:.2?} after the cut",
+        cut_at.elapsed()
+    );
+    let new = load_moves_on_without(&mh, primary);
+    eprintln!(
+        "partition: osd.{new} acknowledged {WRITES_WHILE_AWAY} writes {:.2?} after the cut",
+        cut_at.elapsed()
+    );
     assert!(
         osd_counter_sum(&mh, "basalt_osd_failure_reports_total") > 0,
         "peers reported the cut-off OSDs"

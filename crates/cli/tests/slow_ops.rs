@@ -65,7 +65,15 @@ fn a_frozen_replica_is_a_slow_op_in_status_watch_and_recovery_is_counted() {
         .tempdir()
         .unwrap();
     let mh = MultiHost::start(Layout {
-        osd_args: vec!["--slow-op-ms".into(), "1000".into()],
+        // A grace of 5 s keeps the frozen replica up (not yet reported) long enough for its
+        // primary's writes to be slow for seconds: once it is marked down, a new interval
+        // begins and the primary stops waiting for it.
+        osd_args: vec![
+            "--slow-op-ms".into(),
+            "1000".into(),
+            "--heartbeat-grace-ms".into(),
+            "5000".into(),
+        ],
         ..Layout::default()
     });
     mh.cli_ok(&["volume", "create", "vol", "--size", "64M"]);

@@ -1130,6 +1130,44 @@ fn layered_mutation(
 /// mutation frame, so they need to know nothing of how the primary computed it.
 pub(crate) type Forward = (Header, Bytes);
 
+/// What became of a request a primary sent to another member of a PG's interval.
+pub(crate) enum MemberReply {
+    Answered(Result<basalt_client::Reply, basalt_client::ClientError>),
+    /// No answer in [`REPLICA_TIMEOUT`].
+    TimedOut,
+    /// The map began a newer interval of the PG first.
+    Superseded,
+}
+
+/// Await a member's reply to a request of `interval` of `pg`, giving up after
+/// [`REPLICA_TIMEOUT`] or as soon as this OSD's map begins a newer interval of the PG. A
+/// member cut off from us (a partition drops the request, no error comes back) is out of
+/// the PG by then; waiting for it would hold the client's request, and the client's I/O
+/// slot, for the whole timeout. The mutation was not acknowledged, so the caller answers
+/// a retryable status and the client sends it again in the new interval.
+pub(crate) async fn await_member(
+    osd: &Osd,
+    pg: PgId,
+    interval: u32,
+    reply: basalt_client::conn::Pending,
+) -> MemberReply {
+    let mut maps = osd.maps();
+    let newer = async {
+        if maps.wait_for(|m| m.interval(pg) > interval).await.is_err() {
+            // The map's sender is gone (the OSD stops): only the timeout remains.
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        r = tokio::time::timeout(REPLICA_TIMEOUT, reply) => match r {
+            Ok(r) => MemberReply::Answered(r),
+            Err(_) => MemberReply::TimedOut,
+        },
+        _ = newer => MemberReply::Superseded,
+    }
+}
+
 /// A connection to each of `replicas` (step 1 of [`replicate`], before the PG lock:
 /// connecting may wait); Unavailable when one is unknown or unreachable.
 async fn connect_replicas(
@@ -1271,19 +1309,23 @@ pub(crate) async fn replicate<T>(
     let sent = (!pending.is_empty()).then(basalt_metrics::now).flatten();
     for (peer, conn, p) in pending {
         crate::slow::stage(SlowStage::Replica, Some(peer));
-        let reply_status = match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
-            Ok(Ok(r)) => r.header.status,
-            Ok(Err(e)) => {
+        let reply_status = match await_member(osd, h.pg, interval, p).await {
+            MemberReply::Answered(Ok(r)) => r.header.status,
+            MemberReply::Answered(Err(e)) => {
                 tracing::warn!(osd = osd.id, peer, "replication failed: {e}");
                 Status::Unavailable
             }
-            Err(_) => {
+            MemberReply::TimedOut => {
                 tracing::warn!(
                     osd = osd.id,
                     peer,
                     "replica did not answer in {REPLICA_TIMEOUT:?}"
                 );
                 Status::Unavailable
+            }
+            MemberReply::Superseded => {
+                tracing::debug!(osd = osd.id, peer, pg = %h.pg, "a newer interval began while waiting for a replica");
+                Status::Peering
             }
         };
         let reply_status = if reply_status == Status::Stale {

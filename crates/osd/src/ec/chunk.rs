@@ -5,7 +5,7 @@
 use super::partial::{StashHeader, HEADER_BYTES};
 use super::{ChunkRead, EcPg};
 use crate::daemon::Osd;
-use crate::handler::{status_of, REPLICA_TIMEOUT};
+use crate::handler::{await_member, status_of, MemberReply};
 use basalt_client::{Connection, ReplySink};
 use basalt_proto::{
     Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, Status, Version, IMAGE_BLOCK_BYTES,
@@ -34,20 +34,24 @@ fn member_header(ctx: &EcPg, opcode: Opcode, key: ObjectId, version: Version) ->
     h
 }
 
+/// A member's reply to a request of `ctx`'s interval ([`await_member`]: a newer interval
+/// answers Peering, retried by the client).
 async fn wait(
     osd: &Osd,
+    ctx: &EcPg,
     peer: OsdId,
     p: basalt_client::conn::Pending,
 ) -> Result<basalt_client::Reply, Status> {
     crate::slow::stage(basalt_proto::slowop::SlowStage::Chunks, Some(peer));
-    match tokio::time::timeout(REPLICA_TIMEOUT, p).await {
-        Ok(Ok(r)) if r.header.status == Status::Ok => Ok(r),
-        Ok(Ok(r)) => Err(r.header.status),
-        Ok(Err(e)) => {
+    match await_member(osd, ctx.pg, ctx.interval, p).await {
+        MemberReply::Answered(Ok(r)) if r.header.status == Status::Ok => Ok(r),
+        MemberReply::Answered(Ok(r)) => Err(r.header.status),
+        MemberReply::Answered(Err(e)) => {
             tracing::warn!(osd = osd.id, peer, "EC member request failed: {e}");
             Err(Status::Unavailable)
         }
-        Err(_) => Err(Status::Unavailable),
+        MemberReply::TimedOut => Err(Status::Unavailable),
+        MemberReply::Superseded => Err(Status::Peering),
     }
 }
 
@@ -75,7 +79,7 @@ pub(super) async fn read_chunk(
     let mut h = member_header(ctx, Opcode::Read, key, Version::ZERO);
     h.offset = offset;
     h.length = len;
-    let r = wait(osd, peer, conn.start(h, Bytes::new())).await?;
+    let r = wait(osd, ctx, peer, conn.start(h, Bytes::new())).await?;
     if r.payload.len() != len as usize {
         return Err(Status::Io);
     }
@@ -134,7 +138,9 @@ pub(super) async fn put_chunk(
         h.flags = Flags(h.flags.0 | Flags::FUA);
     }
     let payload = data.map(|d| full_image(ctx, d)).unwrap_or_default();
-    wait(osd, peer, conn.start(h, payload)).await.map(|_| ())
+    wait(osd, ctx, peer, conn.start(h, payload))
+        .await
+        .map(|_| ())
 }
 
 /// Stash `payload` (a partial stash: header block, then blocks) of `stripe` at position
@@ -171,7 +177,9 @@ pub(super) async fn put_partial_stash(
     let mut h = member_header(ctx, Opcode::Stash, key, version);
     h.prev_version = base;
     h.flags = Flags(h.flags.0 | Flags::FUA);
-    wait(osd, peer, conn.start(h, payload)).await.map(|_| ())
+    wait(osd, ctx, peer, conn.start(h, payload))
+        .await
+        .map(|_| ())
 }
 
 /// Store the partial stash `key` at `version` (`payload`: header block and blocks) if the
@@ -297,7 +305,7 @@ pub(super) async fn promote_chunk(
     }
     let conn = connect(osd, peer).await?;
     let h = member_header(ctx, Opcode::Promote, stash, version);
-    wait(osd, peer, conn.start(h, Bytes::new()))
+    wait(osd, ctx, peer, conn.start(h, Bytes::new()))
         .await
         .map(|_| ())
 }
