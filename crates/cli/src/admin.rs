@@ -305,30 +305,152 @@ pub async fn run_osd_admin(global: &GlobalArgs, command: OsdAdminCommand) -> any
 
 #[derive(Subcommand, Debug)]
 pub enum PgCommand {
-    /// List PGs: state, acting set, interval, objects left to recover.
+    /// List PGs: state, acting set, interval, objects left to recover, unfound stripes.
     Ls,
+    /// Give up the unfound stripes of an erasure-coded PG: THEIR NEWEST WRITES ARE LOST.
+    ///
+    /// A stripe is unfound when its newest write is on fewer than K of the OSDs that
+    /// answered (the others are down); its I/O waits for them, and `basalt status` names
+    /// the OSDs. Bring those back if you can: the stripes are then found and nothing is
+    /// lost. If they are gone for good, this rewrites each unfound stripe with the newest
+    /// version that still decodes — or, when none does, with its parent's data (a clone)
+    /// or zeros — discarding every write after it, and its I/O resumes. Chunks of the lost
+    /// writes that turn up later are overwritten. Prints each stripe given up (volume and
+    /// byte range, versions lost and kept). Refused when the PG has no unfound stripes.
+    ///
+    /// Example:
+    ///   basalt pg mark-unfound-lost 1.1f
+    #[command(verbatim_doc_comment)]
+    MarkUnfoundLost {
+        /// The PG, as `basalt status` and `basalt pg ls` show it (POOL.INDEX).
+        pg: String,
+    },
 }
 
 pub async fn run_pg(global: &GlobalArgs, command: PgCommand) -> anyhow::Result<()> {
-    let PgCommand::Ls = command;
+    match command {
+        PgCommand::Ls => list_pgs_cmd(global).await,
+        PgCommand::MarkUnfoundLost { pg } => mark_unfound_lost_cmd(global, &pg).await,
+    }
+}
+
+/// `pg mark-unfound-lost PG`: give up, then say per stripe what was lost.
+async fn mark_unfound_lost_cmd(global: &GlobalArgs, pg: &str) -> anyhow::Result<()> {
+    let pg: basalt_proto::PgId = pg
+        .parse()
+        .map_err(|e: String| basalt_client::ClientError::Invalid { reason: e })?;
+    let cluster = open_cluster(&global.meta).await?;
+    let report = cluster
+        .mark_unfound_lost(pg)
+        .await
+        .with_context(|| format!("give up the unfound stripes of pg {pg}"))?;
+    let names = cluster.layer_names().await.unwrap_or_default();
+    let stripe_bytes = cluster
+        .map()
+        .pools
+        .get(&pg.pool)
+        .map_or(0, |p| p.object_size as u64);
+    if global.json {
+        let stripes: Vec<serde_json::Value> = report
+            .stripes
+            .iter()
+            .map(|g| {
+                serde_json::json!({
+                    "inode": g.stripe.inode,
+                    "index": g.stripe.index,
+                    "layer": names.get(&g.stripe.inode),
+                    "offset": g.stripe.index * stripe_bytes,
+                    "length": stripe_bytes,
+                    "lost_version": g.lost.to_string(),
+                    "kept_version": g.kept.map(|v| v.to_string()),
+                    "outcome": format!("{:?}", g.outcome).to_lowercase(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "pg": pg.to_string(),
+                "stripes": stripes,
+                "still_unfound": report.still_unfound,
+            }))?
+        );
+    } else {
+        use basalt_proto::unfound::Outcome;
+        for g in &report.stripes {
+            let layer = names
+                .get(&g.stripe.inode)
+                .cloned()
+                .unwrap_or_else(|| format!("inode {:#x}", g.stripe.inode));
+            let start = g.stripe.index * stripe_bytes;
+            let what = format!(
+                "{layer} bytes [{start}, {}) (stripe {})",
+                start + stripe_bytes,
+                g.stripe
+            );
+            let kept = g.kept.map(|v| v.to_string()).unwrap_or_default();
+            match g.outcome {
+                Outcome::Kept => println!(
+                    "gave up {what}: lost every write after version {kept} (newest lost: {}); \
+                     it now reads as at {kept}",
+                    g.lost
+                ),
+                Outcome::Ancestor => println!(
+                    "gave up {what}: lost every write to it in this layer (newest lost: {}); \
+                     it now reads as its parent's data",
+                    g.lost
+                ),
+                Outcome::Zeros => println!(
+                    "gave up {what}: lost every write to it (newest lost: {}); it now reads \
+                     as zeros",
+                    g.lost
+                ),
+                Outcome::Found => {
+                    println!("{what}: found again (its chunks answered): nothing lost")
+                }
+            }
+        }
+        let lost = report
+            .stripes
+            .iter()
+            .filter(|g| g.outcome != Outcome::Found)
+            .count();
+        println!(
+            "pg {pg}: {lost} unfound stripes given up, {} found again",
+            report.stripes.len() - lost
+        );
+    }
+    if report.still_unfound > 0 {
+        anyhow::bail!(
+            "pg {pg}: {} stripes are still unfound (their rewrite failed: see the primary's \
+             log); run the command again",
+            report.still_unfound
+        );
+    }
+    Ok(())
+}
+
+/// `pg ls`.
+async fn list_pgs_cmd(global: &GlobalArgs) -> anyhow::Result<()> {
     let cluster = open_cluster(&global.meta).await?;
     let report = crate::status::gather(&cluster).await?;
     if global.json {
         println!("{}", serde_json::to_string_pretty(&report.pgs)?);
     } else {
         println!(
-            "{:<8} {:<20} {:<16} {:>9} {:>9}",
-            "PG", "STATE", "ACTING", "INTERVAL", "DEGRADED"
+            "{:<8} {:<20} {:<16} {:>9} {:>9} {:>8}",
+            "PG", "STATE", "ACTING", "INTERVAL", "DEGRADED", "UNFOUND"
         );
         for p in &report.pgs {
             let acting: Vec<String> = p.acting.iter().map(|a| a.to_string()).collect();
             println!(
-                "{:<8} {:<20} {:<16} {:>9} {:>9}",
+                "{:<8} {:<20} {:<16} {:>9} {:>9} {:>8}",
                 p.pg,
                 p.state,
                 format!("[{}]", acting.join(",")),
                 p.interval,
-                p.degraded_objects
+                p.degraded_objects,
+                p.unfound_objects
             );
         }
     }

@@ -192,7 +192,7 @@ enum Command {
         #[command(subcommand)]
         command: auth_cmd::AuthCommand,
     },
-    /// Inspect placement groups of a multi-host cluster.
+    /// Inspect placement groups of a multi-host cluster, or give up their unfound stripes.
     Pg {
         #[command(subcommand)]
         command: admin::PgCommand,

@@ -92,12 +92,8 @@ fn print_cluster(r: &StatusReport) {
             r.degraded_objects
         );
     }
-    if r.unfound_objects > 0 {
-        println!(
-            "  unfound: {} erasure-coded stripes lost more chunks than their code tolerates \
-             (reads of them fail with EIO; bring their OSDs back)",
-            r.unfound_objects
-        );
+    for why in &r.unfound {
+        println!("  unfound: {why}");
     }
     print_slow_ops(r);
     if let Some(m) = &r.monitor {

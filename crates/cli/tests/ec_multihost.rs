@@ -1,6 +1,7 @@
 //! Erasure-coded pools on a multi-host cluster (hosts in network namespaces, etcd, `basalt
 //! osd` processes, an NBD gateway): the failure scenarios of issue 3 on 2+1 and 4+2 pools,
-//! with every volume verified afterwards against fio's crc32c verify headers.
+//! with every volume verified afterwards against fio's crc32c verify headers, and unfound
+//! stripes (issue 30): waited for under rolling kills, given up by the operator.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -361,4 +362,229 @@ fn ec_full_cluster_gives_enospc_and_frees_on_delete() {
     again.push("--end_fsync=1".into());
     Fio::new(&mh.uri("again"), dir.path(), "h-again", &strs(&again)).run_ok(FIO_TIMEOUT);
     Fio::new(&mh.uri("keep"), dir.path(), "h-keep-verify2", &strs(&keep)).run_ok(FIO_TIMEOUT);
+}
+
+/// Every PG active (none peering, incomplete or inactive) and every OSD up.
+fn all_up_and_active(st: &serde_json::Value) -> bool {
+    let osds_up = st["osds"]
+        .as_array()
+        .is_some_and(|o| o.iter().all(|o| o["up"].as_bool() == Some(true)));
+    let pgs_active = st["pgs"].as_array().is_some_and(|p| {
+        p.iter()
+            .all(|p| p["state"].as_str().is_some_and(|s| s.starts_with("active")))
+    });
+    osds_up && pgs_active
+}
+
+/// OSD log lines that say a stripe was answered EIO for want of chunks.
+fn unreadable_stripe_lines(mh: &MultiHost) -> Vec<String> {
+    mh.osds
+        .iter()
+        .flat_map(|o| {
+            o.proc
+                .log()
+                .lines()
+                .filter(|l| l.contains("stripe unreadable"))
+                .take(5)
+                .map(|l| format!("osd.{}: {l}", o.id))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Slow background recovery (a few seconds per stripe), so an OSD back from an outage
+/// is still behind when the next one dies: what leaves stripes unfound.
+fn slow_recovery(rate: &str) -> Vec<String> {
+    vec![
+        "--recovery-rate".into(),
+        rate.into(),
+        "--recovery-rate-busy".into(),
+        rate.into(),
+    ]
+}
+
+/// Issue 30, item 4: EC 2+1 at min_size 2 on four OSDs (one per host, all staying in),
+/// killed -9 and restarted one after another under a verified fio load, each killed as
+/// soon as the one before is back and its PGs active (its chunks still being rebuilt,
+/// slowly): stripes whose newest writes are on the OSD just killed are unfound until it
+/// returns, and their I/O waits instead of failing. fio sees no I/O error, no OSD answers
+/// a stripe EIO, and everything verifies with the cluster clean at the end.
+#[test]
+fn ec_rolling_kills_at_min_size_k_wait_for_unfound_stripes() {
+    let dir = scratch();
+    let mh = MultiHost::start(Layout {
+        hosts: 4,
+        osds_per_host: 1,
+        osd_args: slow_recovery("64K"),
+        ..ec_layout("2+1", 2, "host")
+    });
+    mh.cli_ok(&["volume", "create", "vol", "--size", "128M"]);
+    let loader = multihost::Loader::start(mh.uri("vol"), dir.path().to_path_buf(), 4, 8);
+    std::thread::sleep(Duration::from_secs(2));
+    for o in &mh.osds {
+        o.proc.kill9().expect("kill an OSD");
+        // Writes go on on the two positions left (min_size 2) while it is down.
+        std::thread::sleep(Duration::from_secs(3));
+        o.proc.restart().expect("restart it");
+        o.proc
+            .wait_for_line("serving on", multihost::DAEMON_START)
+            .expect("OSD back");
+        mh.wait_status(
+            "the OSD up and every PG active",
+            Duration::from_secs(90),
+            all_up_and_active,
+        );
+    }
+    let jobs = loader.finish();
+    let unfound_seen: usize = mh
+        .osds
+        .iter()
+        .map(|o| {
+            o.proc
+                .log()
+                .lines()
+                .filter(|l| l.contains("stripes unfound"))
+                .count()
+        })
+        .sum();
+    eprintln!("{jobs} fio jobs ran; peering found stripes unfound {unfound_seen} times");
+    assert!(
+        unfound_seen > 0,
+        "no stripe was left unfound (the rebuild outran the kills): the scenario tested nothing"
+    );
+    let lines = unreadable_stripe_lines(&mh);
+    assert!(lines.is_empty(), "stripes answered EIO: {lines:#?}");
+    let st = mh.wait_clean(Duration::from_secs(240));
+    assert_eq!(st["unfound_objects"].as_u64(), Some(0), "{st}");
+    verify_loader_regions(&mh, dir.path());
+}
+
+/// Issue 30, item 4: `basalt pg mark-unfound-lost` refuses a PG with no unfound stripes;
+/// with stripes left unfound (2+1, min_size 2, three OSDs: one dies, the stripes are
+/// rewritten on the two others, it returns and is still being rebuilt when a second one
+/// dies), `basalt status` names them with the OSD they wait for and the command, the
+/// command gives each up and says what was lost, refuses a second time, the stripes' I/O
+/// resumes at once, and the dead OSD's return (with the lost writes' chunks) makes nothing
+/// unfound again.
+#[test]
+fn ec_unfound_stripes_are_given_up_by_the_operator() {
+    let dir = scratch();
+    let mh = MultiHost::start(Layout {
+        hosts: 3,
+        osds_per_host: 1,
+        pgs: 4,
+        osd_args: slow_recovery("16K"),
+        ..ec_layout("2+1", 2, "host")
+    });
+    mh.cli_ok(&["volume", "create", "vol", "--size", "64M"]);
+    let st = mh.status();
+    let first_pg = st["pgs"][0]["pg"].as_str().expect("a PG").to_string();
+    let refused = mh.0.cli(&["pg", "mark-unfound-lost", &first_pg]).unwrap();
+    assert!(
+        !refused.status.success() && common::text(&refused).contains("no unfound stripes"),
+        "refused without unfound stripes: {}",
+        common::text(&refused)
+    );
+    let job = |name: &str, rw: &str| {
+        let args = [
+            format!("--rw={rw}"),
+            "--bs=256k".into(),
+            "--size=16m".into(),
+            "--iodepth=4".into(),
+            "--end_fsync=1".into(),
+        ];
+        Fio::new(&mh.uri("vol"), dir.path(), name, &strs(&args)).run_ok(FIO_TIMEOUT)
+    };
+    job("w1", "write");
+    let (a, b) = (mh.osds[0].id, mh.osds[1].id);
+    mh.osd(a).proc.kill9().expect("kill the first OSD");
+    mh.wait_status("the first OSD down", Duration::from_secs(60), |st| {
+        st["osds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["id"].as_u64() == Some(a as u64) && o["up"].as_bool() == Some(false))
+    });
+    // Every stripe rewritten on the two OSDs left.
+    job("w2", "write");
+    mh.osd(a).proc.restart().expect("restart it");
+    mh.osd(a)
+        .proc
+        .wait_for_line("serving on", multihost::DAEMON_START)
+        .expect("OSD back");
+    mh.wait_status(
+        "the first OSD up and every PG active",
+        Duration::from_secs(90),
+        all_up_and_active,
+    );
+    mh.osd(b).proc.kill9().expect("kill the second OSD");
+    let st = mh.wait_status("stripes unfound", Duration::from_secs(60), |st| {
+        st["unfound_objects"].as_u64() > Some(0)
+            && st["osds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|o| o["id"].as_u64() == Some(b as u64) && o["up"].as_bool() == Some(false))
+    });
+    let human = mh.cli_ok(&["status", "--interval", "0"]);
+    assert!(
+        human.contains("HEALTH_ERR")
+            && human.contains("unfound: pg")
+            && human.contains("waits for")
+            && human.contains(&format!("osd.{b} (down)"))
+            && human.contains("basalt pg mark-unfound-lost"),
+        "status names the unfound stripes, the OSD they wait for and the command:\n{human}"
+    );
+    let unfound_pgs: Vec<String> = st["pgs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["unfound_objects"].as_u64() > Some(0))
+        .map(|p| p["pg"].as_str().unwrap().to_string())
+        .collect();
+    let total = st["unfound_objects"].as_u64().unwrap();
+    let mut given = 0u64;
+    for pg in &unfound_pgs {
+        let out = mh.cli_ok(&["pg", "mark-unfound-lost", pg]);
+        eprintln!("{out}");
+        given += out.lines().filter(|l| l.starts_with("gave up")).count() as u64;
+        assert!(
+            out.contains("lost every write") && out.contains("unfound stripes given up"),
+            "says what was lost:\n{out}"
+        );
+        let again = mh.0.cli(&["pg", "mark-unfound-lost", pg]).unwrap();
+        assert!(
+            !again.status.success() && common::text(&again).contains("no unfound stripes"),
+            "refused once nothing is unfound: {}",
+            common::text(&again)
+        );
+    }
+    assert_eq!(given, total, "every unfound stripe given up");
+    mh.wait_status("nothing unfound", Duration::from_secs(30), |st| {
+        st["unfound_objects"].as_u64() == Some(0)
+    });
+    // Their I/O resumes at once (the second OSD is still down): a read of every stripe.
+    job("r1", "read");
+    mh.osd(b).proc.restart().expect("restart the second OSD");
+    mh.osd(b)
+        .proc
+        .wait_for_line("serving on", multihost::DAEMON_START)
+        .expect("OSD back");
+    mh.wait_status(
+        "the second OSD up and every PG active",
+        Duration::from_secs(90),
+        all_up_and_active,
+    );
+    for _ in 0..5 {
+        let st = mh.status();
+        assert_eq!(
+            st["unfound_objects"].as_u64(),
+            Some(0),
+            "the lost writes' chunks made stripes unfound again: {st}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    job("r2", "read");
+    let lines = unreadable_stripe_lines(&mh);
+    assert!(lines.is_empty(), "stripes answered EIO: {lines:#?}");
 }

@@ -202,6 +202,7 @@ mod tests {
                 interval: 1,
                 degraded_objects: 0,
                 unfound_objects: 0,
+                unfound_waiting: Vec::new(),
             })
             .collect();
         r.degraded_objects = degraded;

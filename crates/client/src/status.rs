@@ -107,8 +107,8 @@ pub struct StatusReport {
     /// Object copies still to recover, over every PG.
     #[serde(default)]
     pub degraded_objects: u64,
-    /// Stripes of erasure-coded PGs that lost more chunks than their code tolerates
-    /// (reads of them fail).
+    /// Stripes of erasure-coded PGs whose newest version fewer than k live chunks hold:
+    /// their I/O waits for the OSDs that hold the rest (see each PG's `unfound_waiting`).
     #[serde(default)]
     pub unfound_objects: u64,
     /// Who holds the monitor role.
@@ -145,6 +145,10 @@ pub struct StatusReport {
     /// what brings them back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub below_min_size: Vec<String>,
+    /// PGs with unfound erasure-coded stripes (their I/O waits), one line each: the OSDs
+    /// they wait for and the command that gives them up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfound: Vec<String>,
 }
 
 /// What the OSDs that answered hold, summed.
@@ -249,9 +253,14 @@ pub struct PgStatus {
     /// Interval of the last activation (0: never activated).
     pub interval: u32,
     pub degraded_objects: u64,
-    /// Erasure-coded PGs: stripes that lost more chunks than the code tolerates.
+    /// Erasure-coded PGs: stripes whose newest version fewer than k live chunks hold
+    /// (their I/O waits; `basalt pg mark-unfound-lost` gives them up).
     #[serde(default)]
     pub unfound_objects: u64,
+    /// The OSDs those stripes wait for (empty with unfound stripes: none is known to hold
+    /// their missing chunks).
+    #[serde(default)]
+    pub unfound_waiting: Vec<u32>,
 }
 
 /// Every PG record, by PG key suffix ("POOL.INDEX").
@@ -312,6 +321,10 @@ pub fn pg_states(map: &ClusterMap, records: &HashMap<String, PgRecord>) -> Vec<P
                 .filter(|_| current)
                 .map(|r| r.unfound_objects)
                 .unwrap_or(0),
+            unfound_waiting: rec
+                .filter(|r| current && r.unfound_objects > 0)
+                .map(|r| r.unfound_waiting.clone())
+                .unwrap_or_default(),
         });
     }
     out
@@ -434,6 +447,7 @@ async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport
             }
         },
     };
+    let unfound = unfound_lines(&map, &pgs);
     Ok(StatusReport {
         map_epoch: map.epoch,
         osds,
@@ -458,7 +472,51 @@ async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport
         usage_error,
         unplaceable: pool_shortfalls(&map),
         below_min_size: below_min_size(&map),
+        unfound,
     })
+}
+
+/// For each PG with unfound stripes: how many, the OSDs they wait for (with whether each
+/// is up now: an up one is being listed again), and the command that gives them up.
+pub fn unfound_lines(map: &ClusterMap, pgs: &[PgStatus]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut more = 0usize;
+    for p in pgs.iter().filter(|p| p.unfound_objects > 0) {
+        if out.len() == BELOW_MIN_SIZE_LINES {
+            more += 1;
+            continue;
+        }
+        let head = format!(
+            "pg {}: {} erasure-coded stripes lack chunks of their newest write",
+            p.pg, p.unfound_objects
+        );
+        let give_up = format!(
+            "`basalt pg mark-unfound-lost {}` gives them up, losing those writes",
+            p.pg
+        );
+        if p.unfound_waiting.is_empty() {
+            out.push(format!(
+                "{head}; every OSD that could hold them answered: the chunks are gone ({give_up})"
+            ));
+            continue;
+        }
+        let names: Vec<String> = p
+            .unfound_waiting
+            .iter()
+            .map(|id| match map.osds.get(id) {
+                Some(o) if o.up => format!("osd.{id} (up)"),
+                _ => format!("osd.{id} (down)"),
+            })
+            .collect();
+        out.push(format!(
+            "{head}: their I/O waits for {} to return ({give_up})",
+            names.join(", ")
+        ));
+    }
+    if more > 0 {
+        out.push(format!("... and {more} more PGs with unfound stripes"));
+    }
+    out
 }
 
 /// Lines shown at most for PGs below min_size (the rest are counted).
@@ -570,6 +628,59 @@ mod tests {
         assert_eq!(r.health(), "HEALTH_WARN");
         r.unfound_objects = 1;
         assert_eq!(r.health(), "HEALTH_ERR");
+    }
+
+    /// Goal: a PG with unfound stripes is named with the OSDs they wait for and the
+    /// command that gives them up; one with nothing to wait for says the chunks are gone.
+    #[test]
+    fn unfound_stripes_name_the_osds_they_wait_for() {
+        let mut map = ClusterMap::default();
+        for (id, up) in [(3u32, false), (4, true)] {
+            map.osds.insert(
+                id,
+                basalt_placement::OsdInfo {
+                    id,
+                    host: format!("h{id}"),
+                    addr: format!("10.0.0.{id}:7000"),
+                    weight: 1,
+                    up,
+                    is_in: true,
+                    incarnation: 1,
+                    io: String::new(),
+                    up_from: 1,
+                },
+            );
+        }
+        let pg = |name: &str, unfound: u64, waiting: Vec<u32>| PgStatus {
+            pg: name.into(),
+            state: "active+recovering".into(),
+            acting: vec![0, 1],
+            interval: 5,
+            degraded_objects: 0,
+            unfound_objects: unfound,
+            unfound_waiting: waiting,
+        };
+        let pgs = [
+            pg("1.0", 0, vec![]),
+            pg("1.1", 2, vec![3, 4]),
+            pg("1.2", 1, vec![]),
+        ];
+        let lines = unfound_lines(&map, &pgs);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("pg 1.1: 2 erasure-coded stripes")
+                && lines[0].contains("waits for osd.3 (down), osd.4 (up) to return")
+                && lines[0].contains("`basalt pg mark-unfound-lost 1.1` gives them up"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with("pg 1.2: 1 erasure-coded")
+                && lines[1].contains("the chunks are gone")
+                && lines[1].contains("mark-unfound-lost 1.2"),
+            "{}",
+            lines[1]
+        );
     }
 
     /// Goal: a PG below min_size is named with the OSDs it waits for and what brings it

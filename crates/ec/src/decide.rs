@@ -71,9 +71,10 @@ pub struct Plan {
     /// Positions whose committed chunk must go (the stripe ends absent).
     pub delete: Vec<usize>,
     /// Some position committed a version newer than `target` (or the stripe has committed
-    /// chunks but no version with k of them): more chunks were lost than the code
-    /// tolerates. Nothing may be changed and reads fail (EIO): serving the older state would
-    /// silently undo an acknowledged write.
+    /// chunks but no version with k of them): fewer than k live positions hold it. Nothing
+    /// may be changed and I/O to the stripe waits (serving the older state would silently
+    /// undo an acknowledged write) until positions holding it return or an operator gives
+    /// it up ([`crate::unfound`]).
     pub unfound: Option<StripeVersion>,
 }
 

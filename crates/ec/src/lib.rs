@@ -7,6 +7,7 @@
 use thiserror::Error;
 
 pub mod decide;
+pub mod unfound;
 
 /// Largest number of data chunks a pool may use.
 pub const MAX_K: u8 = 16;

@@ -226,10 +226,15 @@ pub struct PgRecord {
     /// what it had not flushed), a holder that kept running is the better authority.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<CompleteCopy>,
-    /// Erasure-coded PGs: stripes that lost more chunks than the code tolerates (reads of
-    /// them fail with EIO rather than return older data).
+    /// Erasure-coded PGs: stripes whose newest committed version fewer than k positions
+    /// hold (I/O to them waits rather than return older data, until the OSDs holding them
+    /// return or an operator gives them up).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unfound_objects: u64,
+    /// Erasure-coded PGs: the OSDs that may hold the unfound stripes' missing chunks and did
+    /// not answer peering (empty with unfound stripes: none is known to hold them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfound_waiting: Vec<u32>,
     /// Erasure-coded PGs: for each position, the OSDs that may hold its chunks — its
     /// holder, then holders of earlier intervals while the position is not yet rebuilt — so
     /// the next primary finds chunks a placement change left elsewhere.

@@ -177,6 +177,7 @@ mod tests {
     fn record(complete: &[CompleteCopy]) -> PgRecord {
         PgRecord {
             unfound_objects: 0,
+            unfound_waiting: Vec::new(),
             ec_sources: Vec::new(),
             epoch: 7,
             primary: complete.first().map_or(0, |c| c.osd),

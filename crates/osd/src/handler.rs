@@ -254,6 +254,13 @@ pub(crate) fn dispatch(
         Opcode::Promote => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Stash if replica => crate::ec::member_stash(osd, h, payload, sink, permit),
         Opcode::Stash => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::MarkUnfoundLost if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::MarkUnfoundLost => {
+            let osd = osd.clone();
+            spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
+                crate::ec::mark_unfound_lost(&osd, h).await
+            });
+        }
         Opcode::Scrub if replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
         Opcode::Scrub => {
             let osd = osd.clone();

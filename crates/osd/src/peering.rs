@@ -58,9 +58,20 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
         let interval = map.interval(pg);
         let acting = map.acting_with_incarnations(pg);
         let primary = registered && acting.first().map(|a| a.0) == Some(osd.id);
+        let mut again = false;
         let started = osd.pgs.with(pg, |e| {
             if e.interval == interval {
-                return None;
+                // Unfound stripes wait for OSDs that are not positions of the interval
+                // (earlier holders): one back does not change it, so peer again here.
+                again = primary
+                    && e.phase == PgPhase::Active
+                    && waited_osd_returned(&e.ec_waiting, map);
+                if !again {
+                    return None;
+                }
+                e.generation += 1;
+                e.phase = PgPhase::Peering;
+                return Some((e.interval, e.generation));
             }
             e.interval = interval;
             e.acting = acting.clone();
@@ -68,6 +79,8 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
             e.counter = 0;
             e.ec_behind = 0;
             e.ec_sources = Vec::new();
+            e.ec_unfound.clear();
+            e.ec_waiting.clear();
             e.phase = if primary {
                 PgPhase::Peering
             } else {
@@ -76,9 +89,22 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
             primary.then_some((e.interval, e.generation))
         });
         if let Some((interval, generation)) = started {
+            if again {
+                tracing::info!(osd = osd.id, %pg, interval, "an OSD that unfound stripes wait for is up: peering again");
+            }
             tokio::spawn(peer_pg(osd.clone(), pg, interval, generation, acting));
         }
     }
+}
+
+/// Is an OSD that unfound stripes wait for (`waiting`: each with the run peering missed,
+/// None when it was down) up in `map` in a run peering has not tried?
+fn waited_osd_returned(waiting: &[(OsdId, Option<u64>)], map: &ClusterMap) -> bool {
+    waiting.iter().any(|&(id, missed)| {
+        map.osds
+            .get(&id)
+            .is_some_and(|o| o.up && missed != Some(o.incarnation))
+    })
 }
 
 /// This OSD's liveness lease expired (it was cut off or stopped): the cluster may have moved
@@ -266,6 +292,7 @@ async fn try_peer(
         degraded_objects: degraded,
         holders,
         unfound_objects: 0,
+        unfound_waiting: Vec::new(),
         ec_sources: Vec::new(),
     };
     // Before serving as primary, know every layer frozen so far: this OSD may have been
@@ -321,17 +348,20 @@ async fn try_peer_ec(
     if let Err(e) = osd.layers.reload_frozen(osd.meta.as_ref(), began).await {
         return Err(PgError::Meta(e).into());
     }
-    let behind = match crate::ec::peer(osd, &ctx, acting, generation).await {
-        Ok(b) => b,
+    let peered = match crate::ec::peer(osd, &ctx, acting, generation).await {
+        Ok(p) => p,
         Err(PgError::TakenOver) => return Err(PeerError::Superseded),
         Err(e) => return Err(e.into()),
     };
+    let behind = peered.behind;
     let activated = osd.pgs.with(pg, |e| {
         if e.generation != generation {
             return false;
         }
         e.phase = PgPhase::Active;
         e.ec_behind = behind;
+        e.ec_unfound = peered.unfound;
+        e.ec_waiting = peered.waiting;
         true
     });
     if !activated {

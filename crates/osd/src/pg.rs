@@ -8,8 +8,8 @@
 //! own copy match them); versions it assigns are `(interval, counter)`, so they grow across
 //! intervals.
 
-use basalt_proto::{OsdId, PgId};
-use std::collections::HashMap;
+use basalt_proto::{ObjectId, OsdId, PgId};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// Lock shards of the PG table; one shard's lock also orders a PG's mutations.
@@ -50,6 +50,13 @@ pub struct PgEntry {
     /// Erasure-coded PGs, as primary: for each position, the OSDs that may hold its chunks
     /// (its holder first, then holders of earlier intervals not yet rebuilt from).
     pub ec_sources: Vec<Vec<OsdId>>,
+    /// Erasure-coded PGs, as primary: stripes peering found unfound (their newest committed
+    /// version on fewer than k positions it could list). Their I/O answers Unavailable
+    /// until they are found again (a new peering) or given up (`crate::ec::unfound`).
+    pub ec_unfound: BTreeSet<ObjectId>,
+    /// The OSDs those stripes wait for, each with the run peering missed (None: it was
+    /// down): when the map shows one up in another run, the primary peers again.
+    pub ec_waiting: Vec<(OsdId, Option<u64>)>,
 }
 
 impl Default for PgEntry {
@@ -63,6 +70,8 @@ impl Default for PgEntry {
             generation: 0,
             ec_behind: 0,
             ec_sources: Vec::new(),
+            ec_unfound: BTreeSet::new(),
+            ec_waiting: Vec::new(),
         }
     }
 }

@@ -182,7 +182,25 @@ impl Ec {
             if clean {
                 return;
             }
-            assert!(Instant::now() < deadline, "EC PGs not clean in 30 s");
+            if Instant::now() >= deadline {
+                let states: Vec<String> = (0..4)
+                    .map(|index| {
+                        let pg = PgId {
+                            pool: EC_POOL,
+                            index,
+                        };
+                        let primary = map.acting(pg).expect("pg in the map").first().copied();
+                        let e = primary
+                            .and_then(|p| self.osds[p as usize].as_ref())
+                            .map(|h| h.osd.pgs.get(pg));
+                        format!(
+                            "{pg} primary {primary:?} interval {}: {e:?}",
+                            map.interval(pg)
+                        )
+                    })
+                    .collect();
+                panic!("EC PGs not clean in 30 s: {states:#?}");
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -1149,4 +1167,287 @@ async fn ec_partial_write_cut_between_phases_is_settled_by_peering() {
     write_pattern(&volume, &mut model, 31, 12).await;
     ec.wait_promoted(info.id).await;
     ec.check_stripes(info.id, &model);
+}
+
+/// Every stripe written while one OSD was down left unfound: osd.1 stops and every stripe
+/// is overwritten on the two others; osd.1 returns with a map that lags (it refuses the
+/// rebuild's pushes, so its chunks stay old, as a slow rebuild would leave them); then
+/// `victim`, another holder of the new chunks, stops. Once every EC PG is active (its
+/// stripes unfound) or incomplete (a PG osd.1 leads: of the last interval that activated,
+/// without osd.1, only one member answers), returns the victim and the unfound stripes.
+async fn leave_stripes_unfound(
+    ec: &mut Ec,
+    info: &basalt_client::VolumeInfo,
+    volume: &basalt_client::Volume,
+    model: &mut [u8],
+) -> (u32, Vec<ObjectId>) {
+    write_pattern(volume, model, 31, 16).await;
+    ec.wait_promoted(info.id).await;
+    ec.stop(1).await;
+    fill_stripes(volume, model, 0x60).await;
+    let stale = ec.maps.borrow().clone();
+    let (lagging, lagging_rx) = watch::channel(stale);
+    let h = Osd::start(config(ec.dir.path(), 1), lagging_rx, ec.meta.clone())
+        .await
+        .expect("restart osd.1");
+    let info1 = ec.map.osds.get_mut(&1).expect("in the map");
+    info1.addr = h.addr.to_string();
+    info1.incarnation = h.osd.incarnation;
+    info1.up = true;
+    ec.osds[1] = Some(h);
+    ec.publish();
+    // Wait until the PGs osd.1 does not lead are active with it back (and behind).
+    let map = ec.maps.borrow().clone();
+    let led_by_others: Vec<(PgId, u32)> = (0..4)
+        .map(|index| PgId {
+            pool: EC_POOL,
+            index,
+        })
+        .map(|pg| (pg, map.acting(pg).expect("pg in the map")[0]))
+        .filter(|&(_, p)| p != 1)
+        .collect();
+    let victim = match led_by_others.first() {
+        Some(&(_, p)) => 2 - p, // the OSD that is neither osd.1 nor that primary
+        None => panic!("osd.1 leads every PG"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !led_by_others.iter().all(|&(pg, primary)| {
+        let e = ec.osds[primary as usize]
+            .as_ref()
+            .expect("primary running")
+            .osd
+            .pgs
+            .get(pg);
+        e.interval == map.interval(pg) && e.phase == basalt_osd::pg::PgPhase::Active
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "PGs active with osd.1 back in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ec.stop(victim).await;
+    // osd.1 now learns its run, and every map from then on: it serves, and takes pushes
+    // (none of the unfound stripes).
+    let mut maps = ec.maps.subscribe();
+    tokio::spawn(async move {
+        // Bound: ends with the test's map sender.
+        loop {
+            lagging.send_replace(maps.borrow_and_update().clone());
+            if maps.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    let map = ec.maps.borrow().clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        use basalt_osd::pg::PgPhase;
+        let entries: Vec<_> = (0..4)
+            .filter_map(|index| {
+                let pg = PgId {
+                    pool: EC_POOL,
+                    index,
+                };
+                let primary = map.acting(pg).expect("pg in the map")[0];
+                let e = ec.osds[primary as usize].as_ref()?.osd.pgs.get(pg);
+                (e.interval == map.interval(pg)).then_some(e)
+            })
+            .collect();
+        let settled = entries.len() == 4
+            && entries
+                .iter()
+                .all(|e| matches!(e.phase, PgPhase::Active | PgPhase::Incomplete));
+        let unfound: Vec<ObjectId> = entries
+            .iter()
+            .filter(|e| e.phase == PgPhase::Active)
+            .flat_map(|e| e.ec_unfound.iter().copied())
+            .collect();
+        if settled && !unfound.is_empty() {
+            // Every stripe of an active PG is unfound: each was overwritten meanwhile.
+            let active_stripes = (0..STRIPES)
+                .map(|i| ObjectId::new(info.id, i))
+                .filter(|&s| {
+                    let pg = ClusterMap::pg_of(&map.pools[&EC_POOL], s);
+                    entries
+                        .iter()
+                        .zip(0..)
+                        .any(|(e, index)| index == pg.index && e.phase == PgPhase::Active)
+                })
+                .count();
+            assert_eq!(unfound.len(), active_stripes, "{unfound:?}");
+            return (victim, unfound);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "PGs active with unfound stripes in 30 s: {entries:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The status of every EC PG from the records (unfound count and the OSDs waited for).
+async fn ec_pg_states(ec: &Ec) -> Vec<basalt_client::status::PgStatus> {
+    let records = basalt_client::status::pg_records(&ec.cluster)
+        .await
+        .expect("PG records");
+    let map = ec.maps.borrow().clone();
+    basalt_client::status::pg_states(&map, &records)
+        .into_iter()
+        .filter(|p| p.pg.starts_with(&format!("{EC_POOL}.")))
+        .collect()
+}
+
+/// Goal (issue 30, item 4): a stripe whose newest write is on an OSD that is down but
+/// will return is unavailable, not lost. With 2+1 at min_size 2, stripes written while
+/// osd.1 was down, not yet rebuilt on it when another holder stops, are unfound: reads
+/// and writes of them wait (Unavailable, retried; here the client gives up after its
+/// timeout) instead of failing with EIO, the PG records them with the OSD they wait for,
+/// and once that OSD returns everything reads as acknowledged and the PGs are clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_unfound_stripes_wait_for_their_osd_instead_of_failing() {
+    let mut ec = Ec::start(2).await;
+    let (info, volume, mut model) = ec.volume().await;
+    let (victim, unfound) = leave_stripes_unfound(&mut ec, &info, &volume, &mut model).await;
+    let states = ec_pg_states(&ec).await;
+    assert_eq!(
+        states.iter().map(|p| p.unfound_objects).sum::<u64>(),
+        unfound.len() as u64,
+        "{states:?}"
+    );
+    for p in states.iter().filter(|p| p.unfound_objects > 0) {
+        assert_eq!(p.unfound_waiting, vec![victim], "{p:?}");
+    }
+    let at = unfound[0].index * STRIPE as u64;
+    ec.cluster.set_io_timeout(Some(Duration::from_millis(1500)));
+    let read = volume.read(at, STRIPE).await;
+    assert!(
+        matches!(
+            read,
+            Err(basalt_client::ClientError::Status {
+                status: basalt_proto::Status::Unavailable
+            })
+        ),
+        "a read of an unfound stripe waits (Unavailable), never EIO: {read:?}"
+    );
+    let write = volume
+        .write(at, Bytes::from(vec![9u8; STRIPE as usize]), false)
+        .await;
+    assert!(
+        matches!(
+            write,
+            Err(basalt_client::ClientError::Status {
+                status: basalt_proto::Status::Unavailable
+            })
+        ),
+        "even a whole-stripe write of an unfound stripe waits: {write:?}"
+    );
+    ec.cluster.set_io_timeout(None);
+    // A read waiting meanwhile completes once the OSD is back.
+    let waiting = {
+        let volume = ec.cluster.open_volume("e").await.expect("open it again");
+        tokio::spawn(async move { volume.read(at, STRIPE).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ec.restart(victim).await;
+    let back = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiting read completes once the OSD is back")
+        .expect("read task")
+        .expect("the waiting read");
+    let at = at as usize;
+    assert!(
+        back[..] == model[at..at + STRIPE as usize],
+        "it reads the newest write"
+    );
+    ec.wait_clean().await;
+    ec.check_stripes(info.id, &model);
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "every acknowledged write reads back");
+    let states = ec_pg_states(&ec).await;
+    assert!(states.iter().all(|p| p.unfound_objects == 0), "{states:?}");
+}
+
+/// Goal (issue 30, item 4): an operator gives unfound stripes up with MARK_UNFOUND_LOST:
+/// refused while a PG has none; each unfound stripe is then rewritten at a new version with
+/// the newest contents that still decode (none here: 2+1 whose older chunks were
+/// overwritten, so zeros), its I/O resumes, the PG records none left, and when the OSD
+/// holding the lost writes returns, its chunks are superseded: nothing becomes unfound
+/// again and the stripes keep what the give-up wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec_unfound_stripes_given_up_stay_given_up() {
+    let mut ec = Ec::start(2).await;
+    let (info, volume, mut model) = ec.volume().await;
+    let pg0 = PgId {
+        pool: EC_POOL,
+        index: 0,
+    };
+    let refused = ec.cluster.mark_unfound_lost(pg0).await;
+    assert!(
+        matches!(&refused, Err(basalt_client::ClientError::Invalid { reason }) if reason.contains("no unfound stripes")),
+        "refused while nothing is unfound: {refused:?}"
+    );
+    let refused = ec
+        .cluster
+        .mark_unfound_lost(PgId { pool: 1, index: 0 })
+        .await;
+    assert!(
+        matches!(refused, Err(basalt_client::ClientError::Invalid { .. })),
+        "refused on a replicated pool: {refused:?}"
+    );
+    let (victim, unfound) = leave_stripes_unfound(&mut ec, &info, &volume, &mut model).await;
+    let mut pgs: Vec<PgId> = unfound
+        .iter()
+        .map(|&s| ClusterMap::pg_of(&ec.map.pools[&EC_POOL], s))
+        .collect();
+    pgs.dedup();
+    let mut given = 0;
+    for pg in pgs {
+        let report = ec.cluster.mark_unfound_lost(pg).await.expect("give up");
+        assert_eq!(report.still_unfound, 0, "{report:?}");
+        for g in &report.stripes {
+            assert_eq!(
+                (g.outcome, g.kept),
+                (basalt_proto::unfound::Outcome::Zeros, None),
+                "no older version decodes in a 2+1 whose other chunks were overwritten: {g:?}"
+            );
+            assert!(g.lost > Version::ZERO, "{g:?}");
+            let at = (g.stripe.index * STRIPE as u64) as usize;
+            model[at..at + STRIPE as usize].fill(0);
+            given += 1;
+        }
+        let again = ec.cluster.mark_unfound_lost(pg).await;
+        assert!(
+            matches!(again, Err(basalt_client::ClientError::Invalid { .. })),
+            "nothing left to give up: {again:?}"
+        );
+    }
+    assert_eq!(given, unfound.len(), "every unfound stripe given up");
+    let states = ec_pg_states(&ec).await;
+    assert!(states.iter().all(|p| p.unfound_objects == 0), "{states:?}");
+    // Their I/O resumes at once (the victim is still down).
+    for s in &unfound {
+        let at = s.index * STRIPE as u64;
+        let back = volume.read(at, STRIPE).await.unwrap();
+        assert!(
+            back.iter().all(|&b| b == 0),
+            "given-up stripe {s} reads as zeros"
+        );
+        volume
+            .write(at + 4096, Bytes::from(vec![0x5a; 4096]), false)
+            .await
+            .expect("a write of a given-up stripe");
+        model[at as usize + 4096..at as usize + 8192].fill(0x5a);
+    }
+    // The OSD holding the lost writes returns: its chunks are older than the give-up's.
+    ec.restart(victim).await;
+    ec.wait_clean().await;
+    let states = ec_pg_states(&ec).await;
+    assert!(
+        states.iter().all(|p| p.unfound_objects == 0),
+        "the lost writes' chunks do not make anything unfound again: {states:?}"
+    );
+    ec.check_stripes(info.id, &model);
+    let back = volume.read(0, model.len() as u32).await.unwrap();
+    assert!(back[..] == model[..], "the given-up contents stay");
 }

@@ -95,6 +95,10 @@ pub enum Opcode {
     /// the base version, then the blocks that change) at `version`, if the member's
     /// committed chunk is at `prev_version` (else Stale); FUA makes it durable first.
     Stash = 19,
+    /// Give up the unfound stripes of the erasure-coded PG `pg` (client → the PG's
+    /// primary, no payload): each is rewritten at a new version with the newest contents
+    /// that still decode. Reply payload: [`crate::unfound`]. Invalid when the PG has none.
+    MarkUnfoundLost = 20,
 }
 
 /// Most inodes one USAGE request may name.
@@ -130,6 +134,7 @@ impl Opcode {
             17 => Self::Promote,
             18 => Self::Scrub,
             19 => Self::Stash,
+            20 => Self::MarkUnfoundLost,
             _ => return None,
         })
     }
@@ -299,7 +304,7 @@ impl Header {
             }
             Opcode::Call => !reply || matches!(self.status, Status::Ok | Status::Conflict),
             Opcode::Usage => !reply || self.status == Status::Ok,
-            Opcode::Scrub => reply && self.status == Status::Ok,
+            Opcode::Scrub | Opcode::MarkUnfoundLost => reply && self.status == Status::Ok,
             _ => false,
         }
     }
@@ -454,7 +459,11 @@ mod tests {
         assert_eq!(Opcode::from_u8(19), Some(Opcode::Stash));
         let stash = Header::request(Opcode::Stash, 1, ObjectId::new(1, 0).partial_stash(2));
         assert!(stash.has_payload() && !stash.reply(Status::Ok).has_payload());
-        assert_eq!(Opcode::from_u8(20), None);
+        assert_eq!(Opcode::from_u8(20), Some(Opcode::MarkUnfoundLost));
+        let lost = Header::request(Opcode::MarkUnfoundLost, 1, ObjectId::new(0, 0));
+        assert!(!lost.has_payload() && lost.reply(Status::Ok).has_payload());
+        assert!(!lost.reply(Status::Invalid).has_payload());
+        assert_eq!(Opcode::from_u8(21), None);
     }
 
     proptest! {

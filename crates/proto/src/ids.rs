@@ -137,6 +137,21 @@ impl fmt::Display for PgId {
     }
 }
 
+impl std::str::FromStr for PgId {
+    type Err = String;
+
+    /// `POOL.INDEX` as [`PgId`]'s `Display` writes it (pool in decimal, index in hex), as
+    /// `basalt status` and `basalt pg ls` show PGs.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("\"{text}\" is not a PG; write POOL.INDEX as `basalt pg ls` shows it");
+        let (pool, index) = text.split_once('.').ok_or_else(bad)?;
+        Ok(PgId {
+            pool: pool.parse().map_err(|_| bad())?,
+            index: u32::from_str_radix(index, 16).map_err(|_| bad())?,
+        })
+    }
+}
+
 /// The version of an object write: (epoch of the PG map under which the primary assigned it,
 /// counter within that epoch). Ordered lexicographically, so a newer primary always wins.
 #[derive(
@@ -167,6 +182,29 @@ impl fmt::Display for Version {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: a PG written as status shows it parses back; anything else is refused.
+    #[test]
+    fn pg_ids_parse_as_displayed() {
+        let pg = PgId {
+            pool: 3,
+            index: 0x1f,
+        };
+        assert_eq!(pg.to_string().parse::<PgId>(), Ok(pg));
+        for bad in [
+            "",
+            "3",
+            "3.",
+            ".1",
+            "x.1",
+            "3.g",
+            "3.1.1",
+            "-1.0",
+            "3.100000000",
+        ] {
+            assert!(bad.parse::<PgId>().is_err(), "{bad}");
+        }
+    }
 
     /// Goal: chunk keys of one stripe are distinct per position and stash flag, and map
     /// back to the stripe; S3 table indexes (bit 63) and large volume indexes survive.

@@ -12,6 +12,7 @@ pub mod image;
 pub mod kv;
 pub mod size;
 pub mod slowop;
+pub mod unfound;
 
 pub use frame::{
     DecodeError, Flags, Header, Opcode, Status, HEADER_LEN, LIST_ENTRY_BYTES, LIST_MAX_ENTRIES,

@@ -14,7 +14,8 @@
 //! By phase (as Vitastor splits its OSD): [`write`] (client writes, the two phases),
 //! [`read`] (client reads, decode and repair), [`peering`] (settling cut writes),
 //! [`recovery`] (rebuilding positions behind), [`scrub`] (one stripe's parity), [`partial`]
-//! (small writes: partial stashes and bumps); beneath
+//! (small writes: partial stashes and bumps), [`unfound`] (stripes whose newest write is
+//! on down OSDs: their I/O waits, and an operator may give them up); beneath
 //! them [`chunk`] (one chunk at one position) and [`lock`] (per-stripe locks).
 
 mod chunk;
@@ -24,6 +25,7 @@ mod peering;
 mod read;
 mod recovery;
 mod scrub;
+mod unfound;
 mod write;
 
 use crate::daemon::Osd;
@@ -39,6 +41,7 @@ pub(crate) use peering::peer;
 pub(crate) use read::{client_allocation, client_read};
 pub(crate) use recovery::recover;
 pub(crate) use scrub::scrub_stripe;
+pub(crate) use unfound::mark_unfound_lost;
 pub(crate) use write::{client_copy_up, client_mutation};
 
 /// What the primary needs to know of an erasure-coded PG for one request.

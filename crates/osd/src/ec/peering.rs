@@ -10,18 +10,29 @@ use basalt_ec::decide::{decide, PartialStash, Plan, PositionState};
 use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
 use basalt_placement::{ClusterMap, NO_OSD};
 use basalt_proto::{ObjectId, OsdId, Status, Version};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+/// What peering found that the activated PG must know.
+pub(crate) struct Peered {
+    /// Positions (bit per position) whose holder lacks some stripe's version.
+    pub behind: u32,
+    /// Stripes whose newest committed version fewer than k listed positions hold.
+    pub unfound: BTreeSet<ObjectId>,
+    /// The OSDs those stripes wait for, each with the run that did not answer (None: down).
+    pub waiting: Vec<(OsdId, Option<u64>)>,
+}
 
 /// Peer an erasure-coded PG as its new primary: list every live position (sealing them),
 /// settle every stripe with a stash (promote, roll back, or drop), note the positions that
-/// lack chunks for background recovery, record and activate. Returns the positions behind.
+/// lack chunks for background recovery and the stripes that are unfound, record and
+/// activate.
 pub(crate) async fn peer(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     acting: &[(OsdId, u64)],
     generation: u64,
-) -> Result<u32, PgError> {
+) -> Result<Peered, PgError> {
     let pg = ctx.pg;
     let (previous, expected_rev) = previous_sources(osd, ctx).await?;
     // Promises to an old primary the map shows down bind this copy too (see
@@ -29,12 +40,23 @@ pub(crate) async fn peer(
     crate::heartbeat::wait_to_seal(osd).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
     let map = osd.map();
-    let mut survey = survey(osd, &map, ctx, acting, &previous).await?;
+    let survey = survey(osd, &map, ctx, acting, &previous).await?;
     previous.check_reached(ctx, &survey)?;
+    let Survey {
+        mut seen,
+        found_elsewhere,
+        listed,
+    } = survey;
+    let placement = map.placement(ctx.pg).map(<[_]>::to_vec).unwrap_or_default();
+    let seek = Unlisted {
+        placement: &placement,
+        sources: &previous.sources,
+        listed: &listed,
+    };
     let mut settled = Settled::default();
-    for (stripe, state) in survey.seen.iter_mut() {
+    for (stripe, state) in seen.iter_mut() {
         read_partial_bases(osd, ctx, *stripe, state).await;
-        settle_stripe(osd, ctx, *stripe, state, &mut settled).await?;
+        settle_stripe(osd, ctx, *stripe, state, &seek, &mut settled).await?;
     }
     let Settled {
         behind,
@@ -42,6 +64,8 @@ pub(crate) async fn peer(
         unfound,
         promoted,
         dropped,
+        unfound_stripes,
+        waiting,
     } = settled;
     // Positions are bits of a u32: the code is at most 20 wide (basalt_ec::MAX_K + MAX_M).
     assert!(
@@ -56,10 +80,19 @@ pub(crate) async fn peer(
             "EC peering settled the stripes of cut writes"
         );
     }
+    if unfound > 0 {
+        let names: Vec<String> = waiting.iter().map(|o| format!("osd.{o}")).collect();
+        tracing::warn!(
+            osd = osd.id, %pg, interval = ctx.interval, unfound, waiting = ?names,
+            "stripes unfound: their newest writes are on fewer than k of the OSDs that \
+             answered; their I/O waits for the OSDs named (`basalt pg mark-unfound-lost {pg}` \
+             gives them up)"
+        );
+    }
     if !crate::peering::is_current(osd, pg, generation) {
         return Err(PgError::TakenOver);
     }
-    let sources = rebuild_sources(ctx, behind, &previous.sources, &survey.found_elsewhere);
+    let sources = rebuild_sources(ctx, behind, &previous.sources, &found_elsewhere);
     let complete = ctx
         .live()
         .filter(|(pos, _)| behind & (1 << pos) == 0)
@@ -76,6 +109,7 @@ pub(crate) async fn peer(
         degraded_objects: rebuilds,
         holders: Vec::new(),
         unfound_objects: unfound,
+        unfound_waiting: waiting.iter().copied().collect(),
         ec_sources: sources.clone(),
     };
     let value = serde_json::to_vec(&rec).expect("PG record serialises");
@@ -93,7 +127,38 @@ pub(crate) async fn peer(
             e.ec_sources = sources;
         }
     });
-    Ok(behind)
+    let waiting = waiting
+        .into_iter()
+        .map(|o| {
+            let run = map.osds.get(&o).filter(|i| i.up).map(|i| i.incarnation);
+            (o, run)
+        })
+        .collect();
+    Ok(Peered {
+        behind,
+        unfound: unfound_stripes,
+        waiting,
+    })
+}
+
+/// Where chunks of a position may be that peering did not list: the OSD the map places
+/// there (down: a hole) and the position's recorded earlier holders.
+struct Unlisted<'a> {
+    placement: &'a [OsdId],
+    sources: &'a [Vec<OsdId>],
+    listed: &'a BTreeSet<OsdId>,
+}
+
+impl Unlisted<'_> {
+    /// The OSDs that may hold chunks of position `pos` and did not answer the survey.
+    fn at(&self, pos: usize) -> impl Iterator<Item = OsdId> + '_ {
+        let placed = self.placement.get(pos).copied().filter(|&o| o != NO_OSD);
+        let earlier = self.sources.get(pos).into_iter().flatten().copied();
+        placed
+            .into_iter()
+            .chain(earlier)
+            .filter(|o| !self.listed.contains(o))
+    }
 }
 
 /// What the last activated interval left that peering must take into account.
@@ -276,6 +341,10 @@ struct Settled {
     unfound: u64,
     promoted: u64,
     dropped: u64,
+    /// The unfound stripes.
+    unfound_stripes: BTreeSet<ObjectId>,
+    /// The OSDs they wait for ([`Unlisted`] at the positions lacking their version).
+    waiting: BTreeSet<OsdId>,
 }
 
 /// Step 3 of [`peer`], for one stripe: decide its version from every chunk found for each
@@ -286,24 +355,31 @@ async fn settle_stripe(
     ctx: &EcPg,
     stripe: ObjectId,
     state: &[Seen],
+    seek: &Unlisted<'_>,
     settled: &mut Settled,
 ) -> Result<(), PgError> {
     let merged = merged_state(ctx, state);
-    let plan = plan_of(ctx.scheme.k(), &merged);
+    let (plan, ranked) = plan_of(ctx.scheme.k(), &merged);
     if let Some(v) = plan.unfound {
         settled.unfound += 1;
+        settled.unfound_stripes.insert(stripe);
+        let mut waits = Vec::new();
+        for pos in basalt_ec::unfound::missing(&ranked, v) {
+            waits.extend(seek.at(pos));
+        }
+        settled.waiting.extend(waits.iter().copied());
         // A holder without the newest committed chunk must not serve the stripe: its fast
         // read would answer older bytes than an acknowledged write (seen: a position back
         // from a long outage, while the OSD with that write's other chunk was down). Behind,
-        // reads decode, which fails while the stripe is unfound; a later interval with
-        // enough chunks rebuilds it.
+        // and the stripe's I/O waits while it is unfound; a later interval with enough
+        // chunks rebuilds it.
         let newest = version_of(&merged, v);
         for (pos, _) in ctx.live() {
             if state[pos].holder.0 != Some(newest) {
                 settled.behind |= 1 << pos;
             }
         }
-        tracing::error!(osd = osd.id, pg = %ctx.pg, %stripe, "stripe unfound: a committed write (rank {v}) lost more chunks than the code tolerates");
+        tracing::debug!(osd = osd.id, pg = %ctx.pg, %stripe, version = %version_of(&merged, v), ?waits, "stripe unfound: its newest write is on fewer than k positions that answered");
         return Ok(());
     }
     let target = plan.target.map(|t| version_of(&merged, t));
@@ -582,8 +658,8 @@ fn listed_versions(state: &[Option<Merged>]) -> Vec<Version> {
 }
 
 /// The plan for one stripe's listed state, with versions ranked (the decision only
-/// compares them).
-fn plan_of(k: usize, state: &[Option<Merged>]) -> Plan {
+/// compares them), and the ranked state it was decided from.
+fn plan_of(k: usize, state: &[Option<Merged>]) -> (Plan, Vec<Option<PositionState>>) {
     let all = listed_versions(state);
     let rank = |v: Option<Version>| v.map(|v| all.binary_search(&v).expect("listed") as u64 + 1);
     let positions: Vec<Option<PositionState>> = state
@@ -599,7 +675,7 @@ fn plan_of(k: usize, state: &[Option<Merged>]) -> Plan {
             })
         })
         .collect();
-    decide(k, &positions)
+    (decide(k, &positions), positions)
 }
 
 /// The version of rank `rank` in a stripe's listed state.

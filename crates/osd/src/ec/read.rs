@@ -3,6 +3,7 @@
 //! layers of a clone family.
 
 use super::chunk::{put_chunk, read_chunk};
+use super::unfound::is_unfound;
 use super::{client_context, ChunkRead, EcPg};
 use crate::daemon::Osd;
 use crate::recovery::PushKind;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 /// Each position's whole committed chunk of `stripe`: what its holder answered (None: a
 /// hole), and the best chunk found for it — the newest version among its holder and, for a
 /// position still being rebuilt, the OSDs that held it before (`ec_sources` of the PG).
-async fn read_all_chunks(
+pub(super) async fn read_all_chunks(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     stripe: ObjectId,
@@ -52,6 +53,23 @@ async fn read_all_chunks(
     out
 }
 
+/// Is an earlier holder of a position being rebuilt (or of a hole) down? Its chunks may
+/// return with it.
+fn source_down(osd: &Osd, ctx: &EcPg) -> bool {
+    let (behind, sources) = osd
+        .pgs
+        .with(ctx.pg, |e| (e.ec_behind, e.ec_sources.clone()));
+    let map = osd.map();
+    ctx.positions.iter().enumerate().any(|(pos, &peer)| {
+        (behind & (1 << pos) != 0 || peer == NO_OSD)
+            && sources
+                .get(pos)
+                .into_iter()
+                .flatten()
+                .any(|o| *o != peer && !map.osds.get(o).is_some_and(|i| i.up))
+    })
+}
+
 /// The stripe's current contents decoded from whatever positions answer: the newest
 /// version that k chunks agree on (None: the stripe does not exist). Chunks at other
 /// versions, or unreadable ones (a bad checksum), are rewritten from the decoded stripe
@@ -78,13 +96,17 @@ pub(super) struct Decoded {
 
 /// [`decode_stripe`], also telling how many live positions were left without the
 /// stripe's version — what recovery must see as zero before it counts a position rebuilt.
-/// Chunks rewritten are counted as pushes of `repair`'s kind.
+/// Chunks rewritten are counted as pushes of `repair`'s kind. An unfound stripe answers
+/// Unavailable (its I/O waits), as does one found undecodable while a chunk may return.
 pub(super) async fn decode_and_repair(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     stripe: ObjectId,
     repair: Option<PushKind>,
 ) -> Result<Option<Decoded>, Status> {
+    if is_unfound(osd, ctx.pg, stripe) {
+        return Err(Status::Unavailable);
+    }
     let read = read_all_chunks(osd, ctx, stripe).await;
     let chunks: Vec<Option<ChunkRead>> = read.iter().map(|r| r.1.clone()).collect();
     let k = ctx.scheme.k();
@@ -100,15 +122,21 @@ pub(super) async fn decode_and_repair(
             .filter(|c| matches!(c, Some(Ok((Some(x), _))) if *x == v))
             .count()
     };
-    let unreachable = chunks
-        .iter()
-        .any(|c| matches!(c, Some(Err(Status::Unavailable))));
+    // A chunk that may still show up: a hole, a holder not answering, or an earlier holder
+    // of a position being rebuilt that is down. The stripe then waits rather than fails.
+    let may_return = || {
+        chunks
+            .iter()
+            .any(|c| matches!(c, Some(Err(Status::Unavailable))))
+            || ctx.positions.contains(&NO_OSD)
+            || source_down(osd, ctx)
+    };
     let Some(target) = versions.iter().rev().copied().find(|&v| holding(v) >= k) else {
         if versions.is_empty() && chunks.iter().flatten().all(|c| c.is_ok()) {
             return Ok(None);
         }
-        if unreachable {
-            // A member is down or restarting: the next interval's peering settles it.
+        if may_return() {
+            // The next peering (a member back) or a give-up settles it; I/O waits.
             return Err(Status::Unavailable);
         }
         tracing::error!(
@@ -118,13 +146,15 @@ pub(super) async fn decode_and_repair(
         return Err(Status::Io);
     };
     if let Some(&newest) = versions.last() {
-        if newest > target && unreachable {
+        if newest > target && may_return() {
+            tracing::debug!(osd = osd.id, pg = %ctx.pg, %stripe, %newest, "stripe unfound at a read: waiting for its chunks");
             return Err(Status::Unavailable);
         }
         if newest > target {
             tracing::error!(
                 osd = osd.id, pg = %ctx.pg, %stripe, %newest,
-                "stripe unfound: version {newest} has fewer than {k} chunks"
+                "stripe unreadable: version {newest} has fewer than {k} readable chunks and \
+                 no other chunk may return"
             );
             return Err(Status::Io);
         }
@@ -243,6 +273,10 @@ pub(crate) async fn client_read(osd: &Arc<Osd>, h: Header) -> (Status, Bytes) {
         Err(_) => return (Status::Unavailable, Bytes::new()),
     };
     let _stripe = osd.stripes.lock(h.object).await;
+    if is_unfound(osd, ctx.pg, h.object) {
+        // Its newest write is on OSDs that are down: wait for them (or a give-up).
+        return (Status::Unavailable, Bytes::new());
+    }
     if !chain.is_empty() {
         // A layer with ancestors: the first layer of the chain holding the stripe answers.
         return match layered_stripe(osd, &ctx, h.object, &chain).await {

@@ -19,27 +19,49 @@ use std::time::Duration;
 /// Pause before retrying a failed EC recovery round.
 const EC_RECOVERY_RETRY_MS: u64 = 1_000;
 
+/// How a recovery round ended.
+enum Round {
+    /// Every position rebuilt and recorded.
+    Done,
+    /// Something is left: run again.
+    Again,
+    /// Everything is rebuilt but `n` unfound stripes, which wait for their OSDs (a new
+    /// peering) or a give-up: nothing to do while the PG's unfound set stays this size.
+    Unfound(usize),
+}
+
 /// Rebuild, in the background, every stripe of the PG whose chunk at a position in
 /// `behind` is missing or stale: list the PG on the primary's position (its committed
 /// chunks name every stripe), and decode-and-repair each stripe under its lock. Clears the
-/// behind positions and records the PG clean when done; runs while the interval lasts.
+/// behind positions and records the PG clean when done (never while stripes are unfound);
+/// runs while the interval lasts.
 pub(crate) async fn recover(osd: Arc<Osd>, pg: PgId, generation: u64) {
     let _recovering = osd.counters.recovering();
     // Bound: rounds go on while the interval lasts; each failed one waits EC_RECOVERY_RETRY_MS.
     while crate::recovery::still_active(&osd, pg, generation) && !osd.stopping() {
         match recover_round(&osd, pg, generation).await {
-            Ok(true) => return,
-            Ok(false) => {}
+            Ok(Round::Done) => return,
+            Ok(Round::Again) => {}
+            Ok(Round::Unfound(n)) => {
+                tracing::info!(osd = osd.id, %pg, unfound = n, "EC recovery: every stripe rebuilt but the unfound ones, which wait");
+                // Bound: the interval, polled every EC_RECOVERY_RETRY_MS (in memory only).
+                while crate::recovery::still_active(&osd, pg, generation)
+                    && !osd.stopping()
+                    && osd.pgs.with(pg, |e| e.ec_unfound.len()) == n
+                {
+                    tokio::time::sleep(Duration::from_millis(EC_RECOVERY_RETRY_MS)).await;
+                }
+            }
             Err(e) => tracing::debug!(osd = osd.id, %pg, "EC recovery: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(EC_RECOVERY_RETRY_MS)).await;
     }
 }
 
-async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool, PgError> {
+async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<Round, PgError> {
     let map = osd.map();
     let Ok(Some(ctx)) = EcPg::of(osd, &map, pg) else {
-        return Ok(false);
+        return Ok(Round::Again);
     };
     // Every stripe any holder, or earlier holder still counted as a source, has a chunk of.
     let sources = osd.pgs.with(pg, |e| e.ec_sources.clone());
@@ -76,11 +98,16 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
     // Stripes some live position still lacks after this round: while any is left, the
     // behind positions stay behind (reads keep decoding) and the round is tried again.
     let mut unsettled = 0usize;
+    let mut unfound = 0usize;
     for (done, stripe) in stripes.into_iter().enumerate() {
         if !crate::recovery::still_active(osd, pg, generation) {
-            return Ok(false);
+            return Ok(Round::Again);
         }
         let _lock = osd.stripes.lock(stripe).await;
+        if super::unfound::is_unfound(osd, pg, stripe) {
+            unfound += 1;
+            continue;
+        }
         match decode_and_repair(osd, &ctx, stripe, Some(PushKind::Recovery)).await {
             Ok(None) => {}
             Ok(Some(d)) if d.unsettled == 0 => {}
@@ -104,14 +131,19 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
             "EC recovery round left stripes with a position not rebuilt (a member unreachable \
              or refusing); the PG stays degraded and the round runs again"
         );
-        return Ok(false);
+        return Ok(Round::Again);
+    }
+    if unfound > 0 {
+        // Their positions stay behind and the earlier holders recorded as sources; the
+        // wait lasts while the PG's set keeps its size (it only shrinks within an interval).
+        return Ok(Round::Unfound(osd.pgs.with(pg, |e| e.ec_unfound.len())));
     }
     // Everything written to the rebuilt positions must be durable before they count as
     // complete.
     for (_, peer) in ctx.live() {
         if peer == osd.id {
             if flush(osd).await != Status::Ok {
-                return Ok(false);
+                return Ok(Round::Again);
             }
             continue;
         }
@@ -152,7 +184,7 @@ async fn recover_round(osd: &Arc<Osd>, pg: PgId, generation: u64) -> Result<bool
         tracing::info!(osd = osd.id, %pg, stripes = total, "EC PG recovered");
         remove_misplaced_chunks(osd, &ctx, &map).await;
     }
-    Ok(cleared)
+    Ok(if cleared { Round::Done } else { Round::Again })
 }
 
 /// Once every position is rebuilt: delete, on each member, the chunks it holds of

@@ -18,6 +18,11 @@ pub(crate) async fn scrub_stripe(
 ) -> Result<crate::scrub::StripeScrub, Status> {
     use crate::scrub::StripeScrub;
     let _lock = osd.stripes.lock(stripe).await;
+    if super::unfound::is_unfound(osd, ctx.pg, stripe) {
+        // Its newest write is on down OSDs: nothing to compare or repair until it is found
+        // or given up.
+        return Ok(StripeScrub::Unrepaired);
+    }
     let mut reads = Vec::with_capacity(ctx.positions.len());
     for (pos, &peer) in ctx.positions.iter().enumerate() {
         if crate::scrub::is_hole(ctx, pos) {

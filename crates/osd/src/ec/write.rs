@@ -5,6 +5,7 @@
 use super::chunk::{promote_chunk, put_chunk, read_chunk};
 use super::partial::{stash_partial, Outcome};
 use super::read::{decode_stripe, layered_stripe};
+use super::unfound::is_unfound;
 use super::{client_context, EcPg};
 use crate::daemon::Osd;
 use crate::pg::PgPhase;
@@ -44,6 +45,11 @@ pub(crate) async fn client_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -
         return Status::Unavailable;
     }
     let guard = osd.stripes.lock(h.object).await;
+    if is_unfound(osd, ctx.pg, h.object) {
+        // Even a whole-stripe write waits: the stripe's lost write must be found or given
+        // up first, or the count of unfound stripes would no longer say what is waiting.
+        return Status::Unavailable;
+    }
     let whole = offset == 0 && len == ctx.stripe_bytes as u64;
     if h.opcode == Opcode::Write && !whole && chain.is_empty() {
         match stash_partial(osd, &ctx, h.object, h.offset, &payload).await {
@@ -165,7 +171,7 @@ async fn write_stripe(
 /// Phase 1 of a stripe write: assign a version, encode, stash every chunk durably on every
 /// live position. Returns the version. The caller holds the stripe lock; `old_version` is
 /// the stripe's version before (asserted to grow).
-async fn stash_stripe(
+pub(super) async fn stash_stripe(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     stripe: ObjectId,
@@ -270,7 +276,7 @@ pub(super) fn assign_version(
 /// succeed or the interval ends (its next primary's peering then promotes the durable
 /// stashes): given up earlier, the position would keep its old chunk, or none, while the
 /// PG counts it current, and a read of it would answer the old bytes.
-async fn promote_stripe(
+pub(super) async fn promote_stripe(
     osd: &Arc<Osd>,
     ctx: &EcPg,
     stripe: ObjectId,
@@ -340,6 +346,9 @@ pub(crate) async fn client_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
         return Status::Ok;
     }
     let _stripe = osd.stripes.lock(h.object).await;
+    if is_unfound(osd, ctx.pg, h.object) {
+        return Status::Unavailable;
+    }
     match decode_stripe(osd, &ctx, h.object, true).await {
         Ok(Some(_)) => return Status::Ok,
         Ok(None) => {}
