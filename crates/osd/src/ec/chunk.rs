@@ -34,8 +34,10 @@ fn member_header(ctx: &EcPg, opcode: Opcode, key: ObjectId, version: Version) ->
     h
 }
 
-/// A member's reply to a request of `ctx`'s interval ([`await_member`]: a newer interval
-/// answers Peering, retried by the client).
+/// A member's reply to a request of `ctx`'s interval ([`await_member`]). A member that did
+/// not answer — timed out, or a newer interval began first — is Unavailable: its chunk may
+/// still return, so a stripe short of chunks waits instead of failing (`read.rs` tells a
+/// chunk that may return from a damaged one by exactly this status), and clients retry it.
 async fn wait(
     osd: &Osd,
     ctx: &EcPg,
@@ -51,7 +53,7 @@ async fn wait(
             Err(Status::Unavailable)
         }
         MemberReply::TimedOut => Err(Status::Unavailable),
-        MemberReply::Superseded => Err(Status::Peering),
+        MemberReply::Superseded => Err(Status::Unavailable),
     }
 }
 
