@@ -630,26 +630,28 @@ mod tests {
         assert_eq!(r.health(), "HEALTH_ERR");
     }
 
+    /// OSD `id` of a test map, on a host of its own, in.
+    fn osd_info(id: u32, up: bool) -> basalt_placement::OsdInfo {
+        basalt_placement::OsdInfo {
+            id,
+            host: format!("h{id}"),
+            addr: format!("10.0.0.{id}:7000"),
+            weight: 1,
+            up,
+            is_in: true,
+            incarnation: 1,
+            io: String::new(),
+            up_from: 1,
+        }
+    }
+
     /// Goal: a PG with unfound stripes is named with the OSDs they wait for and the
     /// command that gives them up; one with nothing to wait for says the chunks are gone.
     #[test]
     fn unfound_stripes_name_the_osds_they_wait_for() {
         let mut map = ClusterMap::default();
         for (id, up) in [(3u32, false), (4, true)] {
-            map.osds.insert(
-                id,
-                basalt_placement::OsdInfo {
-                    id,
-                    host: format!("h{id}"),
-                    addr: format!("10.0.0.{id}:7000"),
-                    weight: 1,
-                    up,
-                    is_in: true,
-                    incarnation: 1,
-                    io: String::new(),
-                    up_from: 1,
-                },
-            );
+            map.osds.insert(id, osd_info(id, up));
         }
         let pg = |name: &str, unfound: u64, waiting: Vec<u32>| PgStatus {
             pg: name.into(),
@@ -689,20 +691,7 @@ mod tests {
     fn below_min_size_names_the_missing_osds() {
         let mut map = ClusterMap::default();
         for id in 0..3u32 {
-            map.osds.insert(
-                id,
-                basalt_placement::OsdInfo {
-                    id,
-                    host: format!("h{id}"),
-                    addr: format!("10.0.0.{id}:7000"),
-                    weight: 1,
-                    up: true,
-                    is_in: true,
-                    incarnation: 1,
-                    io: String::new(),
-                    up_from: 1,
-                },
-            );
+            map.osds.insert(id, osd_info(id, true));
         }
         map.pools.insert(
             1,

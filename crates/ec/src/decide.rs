@@ -356,17 +356,6 @@ mod tests {
         current: PositionState,
     }
 
-    /// Tiny deterministic generator (no dependency for a test).
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
     /// Goal: the write protocol (stash durably on every live position, acknowledge, promote
     /// each position without a flush) against peering's plan, with a crash injected after
     /// every step and up to m positions lost: afterwards every live position holds the same
@@ -377,7 +366,7 @@ mod tests {
         for (k, m) in [(2usize, 1usize), (4, 2), (3, 1), (8, 3)] {
             let n = k + m;
             for seed in 1..400u64 {
-                let mut rng = Rng(seed * 0x9e37_79b9 + k as u64);
+                let mut rng = crate::TestRng(seed * 0x9e37_79b9 + k as u64);
                 let mut pos = vec![Pos::default(); n];
                 let mut down = vec![false; n];
                 let mut acked: Option<u64> = None;
@@ -572,7 +561,7 @@ mod tests {
     const CHUNK_BLOCKS: usize = 4;
 
     /// Bytes for a write (deterministic in the seed).
-    fn bytes(len: usize, rng: &mut Rng) -> Vec<u8> {
+    fn bytes(len: usize, rng: &mut crate::TestRng) -> Vec<u8> {
         let seed = rng.below(u64::MAX);
         (0..len as u64)
             .map(|i| (seed.wrapping_mul(i | 1) >> 24) as u8)
@@ -653,7 +642,7 @@ mod tests {
             let seeds = if k == 8 { 100 } else { 150 };
             let (mut partial_writes, mut peering_merges) = (0, 0);
             for seed in 1..seeds {
-                let mut rng = Rng(seed * 0x9e37_79b9 + k as u64);
+                let mut rng = crate::TestRng(seed * 0x9e37_79b9 + k as u64);
                 let mut durable = vec![Held::default(); n];
                 let mut current = vec![Held::default(); n];
                 let mut down = vec![false; n];

@@ -9,6 +9,21 @@ use thiserror::Error;
 pub mod decide;
 pub mod unfound;
 
+/// Tiny deterministic generator for the model tests (no dependency for a test).
+#[cfg(test)]
+pub(crate) struct TestRng(pub(crate) u64);
+
+#[cfg(test)]
+impl TestRng {
+    /// The next value, below `n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
 /// Largest number of data chunks a pool may use.
 pub const MAX_K: u8 = 16;
 /// Largest number of parity chunks a pool may use.

@@ -99,17 +99,6 @@ mod tests {
         assert_eq!(give_up(2, &[stash, at(Some(1)), None]), None);
     }
 
-    /// Tiny deterministic generator (no dependency for a test).
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
     /// Goal: with min_size = k (issue 30's 2+1, min_size 2), positions going down and coming
     /// back with what they held, and rebuilds lagging behind: (1) a stripe peering does not
     /// find unfound settles at or above the acknowledged write; (2) an unfound stripe's lost
@@ -123,7 +112,7 @@ mod tests {
             let n = k + m;
             let (mut unfound_seen, mut given_up) = (0u64, 0u64);
             for seed in 1..400u64 {
-                let mut rng = Rng(seed * 0x9e37_79b9 + k as u64);
+                let mut rng = crate::TestRng(seed * 0x9e37_79b9 + k as u64);
                 // Committed version per position (writes complete: the model is about
                 // positions coming and going, crashes are decide's own model test).
                 let mut held: Vec<Option<u64>> = vec![Some(1); n];

@@ -53,6 +53,18 @@ pub(super) async fn read_all_chunks(
     out
 }
 
+/// The chunks read that hold `version`, by position (None: absent, another version or
+/// unreadable): what a decode of that version may use.
+pub(super) fn chunks_at(chunks: &[Option<ChunkRead>], version: Version) -> Vec<Option<&[u8]>> {
+    chunks
+        .iter()
+        .map(|c| match c {
+            Some(Ok((Some(v), data))) if *v == version => Some(&data[..]),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Is an earlier holder of a position being rebuilt (or of a hole) down? Its chunks may
 /// return with it.
 fn source_down(osd: &Osd, ctx: &EcPg) -> bool {
@@ -159,13 +171,7 @@ pub(super) async fn decode_and_repair(
             return Err(Status::Io);
         }
     }
-    let usable: Vec<Option<&[u8]>> = chunks
-        .iter()
-        .map(|c| match c {
-            Some(Ok((Some(v), data))) if *v == target => Some(&data[..]),
-            _ => None,
-        })
-        .collect();
+    let usable = chunks_at(&chunks, target);
     // Decoded only from chunks of the one version chosen, k of them at least: chunks of
     // two versions would decode to bytes no write produced.
     assert!(

@@ -3,7 +3,7 @@
 //! peering) or given up, and MARK_UNFOUND_LOST gives them up: each is rewritten at a new
 //! version with the newest contents that still decode ([`basalt_ec::unfound::give_up`]).
 
-use super::read::{layered_stripe, read_all_chunks};
+use super::read::{chunks_at, layered_stripe, read_all_chunks};
 use super::write::{promote_stripe, stash_stripe};
 use super::{ChunkRead, EcPg};
 use crate::daemon::Osd;
@@ -195,13 +195,7 @@ fn decode_at(
     chunks: &[Option<ChunkRead>],
     version: Version,
 ) -> Result<Vec<u8>, Status> {
-    let usable: Vec<Option<&[u8]>> = chunks
-        .iter()
-        .map(|c| match c {
-            Some(Ok((Some(v), data))) if *v == version => Some(&data[..]),
-            _ => None,
-        })
-        .collect();
+    let usable = chunks_at(chunks, version);
     assert!(
         usable.iter().flatten().count() >= ctx.scheme.k(),
         "pg {}: keeping {version}, held by fewer than k chunks",
