@@ -102,6 +102,23 @@ impl Ec {
         }
     }
 
+    /// Restart OSD `id` with a map of its own that stays the current one (where it is down,
+    /// an old run) until the returned sender moves it on; the cluster's map shows it back.
+    async fn restart_with_stale_map(&mut self, id: u32) -> watch::Sender<Arc<ClusterMap>> {
+        let stale = self.maps.borrow().clone();
+        let (lagging, lagging_rx) = watch::channel(stale);
+        let h = Osd::start(config(self.dir.path(), id), lagging_rx, self.meta.clone())
+            .await
+            .expect("restart the OSD");
+        let info = self.map.osds.get_mut(&id).expect("in the map");
+        info.addr = h.addr.to_string();
+        info.incarnation = h.osd.incarnation;
+        info.up = true;
+        self.osds[id as usize] = Some(h);
+        self.publish();
+        lagging
+    }
+
     fn publish(&mut self) {
         self.map.update_acting();
         let previous = (**self.maps.borrow()).clone();
@@ -496,17 +513,7 @@ async fn ec_rebuild_waits_for_a_returning_osd_that_refuses_pushes() {
     // Written while osd.1 is down: every stripe changes, so osd.1 misses all of them.
     fill_stripes(&volume, &mut model, 0x50).await;
     // osd.1 comes back, but its own map stays the one where it is down (old run).
-    let stale = ec.maps.borrow().clone();
-    let (lagging, lagging_rx) = watch::channel(stale);
-    let h = Osd::start(config(ec.dir.path(), 1), lagging_rx, ec.meta.clone())
-        .await
-        .expect("restart osd.1");
-    let info1 = ec.map.osds.get_mut(&1).expect("in the map");
-    info1.addr = h.addr.to_string();
-    info1.incarnation = h.osd.incarnation;
-    info1.up = true;
-    ec.osds[1] = Some(h);
-    ec.publish();
+    let lagging = ec.restart_with_stale_map(1).await;
     // Wait for the PGs osd.1 is a member (not the primary) of to activate, then give their
     // rebuild a few rounds against the refusing member.
     let map = ec.maps.borrow().clone();
@@ -1185,17 +1192,7 @@ async fn leave_stripes_unfound(
     ec.wait_promoted(info.id).await;
     ec.stop(1).await;
     fill_stripes(volume, model, 0x60).await;
-    let stale = ec.maps.borrow().clone();
-    let (lagging, lagging_rx) = watch::channel(stale);
-    let h = Osd::start(config(ec.dir.path(), 1), lagging_rx, ec.meta.clone())
-        .await
-        .expect("restart osd.1");
-    let info1 = ec.map.osds.get_mut(&1).expect("in the map");
-    info1.addr = h.addr.to_string();
-    info1.incarnation = h.osd.incarnation;
-    info1.up = true;
-    ec.osds[1] = Some(h);
-    ec.publish();
+    let lagging = ec.restart_with_stale_map(1).await;
     // Wait until the PGs osd.1 does not lead are active with it back (and behind).
     let map = ec.maps.borrow().clone();
     let led_by_others: Vec<(PgId, u32)> = (0..4)

@@ -53,6 +53,17 @@ pub(super) async fn read_all_chunks(
     out
 }
 
+/// The committed versions the chunks read hold, ascending, each once.
+pub(super) fn committed_versions(chunks: &[Option<ChunkRead>]) -> Vec<Version> {
+    let mut versions: Vec<Version> = chunks
+        .iter()
+        .filter_map(|c| c.as_ref()?.as_ref().ok()?.0)
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    versions
+}
+
 /// The chunks read that hold `version`, by position (None: absent, another version or
 /// unreadable): what a decode of that version may use.
 pub(super) fn chunks_at(chunks: &[Option<ChunkRead>], version: Version) -> Vec<Option<&[u8]>> {
@@ -122,12 +133,7 @@ pub(super) async fn decode_and_repair(
     let read = read_all_chunks(osd, ctx, stripe).await;
     let chunks: Vec<Option<ChunkRead>> = read.iter().map(|r| r.1.clone()).collect();
     let k = ctx.scheme.k();
-    let mut versions: Vec<Version> = chunks
-        .iter()
-        .filter_map(|c| c.as_ref()?.as_ref().ok()?.0)
-        .collect();
-    versions.sort_unstable();
-    versions.dedup();
+    let versions = committed_versions(&chunks);
     let holding = |v: Version| {
         chunks
             .iter()

@@ -3,7 +3,7 @@
 //! peering) or given up, and MARK_UNFOUND_LOST gives them up: each is rewritten at a new
 //! version with the newest contents that still decode ([`basalt_ec::unfound::give_up`]).
 
-use super::read::{chunks_at, layered_stripe, read_all_chunks};
+use super::read::{chunks_at, committed_versions, layered_stripe, read_all_chunks};
 use super::write::{promote_stripe, stash_stripe};
 use super::{ChunkRead, EcPg};
 use crate::daemon::Osd;
@@ -168,12 +168,7 @@ fn forget(osd: &Osd, pg: PgId, stripe: ObjectId) {
 /// The committed versions the chunks hold, ascending, and each position's state with
 /// versions ranked (index + 1) for the decision; unreadable positions count as holes.
 fn ranked_committed(chunks: &[Option<ChunkRead>]) -> (Vec<Version>, Vec<Option<PositionState>>) {
-    let mut versions: Vec<Version> = chunks
-        .iter()
-        .filter_map(|c| c.as_ref()?.as_ref().ok()?.0)
-        .collect();
-    versions.sort_unstable();
-    versions.dedup();
+    let versions = committed_versions(chunks);
     let rank = |v: Version| versions.binary_search(&v).expect("listed") as u64 + 1;
     let ranked = chunks
         .iter()
