@@ -418,22 +418,56 @@ impl Cluster {
         opcode: Opcode,
         object: ObjectId,
     ) -> Result<(), ClientError> {
-        let mut pending = Vec::with_capacity(map.osds.len());
-        for osd in map.osds.values().filter(|o| o.up) {
-            let conn = self.conns.get(osd.id, &osd.addr).await?;
-            let mut header = Header::request(opcode, 0, object);
-            header.map_epoch = map.epoch;
-            pending.push((conn.clone(), conn.start(header, Bytes::new())));
+        let request = |osd: &basalt_placement::OsdInfo| {
+            let (id, addr) = (osd.id, osd.addr.clone());
+            async move {
+                let conn = self.conns.get(id, &addr).await?;
+                let mut header = Header::request(opcode, 0, object);
+                header.map_epoch = map.epoch;
+                let reply = timed(&conn, conn.start(header, Bytes::new())).await?;
+                match reply.header.status {
+                    Status::Ok => Ok(()),
+                    status => Err(ClientError::Status { status }),
+                }
+            }
+        };
+        let up = map.osds.values().filter(|o| o.up).map(request);
+        futures::future::try_join_all(up).await?;
+        if opcode != Opcode::Flush {
+            return Ok(());
         }
-        for (conn, p) in pending {
-            let reply = timed(&conn, p).await?;
-            if reply.header.status != Status::Ok {
-                return Err(ClientError::Status {
-                    status: reply.header.status,
-                });
+        // An OSD marked down while running may hold the only copies of acknowledged writes
+        // not yet durable: a FLUSH reaches it too, or waits until it says it flushed.
+        for osd in map.osds.values().filter(|o| o.unflushed) {
+            tokio::select! {
+                done = request(osd) => done?,
+                () = self.no_longer_unflushed(osd.id) => {
+                    if self.map().osds.get(&osd.id).is_some_and(|o| o.up) {
+                        // Up again: flushed with the others on the retry, under the new map.
+                        return Err(ClientError::Closed {
+                            addr: osd.addr.clone(),
+                            reason: format!("osd.{} came up during a FLUSH", osd.id),
+                        });
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// Resolves once a map no longer shows `osd` unflushed (it flushed, came back up, or
+    /// its liveness record lapsed).
+    async fn no_longer_unflushed(&self, osd: OsdId) {
+        let mut maps = self.map.clone();
+        // Bound: one iteration per map; pending for ever if the map source ends.
+        loop {
+            if !maps.borrow_and_update().osds.get(&osd).is_some_and(|o| o.unflushed) {
+                return;
+            }
+            if maps.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 }
 

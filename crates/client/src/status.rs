@@ -642,6 +642,7 @@ mod tests {
             incarnation: 1,
             io: String::new(),
             up_from: 1,
+            unflushed: false,
         }
     }
 

@@ -175,6 +175,11 @@ pub struct AliveRecord {
     /// How its store's I/O runs (`direct uring`, `buffered threads`, ...).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub io: String,
+    /// The epoch of a map that showed this run down, written once its store was flushed
+    /// after seeing it (0: never). Newer than the OSD's `up_from`, it tells the monitor an
+    /// OSD marked down while running holds no acknowledged write that is not durable.
+    #[serde(default, skip_serializing_if = "is_zero_epoch")]
+    pub flushed_down: u32,
 }
 
 /// A pool as `basalt pool create` defines it. The monitor gives it an id and puts it in the map.
@@ -243,6 +248,10 @@ pub struct PgRecord {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_epoch(n: &u32) -> bool {
     *n == 0
 }
 

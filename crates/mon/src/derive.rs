@@ -50,11 +50,15 @@ fn placement_inputs(m: &ClusterMap) -> (Vec<(OsdId, String, u64)>, Vec<PoolSpec>
 ///
 /// An OSD is up while its liveness record exists. It is in while up (unless an operator
 /// marked it out), and stays in while down until `out_after_ms` passed, so a restart moves
-/// no data; once out, its PGs are placed elsewhere and recovered there.
+/// no data; once out, its PGs are placed elsewhere and recovered there. An OSD in
+/// `reported` (taken down by its peers' reports, its liveness record still standing) is down
+/// too, and `unflushed` until its record says it flushed its store after going down.
+#[allow(clippy::too_many_arguments)] // One input per kind of record, and the clock.
 pub fn derive_map(
     current: &ClusterMap,
     osds: &[OsdRecord],
     alive: &BTreeMap<OsdId, AliveRecord>,
+    reported: &BTreeMap<OsdId, AliveRecord>,
     pools: &[PoolRecord],
     clock: &mut DownClock,
     now_ms: u64,
@@ -73,6 +77,7 @@ pub fn derive_map(
             incarnation: 0,
             io: String::new(),
             up_from: 0,
+            unflushed: false,
         });
         info.host = rec.host.clone();
         info.weight = weight(rec.capacity_bytes);
@@ -87,10 +92,16 @@ pub fn derive_map(
                 info.incarnation = a.incarnation;
                 info.io = a.io.clone();
                 info.is_in = !rec.admin_out;
+                info.unflushed = false;
             }
             None => {
                 let since = *clock.since_ms.entry(rec.id).or_insert(now_ms);
                 info.up = false;
+                // Still running, marked down by reports: it flushes once it sees that, and
+                // says so with the epoch of a map newer than the one it came up in.
+                info.unflushed = reported.get(&rec.id).is_some_and(|a| {
+                    a.incarnation == info.incarnation && a.flushed_down <= info.up_from
+                });
                 if rec.admin_out || now_ms.saturating_sub(since) >= out_after_ms {
                     info.is_in = false;
                 }
@@ -221,6 +232,7 @@ mod tests {
 
     fn alive(addr: &str, incarnation: u64) -> AliveRecord {
         AliveRecord {
+            flushed_down: 0,
             addr: addr.into(),
             incarnation,
             started: 0,
@@ -264,7 +276,17 @@ mod tests {
                 set.iter().map(|id| m.osds[id].host.clone()).collect();
             assert_eq!(hosts.len(), 3);
         }
-        assert!(derive_map(&m, &osds, &all_alive(4), &[pool()], &mut clock, 10, 1000).is_none());
+        assert!(derive_map(
+            &m,
+            &osds,
+            &all_alive(4),
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            10,
+            1000
+        )
+        .is_none());
     }
 
     /// Goal: a down OSD leaves the acting sets at once but stays in (no data moves) until
@@ -276,17 +298,57 @@ mod tests {
         let m1 = first_map(&osds, &mut clock, 4);
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
-        let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
+        let m2 = derive_map(
+            &m1,
+            &osds,
+            &some_alive,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            100,
+            1000,
+        )
+        .unwrap();
         assert!(!m2.osds[&2].up && m2.osds[&2].is_in);
         assert_eq!(m2.pgs, m1.pgs, "placement unchanged while in");
         assert!(m2.all_pgs().all(|pg| !m2.acting(pg).unwrap().contains(&2)));
-        assert!(derive_map(&m2, &osds, &some_alive, &[pool()], &mut clock, 500, 1000).is_none());
-        let m3 = derive_map(&m2, &osds, &some_alive, &[pool()], &mut clock, 1200, 1000).unwrap();
+        assert!(derive_map(
+            &m2,
+            &osds,
+            &some_alive,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            500,
+            1000
+        )
+        .is_none());
+        let m3 = derive_map(
+            &m2,
+            &osds,
+            &some_alive,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            1200,
+            1000,
+        )
+        .unwrap();
         assert!(!m3.osds[&2].is_in);
         assert!(m3
             .all_pgs()
             .all(|pg| !m3.placement(pg).unwrap().contains(&2)));
-        let m4 = derive_map(&m3, &osds, &all_alive(4), &[pool()], &mut clock, 1300, 1000).unwrap();
+        let m4 = derive_map(
+            &m3,
+            &osds,
+            &all_alive(4),
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            1300,
+            1000,
+        )
+        .unwrap();
         assert!(m4.osds[&2].up && m4.osds[&2].is_in);
         assert_eq!(m4.pgs, m1.pgs, "deterministic placement returns");
     }
@@ -300,7 +362,17 @@ mod tests {
         let m1 = first_map(&osds, &mut clock, 3);
         let mut restarted = all_alive(3);
         restarted.insert(1, alive("10.0.0.1:7000", 2));
-        let m2 = derive_map(&m1, &osds, &restarted, &[pool()], &mut clock, 10, 1000).unwrap();
+        let m2 = derive_map(
+            &m1,
+            &osds,
+            &restarted,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            10,
+            1000,
+        )
+        .unwrap();
         assert_eq!(m2.epoch, 2);
         assert_eq!(m2.osds[&1].incarnation, 2);
         assert_eq!(m2.pgs, m1.pgs);
@@ -318,8 +390,28 @@ mod tests {
         let m1 = first_map(&osds, &mut clock, 4);
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
-        let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
-        let m3 = derive_map(&m2, &osds, &all_alive(4), &[pool()], &mut clock, 200, 1000).unwrap();
+        let m2 = derive_map(
+            &m1,
+            &osds,
+            &some_alive,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            100,
+            1000,
+        )
+        .unwrap();
+        let m3 = derive_map(
+            &m2,
+            &osds,
+            &all_alive(4),
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            200,
+            1000,
+        )
+        .unwrap();
         assert_eq!(m3.epoch, 3);
         for pg in m3.all_pgs() {
             assert_eq!(m3.acting(pg).unwrap(), m1.acting(pg).unwrap());
@@ -338,6 +430,7 @@ mod tests {
             &ClusterMap::default(),
             osds,
             &all_alive(alive),
+            &BTreeMap::new(),
             &[pool()],
             clock,
             0,
@@ -474,13 +567,81 @@ mod tests {
         assert!(m1.osds.values().all(|o| o.up_from == 1));
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
-        let m2 = derive_map(&m1, &osds, &some_alive, &[pool()], &mut clock, 100, 1000).unwrap();
-        let m3 = derive_map(&m2, &osds, &all_alive(4), &[pool()], &mut clock, 200, 1000).unwrap();
+        let m2 = derive_map(
+            &m1,
+            &osds,
+            &some_alive,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            100,
+            1000,
+        )
+        .unwrap();
+        let m3 = derive_map(
+            &m2,
+            &osds,
+            &all_alive(4),
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            200,
+            1000,
+        )
+        .unwrap();
         assert_eq!(m3.osds[&2].up_from, 3);
         assert_eq!(m3.osds[&1].up_from, 1);
         let mut restarted = all_alive(4);
         restarted.insert(1, alive("10.0.0.1:7000", 2));
-        let m4 = derive_map(&m3, &osds, &restarted, &[pool()], &mut clock, 300, 1000).unwrap();
+        let m4 = derive_map(
+            &m3,
+            &osds,
+            &restarted,
+            &BTreeMap::new(),
+            &[pool()],
+            &mut clock,
+            300,
+            1000,
+        )
+        .unwrap();
         assert_eq!(m4.osds[&1].up_from, 4);
+    }
+
+    /// Goal: an OSD down by reports while its liveness record stands is `unflushed` until
+    /// that record says it flushed after a map showed it down (an epoch newer than the one
+    /// it came up in); a flush from an earlier time down does not count.
+    #[test]
+    fn reported_down_osds_are_unflushed_until_they_say_they_flushed() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = first_map(&osds, &mut clock, 4);
+        let mut rest = all_alive(4);
+        let mut reported = BTreeMap::new();
+        reported.insert(2, rest.remove(&2).unwrap());
+        fn run(
+            cur: &ClusterMap,
+            osds: &[OsdRecord],
+            alive: &BTreeMap<OsdId, AliveRecord>,
+            reported: &BTreeMap<OsdId, AliveRecord>,
+            clock: &mut DownClock,
+            now: u64,
+        ) -> Option<ClusterMap> {
+            derive_map(cur, osds, alive, reported, &[pool()], clock, now, 1000)
+        }
+        let m2 = run(&m1, &osds, &rest, &reported, &mut clock, 100).unwrap();
+        assert!(!m2.osds[&2].up && m2.osds[&2].unflushed);
+        assert!(m2.osds.values().filter(|o| o.id != 2).all(|o| !o.unflushed));
+        // A flush it recorded while down before it came up last time says nothing now.
+        reported.get_mut(&2).unwrap().flushed_down = m2.osds[&2].up_from;
+        assert!(run(&m2, &osds, &rest, &reported, &mut clock, 150).is_none());
+        reported.get_mut(&2).unwrap().flushed_down = m2.epoch;
+        let m3 = run(&m2, &osds, &rest, &reported, &mut clock, 200).unwrap();
+        assert!(!m3.osds[&2].up && !m3.osds[&2].unflushed);
+        // Its liveness record gone (stopped, crashed or cut off): down, not unflushed.
+        let m4 = run(&m3, &osds, &rest, &BTreeMap::new(), &mut clock, 300);
+        assert!(m4.is_none_or(|m| !m.osds[&2].unflushed));
+        // Back up: neither.
+        let m5 = run(&m3, &osds, &all_alive(4), &BTreeMap::new(), &mut clock, 400).unwrap();
+        assert!(m5.osds[&2].up && !m5.osds[&2].unflushed);
     }
 }

@@ -216,9 +216,10 @@ async fn update_map(
     // Down by reports: treated as if its liveness record were gone.
     let candidates = down_by_reports(&alive, &reports, config.min_down_reporters);
     let (reported, ripens_ms) = settle.ripe(&candidates, now_ms, config.report_settle_ms);
-    for id in &reported {
-        alive.remove(id);
-    }
+    let reported: BTreeMap<u32, AliveRecord> = reported
+        .iter()
+        .filter_map(|id| alive.remove_entry(id))
+        .collect();
     let pools: Vec<PoolRecord> = decode_all(meta.list(POOLS_PREFIX).await?)
         .into_iter()
         .map(|(_, r)| r)
@@ -236,14 +237,22 @@ async fn update_map(
         None => (ClusterMap::default(), 0),
     };
     for id in reported
-        .iter()
+        .keys()
         .filter(|id| current.osds.get(id).is_some_and(|o| o.up))
     {
         let by: Vec<String> = reports[id].keys().map(|r| format!("osd.{r}")).collect();
         tracing::warn!("marking osd.{id} down: unreachable from {}", by.join(", "));
     }
-    let Some(next) = derive_map(&current, &osds, &alive, &pools, clock, now_ms, out_after_ms)
-    else {
+    let Some(next) = derive_map(
+        &current,
+        &osds,
+        &alive,
+        &reported,
+        &pools,
+        clock,
+        now_ms,
+        out_after_ms,
+    ) else {
         return Ok(ripens_ms);
     };
     let value = serde_json::to_vec(&next).expect("map serialises");

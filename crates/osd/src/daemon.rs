@@ -177,6 +177,8 @@ pub struct Osd {
     pub leases: crate::heartbeat::PeerLeases,
     /// The liveness lease the OSD's records live under (0: not registered).
     liveness_lease: std::sync::atomic::AtomicI64,
+    /// `up_from` of the last time down (while running) whose flush has begun (0: none).
+    pub(crate) flushed_down_from: std::sync::atomic::AtomicU32,
     /// Interval, role and version counter of every PG; a shard's lock orders its PGs'
     /// mutations.
     pub pgs: PgTable,
@@ -391,6 +393,7 @@ impl Osd {
             heartbeat_conns,
             leases: crate::heartbeat::PeerLeases::new(config.heartbeat.map(|h| h.peer_lease)),
             liveness_lease: std::sync::atomic::AtomicI64::new(0),
+            flushed_down_from: std::sync::atomic::AtomicU32::new(0),
             pgs: PgTable::default(),
             layers: Default::default(),
             stripes: Default::default(),

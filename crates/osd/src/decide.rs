@@ -168,6 +168,7 @@ mod tests {
                 incarnation,
                 io: String::new(),
                 up_from: 0,
+                unflushed: false,
             };
             m.osds.insert(id, info);
         }

@@ -101,6 +101,18 @@ pub async fn serve_connection<R, W>(
     let _ = writer.await;
 }
 
+/// May this OSD apply a mutation a primary sends it as a member of a PG? Not while the map
+/// does not know this run (a restarted OSD may have lost unflushed writes: it takes none
+/// until a new interval re-peers its PGs), nor while the map shows it down although it runs
+/// (it flushes its store then and tells the cluster it holds nothing unflushed, which
+/// FLUSHes rely on).
+pub(crate) fn member_may_write(osd: &Osd) -> bool {
+    osd.map()
+        .osds
+        .get(&osd.id)
+        .is_some_and(|o| o.incarnation == osd.incarnation && o.up)
+}
+
 /// A mutation or push from a PG's primary: applied inline by [`dispatch`].
 fn is_replica_mutation(h: &Header) -> bool {
     h.flags.has(Flags::REPLICA)
@@ -914,10 +926,7 @@ pub(crate) fn current_version(osd: &Osd, obj: basalt_proto::ObjectId) -> Version
 /// it belongs to the current interval (not sealed) and — for mutations — our copy is at the
 /// version the primary's copy had before it.
 fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
-    let map = osd.map();
-    if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
-        // The cluster does not know this run of the OSD yet: a restarted OSD may have lost
-        // unflushed writes, so it takes no writes until a new interval re-peers its PGs.
+    if !member_may_write(osd) {
         return Status::Unavailable;
     }
     let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");

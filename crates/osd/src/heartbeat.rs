@@ -496,6 +496,7 @@ mod tests {
                     incarnation,
                     io: String::new(),
                     up_from,
+                    unflushed: false,
                 },
             );
         }

@@ -68,6 +68,7 @@ pub async fn register(
         started: now_secs(),
         metrics_addr: reg.metrics_addr.clone(),
         io: osd.store.io_mode(),
+        flushed_down: 0,
     };
     let alive = serde_json::to_vec(&alive).expect("record serialises");
     let lease = publish(&osd, &alive, reg.lease_ttl_secs).await?;
@@ -79,6 +80,63 @@ pub async fn register(
         lease,
         stop,
     )))
+}
+
+/// This run is down in the map of `epoch` (marked down by its peers' reports, or its lease
+/// lapsed) since it came up at `up_from`, yet it runs: its store may hold the only copies of
+/// acknowledged writes not yet durable, and a FLUSH sent now may not reach it. Flush the
+/// store at once, then say so in the liveness record, where the monitor reads it (the map's
+/// `unflushed` until then, which FLUSHes wait for). Once per time down.
+pub(crate) fn flush_while_down(osd: &Arc<Osd>, epoch: u32, up_from: u32) {
+    use std::sync::atomic::Ordering;
+    if osd.flushed_down_from.swap(up_from, Ordering::AcqRel) == up_from {
+        return;
+    }
+    let osd = osd.clone();
+    tokio::spawn(async move {
+        let store = osd.store.clone();
+        if let Err(e) = osd.store_call(move || store.flush()).await {
+            // The store failed stop: the writes it held are not durable, and it says so.
+            tracing::error!(osd = osd.id, "flush after being marked down failed: {e}");
+            return;
+        }
+        tracing::info!(osd = osd.id, epoch, "marked down while running: store flushed");
+        if let Err(e) = record_flushed_down(&osd, epoch).await {
+            tracing::warn!(osd = osd.id, "cannot record the flush after going down: {e}");
+        }
+    });
+}
+
+/// The lease could not be renewed: the monitor will mark this OSD down once it lapses,
+/// with no word from it, and FLUSHes will stop coming. Flush the store now, while the lease
+/// still stands (the fence begins at half its TTL, the monitor waits the whole TTL), so the
+/// acknowledged writes it holds are durable before the cluster moves on without it.
+async fn flush_unrenewed(osd: &Osd) {
+    let store = osd.store.clone();
+    if let Err(e) = osd.store_call(move || store.flush()).await {
+        tracing::error!(osd = osd.id, "flush without a renewed lease failed: {e}");
+    }
+}
+
+/// Put `flushed_down: epoch` in this run's liveness record, under its lease.
+async fn record_flushed_down(osd: &Osd, epoch: u32) -> Result<(), MetaError> {
+    let Some(lease) = osd.liveness_lease() else {
+        return Ok(());
+    };
+    let key = alive_key(osd.id);
+    let Some((bytes, _)) = osd.meta.get(&key).await? else {
+        return Ok(()); // The lease lapsed: no record to amend, and no map will say unflushed.
+    };
+    let mut alive: AliveRecord = serde_json::from_slice(&bytes).map_err(|e| MetaError::Corrupt {
+        path: key.clone(),
+        reason: e.to_string(),
+    })?;
+    if alive.incarnation != osd.incarnation || alive.flushed_down >= epoch {
+        return Ok(());
+    }
+    alive.flushed_down = epoch;
+    let value = serde_json::to_vec(&alive).expect("record serialises");
+    osd.meta.put_with_lease(&key, value, lease).await.map(|_| ())
 }
 
 /// Take a lease and put the liveness record under it.
@@ -127,6 +185,7 @@ async fn keep_alive(
                     "liveness lease expired; re-peering and registering again"
                 );
                 crate::peering::repeer_all(&osd);
+                flush_unrenewed(&osd).await;
                 publish(&osd, &alive, ttl_secs).await.map(|l| lease = l)
             }
             Err(e) => Err(e),
@@ -142,6 +201,7 @@ async fn keep_alive(
                 if failures == 0 {
                     tracing::warn!(osd = osd.id, "cannot renew liveness lease: {e}");
                 }
+                flush_unrenewed(&osd).await;
                 crate::metrics::OsdCounters::add(&osd.counters.lease_renewal_failures, 1);
                 failures += 1;
             }

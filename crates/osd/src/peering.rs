@@ -51,6 +51,9 @@ pub(crate) async fn follow_intervals(osd: Arc<Osd>, mut stop: watch::Receiver<bo
 
 fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
     let registered = map.osds.get(&osd.id).map(|o| o.incarnation) == Some(osd.incarnation);
+    if let Some(me) = map.osds.get(&osd.id).filter(|o| registered && !o.up) {
+        crate::liveness::flush_while_down(osd, map.epoch, me.up_from);
+    }
     for pg in map.all_pgs() {
         // The interval comes from the map, not from the maps this OSD happened to see: it
         // may have missed some (cut off from the metadata, or slow), and an acting set that

@@ -43,6 +43,11 @@ pub struct OsdInfo {
     /// that missed its own down-and-up cannot use promises meant for the next run.
     #[serde(default)]
     pub up_from: u32,
+    /// Down by its peers' reports while still running (its liveness record stands), and not
+    /// yet known to have flushed its store since: it may hold the only copies of acknowledged
+    /// writes not yet durable, so a FLUSH must reach it (or wait until it says it flushed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unflushed: bool,
 }
 
 /// A redundancy scheme and its placement settings.
@@ -296,6 +301,7 @@ mod tests {
                     incarnation: 0,
                     io: String::new(),
                     up_from: 0,
+                    unflushed: false,
                 },
             );
         }

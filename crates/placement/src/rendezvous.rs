@@ -127,6 +127,7 @@ mod tests {
             incarnation: 0,
             io: String::new(),
             up_from: 0,
+            unflushed: false,
         }
     }
 

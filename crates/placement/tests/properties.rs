@@ -23,6 +23,7 @@ fn osds(n: u32, per_host: u32, weight: impl Fn(u32) -> u64) -> Vec<OsdInfo> {
             incarnation: 0,
             io: String::new(),
             up_from: 0,
+            unflushed: false,
         })
         .collect()
 }

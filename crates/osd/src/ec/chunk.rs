@@ -237,8 +237,7 @@ pub(crate) fn member_stash(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let status = {
-        let map = osd.map();
-        if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
+        if !crate::handler::member_may_write(osd) {
             Status::Unavailable
         } else {
             let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
@@ -366,8 +365,7 @@ fn merge_local(
 
 /// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
 pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
-    let map = osd.map();
-    if map.osds.get(&osd.id).map(|o| o.incarnation) != Some(osd.incarnation) {
+    if !crate::handler::member_may_write(osd) {
         return Status::Unavailable;
     }
     let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");

@@ -32,6 +32,7 @@ pub fn base_map() -> ClusterMap {
                 incarnation: 0,
                 io: String::new(),
                 up_from: 0,
+                unflushed: false,
             },
         );
     }
