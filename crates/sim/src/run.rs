@@ -146,18 +146,25 @@ pub fn replays_exactly() -> bool {
     cfg!(tokio_unstable)
 }
 
+/// The runtime a simulation of `seed` runs on: one thread, paused (virtual) time, and Tokio's
+/// own random choices (which of a watch channel's waiter lists a task joins, hence the order
+/// tasks wake in) taken from the seed too (see [`replays_exactly`]).
+pub fn seeded_runtime(seed: u64) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    #[cfg(not(tokio_unstable))]
+    let _ = seed;
+    builder.build()
+}
+
 /// Run `seed`. Every run of one seed on one commit does the same thing (see
 /// [`replays_exactly`]).
 pub fn run(seed: u64, config: &SimConfig) -> Result<Outcome, Failure> {
     install_panic_flag();
     PANICKED.with(|p| p.borrow_mut().take());
-    let mut builder = tokio::runtime::Builder::new_current_thread();
-    builder.enable_time().start_paused(true);
-    // Tokio's own random choices (which of a watch channel's waiter lists a task joins, hence
-    // the order tasks wake in) come from the seed too.
-    #[cfg(tokio_unstable)]
-    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
-    let runtime = builder.build().map_err(|e| Failure {
+    let runtime = seeded_runtime(seed).map_err(|e| Failure {
         seed,
         error: format!("build the runtime: {e}"),
         log_tail: Vec::new(),
@@ -536,7 +543,7 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
 }
 
 /// Wait until every PG is active+clean (bounded by `timeout` of virtual time).
-async fn wait_clean(client: &Cluster, timeout: Duration) -> Result<(), String> {
+pub async fn wait_clean(client: &Cluster, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let mut last = String::new();
     // Bound: one check per 100 ms until the deadline.
