@@ -195,9 +195,11 @@ pub fn print_osds(r: &StatusReport) {
     );
     for o in &r.osds {
         let state = format!(
-            "{},{}",
+            "{},{}{}",
             if o.up { "up" } else { "down" },
-            if o.is_in { "in" } else { "out" }
+            if o.is_in { "in" } else { "out" },
+            // Marked down while running; FLUSHes wait until it flushed its store.
+            if o.unflushed { ",unflushed" } else { "" }
         );
         let (used, cap, objs) = match o.stats {
             Some(s) => (

@@ -461,7 +461,12 @@ impl Cluster {
         let mut maps = self.map.clone();
         // Bound: one iteration per map; pending for ever if the map source ends.
         loop {
-            if !maps.borrow_and_update().osds.get(&osd).is_some_and(|o| o.unflushed) {
+            if !maps
+                .borrow_and_update()
+                .osds
+                .get(&osd)
+                .is_some_and(|o| o.unflushed)
+            {
                 return;
             }
             if maps.changed().await.is_err() {

@@ -188,6 +188,7 @@ mod tests {
                 is_in,
                 incarnation: 0,
                 io: String::new(),
+                unflushed: false,
                 stats: None,
                 slow_ops: Vec::new(),
                 error: None,

@@ -24,6 +24,10 @@ pub struct OsdStatus {
     /// How its store's I/O runs (`direct uring`, `buffered inline`, ...); empty if unknown.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub io: String,
+    /// Down by its peers' reports but running, not yet known to have flushed its store:
+    /// FLUSHes wait for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unflushed: bool,
     /// None when the OSD did not answer.
     pub stats: Option<OsdStats>,
     /// Operations the OSD reports slow: in flight, or finished within the last minute.
@@ -382,6 +386,7 @@ async fn osd_status(cluster: &Cluster, o: &basalt_placement::OsdInfo) -> OsdStat
         is_in: o.is_in,
         incarnation: o.incarnation,
         io: o.io.clone(),
+        unflushed: o.unflushed,
         stats,
         slow_ops,
         error,

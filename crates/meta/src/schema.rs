@@ -117,6 +117,11 @@ pub struct FailureReport {
     /// The run of the target the reporter could not reach (a report of an earlier run
     /// counts for nothing against a restarted OSD).
     pub target_incarnation: u64,
+    /// The run of the reporter that wrote it (0: an older OSD that did not say). A report
+    /// lives under its reporter's lease, which outlives a crash by up to its TTL: a restarted
+    /// reporter's earlier reports count for nothing.
+    #[serde(default)]
+    pub reporter_incarnation: u64,
     /// Why: "no answer for 1.0 s", "connection refused", ...
     pub reason: String,
     /// Seconds since the Unix epoch when the reporter last heard the target (or began

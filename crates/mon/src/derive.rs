@@ -156,7 +156,9 @@ pub fn down_by_reports(
             .flatten()
             .filter(|(reporter, r)| {
                 **reporter != target
-                    && alive.contains_key(reporter)
+                    && alive.get(reporter).is_some_and(|ra| {
+                        r.reporter_incarnation == 0 || r.reporter_incarnation == ra.incarnation
+                    })
                     && !down.contains(reporter)
                     && r.target_incarnation == a.incarnation
             })
@@ -442,6 +444,7 @@ mod tests {
     fn report(incarnation: u64) -> FailureReport {
         FailureReport {
             target_incarnation: incarnation,
+            reporter_incarnation: 0,
             reason: "no answer".into(),
             since: 0,
         }
@@ -476,6 +479,17 @@ mod tests {
         let mut three = all_alive(4);
         three.remove(&1);
         assert!(down_by_reports(&three, &reports(&[(2, 0), (2, 1)]), 2).is_empty());
+        // A reporter that restarted: its earlier run's reports (still under that run's lease
+        // for up to a TTL) count for nothing; its current run's do.
+        let mut restarted = reports(&[(2, 0), (2, 1)]);
+        by_1_of(&mut restarted).reporter_incarnation = alive[&1].incarnation + 1;
+        assert!(down_by_reports(&alive, &restarted, 2).is_empty());
+        by_1_of(&mut restarted).reporter_incarnation = alive[&1].incarnation;
+        assert_eq!(down_by_reports(&alive, &restarted, 2), BTreeSet::from([2]));
+    }
+
+    fn by_1_of(r: &mut Reports) -> &mut FailureReport {
+        r.get_mut(&2).unwrap().get_mut(&1).unwrap()
     }
 
     /// Goal: an OSD cut off from its peers reports them all, and is the only one to go down.

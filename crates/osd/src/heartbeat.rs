@@ -426,6 +426,7 @@ async fn judge(
             .unwrap_or(0);
         let report = FailureReport {
             target_incarnation: incarnation,
+            reporter_incarnation: osd.incarnation,
             reason,
             since,
         };

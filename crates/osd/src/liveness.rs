@@ -100,9 +100,16 @@ pub(crate) fn flush_while_down(osd: &Arc<Osd>, epoch: u32, up_from: u32) {
             tracing::error!(osd = osd.id, "flush after being marked down failed: {e}");
             return;
         }
-        tracing::info!(osd = osd.id, epoch, "marked down while running: store flushed");
+        tracing::info!(
+            osd = osd.id,
+            epoch,
+            "marked down while running: store flushed"
+        );
         if let Err(e) = record_flushed_down(&osd, epoch).await {
-            tracing::warn!(osd = osd.id, "cannot record the flush after going down: {e}");
+            tracing::warn!(
+                osd = osd.id,
+                "cannot record the flush after going down: {e}"
+            );
         }
     });
 }
@@ -127,16 +134,20 @@ async fn record_flushed_down(osd: &Osd, epoch: u32) -> Result<(), MetaError> {
     let Some((bytes, _)) = osd.meta.get(&key).await? else {
         return Ok(()); // The lease lapsed: no record to amend, and no map will say unflushed.
     };
-    let mut alive: AliveRecord = serde_json::from_slice(&bytes).map_err(|e| MetaError::Corrupt {
-        path: key.clone(),
-        reason: e.to_string(),
-    })?;
+    let mut alive: AliveRecord =
+        serde_json::from_slice(&bytes).map_err(|e| MetaError::Corrupt {
+            path: key.clone(),
+            reason: e.to_string(),
+        })?;
     if alive.incarnation != osd.incarnation || alive.flushed_down >= epoch {
         return Ok(());
     }
     alive.flushed_down = epoch;
     let value = serde_json::to_vec(&alive).expect("record serialises");
-    osd.meta.put_with_lease(&key, value, lease).await.map(|_| ())
+    osd.meta
+        .put_with_lease(&key, value, lease)
+        .await
+        .map(|_| ())
 }
 
 /// Take a lease and put the liveness record under it.

@@ -2,7 +2,7 @@
 //! only in the memory of its PG's acting set; every member is cut from its peers (not from
 //! the client nor the metadata) until the monitor marks it down on their reports; a FLUSH
 //! that then returns OK must have made W durable, so W survives a power cut of them all.
-//! Run: `cargo test -p basalt-sim --test flush_down -- --ignored` (`BASALT_SIM_LOG=1` prints
+//! Run: `cargo test -p basalt-sim --test flush_down` (`BASALT_SIM_LOG=1` prints
 //! the cluster's log).
 
 use basalt_placement::ClusterMap;
@@ -21,21 +21,38 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Between two looks at the client's map.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Goal: FLUSH OK ⇒ W durable, when every OSD holding W unflushed is down but running (an
-/// honest FLUSH error also passes).
+/// Goal: a FLUSH sent while every OSD holding W unflushed is down but running (the client
+/// still reaches them) succeeds, and W is durable: it survives a power cut of them all.
 #[test]
-#[ignore = "durability hole: FLUSH with every holder down but running; fix in progress"]
 fn flush_with_every_holder_down_but_running_keeps_the_write() {
+    run(Cut::PeersOnly);
+}
+
+/// Goal: the same when the client cannot reach them either (only the metadata can): the
+/// FLUSH waits until each says, through its liveness record, that it flushed its store.
+#[test]
+fn flush_waits_for_unreachable_holders_down_but_running_to_flush() {
+    run(Cut::PeersAndClient);
+}
+
+/// What the holders are cut from (never from the metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    PeersOnly,
+    PeersAndClient,
+}
+
+fn run(cut: Cut) {
     let runtime = seeded_runtime(SEED).expect("build the runtime");
     let echo = std::env::var_os("BASALT_SIM_LOG").is_some();
     let observer = Observer::new(tracing::Level::INFO, echo);
     runtime.block_on(async {
         let _log = tracing::subscriber::set_default(observer.with_start(Instant::now()));
-        scenario().await
+        scenario(cut).await
     });
 }
 
-async fn scenario() {
+async fn scenario(cut: Cut) {
     // Five OSDs, three replicas: three holders cut from every other OSD are each reported
     // by at least the two others (the monitor's default min_down_reporters), while each of
     // the others is reported only by holders, whose reports stop counting once they are down.
@@ -77,15 +94,12 @@ async fn scenario() {
         assert!(unflushed > 0, "osd.{h} holds W flushed already");
     }
 
-    cut_from_peers_until_down(&cluster, &holders).await;
+    cut_until_down(&cluster, &holders, cut).await;
 
-    match timeout(STEP_TIMEOUT, volume.flush()).await {
-        Ok(Ok(())) => {}
-        other => {
-            eprintln!("the flush did not succeed ({other:?}): an honest failure");
-            return;
-        }
-    }
+    timeout(STEP_TIMEOUT, volume.flush())
+        .await
+        .expect("the flush ends in time")
+        .expect("the flush succeeds");
     for &h in &holders {
         cluster.power_cut_osd(h, |_| false);
     }
@@ -108,14 +122,20 @@ async fn scenario() {
     );
 }
 
-/// Partition each of `holders` from every other OSD (the client and the metadata still reach
-/// them) and wait until the client's map shows them all down while they still run.
-async fn cut_from_peers_until_down(cluster: &SimCluster, holders: &[OsdId]) {
+/// Partition each of `holders` from every other OSD (and from the client with
+/// [`Cut::PeersAndClient`]; the metadata still reaches them) and wait until the client's
+/// map shows them all down while they still run.
+async fn cut_until_down(cluster: &SimCluster, holders: &[OsdId], cut: Cut) {
     for &h in holders {
         for other in cluster.osd_ids() {
             if other != h {
                 cluster.net.set_partition(h, other, true);
             }
+        }
+        if cut == Cut::PeersAndClient {
+            cluster
+                .net
+                .set_partition(h, basalt_sim::net::CLIENT_NODE, true);
         }
     }
     let shown_down = |c: &SimCluster| {
