@@ -58,7 +58,7 @@ pub async fn serve_connection<R, W>(
     let writer = tokio::spawn(write_frames(wr, rx));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONN));
     loop {
-        let (header, payload) = match read_frame(&mut rd).await {
+        let (mut header, payload) = match read_frame(&mut rd).await {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(e) => {
@@ -66,6 +66,8 @@ pub async fn serve_connection<R, W>(
                 break;
             }
         };
+        // `read_frame` checked the payload against its crc: say so for whoever forwards it.
+        header.flags = Flags(header.flags.0 | Flags::CRC_CHECKED);
         if header.flags.has(Flags::REPLY) {
             tracing::warn!(osd = osd.id, %peer, "closing connection: reply frame sent to a server");
             break;
@@ -101,16 +103,17 @@ pub async fn serve_connection<R, W>(
     let _ = writer.await;
 }
 
-/// May this OSD apply a mutation a primary sends it as a member of a PG? Not while the map
-/// does not know this run (a restarted OSD may have lost unflushed writes: it takes none
-/// until a new interval re-peers its PGs), nor while the map shows it down although it runs
-/// (it flushes its store then and tells the cluster it holds nothing unflushed, which
-/// FLUSHes rely on).
-pub(crate) fn member_may_write(osd: &Osd) -> bool {
-    osd.map()
-        .osds
+/// May this OSD apply a mutation a primary sends it as a member of a PG, in the interval
+/// that began at `interval`? Not while the map does not know this run (a restarted OSD may
+/// have lost unflushed writes: it takes none until a new interval re-peers its PGs), nor
+/// from an interval its map shows it down after (it flushed its store on seeing that and
+/// tells the cluster it holds nothing unflushed, which FLUSHes rely on). An interval newer
+/// than its map is the sender's, whose map has it up again: taken, as before.
+pub(crate) fn member_may_write(osd: &Osd, interval: u32) -> bool {
+    let map = osd.map();
+    map.osds
         .get(&osd.id)
-        .is_some_and(|o| o.incarnation == osd.incarnation && o.up)
+        .is_some_and(|o| o.incarnation == osd.incarnation && (o.up || interval > map.epoch))
 }
 
 /// A mutation or push from a PG's primary: applied inline by [`dispatch`].
@@ -926,7 +929,7 @@ pub(crate) fn current_version(osd: &Osd, obj: basalt_proto::ObjectId) -> Version
 /// it belongs to the current interval (not sealed) and — for mutations — our copy is at the
 /// version the primary's copy had before it.
 fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
-    if !member_may_write(osd) {
+    if !member_may_write(osd, h.map_epoch) {
         return Status::Unavailable;
     }
     let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
@@ -996,7 +999,8 @@ async fn primary_mutation(osd: &Arc<Osd>, h: Header, payload: Bytes) -> Status {
         Opcode::Delete => None,
         _ => crate::prefetch::copy_up_source(osd, h.object, &chain).await,
     };
-    let result = replicate(osd, &h, true, |version| {
+    let checked = Checked::of(&h, &payload);
+    let result = replicate(osd, &h, true, checked, |version| {
         if chain.is_empty() {
             plain_mutation(osd, &h, &payload, version, &mut edges)
         } else {
@@ -1023,7 +1027,7 @@ async fn primary_copy_up(osd: &Arc<Osd>, h: Header) -> Status {
         Err(e) => return layer_status(osd, &h, &e),
     };
     let mut source = crate::prefetch::copy_up_source(osd, h.object, &chain).await;
-    let result = replicate(osd, &h, false, |version| {
+    let result = replicate(osd, &h, false, None, |version| {
         let holds = |o: ObjectId| osd.store.version(o).is_some();
         let Some(&nearest) = chain.first() else {
             return Ok(((), None));
@@ -1141,6 +1145,33 @@ fn layered_mutation(
     plain_mutation(osd, &write, &data, version, ahead.edges)
 }
 
+/// A request payload whose crc32c the connection checked on receipt (`Flags::CRC_CHECKED`):
+/// forwarding those same bytes, a primary hands the crc on instead of computing it again.
+#[derive(Clone, Copy)]
+pub(crate) struct Checked {
+    /// Address of the payload's first byte (only compared).
+    addr: usize,
+    len: usize,
+    crc: u32,
+}
+
+impl Checked {
+    /// The request's checked crc, if its connection checked one.
+    pub(crate) fn of(h: &Header, payload: &Bytes) -> Option<Checked> {
+        (h.flags.has(Flags::CRC_CHECKED) && !payload.is_empty()).then_some(Checked {
+            addr: payload.as_ptr() as usize,
+            len: payload.len(),
+            crc: h.payload_crc,
+        })
+    }
+
+    /// The crc of `payload` if it is the checked payload itself (the same bytes in memory:
+    /// `Bytes` never change), not a widened or copied-up one.
+    fn crc_of(self, payload: &Bytes) -> Option<u32> {
+        (payload.as_ptr() as usize == self.addr && payload.len() == self.len).then_some(self.crc)
+    }
+}
+
 /// A mutation the primary applied to its own copy, to forward to every replica: the request
 /// header (opcode, object, offset, FUA flag) and payload. Replicas get it as an ordinary
 /// mutation frame, so they need to know nothing of how the primary computed it.
@@ -1222,6 +1253,7 @@ pub(crate) async fn replicate<T>(
     osd: &Arc<Osd>,
     h: &Header,
     refuse_frozen: bool,
+    checked: Option<Checked>,
     mutate: impl FnOnce(Version) -> Result<(T, Option<Forward>), Status>,
 ) -> Result<T, Status> {
     // Held until the mutation is answered, so a FENCE returns only after it finished.
@@ -1305,9 +1337,15 @@ pub(crate) async fn replicate<T>(
         };
         fwd.flags = Flags(fwd.flags.0 | Flags::REPLICA);
         // Checksummed once for every replica it crosses a network to (in-process peers need
-        // no checksum).
+        // no checksum), or not at all when these are the very bytes the client's crc covers.
         let framed = replicas.iter().filter(|(_, c)| c.is_framed()).count();
-        let crc = (!payload.is_empty() && framed > 1).then(|| crc32c::crc32c(&payload));
+        let crc = if payload.is_empty() {
+            None
+        } else if let Some(crc) = checked.and_then(|c| c.crc_of(&payload)) {
+            Some(crc)
+        } else {
+            (framed > 1).then(|| crc32c::crc32c(&payload))
+        };
         let pending = replicas
             .iter()
             .map(|(peer, c)| {

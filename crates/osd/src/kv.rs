@@ -130,7 +130,7 @@ async fn update(osd: &Arc<Osd>, h: Header, args: Bytes) -> (Status, Bytes) {
         true => read_table_async(osd, h.object).await.ok(),
         false => None,
     };
-    let result = replicate(osd, &h, true, move |version| {
+    let result = replicate(osd, &h, true, None, move |version| {
         let mut table = match ahead {
             Some(table) if osd.store.unchanged_since(h.object, token) => table,
             _ => read_table(osd, h.object).map_err(|e| table_status(osd, h.object, &e))?,

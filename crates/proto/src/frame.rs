@@ -154,6 +154,10 @@ impl Flags {
     /// A READ or ALLOCATION meant for a frozen layer (a snapshot export, a copy job): served
     /// even though the inode is frozen. Without it such reads answer [`Status::Frozen`].
     pub const SNAPSHOT: u16 = 1 << 3;
+    /// Local to a receiver, never acted on as sent: the frame was read from a connection and
+    /// its payload matched `payload_crc`, so the crc may be reused for the same bytes (a
+    /// primary forwarding a write unchanged). Receivers set or clear it themselves.
+    pub const CRC_CHECKED: u16 = 1 << 15;
 
     pub fn has(self, bit: u16) -> bool {
         self.0 & bit != 0

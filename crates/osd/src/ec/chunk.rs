@@ -237,7 +237,7 @@ pub(crate) fn member_stash(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let status = {
-        if !crate::handler::member_may_write(osd) {
+        if !crate::handler::member_may_write(osd, h.map_epoch) {
             Status::Unavailable
         } else {
             let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
@@ -365,7 +365,7 @@ fn merge_local(
 
 /// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
 pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
-    if !crate::handler::member_may_write(osd) {
+    if !crate::handler::member_may_write(osd, h.map_epoch) {
         return Status::Unavailable;
     }
     let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
