@@ -278,17 +278,7 @@ mod tests {
                 set.iter().map(|id| m.osds[id].host.clone()).collect();
             assert_eq!(hosts.len(), 3);
         }
-        assert!(derive_map(
-            &m,
-            &osds,
-            &all_alive(4),
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            10,
-            1000
-        )
-        .is_none());
+        assert!(next_map(&m, &osds, &all_alive(4), &mut clock, 10).is_none());
     }
 
     /// Goal: a down OSD leaves the acting sets at once but stays in (no data moves) until
@@ -300,57 +290,17 @@ mod tests {
         let m1 = first_map(&osds, &mut clock, 4);
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
-        let m2 = derive_map(
-            &m1,
-            &osds,
-            &some_alive,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            100,
-            1000,
-        )
-        .unwrap();
+        let m2 = next_map(&m1, &osds, &some_alive, &mut clock, 100).unwrap();
         assert!(!m2.osds[&2].up && m2.osds[&2].is_in);
         assert_eq!(m2.pgs, m1.pgs, "placement unchanged while in");
         assert!(m2.all_pgs().all(|pg| !m2.acting(pg).unwrap().contains(&2)));
-        assert!(derive_map(
-            &m2,
-            &osds,
-            &some_alive,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            500,
-            1000
-        )
-        .is_none());
-        let m3 = derive_map(
-            &m2,
-            &osds,
-            &some_alive,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            1200,
-            1000,
-        )
-        .unwrap();
+        assert!(next_map(&m2, &osds, &some_alive, &mut clock, 500).is_none());
+        let m3 = next_map(&m2, &osds, &some_alive, &mut clock, 1200).unwrap();
         assert!(!m3.osds[&2].is_in);
         assert!(m3
             .all_pgs()
             .all(|pg| !m3.placement(pg).unwrap().contains(&2)));
-        let m4 = derive_map(
-            &m3,
-            &osds,
-            &all_alive(4),
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            1300,
-            1000,
-        )
-        .unwrap();
+        let m4 = next_map(&m3, &osds, &all_alive(4), &mut clock, 1300).unwrap();
         assert!(m4.osds[&2].up && m4.osds[&2].is_in);
         assert_eq!(m4.pgs, m1.pgs, "deterministic placement returns");
     }
@@ -364,17 +314,7 @@ mod tests {
         let m1 = first_map(&osds, &mut clock, 3);
         let mut restarted = all_alive(3);
         restarted.insert(1, alive("10.0.0.1:7000", 2));
-        let m2 = derive_map(
-            &m1,
-            &osds,
-            &restarted,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            10,
-            1000,
-        )
-        .unwrap();
+        let m2 = next_map(&m1, &osds, &restarted, &mut clock, 10).unwrap();
         assert_eq!(m2.epoch, 2);
         assert_eq!(m2.osds[&1].incarnation, 2);
         assert_eq!(m2.pgs, m1.pgs);
@@ -392,28 +332,8 @@ mod tests {
         let m1 = first_map(&osds, &mut clock, 4);
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
-        let m2 = derive_map(
-            &m1,
-            &osds,
-            &some_alive,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            100,
-            1000,
-        )
-        .unwrap();
-        let m3 = derive_map(
-            &m2,
-            &osds,
-            &all_alive(4),
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            200,
-            1000,
-        )
-        .unwrap();
+        let m2 = next_map(&m1, &osds, &some_alive, &mut clock, 100).unwrap();
+        let m3 = next_map(&m2, &osds, &all_alive(4), &mut clock, 200).unwrap();
         assert_eq!(m3.epoch, 3);
         for pg in m3.all_pgs() {
             assert_eq!(m3.acting(pg).unwrap(), m1.acting(pg).unwrap());
@@ -426,19 +346,29 @@ mod tests {
         }
     }
 
-    /// The first map of `osds` with the first `alive` of them up.
-    fn first_map(osds: &[OsdRecord], clock: &mut DownClock, alive: u32) -> ClusterMap {
+    /// The map after `cur` with `alive` up (none down by reports), one pool, out after 1 s.
+    fn next_map(
+        cur: &ClusterMap,
+        osds: &[OsdRecord],
+        alive: &BTreeMap<OsdId, AliveRecord>,
+        clock: &mut DownClock,
+        now_ms: u64,
+    ) -> Option<ClusterMap> {
         derive_map(
-            &ClusterMap::default(),
+            cur,
             osds,
-            &all_alive(alive),
+            alive,
             &BTreeMap::new(),
             &[pool()],
             clock,
-            0,
+            now_ms,
             1000,
         )
-        .expect("a first map")
+    }
+
+    /// The first map of `osds` with the first `alive` of them up.
+    fn first_map(osds: &[OsdRecord], clock: &mut DownClock, alive: u32) -> ClusterMap {
+        next_map(&ClusterMap::default(), osds, &all_alive(alive), clock, 0).expect("a first map")
     }
 
     fn report(incarnation: u64) -> FailureReport {
@@ -581,43 +511,13 @@ mod tests {
         assert!(m1.osds.values().all(|o| o.up_from == 1));
         let mut some_alive = all_alive(4);
         some_alive.remove(&2);
-        let m2 = derive_map(
-            &m1,
-            &osds,
-            &some_alive,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            100,
-            1000,
-        )
-        .unwrap();
-        let m3 = derive_map(
-            &m2,
-            &osds,
-            &all_alive(4),
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            200,
-            1000,
-        )
-        .unwrap();
+        let m2 = next_map(&m1, &osds, &some_alive, &mut clock, 100).unwrap();
+        let m3 = next_map(&m2, &osds, &all_alive(4), &mut clock, 200).unwrap();
         assert_eq!(m3.osds[&2].up_from, 3);
         assert_eq!(m3.osds[&1].up_from, 1);
         let mut restarted = all_alive(4);
         restarted.insert(1, alive("10.0.0.1:7000", 2));
-        let m4 = derive_map(
-            &m3,
-            &osds,
-            &restarted,
-            &BTreeMap::new(),
-            &[pool()],
-            &mut clock,
-            300,
-            1000,
-        )
-        .unwrap();
+        let m4 = next_map(&m3, &osds, &restarted, &mut clock, 300).unwrap();
         assert_eq!(m4.osds[&1].up_from, 4);
     }
 
