@@ -105,14 +105,37 @@ pub(crate) fn flush_while_down(osd: &Arc<Osd>, epoch: u32, up_from: u32) {
             epoch,
             "marked down while running: store flushed"
         );
-        if let Err(e) = record_flushed_down(&osd, epoch).await {
-            tracing::warn!(
-                osd = osd.id,
-                "cannot record the flush after going down: {e}"
-            );
+        // FLUSHes wait for the record: retried while this run is still down and unrecorded.
+        let mut pause = Duration::from_millis(100);
+        // Bound: RECORD_TRIES tries, each after a pause of at most 2 s.
+        for attempt in 1..=RECORD_TRIES {
+            match record_flushed_down(&osd, epoch).await {
+                Ok(()) => return,
+                Err(e) if attempt == RECORD_TRIES => {
+                    tracing::warn!(
+                        osd = osd.id,
+                        "cannot record the flush after going down: {e}"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        osd = osd.id,
+                        attempt,
+                        "recording the flush after going down: {e}"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+            if osd.flushed_down_from.load(Ordering::Acquire) != up_from {
+                return; // Up again (and maybe down again): a newer task records that.
+            }
         }
     });
 }
+
+/// Tries at recording a flush after going down (about a minute of retries).
+const RECORD_TRIES: u32 = 35;
 
 /// The lease could not be renewed: the monitor will mark this OSD down once it lapses,
 /// with no word from it, and FLUSHes will stop coming. Flush the store now, while the lease
