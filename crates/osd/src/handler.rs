@@ -108,7 +108,9 @@ pub async fn serve_connection<R, W>(
 /// have lost unflushed writes: it takes none until a new interval re-peers its PGs), nor
 /// from an interval its map shows it down after (it flushed its store on seeing that and
 /// tells the cluster it holds nothing unflushed, which FLUSHes rely on). An interval newer
-/// than its map is the sender's, whose map has it up again: taken, as before.
+/// than its map is the sender's, whose map has it up again: taken, as before. Checked under
+/// the PG's shard lock, so a flush that begins after [`crate::pg::PgTable::barrier`] covers
+/// every member write let through under the earlier map.
 pub(crate) fn member_may_write(osd: &Osd, interval: u32) -> bool {
     let map = osd.map();
     map.osds
@@ -929,10 +931,11 @@ pub(crate) fn current_version(osd: &Osd, obj: basalt_proto::ObjectId) -> Version
 /// it belongs to the current interval (not sealed) and — for mutations — our copy is at the
 /// version the primary's copy had before it.
 fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
+    let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
+    // Under the lock: a flush after going down passes every shard first (`PgTable::barrier`).
     if !member_may_write(osd, h.map_epoch) {
         return Status::Unavailable;
     }
-    let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
     let entry = shard.entry(h.pg).or_default();
     if h.map_epoch < entry.sealed {
         return Status::NotPrimary;

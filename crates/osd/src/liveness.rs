@@ -92,6 +92,9 @@ pub(crate) fn flush_while_down(osd: &Arc<Osd>, epoch: u32, up_from: u32) {
     if osd.flushed_down_from.swap(up_from, Ordering::AcqRel) == up_from {
         return;
     }
+    // A member write let through under the earlier map finishes before the flush begins;
+    // later ones see this map and are refused.
+    osd.pgs.barrier();
     let osd = osd.clone();
     tokio::spawn(async move {
         let store = osd.store.clone();

@@ -109,6 +109,14 @@ impl PgTable {
         self.with(pg, |e| e.clone())
     }
 
+    /// Wait until every mutation holding a shard lock now has finished: one taking a lock
+    /// afterwards sees whatever changed before this call (a new map).
+    pub fn barrier(&self) {
+        for shard in self.shards.iter() {
+            drop(shard.lock().expect("pg shard lock"));
+        }
+    }
+
     /// Every PG entry (for status reports).
     pub fn snapshot(&self) -> Vec<(PgId, PgEntry)> {
         let mut out = Vec::new();

@@ -110,12 +110,7 @@ impl Ec {
         let h = Osd::start(config(self.dir.path(), id), lagging_rx, self.meta.clone())
             .await
             .expect("restart the OSD");
-        let info = self.map.osds.get_mut(&id).expect("in the map");
-        info.addr = h.addr.to_string();
-        info.incarnation = h.osd.incarnation;
-        info.up = true;
-        self.osds[id as usize] = Some(h);
-        self.publish();
+        self.adopt(id, h);
         lagging
     }
 
@@ -163,6 +158,11 @@ impl Ec {
                 Err(e) => panic!("restart osd.{id}: {e}"),
             }
         };
+        self.adopt(id, h);
+    }
+
+    /// Osd `id`'s new run `h` joins: the map shows it up at its address and incarnation.
+    fn adopt(&mut self, id: u32, h: OsdHandle) {
         let info = self.map.osds.get_mut(&id).expect("in the map");
         info.addr = h.addr.to_string();
         info.incarnation = h.osd.incarnation;

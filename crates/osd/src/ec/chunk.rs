@@ -237,15 +237,13 @@ pub(crate) fn member_stash(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let status = {
+        let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
         if !crate::handler::member_may_write(osd, h.map_epoch) {
             Status::Unavailable
+        } else if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
+            Status::NotPrimary
         } else {
-            let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
-            if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
-                Status::NotPrimary
-            } else {
-                stash_local(&osd.store, h.object, h.version, h.prev_version, &payload)
-            }
+            stash_local(&osd.store, h.object, h.version, h.prev_version, &payload)
         }
     };
     if status != Status::Ok || !h.flags.has(Flags::FUA) {
@@ -365,10 +363,10 @@ fn merge_local(
 
 /// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
 pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
+    let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
     if !crate::handler::member_may_write(osd, h.map_epoch) {
         return Status::Unavailable;
     }
-    let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
     if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
         return Status::NotPrimary;
     }
