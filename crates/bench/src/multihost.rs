@@ -38,6 +38,25 @@ pub fn start(
     Ok((cluster, uri))
 }
 
+/// NBD port of the node-local gateway (on the first storage host).
+const NODE_LOCAL_PORT: u16 = 10_950;
+
+/// A second gateway, on the first storage host, that reads from the replicas there
+/// (`--read-policy localize`): the "node-local export"; returns it with the `bench`
+/// volume's URI through it.
+pub fn node_local_gateway(cluster: &BasaltCluster) -> Result<(basalt_testcluster::Proc, String)> {
+    let host = cluster
+        .hosts
+        .first()
+        .context("the cluster has no storage host")?;
+    let proc = cluster.spawn_gateway_on(
+        host,
+        NODE_LOCAL_PORT,
+        &["--read-policy", "localize", "--host", &host.name],
+    )?;
+    Ok((proc, cluster.uri_on(host, NODE_LOCAL_PORT, "bench")))
+}
+
 /// One failover measurement.
 pub struct Failover {
     pub osd: u32,

@@ -326,7 +326,19 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
                 pid: None,
             },
         );
-        Some(cluster)
+        // The same volume through a gateway on a storage host, reading its replicas there
+        // (the "node-local export" of the CoronaFS report beside the "controller export"
+        // above, whose gateway runs on a host without OSDs).
+        let (local, uri) = multihost::node_local_gateway(&cluster)?;
+        targets.insert(
+            2,
+            ServerTarget {
+                name: format!("basalt {}-host node-local", opts.hosts),
+                uri,
+                pid: None,
+            },
+        );
+        Some((cluster, local))
     } else {
         None
     };
@@ -346,7 +358,7 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
             )
             .with_context(|| format!("start a multi-host cluster from {}", exe.display()))?;
             targets.insert(
-                2,
+                3,
                 ServerTarget {
                     name: format!("basalt-before {}-host", opts.hosts),
                     uri,
@@ -407,11 +419,78 @@ pub fn run(opts: &NbdOptions) -> anyhow::Result<String> {
     }
     let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
     let mut table = render(opts, &profiles, &names, &samples);
-    if let Some(cluster) = &cluster {
+    table.push_str(&render_node_local(&profiles, &names, &samples));
+    if let Some((cluster, _local_gateway)) = &cluster {
         let pauses = multihost::failover_pauses(cluster, opts.failovers)?;
         table.push_str(&multihost::render(&pauses));
     }
     Ok(table)
+}
+
+/// The CoronaFS report's comparison, from the same rounds: per profile the local disk
+/// (qemu-nbd on a file of the scratch filesystem), Basalt in one process (`basalt up`), the
+/// volume through a gateway on a host without OSDs (the "controller export": every read
+/// crosses the network to a primary) and through a gateway on a storage host reading its
+/// replicas there (the "node-local export"), with their ratios. Empty without a node-local
+/// target (`--hosts 0`).
+fn render_node_local(
+    profiles: &[&Profile],
+    names: &[&str],
+    samples: &[Vec<Vec<Sample>>],
+) -> String {
+    let find = |pred: &dyn Fn(&str) -> bool| names.iter().position(|n| pred(n));
+    let Some(local) = find(&|n| n.starts_with("basalt ") && n.ends_with("-host node-local")) else {
+        return String::new();
+    };
+    let Some(remote) = find(&|n| n.starts_with("basalt ") && n.ends_with("-host")) else {
+        return String::new();
+    };
+    let disk = find(&|n| n == "qemu-nbd");
+    let up = find(&|n| n == "basalt");
+    let mut s = String::from(
+        "\nNode-local reads (the CoronaFS report's table; same rounds): local disk = qemu-nbd \
+         on a file of the scratch filesystem; in-process = `basalt up`; controller export = \
+         the gateway on a host without OSDs (reads cross to each PG's primary); node-local = \
+         a gateway on a storage host with `--read-policy localize` (reads served by the \
+         replica there). Medians; mean latency in brackets.\n\n\
+         | Profile | local disk | in-process | controller export | node-local | node-local / controller | node-local lat / in-process lat |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (p, profile) in profiles.iter().enumerate() {
+        let seq = profile.job.bs == "1M";
+        let unit = if seq { "MiB/s" } else { "IOPS" };
+        let rate = |t: usize| {
+            median(
+                samples[p][t]
+                    .iter()
+                    .map(|x| if seq { x.mib_s } else { x.iops })
+                    .collect(),
+            )
+        };
+        let lat = |t: usize| median(samples[p][t].iter().map(|x| x.lat_us_mean).collect());
+        let cell = |t: Option<usize>| match t {
+            Some(t) => format!("{:.0} {unit} ({:.0} us)", rate(t), lat(t)),
+            None => "-".into(),
+        };
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.2}x", a / b)
+            } else {
+                "-".into()
+            }
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            profile.name,
+            cell(disk),
+            cell(up),
+            cell(Some(remote)),
+            cell(Some(local)),
+            ratio(rate(local), rate(remote)),
+            up.map_or("-".into(), |u| ratio(lat(local), lat(u))),
+        ));
+    }
+    s
 }
 
 /// Targets every Basalt figure is compared with.
@@ -511,6 +590,50 @@ fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_local_table_compares_the_two_gateways() {
+        // Goal: with a node-local target the CoronaFS-style table shows local disk,
+        // in-process, controller and node-local figures with their ratios; without one it
+        // is absent.
+        let sample = |iops: f64, lat: f64| Sample {
+            iops,
+            mib_s: iops / 10.0,
+            lat_us_mean: lat,
+            cpu_us_per_io: None,
+        };
+        let names = [
+            "basalt",
+            "basalt 3-host",
+            "basalt 3-host node-local",
+            "qemu-nbd",
+        ];
+        let samples: Vec<Vec<Vec<Sample>>> = PROFILES
+            .iter()
+            .map(|_| {
+                vec![
+                    vec![sample(100.0, 80.0); 3],
+                    vec![sample(50.0, 200.0); 3],
+                    vec![sample(90.0, 100.0); 3],
+                    vec![sample(400.0, 20.0); 3],
+                ]
+            })
+            .collect();
+        let all = select_profiles(&[]).unwrap();
+        let table = render_node_local(&all, &names, &samples);
+        assert!(
+            table.contains(
+                "| 4k randread QD1 | 400 IOPS (20 us) | 100 IOPS (80 us) | 50 IOPS (200 us) | \
+                 90 IOPS (100 us) | 1.80x | 1.25x |"
+            ),
+            "{table}"
+        );
+        assert_eq!(
+            table.lines().filter(|l| l.starts_with("| ")).count(),
+            1 + PROFILES.len()
+        );
+        assert!(render_node_local(&all, &names[..2], &samples).is_empty());
+    }
 
     #[test]
     fn table_has_a_column_per_target_and_ratio() {

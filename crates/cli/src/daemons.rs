@@ -494,7 +494,24 @@ pub struct NbdArgs {
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub io_timeout: u64,
     #[command(flatten)]
+    pub reads: ReadPolicyArgs,
+    #[command(flatten)]
     pub tls: NbdTlsArgs,
+}
+
+/// Where a gateway's reads go.
+#[derive(Args, Debug)]
+pub struct ReadPolicyArgs {
+    /// Where reads of replicated volumes go: "localize" reads from the replica on this
+    /// gateway's host when the primary is elsewhere (that replica serves only while it is
+    /// provably current, else the primary answers); "primary" always asks the primary
+    /// [default: localize when the map has an OSD on this host, else primary].
+    #[arg(long, value_name = "POLICY", value_parser = ["primary", "localize"])]
+    pub read_policy: Option<String>,
+    /// The host this gateway runs on, as its OSDs name it (`basalt osd --host`) [default:
+    /// this machine's name].
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -518,6 +535,8 @@ pub struct NvmfArgs {
     /// than 30 s are logged; `basalt status` names the PGs and what brings them back.
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub io_timeout: u64,
+    #[command(flatten)]
+    pub reads: ReadPolicyArgs,
 }
 
 impl MetaArgs {
@@ -528,10 +547,22 @@ impl MetaArgs {
         metrics_listen: Option<String>,
         metrics_per_volume: usize,
         io_timeout_secs: u64,
+        reads: &ReadPolicyArgs,
     ) -> anyhow::Result<GatewayConfig> {
         let credentials = self.credentials()?;
         let (meta, meta_latency) = self.connect_timed().await?;
+        let host = reads
+            .host
+            .clone()
+            .unwrap_or_else(basalt_node::osd_daemon::hostname);
+        let read_policy = match reads.read_policy.as_deref() {
+            None => None,
+            Some("primary") => Some(basalt_client::ReadPolicy::Primary),
+            Some(_) => Some(basalt_client::ReadPolicy::Localize { host: host.clone() }),
+        };
         Ok(GatewayConfig {
+            read_policy,
+            host,
             meta,
             meta_latency,
             credentials,
@@ -552,6 +583,7 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
             args.metrics_listen,
             args.metrics_per_volume,
             args.io_timeout,
+            &args.reads,
         )
         .await?;
     let gateway = basalt_node::NvmfGateway::start(config).await?;
@@ -578,6 +610,7 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
             args.metrics_listen,
             args.metrics_per_volume,
             args.io_timeout,
+            &args.reads,
         )
         .await?;
     let gateway = basalt_node::NbdGateway::start(config, args.socket, tls).await?;

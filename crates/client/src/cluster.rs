@@ -79,7 +79,28 @@ pub struct ClientCounters {
     pub retries: std::sync::atomic::AtomicU64,
     /// Object requests that failed for good (the error reached the caller).
     pub failures: std::sync::atomic::AtomicU64,
+    /// Reads served by a replica on this gateway's host ([`Cluster::localize_reads`]).
+    pub local_reads: std::sync::atomic::AtomicU64,
+    /// Reads a local replica declined (not complete, its interval moving): sent to the
+    /// primary instead.
+    pub local_read_fallbacks: std::sync::atomic::AtomicU64,
 }
+
+/// Where a gateway's reads of replicated PGs go.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ReadPolicy {
+    /// Always to the PG's primary.
+    #[default]
+    Primary,
+    /// To a member of the PG on this host (the OSDs whose map entry names it) when the
+    /// primary is elsewhere; that member serves only while it is provably current, else the
+    /// read goes to the primary (docs/design.md, "Reads from a local replica").
+    Localize { host: String },
+}
+
+/// How long a PG whose local replica declined a read sends its reads to the primary before
+/// trying the replica again (a new map also ends it).
+const LOCAL_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A handle on the cluster shared by every volume of one process.
 pub struct Cluster {
@@ -93,6 +114,11 @@ pub struct Cluster {
     /// How long a request is retried before its error reaches the caller, in ms (0: for
     /// ever).
     io_timeout_ms: std::sync::atomic::AtomicU64,
+    /// Where reads go.
+    read_policy: std::sync::RwLock<ReadPolicy>,
+    /// PGs whose local replica declined a read: the map epoch and when (reads go to the
+    /// primary until the map changes or [`LOCAL_RETRY_AFTER`] passes).
+    local_declined: Mutex<HashMap<PgId, (u32, Instant)>>,
 }
 
 impl Cluster {
@@ -137,7 +163,19 @@ impl Cluster {
             conns,
             volumes: Mutex::new(HashMap::new()),
             io_timeout_ms: std::sync::atomic::AtomicU64::new(RETRY_DEADLINE_MS),
+            read_policy: std::sync::RwLock::new(ReadPolicy::Primary),
+            local_declined: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Send reads as `policy` says (default: to the primary).
+    pub fn set_read_policy(&self, policy: ReadPolicy) {
+        *self.read_policy.write().expect("read policy lock") = policy;
+    }
+
+    /// The read policy in force.
+    pub fn read_policy(&self) -> ReadPolicy {
+        self.read_policy.read().expect("read policy lock").clone()
     }
 
     /// How long a request is retried across failovers, peering and PGs below min_size
@@ -217,6 +255,11 @@ impl Cluster {
         let mut epoch = 0u32;
         // Bound: the I/O timeout (a gateway without one waits for ever, by design, and says
         // so every RETRY_WARN_EVERY).
+        if header.opcode == Opcode::Read {
+            if let Some(reply) = self.try_local(pg, header).await {
+                return Ok(reply);
+            }
+        }
         loop {
             let map = self.map();
             if map.epoch != epoch {
@@ -262,6 +305,86 @@ impl Cluster {
     /// weakly: a registry never keeps a cluster, and so its OSDs, alive).
     pub fn collector(self: &Arc<Self>) -> ClientCollector {
         ClientCollector(Arc::downgrade(self))
+    }
+
+    /// The member of `pg` this client reads from instead of its primary, under
+    /// [`ReadPolicy::Localize`]: one on this gateway's host, when the primary is on another
+    /// host, the pool is replicated, and that member has not declined a read of this PG
+    /// under this map in the last [`LOCAL_RETRY_AFTER`].
+    pub(crate) fn local_member(&self, map: &ClusterMap, pg: PgId) -> Option<OsdId> {
+        let ReadPolicy::Localize { host } = &*self.read_policy.read().expect("read policy lock")
+        else {
+            return None;
+        };
+        if map.pools.get(&pg.pool).is_none_or(|p| p.ec.is_some()) {
+            return None;
+        }
+        let on_host = |id: &OsdId| map.osds.get(id).is_some_and(|o| &o.host == host && o.up);
+        let acting = map.acting(pg).ok()?;
+        if acting.first().is_none_or(on_host) {
+            return None;
+        }
+        let member = acting[1..].iter().copied().find(on_host)?;
+        let declined = self.local_declined.lock().expect("declined lock");
+        match declined.get(&pg) {
+            Some(&(epoch, when)) if epoch == map.epoch && when.elapsed() < LOCAL_RETRY_AFTER => {
+                None
+            }
+            _ => Some(member),
+        }
+    }
+
+    /// Await a LOCAL_READ's reply from `member`: Ok only for an Ok answer. Anything else
+    /// (a refusal, an error, the member leaving the PG in a new map) counts as a fallback
+    /// and keeps the PG's reads on its primary for a while; the caller then asks it.
+    pub(crate) async fn await_local(
+        &self,
+        conn: &Connection,
+        pending: crate::conn::Pending,
+        pg: PgId,
+        member: OsdId,
+        epoch: u32,
+    ) -> Option<Reply> {
+        let mut maps = self.map.clone();
+        let moved = maps.wait_for(|m| m.acting(pg).map_or(true, |a| !a[1..].contains(&member)));
+        let reply = tokio::select! {
+            biased;
+            reply = timed(conn, pending) => reply.ok(),
+            _ = moved => None,
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        match reply {
+            Some(r) if r.header.status == Status::Ok => {
+                self.counters.local_reads.fetch_add(1, Relaxed);
+                Some(r)
+            }
+            _ => {
+                self.counters.local_read_fallbacks.fetch_add(1, Relaxed);
+                self.local_declined
+                    .lock()
+                    .expect("declined lock")
+                    .insert(pg, (epoch, Instant::now()));
+                None
+            }
+        }
+    }
+
+    /// A READ sent to [`Cluster::local_member`] of `pg`, if there is one; None when there
+    /// is not or it did not answer Ok (the caller then asks the primary).
+    async fn try_local(&self, pg: PgId, mut header: Header) -> Option<Reply> {
+        let map = self.map();
+        let member = self.local_member(&map, pg)?;
+        header.pg = pg;
+        header.map_epoch = map.epoch;
+        header.flags.0 |= basalt_proto::Flags::LOCAL_READ;
+        let conn = self
+            .conns
+            .get(member, &map.osd(member).ok()?.addr)
+            .await
+            .ok()?;
+        let pending = conn.start(header, Bytes::new());
+        self.await_local(&conn, pending, pg, member, map.epoch)
+            .await
     }
 
     /// One attempt at the PG's primary under `map`.
@@ -552,6 +675,26 @@ impl basalt_metrics::prometheus_client::collector::Collector for ClientCollector
             "Object requests that failed for good",
             Kind::Counter,
             [(basalt_metrics::NO_LABELS, counter(c.failures.load(Relaxed)))],
+        )?;
+        family(
+            &mut enc,
+            "basalt_client_local_reads",
+            "Reads served by a replica on this gateway's host (--read-policy localize)",
+            Kind::Counter,
+            [(
+                basalt_metrics::NO_LABELS,
+                counter(c.local_reads.load(Relaxed)),
+            )],
+        )?;
+        family(
+            &mut enc,
+            "basalt_client_local_read_fallbacks",
+            "Reads a local replica declined, sent to the primary instead",
+            Kind::Counter,
+            [(
+                basalt_metrics::NO_LABELS,
+                counter(c.local_read_fallbacks.load(Relaxed)),
+            )],
         )?;
         family(
             &mut enc,

@@ -29,7 +29,7 @@ pub mod watchers;
 
 /// The KV table object class's types (see [`Cluster::kv_update`] and friends).
 pub use basalt_proto::kv::{KvCond, KvEdit, KvList, KvPage, KV_MAX_KEY, KV_MAX_VALUE};
-pub use cluster::{is_retryable, Cluster, OsdStats};
+pub use cluster::{is_retryable, Cluster, OsdStats, ReadPolicy};
 pub use conn::{Connection, Dialer, LocalHandler, Reply, ReplySink, TcpDialer};
 pub use error::{ClientError, ErrorKind};
 pub use images::{ImageInfo, ImageState};

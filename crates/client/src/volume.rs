@@ -74,7 +74,10 @@ pub struct Volume {
 struct Started {
     conn: Arc<crate::Connection>,
     pending: Pending,
+    /// The OSD asked: the primary, or (`local`) a member on this gateway's host.
     primary: basalt_proto::OsdId,
+    /// A LOCAL_READ to a member ([`Cluster::local_member`]) under map epoch `epoch`.
+    local: Option<u32>,
 }
 
 /// One object-sized piece of a byte range.
@@ -286,6 +289,21 @@ impl Volume {
     /// synchronous once connected, so a caller keeps many requests in flight.
     async fn start(&self, mut h: Header, payload: Bytes) -> Result<Started, ClientError> {
         let map = self.cluster.map();
+        if h.opcode == Opcode::Read {
+            if let Some(member) = self.cluster.local_member(&map, h.pg) {
+                if let Ok(conn) = self.cluster.connection(member).await {
+                    h.map_epoch = map.epoch;
+                    h.flags.0 |= Flags::LOCAL_READ;
+                    let pending = conn.start(h, payload);
+                    return Ok(Started {
+                        conn,
+                        pending,
+                        primary: member,
+                        local: Some(map.epoch),
+                    });
+                }
+            }
+        }
         let primary = *map
             .acting(h.pg)?
             .first()
@@ -297,6 +315,7 @@ impl Volume {
             conn,
             pending,
             primary,
+            local: None,
         })
     }
 
@@ -309,6 +328,25 @@ impl Volume {
         first: Result<Started, ClientError>,
     ) -> Result<Bytes, ClientError> {
         let result = match first {
+            Ok(Started {
+                conn,
+                pending,
+                primary: member,
+                local: Some(epoch),
+            }) => {
+                let local = self
+                    .cluster
+                    .await_local(&conn, pending, h.pg, member, epoch)
+                    .await;
+                if let Some(reply) = local {
+                    return Ok(reply.payload);
+                }
+                // Declined (or unanswered): the primary answers instead.
+                let mut h = h;
+                h.flags.0 &= !Flags::LOCAL_READ;
+                let reply = self.cluster.object_request(h.pg, h, payload).await?;
+                return Ok(reply.payload);
+            }
             Ok(s) => self
                 .cluster
                 .await_primary(&s.conn, s.pending, h.pg, s.primary)

@@ -3,7 +3,7 @@
 
 use crate::metrics_http::{self, MetricsTask};
 use anyhow::Context;
-use basalt_client::Cluster;
+use basalt_client::{Cluster, ReadPolicy};
 use basalt_meta::MetaStore;
 use basalt_metrics::frontend::{FrontendCollector, FrontendStats};
 use basalt_nbd::VolumeExports;
@@ -30,6 +30,25 @@ pub struct GatewayConfig {
     /// How long an I/O is retried while its PG cannot serve before it fails (None: for
     /// ever, like a hard-mounted disk).
     pub io_timeout: Option<std::time::Duration>,
+    /// Where reads of replicated volumes go; None: from a replica on `host` when the map
+    /// has an OSD there, else from the primary.
+    pub read_policy: Option<ReadPolicy>,
+    /// The host this gateway runs on, as OSDs name theirs.
+    pub host: String,
+}
+
+impl GatewayConfig {
+    /// The read policy in force under `map`: the one asked for, else localize when an OSD
+    /// of this host is in the map.
+    pub fn resolve_read_policy(&self, map: &basalt_placement::ClusterMap) -> ReadPolicy {
+        match &self.read_policy {
+            Some(p) => p.clone(),
+            None if map.osds.values().any(|o| o.host == self.host) => ReadPolicy::Localize {
+                host: self.host.clone(),
+            },
+            None => ReadPolicy::Primary,
+        }
+    }
 }
 
 /// The NBD server of `exports` with `tls`, counting into `stats`.
@@ -74,6 +93,14 @@ async fn exports(
         .context("read the cluster map")?;
     let cluster = Cluster::new_as(config.meta.clone(), map, Some(config.credentials.clone()));
     cluster.set_io_timeout(config.io_timeout);
+    let policy = config.resolve_read_policy(&cluster.map());
+    match &policy {
+        ReadPolicy::Localize { host } => tracing::info!(
+            "reads of replicated volumes go to a replica on host {host} when it is current"
+        ),
+        ReadPolicy::Primary => tracing::info!("reads go to each PG's primary"),
+    }
+    cluster.set_read_policy(policy);
     let gateway = format!(
         "{what} on {} (pid {}, {})",
         crate::osd_daemon::hostname(),

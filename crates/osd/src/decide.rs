@@ -130,6 +130,53 @@ pub fn client_gate(e: &PgEntry, client_epoch: u32) -> Result<u32, Status> {
     }
 }
 
+/// Why a member declines a gateway's LOCAL_READ (the gateway then reads from the primary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalReadRefusal {
+    /// This OSD is (or is becoming) the PG's primary, or holds no interval of it.
+    NotReplica,
+    /// Its map puts the PG at another interval, or outside this OSD: its entry is stale.
+    IntervalMoved,
+    /// A newer interval's primary sealed this copy.
+    Sealed,
+    /// The primary has not said this copy is complete in the interval (recovering).
+    NotComplete,
+    /// A peer lease from another member lapsed: that member may be sealing for a new
+    /// interval that drops this copy.
+    NoLeases,
+}
+
+/// May this OSD, a member of the PG but not its primary, serve a gateway's LOCAL_READ from
+/// its own copy (docs/design.md, "Reads from a local replica")? Only while its entry is at
+/// the interval its current map gives the PG (`map_interval`, with this OSD in the acting
+/// set: `in_map_acting`), nothing newer sealed it, its primary said it is complete in that
+/// interval, and it holds a live peer lease from every other member (`leases`). Returns
+/// the interval.
+pub fn local_read_gate(
+    e: &PgEntry,
+    me: OsdId,
+    map_interval: u32,
+    in_map_acting: bool,
+    leases: bool,
+) -> Result<u32, LocalReadRefusal> {
+    if e.phase != PgPhase::Replica || e.interval == 0 || !e.acting.iter().any(|a| a.0 == me) {
+        return Err(LocalReadRefusal::NotReplica);
+    }
+    if e.interval != map_interval || !in_map_acting {
+        return Err(LocalReadRefusal::IntervalMoved);
+    }
+    if e.sealed > e.interval {
+        return Err(LocalReadRefusal::Sealed);
+    }
+    if e.complete_in != e.interval {
+        return Err(LocalReadRefusal::NotComplete);
+    }
+    if !leases {
+        return Err(LocalReadRefusal::NoLeases);
+    }
+    Ok(e.interval)
+}
+
 /// The objects whose (presence, version) differ between two lists, in object order.
 pub fn diff(a: &[(ObjectId, Version)], b: &[(ObjectId, Version)]) -> Vec<ObjectId> {
     let mut both: BTreeMap<ObjectId, (Option<Version>, Option<Version>)> = BTreeMap::new();
@@ -375,6 +422,127 @@ mod tests {
         ];
         for (name, e, epoch, want) in cases {
             assert_eq!(client_gate(&e, epoch), want, "{name}");
+        }
+    }
+
+    /// Goal: a replica serves a gateway's read only when its entry is current by its own
+    /// map, unsealed, known complete in that interval, and it holds every member's lease;
+    /// each missing condition alone refuses, with its reason.
+    #[test]
+    fn local_read_gate_table() {
+        use LocalReadRefusal::*;
+        let me = 2;
+        let good = PgEntry {
+            interval: 5,
+            acting: vec![(1, 11), (2, 12), (3, 13)],
+            phase: PgPhase::Replica,
+            sealed: 5,
+            complete_in: 5,
+            ..PgEntry::default()
+        };
+        let with = |f: fn(&mut PgEntry)| {
+            let mut e = good.clone();
+            f(&mut e);
+            e
+        };
+        // name, entry, map interval, in the map's acting set, leases held, expected
+        let cases = [
+            (
+                "current, complete, leases",
+                good.clone(),
+                5,
+                true,
+                true,
+                Ok(5),
+            ),
+            (
+                "sealed at its own interval",
+                with(|e| e.sealed = 3),
+                5,
+                true,
+                true,
+                Ok(5),
+            ),
+            ("leases lapsed", good.clone(), 5, true, false, Err(NoLeases)),
+            (
+                "map moved to a newer interval",
+                good.clone(),
+                7,
+                true,
+                true,
+                Err(IntervalMoved),
+            ),
+            (
+                "map dropped this OSD",
+                good.clone(),
+                5,
+                false,
+                true,
+                Err(IntervalMoved),
+            ),
+            (
+                "sealed by a newer interval",
+                with(|e| e.sealed = 6),
+                5,
+                true,
+                true,
+                Err(Sealed),
+            ),
+            (
+                "complete in an older interval",
+                with(|e| e.complete_in = 4),
+                5,
+                true,
+                true,
+                Err(NotComplete),
+            ),
+            (
+                "never said complete",
+                with(|e| e.complete_in = 0),
+                5,
+                true,
+                true,
+                Err(NotComplete),
+            ),
+            (
+                "primary",
+                with(|e| e.phase = PgPhase::Active),
+                5,
+                true,
+                true,
+                Err(NotReplica),
+            ),
+            (
+                "peering",
+                with(|e| e.phase = PgPhase::Peering),
+                5,
+                true,
+                true,
+                Err(NotReplica),
+            ),
+            (
+                "not a member of its entry",
+                with(|e| e.acting.retain(|a| a.0 != 2)),
+                5,
+                true,
+                true,
+                Err(NotReplica),
+            ),
+            (
+                "no interval yet",
+                PgEntry::default(),
+                0,
+                true,
+                true,
+                Err(NotReplica),
+            ),
+        ];
+        for (name, e, map_interval, member, leases, want) in cases {
+            assert_eq!(
+                local_read_gate(&e, me, map_interval, member, leases),
+                want,
+                "{name}"
+            );
         }
     }
 

@@ -6,8 +6,10 @@
 //! primary expects; otherwise the primary pushes the whole object.
 
 use crate::daemon::Osd;
+use crate::decide::LocalReadRefusal;
 use crate::layers::{first_holder, LayerError};
 use crate::metrics::OsdCounters;
+use crate::pg::PgPhase;
 use crate::recovery::{apply_image, push_object, read_image, PushKind};
 use crate::slow::OpGuard;
 use basalt_client::frame_io::{read_frame, write_frames};
@@ -17,8 +19,8 @@ use basalt_placement::ClusterMap;
 use basalt_proto::image::put_list_entry;
 use basalt_proto::slowop::SlowStage;
 use basalt_proto::{
-    inode_pool, Flags, Header, InodeId, ObjectId, ObjectImage, Opcode, PgId, Status, Version,
-    LIST_ENTRY_BYTES, LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
+    inode_pool, Flags, Header, InodeId, ObjectId, ObjectImage, Opcode, OsdId, PgId, Status,
+    Version, LIST_ENTRY_BYTES, LIST_MAX_ENTRIES, MAX_PAYLOAD_BYTES,
 };
 use basalt_store::{EdgeBlocks, StoreError};
 use bytes::{Bytes, BytesMut};
@@ -209,7 +211,8 @@ pub(crate) fn dispatch(
             let osd = osd.clone();
             tokio::spawn(async move {
                 let reply = if crate::heartbeat::wait_for_map(&osd, h.map_epoch, MAP_WAIT).await {
-                    crate::heartbeat::wait_to_seal(&osd).await;
+                    let dropped = crate::heartbeat::dropped_by_seal(&osd, h.pg, h.map_epoch, None);
+                    crate::heartbeat::wait_to_seal(&osd, &dropped, h.map_epoch).await;
                     list(&osd, &h)
                 } else {
                     (Status::Unavailable, Bytes::new())
@@ -240,6 +243,21 @@ pub(crate) fn dispatch(
             let mut reply = h.reply(status);
             reply.version = version;
             sink.send(reply, data);
+        }
+        Opcode::Complete if !replica => sink.send(h.reply(Status::Invalid), Bytes::new()),
+        Opcode::Complete if !expected_incarnation(osd, &h) => {
+            sink.send(h.reply(Status::Unavailable), Bytes::new());
+        }
+        Opcode::Complete => {
+            let osd = osd.clone();
+            tokio::spawn(async move {
+                let status = note_complete(&osd, &h).await;
+                sink.send(h.reply(status), Bytes::new());
+                drop(permit);
+            });
+        }
+        Opcode::Read if !replica && h.flags.has(Flags::LOCAL_READ) => {
+            local_read_request(osd, h, sink, permit);
         }
         Opcode::Read if replica => {
             // Another OSD's damaged-read fallback, or an erasure-coded primary reading a
@@ -413,6 +431,98 @@ fn client_read_request(
             });
         }
     }
+}
+
+/// How many 50 ms waits a COMPLETE gives this OSD's PG entry to reach the interval it names.
+const COMPLETE_WAIT_ROUNDS: u32 = 40;
+
+/// COMPLETE from the primary of this OSD's interval of PG `h.pg` (`object`: the sender's id
+/// and run): this copy is complete in interval `h.map_epoch`, and that interval is the PG's
+/// last activated one. Stale when this OSD's entry has moved on (or was sealed past it).
+async fn note_complete(osd: &Osd, h: &Header) -> Status {
+    // The primary activated the interval after sealing this copy for it, but this OSD's
+    // entry may not have reached it yet (its map arrives, then the entry follows).
+    // Bound: a few short waits, then the notice is dropped (the reads go to the primary).
+    for _ in 0..COMPLETE_WAIT_ROUNDS {
+        let behind = osd.pgs.with(h.pg, |e| e.interval < h.map_epoch);
+        if !behind {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let sender = (h.object.inode as OsdId, h.object.index);
+    osd.pgs.with(h.pg, |e| {
+        let current = e.interval == h.map_epoch
+            && e.phase == PgPhase::Replica
+            && e.sealed <= e.interval
+            && e.acting.first() == Some(&sender)
+            && e.acting.iter().any(|a| a.0 == osd.id);
+        if !current {
+            return Status::Stale;
+        }
+        e.complete_in = e.interval;
+        e.since_active = e.acting.iter().map(|a| a.0).collect();
+        Status::Ok
+    })
+}
+
+/// A gateway's READ of a replicated PG sent to this member, not to the primary
+/// ([`Flags::LOCAL_READ`]): served from this copy, like the primary's reads, when
+/// [`local_gate`] allows it; else NotPrimary, and the gateway asks the primary.
+fn local_read_request(
+    osd: &Arc<Osd>,
+    h: Header,
+    sink: ReplySink,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    if let Err(why) = local_gate(osd, &h) {
+        tracing::trace!(osd = osd.id, pg = %h.pg, ?why, "local read refused");
+        crate::metrics::OsdCounters::add(&osd.counters.local_read_refusals, 1);
+        sink.send(h.reply(Status::NotPrimary), Bytes::new());
+        return;
+    }
+    crate::metrics::OsdCounters::add(&osd.counters.local_reads, 1);
+    if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
+        sink.send(h.reply(Status::Frozen), Bytes::new());
+        return;
+    }
+    match osd.layers.cached_chain(h.object.inode) {
+        Some(chain) => serve_read(osd, h, &chain, sink, permit),
+        None => {
+            let osd = osd.clone();
+            tokio::spawn(async move {
+                match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
+                    Ok(chain) => serve_read(&osd, h, &chain, sink, permit),
+                    Err(e) => sink.send(h.reply(layer_status(&osd, &h, &e)), Bytes::new()),
+                }
+            });
+        }
+    }
+}
+
+/// May this OSD serve the gateway's LOCAL_READ `h` from its own copy (docs/design.md,
+/// "Reads from a local replica")? Not without peer leases (OSDs of one process run
+/// without heartbeats: nothing would bound a stale replica), not when fenced (its liveness
+/// lease lapsed), not for an erasure-coded PG, not when the gateway's map is newer than
+/// ours; else as [`crate::decide::local_read_gate`] decides from the PG entry, our map and
+/// our leases.
+pub(crate) fn local_gate(osd: &Osd, h: &Header) -> Result<u32, LocalReadRefusal> {
+    if !osd.leases.enabled() || osd.fenced() {
+        return Err(LocalReadRefusal::NoLeases);
+    }
+    let map = osd.map();
+    if h.map_epoch > map.epoch {
+        return Err(LocalReadRefusal::IntervalMoved);
+    }
+    if map.pools.get(&h.pg.pool).is_none_or(|p| p.ec.is_some()) {
+        return Err(LocalReadRefusal::NotReplica);
+    }
+    let map_interval = map.interval(h.pg);
+    let in_map_acting = map.acting(h.pg).is_ok_and(|a| a.contains(&osd.id));
+    osd.pgs.with(h.pg, |e| {
+        let leases = osd.leases.holds_all(osd.id, &e.acting);
+        crate::decide::local_read_gate(e, osd.id, map_interval, in_map_acting, leases)
+    })
 }
 
 /// A client WRITE, TRIM or DELETE of a replicated PG, in its own task (see
@@ -836,9 +946,17 @@ fn seal_must_wait(osd: &Osd, h: &Header) -> bool {
         return false;
     }
     let sealed = osd.pgs.with(h.pg, |e| e.sealed);
-    h.map_epoch > sealed
-        && (h.map_epoch > osd.map().epoch
-            || osd.leases.seal_not_before(|| osd.map()) > tokio::time::Instant::now())
+    if h.map_epoch <= sealed {
+        return false;
+    }
+    if h.map_epoch > osd.map().epoch {
+        return true;
+    }
+    // Sealing now: the members the new interval drops get no new promise from here on, and
+    // the seal waits if one they hold is still running.
+    let dropped = crate::heartbeat::dropped_by_seal(osd, h.pg, h.map_epoch, None);
+    osd.leases.bar(&dropped, h.map_epoch);
+    osd.leases.seal_not_before(|| osd.map(), &dropped) > tokio::time::Instant::now()
 }
 
 /// LIST: seal the PG below the request's epoch, then list its objects.
@@ -959,6 +1077,8 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
         };
     }
     if current_version(osd, h.object) != h.prev_version {
+        // Behind on this object (the primary pushes it next): no longer known complete.
+        entry.complete_in = 0;
         return Status::Stale;
     }
     if h.version <= h.prev_version {
@@ -973,6 +1093,10 @@ fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
         return Status::Invalid;
     }
     let status = apply(osd, h, payload, h.version);
+    if status != Status::Ok {
+        // The primary applied what this copy could not: it no longer serves local reads.
+        entry.complete_in = 0;
+    }
     // Versions only grow on a replica, under the PG lock: the copy ends at the mutation's
     // version, stays at the one before (nothing to change) or is gone, never elsewhere.
     let after = osd.store.version(h.object);

@@ -12,7 +12,7 @@
 use crate::daemon::Osd;
 use basalt_meta::schema::{failure_key, FailureReport};
 use basalt_placement::ClusterMap;
-use basalt_proto::{Flags, Header, ObjectId, Opcode, OsdId, Status, Version};
+use basalt_proto::{Flags, Header, ObjectId, Opcode, OsdId, PgId, Status, Version};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -92,6 +92,11 @@ pub struct PeerLeases {
     started: Instant,
     held: Mutex<HashMap<OsdId, Held>>,
     promised: Mutex<HashMap<OsdId, Promise>>,
+    /// Per peer, the map epoch its pings must carry to be promised anything: raised when
+    /// this OSD seals a PG for an interval that drops that peer while it is up (it may be
+    /// serving local reads of the PG under its older map until its lease from us lapses).
+    /// Guarded by the promises lock.
+    floors: Mutex<HashMap<OsdId, u32>>,
 }
 
 impl PeerLeases {
@@ -101,6 +106,7 @@ impl PeerLeases {
             started: Instant::now(),
             held: Mutex::new(HashMap::new()),
             promised: Mutex::new(HashMap::new()),
+            floors: Mutex::new(HashMap::new()),
         }
     }
 
@@ -135,20 +141,33 @@ impl PeerLeases {
         }
     }
 
-    /// A ping from `sender` (run `incarnation`, up since `up_from` by its own map): promise
-    /// it a lease if `map()` (read under the promise lock, so no seal check slips in
-    /// between) shows exactly that run up. Returns whether it was promised.
+    /// A ping from `sender` (run `incarnation`, up since `up_from` by its own map of epoch
+    /// `sender_epoch`): promise it a lease if `map()` (read under the promise lock, so no
+    /// seal check slips in between) shows exactly that run up, and its map has reached every
+    /// seal of ours that dropped it from a PG ([`PeerLeases::bar`]). Returns whether it was
+    /// promised.
     pub fn grant(
         &self,
         map: impl FnOnce() -> Arc<ClusterMap>,
         sender: OsdId,
         incarnation: u64,
         up_from: u32,
+        sender_epoch: u32,
     ) -> bool {
         let Some(lease) = self.lease else {
             return false;
         };
         let mut promised = self.promised.lock().expect("promises lock");
+        let floor = self
+            .floors
+            .lock()
+            .expect("promise floors lock")
+            .get(&sender)
+            .copied()
+            .unwrap_or(0);
+        if sender_epoch < floor {
+            return false;
+        }
         let map = map();
         let up = map.osds.get(&sender).is_some_and(|o| {
             o.up && o.incarnation == incarnation && o.up_from == up_from && up_from != 0
@@ -166,11 +185,30 @@ impl PeerLeases {
         up
     }
 
+    /// Promise `peers` nothing more until their pings carry a map of epoch `epoch` or newer
+    /// (this OSD is sealing a PG for the interval `epoch` begins, which drops them).
+    pub fn bar(&self, peers: &[OsdId], epoch: u32) {
+        if self.lease.is_none() || peers.is_empty() {
+            return;
+        }
+        let _promised = self.promised.lock().expect("promises lock");
+        let mut floors = self.floors.lock().expect("promise floors lock");
+        for &peer in peers {
+            let floor = floors.entry(peer).or_insert(0);
+            *floor = (*floor).max(epoch);
+        }
+    }
+
     /// The earliest instant at which this OSD may seal a PG for a newer interval, given
     /// `map()` (read under the promise lock): every promise to a run that map no longer
-    /// shows up must have run out, and a lease must have passed since this process started
-    /// (promises of an earlier process of this OSD died with it).
-    pub fn seal_not_before(&self, map: impl FnOnce() -> Arc<ClusterMap>) -> Instant {
+    /// shows up, or to one of `dropped` (members the new interval drops, barred first with
+    /// [`PeerLeases::bar`]), must have run out, and a lease must have passed since this
+    /// process started (promises of an earlier process of this OSD died with it).
+    pub fn seal_not_before(
+        &self,
+        map: impl FnOnce() -> Arc<ClusterMap>,
+        dropped: &[OsdId],
+    ) -> Instant {
         let Some(lease) = self.lease else {
             return self.started;
         };
@@ -179,22 +217,57 @@ impl PeerLeases {
         promised
             .iter()
             .filter(|(id, p)| {
-                !map.osds.get(id).is_some_and(|o| {
-                    o.up && o.incarnation == p.incarnation && o.up_from == p.up_from
-                })
+                dropped.contains(id)
+                    || !map.osds.get(id).is_some_and(|o| {
+                        o.up && o.incarnation == p.incarnation && o.up_from == p.up_from
+                    })
             })
             .map(|(_, p)| p.until)
             .fold(self.started + lease, Instant::max)
     }
 }
 
-/// Wait until this OSD may seal a PG for a newer interval (see
+/// The members a seal of `pg` for the interval beginning at `epoch` drops: those of the
+/// intervals this OSD saw since the PG last activated under it that are not members of the
+/// new one. The new interval's members are `acting` when the sealer knows them (a primary
+/// peering), else read from this OSD's map when it has `pg` at exactly that interval; when
+/// the map has moved past it, every one of them but this OSD (the safe side). None for an
+/// erasure-coded PG, whose members never serve local reads.
+pub(crate) fn dropped_by_seal(
+    osd: &Osd,
+    pg: PgId,
+    epoch: u32,
+    acting: Option<&[(OsdId, u64)]>,
+) -> Vec<OsdId> {
+    let map = osd.map();
+    if map.pools.get(&pg.pool).is_some_and(|p| p.ec.is_some()) {
+        return Vec::new();
+    }
+    let members: Option<Vec<OsdId>> = match acting {
+        Some(a) => Some(a.iter().map(|m| m.0).collect()),
+        None if map.interval(pg) == epoch => map.acting(pg).ok().map(<[_]>::to_vec),
+        None => None,
+    };
+    osd.pgs.with(pg, |e| {
+        e.since_active
+            .iter()
+            .copied()
+            .filter(|id| *id != osd.id && members.as_ref().is_none_or(|m| !m.contains(id)))
+            .collect()
+    })
+}
+
+/// Wait until this OSD may seal a PG for a newer interval beginning at `epoch`, which drops
+/// the members `dropped` (see [`dropped_by_seal`]): they are barred from new promises first,
+/// then every promise that binds the seal must run out (see
 /// [`PeerLeases::seal_not_before`]). Each pass re-reads the map: one that arrived during the
 /// wait may show another OSD down.
-pub(crate) async fn wait_to_seal(osd: &Osd) {
-    // Bound: a handful of passes; each waits out what the map showed when it began.
+pub(crate) async fn wait_to_seal(osd: &Osd, dropped: &[OsdId], epoch: u32) {
+    osd.leases.bar(dropped, epoch);
+    // Bound: a handful of passes; each waits out what the map showed when it began (the
+    // dropped members get no new promise, so their part ends within one lease).
     for _ in 0..16 {
-        let not_before = osd.leases.seal_not_before(|| osd.map());
+        let not_before = osd.leases.seal_not_before(|| osd.map(), dropped);
         if not_before <= Instant::now() {
             return;
         }
@@ -230,6 +303,7 @@ pub(crate) fn answer(osd: &Osd, h: &Header) -> Header {
         sender,
         h.object.index,
         h.version.counter as u32,
+        h.map_epoch,
     );
     let mut reply = h.reply(Status::Ok);
     reply.version = Version {
@@ -512,26 +586,65 @@ mod tests {
         let lease = Duration::from_millis(600);
         let leases = PeerLeases::new(Some(lease));
         let start = Instant::now();
-        assert_eq!(leases.seal_not_before(|| map_with(&[])), start + lease);
+        assert_eq!(leases.seal_not_before(|| map_with(&[]), &[]), start + lease);
         let up = map_with(&[(1, 7, 3, true)]);
-        assert!(!leases.grant(|| up.clone(), 1, 8, 3), "another run");
-        assert!(!leases.grant(|| up.clone(), 1, 7, 2), "an earlier up_from");
+        assert!(!leases.grant(|| up.clone(), 1, 8, 3, 5), "another run");
+        assert!(
+            !leases.grant(|| up.clone(), 1, 7, 2, 5),
+            "an earlier up_from"
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(leases.grant(|| up.clone(), 1, 7, 3));
+        assert!(leases.grant(|| up.clone(), 1, 7, 3, 5));
         let granted_at = Instant::now();
         // While the map shows the run up, nothing waits for it.
-        assert!(leases.seal_not_before(|| up.clone()) <= Instant::now());
+        assert!(leases.seal_not_before(|| up.clone(), &[]) <= Instant::now());
         let down = map_with(&[(1, 7, 3, false)]);
-        assert_eq!(leases.seal_not_before(|| down.clone()), granted_at + lease);
+        assert_eq!(
+            leases.seal_not_before(|| down.clone(), &[]),
+            granted_at + lease
+        );
         assert!(
-            !leases.grant(|| down.clone(), 1, 7, 3),
+            !leases.grant(|| down.clone(), 1, 7, 3, 5),
             "no promise to a down run"
         );
         let back = map_with(&[(1, 7, 9, true)]);
         assert_eq!(
-            leases.seal_not_before(|| back.clone()),
+            leases.seal_not_before(|| back.clone(), &[]),
             granted_at + lease,
             "back up with a new up_from: the old promise still binds"
+        );
+    }
+
+    /// Goal: a seal that drops a member still up waits out the promise to it, and the
+    /// member gets no new promise until its pings carry a map at least as new as the seal's
+    /// interval (else the wait would never end while it keeps pinging).
+    #[tokio::test(start_paused = true)]
+    async fn a_seal_that_drops_a_live_member_bars_and_waits_for_it() {
+        let lease = Duration::from_millis(600);
+        let leases = PeerLeases::new(Some(lease));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let up = map_with(&[(1, 7, 3, true)]);
+        assert!(leases.grant(|| up.clone(), 1, 7, 3, 5));
+        let granted_at = Instant::now();
+        assert!(leases.seal_not_before(|| up.clone(), &[]) <= Instant::now());
+        assert_eq!(
+            leases.seal_not_before(|| up.clone(), &[1]),
+            granted_at + lease,
+            "dropped though up: its promise binds"
+        );
+        leases.bar(&[1], 9);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !leases.grant(|| up.clone(), 1, 7, 3, 8),
+            "a ping with a map older than the seal is not promised"
+        );
+        assert_eq!(
+            leases.seal_not_before(|| up.clone(), &[1]),
+            granted_at + lease
+        );
+        assert!(
+            leases.grant(|| up.clone(), 1, 7, 3, 9),
+            "its map reached the seal: promised again"
         );
     }
 
@@ -560,7 +673,7 @@ mod tests {
         // Without heartbeats every lease is held and nothing waits.
         let none = PeerLeases::new(None);
         assert!(none.holds_all(0, &acting));
-        assert!(none.seal_not_before(|| map_with(&[])) <= Instant::now());
+        assert!(none.seal_not_before(|| map_with(&[]), &[1]) <= Instant::now());
     }
 
     /// Goal: settings under which leases cannot work are refused.

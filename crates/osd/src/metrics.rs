@@ -57,6 +57,10 @@ pub struct OsdCounters {
     pub failure_reports: AtomicU64,
     /// Client requests refused because a member's peer lease had lapsed.
     pub peer_lease_refusals: AtomicU64,
+    /// Gateway reads this OSD served from its copy as a replica (LOCAL_READ), and those it
+    /// declined (the gateway then read from the primary).
+    pub local_reads: AtomicU64,
+    pub local_read_refusals: AtomicU64,
     /// Client operations and bytes by pool.
     pub pools: PoolCounters,
     /// Where the time of requests goes.
@@ -266,7 +270,7 @@ type AuthField = fn(&crate::auth::AuthCounters) -> &AtomicU64;
 /// Every OSD family, a sample per OSD of `osds`.
 fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let g = OsdCounters::get;
-    let counters: [(&str, &str, CounterField); 15] = [
+    let counters: [(&str, &str, CounterField); 17] = [
         ("reads", "Client reads served as primary", |c| &c.reads),
         ("read_bytes", "Bytes of client reads", |c| &c.read_bytes),
         ("writes", "Client mutations acknowledged as primary", |c| {
@@ -319,6 +323,17 @@ fn encode_osds(osds: &[Arc<Osd>], enc: &mut DescriptorEncoder) -> Result<(), std
             "peer_lease_refusals",
             "Client requests refused (retried) because a PG member's peer lease had lapsed",
             |c| &c.peer_lease_refusals,
+        ),
+        (
+            "local_reads",
+            "Gateway reads served from this OSD's copy as a replica (LOCAL_READ)",
+            |c| &c.local_reads,
+        ),
+        (
+            "local_read_refusals",
+            "Gateway reads declined as a replica (not complete, interval moved, leases \
+             lapsed); the gateway read from the primary",
+            |c| &c.local_read_refusals,
         ),
     ];
     for (name, help, field) in counters {

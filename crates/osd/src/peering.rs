@@ -78,6 +78,7 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
             }
             e.interval = interval;
             e.acting = acting.clone();
+            e.since_active.extend(acting.iter().map(|a| a.0));
             e.generation += 1;
             e.counter = 0;
             e.ec_behind = 0;
@@ -229,9 +230,10 @@ async fn try_peer(
             .into());
         }
     }
-    // Promises to an old primary the map shows down bind this copy too (see
-    // `crate::heartbeat`).
-    crate::heartbeat::wait_to_seal(osd).await;
+    // Promises to an old primary the map shows down, and to members this interval drops,
+    // bind this copy too (see `crate::heartbeat`).
+    let dropped = crate::heartbeat::dropped_by_seal(osd, pg, interval, Some(acting));
+    crate::heartbeat::wait_to_seal(osd, &dropped, interval).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(interval));
     let me = CompleteCopy {
         osd: osd.id,
@@ -318,6 +320,7 @@ async fn try_peer(
         // expired) keeps counting from where the interval was, or the same version would
         // name two different writes (found by the simulator, seed 12).
         e.phase = PgPhase::Active;
+        e.since_active = acting.iter().map(|a| a.0).collect();
         true
     });
     if !activated {
@@ -326,6 +329,13 @@ async fn try_peer(
     tracing::debug!(osd = osd.id, %pg, interval, behind = behind.len(), "active");
     // For the simulator's split-brain check (see `crate::INVARIANT_EVENTS`).
     tracing::trace!(target: "basalt::invariant", osd = osd.id, pg = %pg, interval, "activated");
+    // The complete replicas may serve gateways' local reads from now on.
+    for c in rec.complete.iter().filter(|c| c.osd != osd.id) {
+        let (osd, c) = (osd.clone(), *c);
+        tokio::spawn(async move {
+            crate::recovery::notify_complete(&osd, pg, interval, c.osd, c.incarnation).await;
+        });
+    }
     if !behind.is_empty() {
         tokio::spawn(recover_pg(osd.clone(), pg, interval, generation, behind));
     }
@@ -362,6 +372,7 @@ async fn try_peer_ec(
             return false;
         }
         e.phase = PgPhase::Active;
+        e.since_active = acting.iter().map(|a| a.0).collect();
         e.ec_behind = behind;
         e.ec_unfound = peered.unfound;
         e.ec_waiting = peered.waiting;

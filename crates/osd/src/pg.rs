@@ -57,6 +57,16 @@ pub struct PgEntry {
     /// The OSDs those stripes wait for, each with the run peering missed (None: it was
     /// down): when the map shows one up in another run, the primary peers again.
     pub ec_waiting: Vec<(OsdId, Option<u64>)>,
+    /// Replicated PGs, as a member: the interval in which the primary said this copy is
+    /// complete (COMPLETE; 0: not known complete). A gateway's LOCAL_READ is served from
+    /// this copy only while it equals `interval` (docs/design.md, "Reads from a local
+    /// replica").
+    pub complete_in: u32,
+    /// The members of the intervals this OSD saw since the PG was last activated under it
+    /// (its own activation as primary, or the primary's COMPLETE, resets it to that
+    /// interval's members): before sealing for a newer interval, those it drops must stop
+    /// serving local reads ([`crate::heartbeat::wait_to_seal`]).
+    pub since_active: BTreeSet<OsdId>,
 }
 
 impl Default for PgEntry {
@@ -72,6 +82,8 @@ impl Default for PgEntry {
             ec_sources: Vec::new(),
             ec_unfound: BTreeSet::new(),
             ec_waiting: Vec::new(),
+            complete_in: 0,
+            since_active: BTreeSet::new(),
         }
     }
 }

@@ -354,6 +354,7 @@ pub(crate) async fn recover_pg(
                         still_behind.push((peer, incarnation));
                     } else {
                         tracing::info!(osd = osd.id, %pg, peer, "replica recovered");
+                        notify_complete(&osd, pg, interval, peer, incarnation).await;
                     }
                 }
                 Ok(false) => still_behind.push((peer, incarnation)),
@@ -367,6 +368,39 @@ pub(crate) async fn recover_pg(
         if !left.is_empty() {
             tokio::time::sleep(Duration::from_millis(RECOVERY_RETRY_MS)).await;
         }
+    }
+}
+
+/// Tell `peer` (run `incarnation`) that its copy of replicated PG `pg` is complete in
+/// `interval` (COMPLETE): it may then serve gateways' local reads while that interval
+/// lasts. Best effort: a copy that never hears it sends those reads to the primary.
+pub(crate) async fn notify_complete(
+    osd: &Osd,
+    pg: PgId,
+    interval: u32,
+    peer: OsdId,
+    incarnation: u64,
+) {
+    let map = osd.map();
+    let Ok(info) = map.osd(peer) else { return };
+    let conn = match osd.peers.get(peer, &info.addr).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::debug!(osd = osd.id, %pg, peer, "COMPLETE not sent: {e}");
+            return;
+        }
+    };
+    let mut h = Header::request(
+        Opcode::Complete,
+        0,
+        ObjectId::new(osd.id as u64, osd.incarnation),
+    );
+    h.pg = pg;
+    h.map_epoch = interval;
+    h.version = Version::new(incarnation, 0);
+    h.flags = Flags(Flags::REPLICA);
+    if let Err(e) = call_peer(&conn, "COMPLETE", h, Bytes::new()).await {
+        tracing::debug!(osd = osd.id, %pg, peer, "COMPLETE not taken: {e}");
     }
 }
 

@@ -99,6 +99,13 @@ pub enum Opcode {
     /// primary, no payload): each is rewritten at a new version with the newest contents
     /// that still decode. Reply payload: [`crate::unfound`]. Invalid when the PG has none.
     MarkUnfoundLost = 20,
+    /// Replicated PGs (REPLICA flag, primary → member): the member's copy of PG `pg` is
+    /// complete in the interval that began at `map_epoch` (the primary activated it with this
+    /// copy complete, or finished recovering it). `version.epoch` names the incarnation the
+    /// primary expects of the member, as for LIST. Lets the member serve
+    /// [`Flags::LOCAL_READ`] reads until its interval changes; answers Stale when the
+    /// member's PG is no longer at that interval (nothing changes then).
+    Complete = 21,
 }
 
 /// Most inodes one USAGE request may name.
@@ -135,6 +142,7 @@ impl Opcode {
             18 => Self::Scrub,
             19 => Self::Stash,
             20 => Self::MarkUnfoundLost,
+            21 => Self::Complete,
             _ => return None,
         })
     }
@@ -154,6 +162,12 @@ impl Flags {
     /// A READ or ALLOCATION meant for a frozen layer (a snapshot export, a copy job): served
     /// even though the inode is frozen. Without it such reads answer [`Status::Frozen`].
     pub const SNAPSHOT: u16 = 1 << 3;
+    /// A READ from a gateway to a member of the PG that is not its primary (a replica on the
+    /// gateway's host): served from that copy only when it is complete in its current
+    /// interval and holds peer leases from every other member, else answered
+    /// [`Status::NotPrimary`] (the gateway then asks the primary). See docs/design.md,
+    /// "Reads from a local replica".
+    pub const LOCAL_READ: u16 = 1 << 4;
     /// Local to a receiver, never acted on as sent: the frame was read from a connection and
     /// its payload matched `payload_crc`, so the crc may be reused for the same bytes (a
     /// primary forwarding a write unchanged). Receivers set or clear it themselves.
@@ -393,7 +407,7 @@ mod tests {
 
     fn any_header() -> impl Strategy<Value = Header> {
         (
-            1u8..=18,
+            1u8..=21,
             any::<u16>(),
             any::<u64>(),
             any::<(u64, u64)>(),
@@ -467,7 +481,10 @@ mod tests {
         let lost = Header::request(Opcode::MarkUnfoundLost, 1, ObjectId::new(0, 0));
         assert!(!lost.has_payload() && lost.reply(Status::Ok).has_payload());
         assert!(!lost.reply(Status::Invalid).has_payload());
-        assert_eq!(Opcode::from_u8(21), None);
+        assert_eq!(Opcode::from_u8(21), Some(Opcode::Complete));
+        let complete = Header::request(Opcode::Complete, 1, ObjectId::new(0, 0));
+        assert!(!complete.has_payload() && !complete.reply(Status::Ok).has_payload());
+        assert_eq!(Opcode::from_u8(22), None);
     }
 
     proptest! {

@@ -11,6 +11,7 @@ use basalt_proto::{ObjectId, OsdId, PgId};
 use bytes::BytesMut;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -36,6 +37,10 @@ pub struct SimConfig {
     /// The only faults are network latency and jitter (up to 200 ms each way), under which
     /// no OSD may ever be marked down: a false failover fails the seed.
     pub jitter_only: bool,
+    /// Even seeds of replicated pools read with [`ReadPolicy::Localize`] on the host of one
+    /// OSD (see [`SimConfig::local_host`]): its replica serves those reads when it may, and
+    /// the checker holds them to the acknowledged values like any other.
+    pub local_reads: bool,
 }
 
 impl Default for SimConfig {
@@ -49,6 +54,7 @@ impl Default for SimConfig {
             echo_log: None,
             ec_every: 4,
             jitter_only: false,
+            local_reads: true,
         }
     }
 }
@@ -73,6 +79,17 @@ impl SimConfig {
     }
 }
 
+impl SimConfig {
+    /// The host whose replicas serve seed `seed`'s reads, when it reads locally: even seeds
+    /// of replicated pools, on the host of OSD `seed / 2 % osds`. Takes nothing from the
+    /// seed's random stream.
+    pub fn local_host(&self, seed: u64) -> Option<String> {
+        let shape = self.shape_for(seed);
+        (self.local_reads && shape.ec.is_none() && seed.is_multiple_of(2) && shape.osds > 0)
+            .then(|| format!("host{}", seed / 2 % shape.osds as u64))
+    }
+}
+
 /// A run that held every invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -88,6 +105,10 @@ pub struct Outcome {
     pub digest: u64,
     /// The run's pool was erasure coded.
     pub erasure_coded: bool,
+    /// Reads a replica served to the client ([`SimConfig::local_host`]), and reads it
+    /// declined (served by the primary instead).
+    pub local_reads: u64,
+    pub local_read_fallbacks: u64,
 }
 
 /// A run that broke an invariant (or could not run).
@@ -407,6 +428,11 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
     let shape = config.shape_for(seed);
     let erasure_coded = shape.ec.is_some();
     let mut cluster = SimCluster::start(shape.clone(), &mut rng).await?;
+    if let Some(host) = config.local_host(seed) {
+        cluster
+            .client
+            .set_read_policy(basalt_client::ReadPolicy::Localize { host });
+    }
     wait_clean(&cluster.client, CLEAN_TIMEOUT)
         .await
         .map_err(|e| format!("the new cluster {e}"))?;
@@ -539,6 +565,8 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         virtual_ms: started.elapsed().as_millis() as u64,
         digest,
         erasure_coded,
+        local_reads: cluster.client.counters.local_reads.load(Relaxed),
+        local_read_fallbacks: cluster.client.counters.local_read_fallbacks.load(Relaxed),
     })
 }
 

@@ -46,6 +46,7 @@ fn run_config_seeds(config: &SimConfig, first: u64, count: u64) {
     };
     let began = Instant::now();
     let (mut ops, mut faults, mut virtual_ms) = (0u64, 0usize, 0u64);
+    let (mut local_reads, mut local_fallbacks) = (0u64, 0u64);
     let erasure_coded = seeds
         .iter()
         .filter(|&&s| config.shape_for(s).ec.is_some())
@@ -57,6 +58,8 @@ fn run_config_seeds(config: &SimConfig, first: u64, count: u64) {
                 ops += o.ops;
                 faults += o.faults.len();
                 virtual_ms += o.virtual_ms;
+                local_reads += o.local_reads;
+                local_fallbacks += o.local_read_fallbacks;
             }
             Err(f) => {
                 if failures.is_empty() {
@@ -68,7 +71,8 @@ fn run_config_seeds(config: &SimConfig, first: u64, count: u64) {
     }
     eprintln!(
         "simulation: {} seeds from {} ({erasure_coded} with an erasure-coded pool), {} failed, \
-         in {:.1} s: {ops} client operations, {faults} faults, {:.0} virtual seconds",
+         in {:.1} s: {ops} client operations ({local_reads} reads served by a local replica, \
+         {local_fallbacks} declined), {faults} faults, {:.0} virtual seconds",
         seeds.len(),
         seeds[0],
         failures.len(),
@@ -81,6 +85,17 @@ fn run_config_seeds(config: &SimConfig, first: u64, count: u64) {
         failures.len(),
         failures.join("\n")
     );
+    let localized = seeds
+        .iter()
+        .filter(|&&s| config.local_host(s).is_some())
+        .count();
+    if localized >= 4 {
+        // The scenario ran: replicas served reads (and the checker held them).
+        assert!(
+            local_reads > 0,
+            "{localized} seeds read through a local replica, but no replica served a read"
+        );
+    }
 }
 
 /// Goal: the real OSD, monitor and client code keeps every acknowledged write and converges

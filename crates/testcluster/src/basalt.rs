@@ -241,21 +241,35 @@ impl BasaltCluster {
     /// Another `basalt nbd` gateway on the client host, at NBD port `port` (its metrics at
     /// `port + 1000`), with `extra` arguments (e.g. `--io-timeout 3`); see [`Self::uri_at`].
     pub fn spawn_gateway(&self, port: u16, extra: &[&str]) -> Result<Proc> {
+        self.spawn_gateway_on(&self.client_host, port, extra)
+    }
+
+    /// [`Self::spawn_gateway`] on `host` (a storage host: a hypervisor's gateway); see
+    /// [`Self::uri_on`].
+    pub fn spawn_gateway_on(&self, host: &Host, port: u16, extra: &[&str]) -> Result<Proc> {
         let mut args = vec![
             "nbd".to_string(),
             "--meta".into(),
             self.meta_url.clone(),
             "--listen".into(),
-            format!("{}:{port}", self.client_host.ip),
+            format!("{}:{port}", host.ip),
             "--metrics-listen".into(),
-            format!("{}:{}", self.client_host.ip, port + 1000),
+            format!("{}:{}", host.ip, port + 1000),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
-        let spec = self.spec().name(format!("nbd-{port}")).args(args);
-        let proc = self.net.spawn(&self.client_host, spec)?;
+        let spec = self
+            .spec()
+            .name(format!("nbd-{}-{port}", host.name))
+            .args(args);
+        let proc = self.net.spawn(host, spec)?;
         proc.wait_for_line("NBD gateway serving", DAEMON_START)
             .with_context(|| format!("the NBD gateway did not start:\n{}", proc.log()))?;
         Ok(proc)
+    }
+
+    /// The NBD URI of a volume at a gateway of [`Self::spawn_gateway_on`] on `host`.
+    pub fn uri_on(&self, host: &Host, port: u16, volume: &str) -> String {
+        format!("nbd://{}:{port}/{volume}", host.ip)
     }
 
     /// The NBD URI of a volume at a gateway of [`Self::spawn_gateway`].
@@ -418,15 +432,24 @@ impl BasaltCluster {
 
     /// GET /metrics of OSD `id` (data port + 1000) from the root namespace.
     pub fn osd_metrics(&self, id: u32) -> Result<String> {
-        use std::io::{Read, Write};
         let o = self.osd(id);
-        let addr = format!("{}:{}", self.hosts[o.host].ip, o.port + 1000);
-        let mut s = std::net::TcpStream::connect(&addr)
-            .with_context(|| format!("connect to /metrics at {addr}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
+        get_metrics(&format!("{}:{}", self.hosts[o.host].ip, o.port + 1000))
     }
+
+    /// GET /metrics of the gateway of [`Self::spawn_gateway`] at NBD port `port`.
+    pub fn gateway_metrics(&self, port: u16) -> Result<String> {
+        get_metrics(&format!("{}:{}", self.client_host.ip, port + 1000))
+    }
+}
+
+/// GET /metrics at `addr` from the root namespace: the whole HTTP response.
+fn get_metrics(addr: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)
+        .with_context(|| format!("connect to /metrics at {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }

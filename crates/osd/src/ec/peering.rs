@@ -35,9 +35,10 @@ pub(crate) async fn peer(
 ) -> Result<Peered, PgError> {
     let pg = ctx.pg;
     let (previous, expected_rev) = previous_sources(osd, ctx).await?;
-    // Promises to an old primary the map shows down bind this copy too (see
-    // `crate::heartbeat`).
-    crate::heartbeat::wait_to_seal(osd).await;
+    // Promises to an old primary the map shows down, and to members this interval drops,
+    // bind this copy too (see `crate::heartbeat`).
+    let dropped = crate::heartbeat::dropped_by_seal(osd, pg, ctx.interval, Some(acting));
+    crate::heartbeat::wait_to_seal(osd, &dropped, ctx.interval).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(ctx.interval));
     let map = osd.map();
     let survey = survey(osd, &map, ctx, acting, &previous).await?;
