@@ -527,9 +527,13 @@ fn ec_unfound_stripes_are_given_up_by_the_operator() {
         all_up_and_active,
     );
     mh.osd(b).proc.kill9().expect("kill the second OSD");
-    let st = mh.wait_status("stripes unfound", Duration::from_secs(60), |st| {
-        st["unfound_objects"].as_u64() > Some(0) && osd_down(st, b)
-    });
+    // Every PG peered without it, so every unfound stripe is counted: a PG still peering
+    // would show its unfound stripes only after the snapshot the loop below works from.
+    let st = mh.wait_status(
+        "stripes unfound, every PG active",
+        Duration::from_secs(60),
+        |st| st["unfound_objects"].as_u64() > Some(0) && osd_down(st, b) && every_pg_active(st),
+    );
     let human = mh.cli_ok(&["status", "--interval", "0"]);
     assert!(
         human.contains("HEALTH_ERR")
