@@ -177,6 +177,23 @@ pub fn local_read_gate(
     Ok(e.interval)
 }
 
+/// May a copy of a PG take a mutation of the interval that began at `interval` — a member's
+/// from its primary, or the primary's own position from its own work of that interval
+/// (a write, a peering, a recovery)? Not when `may_write` is false
+/// ([`crate::handler::member_may_write`]: this run is not in the map, or its map shows it
+/// down since): Unavailable. Not when a newer interval sealed the copy (`sealed`, from its
+/// PG entry if it has one): NotPrimary — that interval's primary has read, or is reading,
+/// this copy, and its writes own it now.
+pub fn copy_gate(sealed: Option<u32>, interval: u32, may_write: bool) -> Result<(), Status> {
+    if !may_write {
+        return Err(Status::Unavailable);
+    }
+    if sealed.is_some_and(|s| interval < s) {
+        return Err(Status::NotPrimary);
+    }
+    Ok(())
+}
+
 /// The objects whose (presence, version) differ between two lists, in object order.
 pub fn diff(a: &[(ObjectId, Version)], b: &[(ObjectId, Version)]) -> Vec<ObjectId> {
     let mut both: BTreeMap<ObjectId, (Option<Version>, Option<Version>)> = BTreeMap::new();
@@ -543,6 +560,30 @@ mod tests {
                 want,
                 "{name}"
             );
+        }
+    }
+
+    /// Goal: a copy takes a mutation only of an interval no newer one sealed it past, and
+    /// only while this run may write at all; the primary's own position is no exception
+    /// (a superseded peering once dropped a newer interval's stash there).
+    #[test]
+    fn copy_gate_table() {
+        let cases = [
+            ("no entry yet", None, 5, true, Ok(())),
+            ("sealed at its own interval", Some(5), 5, true, Ok(())),
+            ("a newer interval's write", Some(5), 7, true, Ok(())),
+            ("sealed past it", Some(8), 7, true, Err(Status::NotPrimary)),
+            (
+                "this run may not write",
+                Some(5),
+                5,
+                false,
+                Err(Status::Unavailable),
+            ),
+            ("both", Some(8), 7, false, Err(Status::Unavailable)),
+        ];
+        for (name, sealed, interval, may_write, want) in cases {
+            assert_eq!(copy_gate(sealed, interval, may_write), want, "{name}");
         }
     }
 

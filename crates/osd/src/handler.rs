@@ -1051,12 +1051,10 @@ pub(crate) fn current_version(osd: &Osd, obj: basalt_proto::ObjectId) -> Version
 fn replica_apply(osd: &Osd, h: &Header, payload: &Bytes) -> Status {
     let mut shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
     // Under the lock: a flush after going down passes every shard first (`PgTable::barrier`).
-    if !member_may_write(osd, h.map_epoch) {
-        return Status::Unavailable;
-    }
     let entry = shard.entry(h.pg).or_default();
-    if h.map_epoch < entry.sealed {
-        return Status::NotPrimary;
+    let may_write = member_may_write(osd, h.map_epoch);
+    if let Err(status) = crate::decide::copy_gate(Some(entry.sealed), h.map_epoch, may_write) {
+        return status;
     }
     if h.opcode == Opcode::Push {
         if payload.is_empty() {

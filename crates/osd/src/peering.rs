@@ -480,8 +480,18 @@ async fn sync_from(
             })?;
             Some(decoded)
         };
-        apply_image_or_delete(osd, obj, reply.header.version, image.as_ref())
-            .map_err(PgError::Store)?;
+        // Under the PG's lock and only while no newer interval sealed this copy: a peering
+        // that ended must not roll back what a newer interval's writes put here.
+        {
+            let shard = osd.pgs.shard(pg).lock().expect("pg shard lock");
+            let may_write = crate::handler::member_may_write(osd, interval);
+            let sealed = shard.get(&pg).map(|e| e.sealed);
+            if crate::decide::copy_gate(sealed, interval, may_write).is_err() {
+                return Err(PeerError::Superseded);
+            }
+            apply_image_or_delete(osd, obj, reply.header.version, image.as_ref())
+                .map_err(PgError::Store)?;
+        }
         crate::metrics::OsdCounters::add(&osd.counters.pulled_objects, 1);
     }
     Ok(())

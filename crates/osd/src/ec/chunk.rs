@@ -8,12 +8,30 @@ use crate::daemon::Osd;
 use crate::handler::{await_member, status_of, MemberReply};
 use basalt_client::{Connection, ReplySink};
 use basalt_proto::{
-    Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, Status, Version, IMAGE_BLOCK_BYTES,
+    Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, PgId, Status, Version, IMAGE_BLOCK_BYTES,
 };
 use basalt_store::Store;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
+
+/// Change this OSD's own chunks (`mutate`, run under the PG's lock) for work of `ctx`'s
+/// interval `interval` only while a member would take it from a primary
+/// ([`member_stash`]): this run is in the map, and no newer interval sealed the copy. A
+/// peering, recovery or write of an interval that has ended must not touch chunks a newer
+/// interval's writes own: a superseded peering once dropped the newer interval's stash of
+/// an acknowledged write here (its own position), leaving the stripe unfound.
+fn under_own_seal<T>(
+    osd: &Osd,
+    pg: PgId,
+    interval: u32,
+    mutate: impl FnOnce() -> Result<T, Status>,
+) -> Result<T, Status> {
+    let shard = osd.pgs.shard(pg).lock().expect("pg shard lock");
+    let may_write = crate::handler::member_may_write(osd, interval);
+    crate::decide::copy_gate(shard.get(&pg).map(|e| e.sealed), interval, may_write)?;
+    mutate()
+}
 
 /// A peer's connection for a position's OSD.
 async fn connect(osd: &Osd, peer: OsdId) -> Result<Arc<Connection>, Status> {
@@ -116,22 +134,26 @@ pub(super) async fn put_chunk(
     durable: bool,
 ) -> Result<(), Status> {
     if peer == osd.id {
-        let store = osd.store.clone();
+        let (own, pg, interval) = (osd.clone(), ctx.pg, ctx.interval);
         let result = osd
             .store_call(move || {
-                match &data {
-                    Some(d) => store.write(key, 0, d, version)?,
-                    None => store.delete(key, version)?,
-                }
-                if durable {
+                let store = &own.store;
+                let changed = under_own_seal(&own, pg, interval, || {
+                    match &data {
+                        Some(d) => store.write(key, 0, d, version),
+                        None => store.delete(key, version),
+                    }
+                    .map_err(|e| status_of(&e))
+                });
+                if changed.is_ok() && durable {
                     store.flush()?;
                 }
-                Ok(())
+                Ok(changed)
             })
             .await;
-        return result.map_err(|e| {
+        return result.unwrap_or_else(|e| {
             tracing::error!(osd = osd.id, object = %key, "chunk write failed: {e}");
-            status_of(&e)
+            Err(status_of(&e))
         });
     }
     let conn = connect(osd, peer).await?;
@@ -160,11 +182,17 @@ pub(super) async fn put_partial_stash(
 ) -> Result<(), Status> {
     let key = stripe.partial_stash(pos);
     if peer == osd.id {
-        let store = osd.store.clone();
+        let (own, pg, interval) = (osd.clone(), ctx.pg, ctx.interval);
         return osd
             .store_call(move || {
-                let status = stash_local(&store, key, version, base, &payload);
-                if status != Status::Ok {
+                let store = &own.store;
+                let stashed = under_own_seal(&own, pg, interval, || {
+                    match stash_local(store, key, version, base, &payload) {
+                        Status::Ok => Ok(()),
+                        status => Err(status),
+                    }
+                });
+                if let Err(status) = stashed {
                     return Ok(Err(status));
                 }
                 store.flush().map(|()| Ok(()))
@@ -238,12 +266,10 @@ pub(crate) fn member_stash(
 ) {
     let status = {
         let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
-        if !crate::handler::member_may_write(osd, h.map_epoch) {
-            Status::Unavailable
-        } else if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
-            Status::NotPrimary
-        } else {
-            stash_local(&osd.store, h.object, h.version, h.prev_version, &payload)
+        let may_write = crate::handler::member_may_write(osd, h.map_epoch);
+        match crate::decide::copy_gate(shard.get(&h.pg).map(|e| e.sealed), h.map_epoch, may_write) {
+            Err(status) => status,
+            Ok(()) => stash_local(&osd.store, h.object, h.version, h.prev_version, &payload),
         }
     };
     if status != Status::Ok || !h.flags.has(Flags::FUA) {
@@ -292,15 +318,21 @@ pub(super) async fn promote_chunk(
     };
     if peer == osd.id && partial {
         // A merge reads the stash's blocks: off the runtime threads.
-        let store = osd.store.clone();
+        let (own, pg, interval) = (osd.clone(), ctx.pg, ctx.interval);
         let key = stripe.chunk(pos, false);
         let merged = osd
-            .store_call(move || Ok(merge_local(&store, stash, key, version)))
+            .store_call(move || {
+                Ok(under_own_seal(&own, pg, interval, || {
+                    merge_local(&own.store, stash, key, version)
+                }))
+            })
             .await;
         return merged.unwrap_or_else(|e| Err(status_of(&e)));
     }
     if peer == osd.id {
-        return promote_local(osd, stash, version);
+        return under_own_seal(osd, ctx.pg, ctx.interval, || {
+            promote_local(osd, stash, version)
+        });
     }
     let conn = connect(osd, peer).await?;
     let h = member_header(ctx, Opcode::Promote, stash, version);
@@ -364,11 +396,11 @@ fn merge_local(
 /// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
 pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
     let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
-    if !crate::handler::member_may_write(osd, h.map_epoch) {
-        return Status::Unavailable;
-    }
-    if shard.get(&h.pg).is_some_and(|e| h.map_epoch < e.sealed) {
-        return Status::NotPrimary;
+    let may_write = crate::handler::member_may_write(osd, h.map_epoch);
+    if let Err(status) =
+        crate::decide::copy_gate(shard.get(&h.pg).map(|e| e.sealed), h.map_epoch, may_write)
+    {
+        return status;
     }
     match promote_local(osd, h.object, h.version) {
         Ok(()) => Status::Ok,
