@@ -40,9 +40,8 @@ fn counter(metrics: &str, name: &str) -> u64 {
 
 /// Goal: with `--read-policy localize --host host1`, reads of PGs whose primary is on
 /// another host are served by host1's replica (the gateway and OSD counters say so), and
-/// none returns stale data: fio verifies every block it wrote, with the primary of the
-/// volume's first object killed while it writes and verifies, then again once recovery is
-/// done.
+/// none returns stale data: fio verifies every block it wrote, with an OSD of another host
+/// killed while it writes and verifies, then again once that OSD is back and recovered.
 #[test]
 fn localized_reads_verify_across_a_killed_primary() {
     let dir = scratch();
@@ -84,6 +83,11 @@ fn localized_reads_verify_across_a_killed_primary() {
         Some(size_mib * MIB),
         "all verified"
     );
+    let victim_proc = &mh.osd(victim).proc;
+    victim_proc.restart().expect("restart the killed OSD");
+    victim_proc
+        .wait_for_line("serving on", multihost::DAEMON_START)
+        .expect("the OSD is back");
     mh.wait_clean(Duration::from_secs(120));
     let mut verify: Vec<&str> = job.to_vec();
     verify.push("--verify_only=1");
