@@ -459,14 +459,7 @@ fn render_node_local(
     for (p, profile) in profiles.iter().enumerate() {
         let seq = profile.job.bs == "1M";
         let unit = if seq { "MiB/s" } else { "IOPS" };
-        let rate = |t: usize| {
-            median(
-                samples[p][t]
-                    .iter()
-                    .map(|x| if seq { x.mib_s } else { x.iops })
-                    .collect(),
-            )
-        };
+        let rate = |t: usize| median_rate(&samples[p][t], seq);
         let lat = |t: usize| median(samples[p][t].iter().map(|x| x.lat_us_mean).collect());
         let cell = |t: Option<usize>| match t {
             Some(t) => format!("{:.0} {unit} ({:.0} us)", rate(t), lat(t)),
@@ -491,6 +484,16 @@ fn render_node_local(
         ));
     }
     s
+}
+
+/// The median over rounds of a target's rate: MiB/s for sequential profiles, else IOPS.
+fn median_rate(rounds: &[Sample], seq: bool) -> f64 {
+    median(
+        rounds
+            .iter()
+            .map(|x| if seq { x.mib_s } else { x.iops })
+            .collect(),
+    )
 }
 
 /// Targets every Basalt figure is compared with.
@@ -551,14 +554,7 @@ fn render(
     s.push('\n');
     for (p, profile) in profiles.iter().enumerate() {
         let seq = profile.job.bs == "1M";
-        let metric = |t: usize| -> f64 {
-            median(
-                samples[p][t]
-                    .iter()
-                    .map(|x| if seq { x.mib_s } else { x.iops })
-                    .collect(),
-            )
-        };
+        let metric = |t: usize| median_rate(&samples[p][t], seq);
         let lat = |t: usize| median(samples[p][t].iter().map(|x| x.lat_us_mean).collect());
         let unit = if seq { "MiB/s" } else { "IOPS" };
         s.push_str(&format!("| {} |", profile.name));

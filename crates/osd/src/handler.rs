@@ -402,7 +402,7 @@ fn fence_request(osd: &Arc<Osd>, h: Header, sink: ReplySink, permit: Option<Owne
 }
 
 /// A client READ or ALLOCATION of a replicated PG: checked as the active primary, then
-/// served from the layer chain (inline when it is cached, else from a task that loads it).
+/// served from its copy ([`read_own_copy`]).
 fn client_read_request(
     osd: &Arc<Osd>,
     h: Header,
@@ -414,6 +414,13 @@ fn client_read_request(
         sink.send(h.reply(status), Bytes::new());
         return;
     }
+    read_own_copy(osd, h, sink, permit);
+}
+
+/// A READ or ALLOCATION its gate let through, from this OSD's copy: refused on a frozen
+/// layer (unless a snapshot read), else served from the layer chain (inline when it is
+/// cached, else from a task that loads it).
+fn read_own_copy(osd: &Arc<Osd>, h: Header, sink: ReplySink, permit: Option<OwnedSemaphorePermit>) {
     if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
         // A reader that has not learnt of the snapshot must not see the old head.
         sink.send(h.reply(Status::Frozen), Bytes::new());
@@ -482,22 +489,7 @@ fn local_read_request(
         return;
     }
     crate::metrics::OsdCounters::add(&osd.counters.local_reads, 1);
-    if osd.layers.is_frozen(h.object.inode) && !h.flags.has(Flags::SNAPSHOT) {
-        sink.send(h.reply(Status::Frozen), Bytes::new());
-        return;
-    }
-    match osd.layers.cached_chain(h.object.inode) {
-        Some(chain) => serve_read(osd, h, &chain, sink, permit),
-        None => {
-            let osd = osd.clone();
-            tokio::spawn(async move {
-                match osd.layers.chain(osd.meta.as_ref(), h.object.inode).await {
-                    Ok(chain) => serve_read(&osd, h, &chain, sink, permit),
-                    Err(e) => sink.send(h.reply(layer_status(&osd, &h, &e)), Bytes::new()),
-                }
-            });
-        }
-    }
+    read_own_copy(osd, h, sink, permit);
 }
 
 /// May this OSD serve the gateway's LOCAL_READ `h` from its own copy (docs/design.md,
