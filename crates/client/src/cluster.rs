@@ -79,7 +79,7 @@ pub struct ClientCounters {
     pub retries: std::sync::atomic::AtomicU64,
     /// Object requests that failed for good (the error reached the caller).
     pub failures: std::sync::atomic::AtomicU64,
-    /// Reads served by a replica on this gateway's host ([`Cluster::localize_reads`]).
+    /// Reads served by a replica on this gateway's host ([`ReadPolicy::Localize`]).
     pub local_reads: std::sync::atomic::AtomicU64,
     /// Reads a local replica declined (not complete, its interval moving): sent to the
     /// primary instead.
@@ -171,11 +171,6 @@ impl Cluster {
     /// Send reads as `policy` says (default: to the primary).
     pub fn set_read_policy(&self, policy: ReadPolicy) {
         *self.read_policy.write().expect("read policy lock") = policy;
-    }
-
-    /// The read policy in force.
-    pub fn read_policy(&self) -> ReadPolicy {
-        self.read_policy.read().expect("read policy lock").clone()
     }
 
     /// How long a request is retried across failovers, peering and PGs below min_size

@@ -180,6 +180,11 @@ pub(crate) fn dispatch(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let replica = h.flags.has(Flags::REPLICA);
+    if h.flags.has(Flags::LOCAL_READ) && (replica || h.opcode != Opcode::Read) {
+        // Only a gateway's READ may ask a member for its own copy: refused, not ignored.
+        sink.send(h.reply(Status::Invalid), Bytes::new());
+        return;
+    }
     match h.opcode {
         Opcode::Ping if replica => sink.send(crate::heartbeat::answer(osd, &h), Bytes::new()),
         Opcode::Ping => sink.send(h.reply(Status::Ok), Bytes::new()),

@@ -15,9 +15,9 @@ use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
-/// Change this OSD's own chunks (`mutate`, run under the PG's lock) for work of `ctx`'s
-/// interval `interval` only while a member would take it from a primary
-/// ([`member_stash`]): this run is in the map, and no newer interval sealed the copy. A
+/// Change this OSD's chunks (`mutate`, run under the PG's lock) for work of `interval` — a
+/// primary's request as a member, or its own work on its own position — only while this
+/// run may write and no newer interval sealed the copy ([`crate::decide::copy_gate`]). A
 /// peering, recovery or write of an interval that has ended must not touch chunks a newer
 /// interval's writes own: a superseded peering once dropped the newer interval's stash of
 /// an acknowledged write here (its own position), leaving the stripe unfound.
@@ -265,12 +265,13 @@ pub(crate) fn member_stash(
     permit: Option<OwnedSemaphorePermit>,
 ) {
     let status = {
-        let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
-        let may_write = crate::handler::member_may_write(osd, h.map_epoch);
-        match crate::decide::copy_gate(shard.get(&h.pg).map(|e| e.sealed), h.map_epoch, may_write) {
-            Err(status) => status,
-            Ok(()) => stash_local(&osd.store, h.object, h.version, h.prev_version, &payload),
-        }
+        let stashed = under_own_seal(osd, h.pg, h.map_epoch, || {
+            match stash_local(&osd.store, h.object, h.version, h.prev_version, &payload) {
+                Status::Ok => Ok(()),
+                status => Err(status),
+            }
+        });
+        stashed.err().unwrap_or(Status::Ok)
     };
     if status != Status::Ok || !h.flags.has(Flags::FUA) {
         sink.send(h.reply(status), Bytes::new());
@@ -395,17 +396,11 @@ fn merge_local(
 
 /// As a member: PROMOTE from the PG's primary, if it belongs to the current interval.
 pub(crate) fn member_promote(osd: &Osd, h: &Header) -> Status {
-    let shard = osd.pgs.shard(h.pg).lock().expect("pg shard lock");
-    let may_write = crate::handler::member_may_write(osd, h.map_epoch);
-    if let Err(status) =
-        crate::decide::copy_gate(shard.get(&h.pg).map(|e| e.sealed), h.map_epoch, may_write)
-    {
-        return status;
-    }
-    match promote_local(osd, h.object, h.version) {
-        Ok(()) => Status::Ok,
-        Err(s) => s,
-    }
+    under_own_seal(osd, h.pg, h.map_epoch, || {
+        promote_local(osd, h.object, h.version)
+    })
+    .err()
+    .unwrap_or(Status::Ok)
 }
 
 /// As a member: PROMOTE of a partial stash (a merge, which reads the stash's blocks) on the
