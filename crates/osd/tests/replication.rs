@@ -342,3 +342,68 @@ async fn stray_scan_deletes_objects_of_removed_pools_only() {
     assert_eq!(h.osd.store.version(unknown), Some(version));
     h.shutdown().await.unwrap();
 }
+
+/// Goal: LOCAL_READ (a gateway asking a member for its own copy) is honoured only on a
+/// gateway's READ; on a write, a trim or a replica's request it is refused with Invalid and
+/// nothing changes, never served as if the flag were absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_read_flag_is_refused_outside_a_gateway_read() {
+    use basalt_proto::{Flags, Header, Opcode, Status};
+    let dir = tempfile::tempdir().unwrap();
+    let mut map = base_map();
+    let meta = Arc::new(EmbeddedMeta::in_memory());
+    let (osds, tx) = start_osds(dir.path(), &mut map, &meta).await;
+    let cluster = Cluster::new(meta.clone(), tx.subscribe());
+    let info = cluster.create_volume("v", 1 << 20, 1).await.unwrap();
+    let volume = cluster.open_volume("v").await.unwrap();
+    volume
+        .write(0, Bytes::from(vec![0x5a; 4096]), true)
+        .await
+        .unwrap();
+
+    let map = tx.borrow().clone();
+    let obj = ObjectId::new(info.id, 0);
+    let pg = ClusterMap::pg_of(&map.pools[&1], obj);
+    let acting = map.acting(pg).unwrap().to_vec();
+    for &osd in &acting {
+        let conn = basalt_client::Connection::connect(&osds[osd as usize].addr.to_string())
+            .await
+            .unwrap();
+        let request = |opcode, flags: u16, payload: &[u8]| {
+            let mut h = Header::request(opcode, 1, obj);
+            h.flags.0 |= flags;
+            h.pg = pg;
+            h.map_epoch = map.epoch;
+            h.length = if payload.is_empty() {
+                4096
+            } else {
+                payload.len() as u32
+            };
+            (h, Bytes::copy_from_slice(payload))
+        };
+        let refused = [
+            (
+                "WRITE",
+                request(Opcode::Write, Flags::LOCAL_READ, &[0xee; 4096]),
+            ),
+            ("TRIM", request(Opcode::Trim, Flags::LOCAL_READ, &[])),
+            (
+                "a replica's READ",
+                request(Opcode::Read, Flags::LOCAL_READ | Flags::REPLICA, &[]),
+            ),
+        ];
+        for (what, (h, payload)) in refused {
+            let reply = conn.call(h, payload).await.unwrap();
+            assert_eq!(
+                reply.header.status,
+                Status::Invalid,
+                "osd.{osd}: {what} with LOCAL_READ was not refused"
+            );
+        }
+    }
+    let data = volume.read(0, 4096).await.unwrap();
+    assert!(
+        data.iter().all(|&b| b == 0x5a),
+        "a refused request changed the data"
+    );
+}
