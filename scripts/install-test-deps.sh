@@ -49,6 +49,8 @@ have md5sum || need+=(coreutils)
 # The observability tests scrape Basalt with a real Prometheus server and check the alert
 # rules in contrib/ with promtool (both come with Debian's prometheus package).
 { have prometheus && have promtool; } || need+=(prometheus)
+# The units in contrib/systemd are checked with systemd-analyze verify.
+have systemd-analyze || need+=(systemd)
 # libfuzzer-sys compiles libFuzzer (C++) for the fuzz smoke run.
 have c++ || need+=(g++)
 

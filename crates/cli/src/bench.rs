@@ -5,7 +5,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Compare NBD performance: a Basalt volume (3 replicas, stores on tmpfs) vs qemu-nbd
     /// serving a raw file on tmpfs, with fio's nbd engine.
@@ -54,7 +54,7 @@ pub enum BenchCommand {
     StoreMemory(StoreMemoryArgs),
 }
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct StoreMemoryArgs {
     /// Directory for the measured store (a sparse file, removed afterwards).
     #[arg(long)]
@@ -64,7 +64,7 @@ pub struct StoreMemoryArgs {
     objects: u64,
 }
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct StorageArgs {
     /// Which cluster to measure: `local` (a `basalt up` the benchmark starts and stops), or
     /// an existing cluster's metadata, etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE].
@@ -103,7 +103,7 @@ pub struct StorageArgs {
     smoke: bool,
 }
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct CompareArgs {
     /// results.json of the earlier run.
     a: PathBuf,
@@ -111,7 +111,7 @@ pub struct CompareArgs {
     b: PathBuf,
 }
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct NbdArgs {
     /// Rounds; each runs every profile once on each target.
     #[arg(long, default_value_t = 3)]

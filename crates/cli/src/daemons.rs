@@ -382,8 +382,7 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
         osd.io_mode,
         metrics_suffix(osd.metrics)
     );
-    flush_stdout();
-    wait_for_signal().await?;
+    serve_until_signal(&format!("osd.{id} serving on {}", osd.addr)).await?;
     eprintln!("osd.{id}: stopping");
     osd.stop().await?;
     eprintln!("osd.{id}: stopped cleanly");
@@ -400,6 +399,16 @@ fn metrics_suffix(metrics: Option<SocketAddr>) -> String {
 pub(crate) fn flush_stdout() {
     use std::io::Write;
     let _ = std::io::stdout().flush();
+}
+
+/// A daemon serves: flush its banner, tell systemd it is ready (`status` is what
+/// `systemctl status` shows), wait for SIGINT/SIGTERM, and tell systemd it is stopping.
+pub(crate) async fn serve_until_signal(status: &str) -> anyhow::Result<()> {
+    flush_stdout();
+    basalt_node::systemd::ready(status);
+    wait_for_signal().await?;
+    basalt_node::systemd::stopping();
+    Ok(())
 }
 
 /// `basalt mon`: a monitor candidate on its own.
@@ -420,8 +429,7 @@ pub async fn run_mon(args: MonCmdArgs) -> anyhow::Result<()> {
     let holder = format!("mon on {}", basalt_node::hostname());
     let monitor = basalt_node::Monitor::spawn(meta, holder, args.mon.settings());
     println!("monitor candidate running (it takes the role when no one holds it)");
-    flush_stdout();
-    wait_for_signal().await?;
+    serve_until_signal("monitor candidate running").await?;
     monitor.stop().await;
     Ok(())
 }
@@ -594,8 +602,7 @@ pub async fn run_nvmf(args: NvmfArgs) -> anyhow::Result<()> {
         basalt_nvmf::DISCOVERY_NQN,
         metrics_suffix(gateway.metrics)
     );
-    flush_stdout();
-    wait_for_signal().await?;
+    serve_until_signal(&format!("NVMe/TCP gateway serving on {}", gateway.addr)).await?;
     gateway.stop().await;
     Ok(())
 }
@@ -620,8 +627,7 @@ pub async fn run_nbd(args: NbdArgs) -> anyhow::Result<()> {
         metrics_suffix(gateway.metrics),
         tls_line.unwrap_or_default()
     );
-    flush_stdout();
-    wait_for_signal().await?;
+    serve_until_signal(&format!("NBD gateway serving on {}", gateway.addr)).await?;
     gateway.stop().await;
     Ok(())
 }

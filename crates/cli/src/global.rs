@@ -29,6 +29,15 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "BASALT_WAIT_TIMEOUT", value_name = "SECONDS",
           default_value_t = DEFAULT_WAIT_TIMEOUT_SECS)]
     pub wait_timeout: u64,
+    /// Config file: flags of every command under [global], of one command under [osd],
+    /// [nbd], [pool.create], ...; the command line and BASALT_* variables override it
+    /// [default: /etc/basalt/basalt.toml when it exists].
+    #[arg(long, global = true, env = "BASALT_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Also apply the config file's table [COMMAND.NAME] (a systemd template unit passes
+    /// its instance, `basalt osd --instance %i`).
+    #[arg(long, global = true, env = "BASALT_INSTANCE", value_name = "NAME")]
+    pub instance: Option<String>,
 }
 
 impl GlobalArgs {

@@ -138,12 +138,13 @@ mod tests {
         );
     }
 
-    /// Goal: every `basalt ...` line of a shell block of the README and docs/cli.md parses.
+    /// Goal: every `basalt ...` line of a shell block of the README, docs/cli.md and
+    /// docs/operations.md parses.
     #[test]
     fn every_readme_command_parses() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
         let mut checked = 0;
-        for doc in ["README.md", "docs/cli.md"] {
+        for doc in ["README.md", "docs/cli.md", "docs/operations.md"] {
             let text = std::fs::read_to_string(format!("{root}/{doc}")).expect("read the doc");
             let mut in_shell = false;
             let mut block = String::new();

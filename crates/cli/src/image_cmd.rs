@@ -12,7 +12,7 @@ use basalt_proto::size::human_bytes;
 use clap::Subcommand;
 use std::time::Instant;
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 pub enum ImageCommand {
     /// Import a raw or qcow2 file (or raw data from stdin, FILE = -) as image NAME.
     ///

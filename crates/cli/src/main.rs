@@ -3,6 +3,7 @@
 mod admin;
 mod auth_cmd;
 mod bench;
+mod config;
 mod control;
 mod daemons;
 mod disk_cmd;
@@ -27,7 +28,7 @@ use std::path::PathBuf;
 /// Where `basalt up` puts its control socket by default (DATA_DIR/control.sock).
 pub const DEFAULT_CONTROL: &str = "basalt-data/control.sock";
 
-#[derive(Parser)]
+#[derive(Parser, Debug)]
 #[command(
     name = "basalt",
     version,
@@ -57,7 +58,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 enum Command {
     /// Run a one-process cluster: 3 OSDs, a 3-replica pool, an NBD server and a control API.
     ///
@@ -244,7 +245,14 @@ fn init_logging(default: &str) {
 fn main() -> std::process::ExitCode {
     basalt_store::memory::keep_io_buffers_in_heap();
     quiet_on_closed_stdout();
-    let cli = match Cli::try_parse() {
+    let argv = match config::apply(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return std::process::ExitCode::from(exit::USAGE);
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             // --help and --version print on stdout and succeed; a bad command line is a

@@ -11,7 +11,7 @@ use basalt_proto::size::human_bytes;
 use clap::Subcommand;
 use std::time::Instant;
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 pub enum ObjvolCommand {
     /// Build an objvol from a bucket: list it, write an EROFS index of its keys (nothing
     /// of the objects is copied), store the index in the cluster.

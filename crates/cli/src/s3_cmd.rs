@@ -1,7 +1,7 @@
 //! `basalt s3`: the flags and banner of an S3 gateway of a multi-host cluster (its
 //! lifecycle is `basalt_node::S3Daemon`), and its access keys.
 
-use crate::daemons::{flush_stdout, MetaArgs};
+use crate::daemons::MetaArgs;
 use basalt_node::{S3Daemon, S3DaemonConfig, S3Settings};
 use basalt_s3::MasterKey;
 use clap::{Args, Subcommand};
@@ -161,8 +161,7 @@ pub async fn run_gateway(args: S3Args) -> anyhow::Result<()> {
         "  keys: basalt s3 key create --user NAME --meta ... --master-key {}",
         master_key.display()
     );
-    flush_stdout();
-    crate::up::wait_for_signal().await?;
+    crate::daemons::serve_until_signal(&format!("S3 gateway serving on {}", gateway.addr)).await?;
     gateway.stop().await;
     Ok(())
 }

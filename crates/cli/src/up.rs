@@ -12,8 +12,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use basalt_node::wait_for_signal;
-
 /// Volumes whose I/O `basalt up` counts on their own by default (`volume iostat`, and
 /// per-volume series on `/metrics`).
 const UP_VOLUMES_COUNTED: usize = 64;
@@ -219,7 +217,8 @@ pub async fn run(args: UpArgs, data_tls: Option<PathBuf>) -> anyhow::Result<()> 
         None => Ok(()),
     };
     if ready.is_ok() {
-        wait_for_signal().await?;
+        let status = format!("serving nbd://{}", cluster.endpoints.nbd_tcp);
+        crate::daemons::serve_until_signal(&status).await?;
     }
     eprintln!("basalt: shutting down (finishing in-flight requests)...");
     if let Some(path) = &args.ready_file {

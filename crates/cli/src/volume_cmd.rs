@@ -62,7 +62,7 @@ impl VolumeApi {
     }
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 pub enum VolumeCommand {
     /// Per-volume IOPS, MiB/s and latency, every --interval seconds: from `basalt up`
     /// through its control API, or from gateways' metrics (--endpoint).
@@ -199,7 +199,7 @@ pub enum VolumeCommand {
 
 /// `snapshot VOL@SNAP`, or a subcommand. The global flags may stand between `snapshot` and
 /// its subcommand, so a flag here does not rule the subcommand out: the argument does.
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct SnapshotArgs {
     #[command(subcommand)]
     command: Option<SnapshotCommand>,
@@ -207,7 +207,7 @@ pub struct SnapshotArgs {
     spec: Option<String>,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 pub enum SnapshotCommand {
     /// Remove a snapshot. Refused while clones depend on it (named in the message). What
     /// later snapshots or the volume still read from it is copied into them first.

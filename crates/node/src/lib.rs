@@ -20,6 +20,7 @@ pub mod osd_daemon;
 pub mod ready;
 pub mod s3_gateway;
 pub mod signal;
+pub mod systemd;
 
 pub use gateway::{GatewayConfig, NbdGateway, NvmfGateway};
 pub use local::{LocalCluster, LocalConfig};
