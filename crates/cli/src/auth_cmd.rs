@@ -2,6 +2,7 @@
 //! multi-host cluster (docs/design.md, "Data-plane authentication").
 
 use crate::daemons::MetaArgs;
+use crate::global::GlobalArgs;
 use anyhow::{bail, Context};
 use basalt_auth::{registry, Caps, EntityName, Keyring};
 use basalt_bench::environment::utc_from_unix;
@@ -27,6 +28,24 @@ pub enum ClusterCommand {
     ///   basalt cluster init --meta etcd://10.0.0.1:2379 --keyring /etc/basalt/keyring
     #[command(verbatim_doc_comment)]
     Init,
+    /// Show the cluster-wide settings: near-full and full ratios, muted health checks.
+    Get,
+    /// Change a cluster-wide setting.
+    ///
+    /// nearfull-ratio (default 0.85): an OSD with this share of its object slots in use is
+    /// a warning (OSD_NEARFULL). full-ratio (default 0.95): an error (OSD_FULL); writes that
+    /// need new objects fail with ENOSPC when an OSD has no slot left.
+    ///
+    /// Examples:
+    ///   basalt cluster set nearfull-ratio 0.80
+    ///   basalt cluster set full-ratio 90%
+    #[command(verbatim_doc_comment)]
+    Set {
+        /// nearfull-ratio or full-ratio.
+        key: String,
+        /// A ratio: 0.85 or 85%.
+        value: String,
+    },
 }
 
 /// `basalt auth ...`
@@ -77,12 +96,11 @@ struct AddResult<'a> {
     keyring: Option<String>,
 }
 
-pub async fn run_cluster(
-    meta: &MetaArgs,
-    json: bool,
-    command: ClusterCommand,
-) -> anyhow::Result<()> {
+pub async fn run_cluster(global: &GlobalArgs, command: ClusterCommand) -> anyhow::Result<()> {
+    let (meta, json) = (&global.meta, global.json);
     match command {
+        ClusterCommand::Get => crate::settings_cmd::get(global).await,
+        ClusterCommand::Set { key, value } => crate::settings_cmd::set(global, &key, &value).await,
         ClusterCommand::Init => {
             let Some(path) = meta.keyring.clone() else {
                 bail!("--keyring FILE is required: where to write the new admin keyring");

@@ -16,6 +16,7 @@ mod objvol_cmd;
 mod progress;
 mod s3_cmd;
 mod scrub_cmd;
+mod settings_cmd;
 mod status;
 mod up;
 mod volume_cmd;
@@ -104,6 +105,10 @@ enum Command {
         /// recovery start and finish), checking every --interval seconds, until Ctrl-C.
         #[arg(long, conflicts_with = "json")]
         watch: bool,
+        /// Also list the OSDs and PGs each health check concerns (`basalt health` shows
+        /// only the checks).
+        #[arg(long, conflicts_with = "watch")]
+        detail: bool,
     },
     /// Check every copy of every object and repair what disagrees.
     ///
@@ -180,10 +185,22 @@ enum Command {
         #[command(subcommand)]
         command: admin::PoolCommand,
     },
-    /// Set up a multi-host cluster's secret (`cluster init`), before any daemon starts.
+    /// The cluster's secret (`cluster init`, once, before any daemon starts) and its
+    /// settings (`cluster get`, `cluster set`).
     Cluster {
         #[command(subcommand)]
         command: auth_cmd::ClusterCommand,
+    },
+    /// What is wrong with the cluster and what clears it (like `ceph health detail`); mute
+    /// a check during maintenance.
+    ///
+    /// Examples:
+    ///   basalt health
+    ///   basalt health mute OSD_DOWN --for 2h
+    #[command(verbatim_doc_comment)]
+    Health {
+        #[command(subcommand)]
+        command: Option<settings_cmd::HealthCommand>,
     },
     /// Client keys of a multi-host cluster: add (one per hypervisor or gateway), ls, rm.
     ///
@@ -305,7 +322,11 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
         Command::Scrub { pool } => {
             block_on(scrub_cmd::run(target("rbd".into()), pool, global.json))
         }
-        Command::Status { interval, watch } => block_on(status::run(&global, interval, watch)),
+        Command::Status {
+            interval,
+            watch,
+            detail,
+        } => block_on(status::run(&global, interval, watch, detail)),
         Command::Osd {
             command: Some(command),
             args: _,
@@ -350,9 +371,8 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
             block_on(daemons::run_nvmf(args))
         }
         Command::Pool { command } => block_on(admin::run_pool(&global, command)),
-        Command::Cluster { command } => {
-            block_on(auth_cmd::run_cluster(&global.meta, global.json, command))
-        }
+        Command::Cluster { command } => block_on(auth_cmd::run_cluster(&global, command)),
+        Command::Health { command } => block_on(settings_cmd::run_health(&global, command)),
         Command::Auth { command } => {
             block_on(auth_cmd::run_auth(&global.meta, global.json, command))
         }

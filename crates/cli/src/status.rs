@@ -10,19 +10,29 @@ use std::time::Duration;
 
 /// `basalt status`: one report with rates over `interval` seconds, or (`watch`) the
 /// cluster's events, checked every `interval` seconds.
-pub async fn run(global: &GlobalArgs, interval: f64, watch: bool) -> anyhow::Result<()> {
+pub async fn run(
+    global: &GlobalArgs,
+    interval: f64,
+    watch: bool,
+    detail: bool,
+) -> anyhow::Result<()> {
     if watch {
         let every = Duration::from_secs_f64(interval.clamp(0.1, 60.0));
         return watch_status(&global.control, &global.meta, every).await;
     }
     let interval_ms = (interval.clamp(0.0, 60.0) * 1000.0) as u64;
-    let report = status_report(&global.control, &global.meta, interval_ms).await?;
+    let report = report(global, interval_ms).await?;
     if global.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print(&report);
+        print(&report, detail);
     }
     Ok(())
+}
+
+/// One status report of the cluster the global flags name.
+pub async fn report(global: &GlobalArgs, interval_ms: u64) -> anyhow::Result<StatusReport> {
+    status_report(&global.control, &global.meta, interval_ms).await
 }
 
 /// One status report, from the metadata store (`--meta`) or the control socket.
@@ -63,19 +73,21 @@ async fn watch_status(control: &Path, meta: &MetaArgs, every: Duration) -> anyho
     .await
 }
 
-/// Print the report for people.
-pub fn print(r: &StatusReport) {
-    print_cluster(r);
+/// Print the report for people; `detail` lists what each health check concerns.
+pub fn print(r: &StatusReport, detail: bool) {
+    print_cluster(r, detail);
     print_data(r);
     print_osds(r);
 }
 
 /// The "cluster:" section: health, map, OSDs, PGs, what is wrong, rates.
-fn print_cluster(r: &StatusReport) {
+fn print_cluster(r: &StatusReport, detail: bool) {
     let up = r.osds.iter().filter(|o| o.up).count();
     let is_in = r.osds.iter().filter(|o| o.is_in).count();
+    let checks = r.health_checks();
     println!("cluster:");
-    println!("  health: {}", r.health());
+    println!("  health: {}", basalt_client::health::health_word(&checks));
+    crate::settings_cmd::print_checks(&checks, detail);
     println!("  map:    epoch {}", r.map_epoch);
     println!("  osds:   {} total, {up} up, {is_in} in", r.osds.len());
     println!("  pools:  {}", r.pools.len());
@@ -184,14 +196,30 @@ fn print_data(r: &StatusReport) {
         human_bytes(c.raw_bytes),
         c.object_copies
     );
+    // Slots, not bytes, run out first (every object takes one): the fullest OSD says how
+    // close writes are to ENOSPC.
+    let fullest = r
+        .osds
+        .iter()
+        .filter_map(|o| Some((o.id, basalt_client::health::fullness(o.stats.as_ref()?))))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((id, f)) = fullest {
+        println!(
+            "  fullest: osd.{id}, {:.1}% of its object slots in use (near-full at {:.0}%, \
+             full at {:.0}%)",
+            f * 100.0,
+            r.settings.nearfull_ratio * 100.0,
+            r.settings.full_ratio * 100.0
+        );
+    }
 }
 
 /// Print the OSD table of a report.
 pub fn print_osds(r: &StatusReport) {
     println!("osds:");
     println!(
-        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}  I/O",
-        "ID", "HOST", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS"
+        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  I/O",
+        "ID", "HOST", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS", "FULL"
     );
     for o in &r.osds {
         let state = format!(
@@ -201,18 +229,19 @@ pub fn print_osds(r: &StatusReport) {
             // Marked down while running; FLUSHes wait until it flushed its store.
             if o.unflushed { ",unflushed" } else { "" }
         );
-        let (used, cap, objs) = match o.stats {
+        let (used, cap, objs, full) = match &o.stats {
             Some(s) => (
                 human_bytes(s.used_bytes),
                 human_bytes(s.capacity_bytes),
                 s.objects.to_string(),
+                format!("{:.1}%", basalt_client::health::fullness(s) * 100.0),
             ),
-            None => ("-".into(), "-".into(), "-".into()),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         let io = if o.io.is_empty() { "-" } else { &o.io };
         println!(
-            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8}  {io}",
-            o.id, o.host, o.addr, state, used, cap, objs
+            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {io}",
+            o.id, o.host, o.addr, state, used, cap, objs, full
         );
         if let Some(e) = &o.error {
             println!("       error: {e}");

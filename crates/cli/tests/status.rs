@@ -91,3 +91,113 @@ fn basalt_up_osd_ports_require_the_handshake() {
         }
     }
 }
+
+/// `basalt ARGS --control C` for `cluster`; its output, whatever the exit status.
+fn basalt(cluster: &Cluster, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+    cmd.args(args).arg("--control").arg(&cluster.control);
+    run(&mut cmd, Duration::from_secs(30))
+}
+
+/// The codes of the failing health checks in a `status --json` report, with `muted`.
+fn check_codes(report: &serde_json::Value) -> Vec<(String, bool)> {
+    report["checks"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|c| (c["code"].as_str().unwrap().to_string(), c["muted"] == true))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Goal (regression: writes failed with ENOSPC while `status` said HEALTH_OK at "87.3%"
+/// used): filling a cluster, `status` warns (OSD_NEARFULL) before any write fails, and once
+/// writes fail with ENOSPC it is HEALTH_ERR with OSD_FULL and says what clears it. The
+/// ratios are settable within sense, and a check can be muted and unmuted.
+#[test]
+fn filling_the_cluster_warns_before_writes_fail() {
+    let cluster = Cluster::start_with(&["--osd-size", "256M", "--default-volume-size", "1G"]);
+    let uri = cluster.uri("vol0");
+    let mut warned_before_enospc = false;
+    let mut enospc = false;
+    // Bound: 64 steps of 16 MiB (the volume's whole 1 GiB).
+    for step in 0..64u64 {
+        let report = status_json(&cluster);
+        let codes = check_codes(&report);
+        let write = qemu_io(&uri, &[format!("write -P 0x5a {} 16M", step << 24)]);
+        let out = text(&write);
+        if out.contains("No space left on device") {
+            enospc = true;
+            break;
+        }
+        assert!(
+            out.contains("wrote 16777216/16777216"),
+            "step {step}: {out}"
+        );
+        warned_before_enospc |= codes
+            .iter()
+            .any(|(c, _)| c == "OSD_NEARFULL" || c == "OSD_FULL");
+    }
+    assert!(enospc, "1 GiB of writes fit in 3 OSDs of 256 MiB?");
+    assert!(
+        warned_before_enospc,
+        "no OSD_NEARFULL or OSD_FULL in any status before the first ENOSPC"
+    );
+    let report = status_json(&cluster);
+    assert!(
+        check_codes(&report).contains(&("OSD_FULL".to_string(), false)),
+        "{:?}",
+        check_codes(&report)
+    );
+    let out = basalt(&cluster, &["status", "--interval", "0"]);
+    let status = text(&out);
+    assert!(status.contains("health: HEALTH_ERR"), "{status}");
+    assert!(
+        status.contains("[ERR] OSD_FULL") && status.contains("fix: add OSDs"),
+        "{status}"
+    );
+    let out = basalt(&cluster, &["health"]);
+    let health = text(&out);
+    assert!(
+        health.contains("% full (") && health.contains("object slots in use"),
+        "{health}"
+    );
+
+    // Ratios: a nonsensical one is refused and nothing changes; a sensible one is stored.
+    let out = basalt(&cluster, &["cluster", "set", "nearfull-ratio", "0.97"]);
+    assert!(!out.status.success(), "near-full above full accepted");
+    assert!(
+        text(&out).contains("must be below full-ratio"),
+        "{}",
+        text(&out)
+    );
+    let out = basalt(&cluster, &["cluster", "set", "nearfull-ratio", "70%"]);
+    assert_ok(&out, "cluster set nearfull-ratio 70%");
+    let out = basalt(&cluster, &["cluster", "get", "--json"]);
+    assert_ok(&out, "cluster get");
+    let settings = parse_json(&out.stdout, "cluster get --json");
+    assert_eq!(settings["nearfull_ratio"], 0.7, "{settings}");
+    assert_eq!(settings["full_ratio"], 0.95, "{settings}");
+
+    // Muting: the check shows, muted, and no longer counts; unmuted, it counts again.
+    let out = basalt(&cluster, &["health", "mute", "OSD_FULLL"]);
+    assert!(!out.status.success() && text(&out).contains("unknown health check"));
+    assert_ok(
+        &basalt(&cluster, &["health", "mute", "OSD_FULL", "--for", "1h"]),
+        "mute",
+    );
+    let report = status_json(&cluster);
+    assert!(check_codes(&report).contains(&("OSD_FULL".to_string(), true)));
+    let status = text(&basalt(&cluster, &["status", "--interval", "0"]));
+    assert!(
+        !status.contains("HEALTH_ERR") && status.contains("OSD_FULL (muted)"),
+        "{status}"
+    );
+    assert_ok(
+        &basalt(&cluster, &["health", "unmute", "OSD_FULL"]),
+        "unmute",
+    );
+    let status = text(&basalt(&cluster, &["status", "--interval", "0"]));
+    assert!(status.contains("health: HEALTH_ERR"), "{status}");
+}

@@ -153,6 +153,12 @@ pub struct StatusReport {
     /// they wait for and the command that gives them up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unfound: Vec<String>,
+    /// The cluster settings in force (ratios, mutes) the health checks use.
+    #[serde(default)]
+    pub settings: basalt_meta::schema::ClusterSettings,
+    /// What is wrong, worst first (`crate::health`); the health word follows from it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<crate::health::HealthCheck>,
 }
 
 /// What the OSDs that answered hold, summed.
@@ -164,23 +170,20 @@ pub struct CapacityTotals {
 }
 
 impl StatusReport {
-    /// The cluster's health, worded as `ceph -s` does: `HEALTH_ERR` when I/O blocks or data
-    /// is unreadable (PGs inactive, stripes unfound); `HEALTH_OK` when every PG is
-    /// active+clean, every OSD up, no operation slow and every pool placeable; else
-    /// `HEALTH_WARN`.
+    /// The cluster's health, worded as `ceph -s` does: `HEALTH_ERR` when I/O blocks, data
+    /// is unreadable or an OSD is full; `HEALTH_OK` when no check fails (every PG
+    /// active+clean, every OSD up and below the near-full ratio, no operation slow, every
+    /// pool placeable); else `HEALTH_WARN`. Muted checks do not count.
     pub fn health(&self) -> &'static str {
-        let all_up = self.osds.iter().all(|o| o.up);
-        if self.pgs_inactive > 0 || self.unfound_objects > 0 {
-            "HEALTH_ERR"
-        } else if self.pgs_active_clean == self.pgs_total
-            && all_up
-            && self.slow_ops_in_flight().is_empty()
-            && self.unplaceable.is_empty()
-        {
-            "HEALTH_OK"
-        } else {
-            "HEALTH_WARN"
-        }
+        crate::health::health_word(&self.health_checks())
+    }
+
+    /// The failing health checks of this report, as of now.
+    pub fn health_checks(&self) -> Vec<crate::health::HealthCheck> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        crate::health::checks(self, &self.settings, now)
     }
 
     /// Used and raw bytes and object copies over the OSDs that answered.
@@ -478,7 +481,18 @@ async fn gather_with(cluster: &Cluster, with_usage: bool) -> Result<StatusReport
         unplaceable: pool_shortfalls(&map),
         below_min_size: below_min_size(&map),
         unfound,
-    })
+        settings: crate::settings::load(cluster.meta().as_ref()).await?,
+        checks: Vec::new(),
+    }
+    .with_checks())
+}
+
+impl StatusReport {
+    /// The report with its health checks filled in (for JSON readers).
+    fn with_checks(mut self) -> Self {
+        self.checks = self.health_checks();
+        self
+    }
 }
 
 /// For each PG with unfound stripes: how many, the OSDs they wait for (with whether each

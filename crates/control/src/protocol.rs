@@ -152,6 +152,12 @@ pub enum Request {
     },
     /// The I/O counters of every volume this process serves (`basalt volume iostat`).
     Iostat,
+    /// The cluster settings (`basalt cluster get/set`, `basalt health mute`); with `put`,
+    /// replace them with those (checked first) and reply with what is stored.
+    Settings {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        put: Option<basalt_meta::schema::ClusterSettings>,
+    },
     /// `interval_ms` > 0 samples counters twice that far apart to report rates.
     Status {
         #[serde(default)]
@@ -220,6 +226,9 @@ pub struct Response {
     pub volumes: Option<Vec<VolumeInfo>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<basalt_client::status::StatusReport>,
+    /// `settings`: the cluster settings in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<basalt_meta::schema::ClusterSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scrub: Option<basalt_client::ScrubReport>,
     /// `info`: what each of the volume's layers holds.

@@ -203,5 +203,31 @@ pub async fn handle<F: Fn(u64, u64) + Send + Sync>(
         Request::Status { .. } | Request::Scrub { .. } | Request::Iostat => {
             crate::reports::report_request(cluster, ctx, req, &progress).await
         }
+        Request::Settings { put } => settings_request(cluster, put)
+            .await
+            .unwrap_or_else(Response::failed),
     }
+}
+
+/// `settings`: read the cluster settings, or replace them.
+async fn settings_request(
+    cluster: &Cluster,
+    put: Option<basalt_meta::schema::ClusterSettings>,
+) -> Result<Response, basalt_client::ClientError> {
+    let meta = cluster.meta();
+    let settings = match put {
+        None => basalt_client::settings::load(meta.as_ref()).await?,
+        Some(new) => {
+            basalt_client::settings::update(meta.as_ref(), |s| {
+                *s = new.clone();
+                Ok(())
+            })
+            .await?
+        }
+    };
+    Ok(Response {
+        ok: true,
+        settings: Some(settings),
+        ..Response::default()
+    })
 }

@@ -45,6 +45,8 @@ pub const LAYERS_PREFIX: &str = "/basalt/layers/";
 pub const FROZEN_PREFIX: &str = "/basalt/frozen/";
 pub const FAMILIES_PREFIX: &str = "/basalt/families/";
 pub const AUTH_VERIFIER_KEY: &str = "/basalt/auth/verifier";
+/// Cluster-wide settings an operator changes (`basalt cluster set`, `basalt health mute`).
+pub const SETTINGS_KEY: &str = "/basalt/settings";
 pub const AUTH_ENTITIES_PREFIX: &str = "/basalt/auth/entities/";
 /// S3 bucket records (`basalt_s3::buckets::BucketRecord`); here because a pool removal
 /// must see every bucket in the pool.
@@ -146,6 +148,50 @@ pub struct MonitorRecord {
     pub holder: String,
     /// Seconds since the Unix epoch when it took the role.
     pub since: u64,
+}
+
+/// Cluster-wide settings (`SETTINGS_KEY`): what `basalt cluster set` and `basalt health
+/// mute` change. An absent record, or an absent field, means the default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// An OSD this full (fraction of its object slots in use) is a warning.
+    #[serde(default = "default_nearfull_ratio")]
+    pub nearfull_ratio: f64,
+    /// An OSD this full is an error: writes needing new objects are about to fail.
+    #[serde(default = "default_full_ratio")]
+    pub full_ratio: f64,
+    /// Health checks an operator muted: they show, but do not count toward the health.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mutes: Vec<HealthMute>,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            nearfull_ratio: default_nearfull_ratio(),
+            full_ratio: default_full_ratio(),
+            mutes: Vec::new(),
+        }
+    }
+}
+
+/// Ceph's defaults (`mon_osd_nearfull_ratio`, `mon_osd_full_ratio`).
+fn default_nearfull_ratio() -> f64 {
+    0.85
+}
+
+fn default_full_ratio() -> f64 {
+    0.95
+}
+
+/// One muted health check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthMute {
+    /// The check's code (`OSD_DOWN`, `OSD_NEARFULL`, ...).
+    pub code: String,
+    /// Seconds since the Unix epoch when the mute ends (None: until unmuted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
 }
 
 /// What the cluster knows of an OSD whether it runs or not.
