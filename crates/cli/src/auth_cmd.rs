@@ -30,21 +30,29 @@ pub enum ClusterCommand {
     Init,
     /// Show the cluster-wide settings: near-full and full ratios, muted health checks.
     Get,
-    /// Change a cluster-wide setting.
+    /// Change a cluster-wide setting, or set a flag.
     ///
     /// nearfull-ratio (default 0.85): an OSD with this share of its object slots in use is
     /// a warning (OSD_NEARFULL). full-ratio (default 0.95): an error (OSD_FULL); writes that
     /// need new objects fail with ENOSPC when an OSD has no slot left.
+    /// noout (a flag): no down OSD is marked out, however long it is down, so a host can
+    /// reboot or be serviced without its data being re-replicated (status warns meanwhile).
     ///
     /// Examples:
     ///   basalt cluster set nearfull-ratio 0.80
     ///   basalt cluster set full-ratio 90%
+    ///   basalt cluster set noout      # before maintenance; `basalt cluster unset noout` after
     #[command(verbatim_doc_comment)]
     Set {
-        /// nearfull-ratio or full-ratio.
+        /// nearfull-ratio, full-ratio or noout.
         key: String,
-        /// A ratio: 0.85 or 85%.
-        value: String,
+        /// A ratio: 0.85 or 85% (none for a flag).
+        value: Option<String>,
+    },
+    /// Clear a flag set with `basalt cluster set` (noout).
+    Unset {
+        /// noout.
+        key: String,
     },
 }
 
@@ -100,7 +108,10 @@ pub async fn run_cluster(global: &GlobalArgs, command: ClusterCommand) -> anyhow
     let (meta, json) = (&global.meta, global.json);
     match command {
         ClusterCommand::Get => crate::settings_cmd::get(global).await,
-        ClusterCommand::Set { key, value } => crate::settings_cmd::set(global, &key, &value).await,
+        ClusterCommand::Set { key, value } => {
+            crate::settings_cmd::set(global, &key, value.as_deref()).await
+        }
+        ClusterCommand::Unset { key } => crate::settings_cmd::unset(global, &key).await,
         ClusterCommand::Init => {
             let Some(path) = meta.keyring.clone() else {
                 bail!("--keyring FILE is required: where to write the new admin keyring");

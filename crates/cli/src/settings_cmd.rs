@@ -32,7 +32,10 @@ pub enum HealthCommand {
 }
 
 /// What `basalt cluster set` can change.
-pub const SETTING_KEYS: [&str; 2] = ["nearfull-ratio", "full-ratio"];
+pub const SETTING_KEYS: [&str; 3] = ["nearfull-ratio", "full-ratio", "noout"];
+
+/// Flags `basalt cluster set FLAG` sets and `basalt cluster unset FLAG` clears.
+pub const FLAGS: [&str; 1] = ["noout"];
 
 /// `basalt health`: every failing check with its detail and fix; with a subcommand, mute
 /// or unmute one.
@@ -91,14 +94,23 @@ pub async fn get(global: &GlobalArgs) -> anyhow::Result<()> {
     print_settings(global, &s, "")
 }
 
-/// `basalt cluster set KEY VALUE`.
-pub async fn set(global: &GlobalArgs, key: &str, value: &str) -> anyhow::Result<()> {
+/// `basalt cluster set KEY VALUE` (a ratio) or `basalt cluster set FLAG`.
+pub async fn set(global: &GlobalArgs, key: &str, value: Option<&str>) -> anyhow::Result<()> {
     if !SETTING_KEYS.contains(&key) {
         bail!(
             "unknown setting {key:?} (settable: {})",
             SETTING_KEYS.join(", ")
         );
     }
+    if FLAGS.contains(&key) {
+        if let Some(v) = value {
+            bail!("{key} is a flag: `basalt cluster set {key}` sets it, `unset` clears it (got {v:?})");
+        }
+        return set_flag(global, key, true).await;
+    }
+    let Some(value) = value else {
+        bail!("{key} needs a value (a ratio: 0.85 or 85%)");
+    };
     let ratio: f64 = match value.strip_suffix('%') {
         Some(pct) => pct.trim().parse::<f64>().map(|p| p / 100.0),
         None => value.parse(),
@@ -113,6 +125,27 @@ pub async fn set(global: &GlobalArgs, key: &str, value: &str) -> anyhow::Result<
     })
     .await?;
     print_settings(global, &s, &format!("{key} set to {ratio}"))
+}
+
+/// `basalt cluster unset FLAG`.
+pub async fn unset(global: &GlobalArgs, key: &str) -> anyhow::Result<()> {
+    if !FLAGS.contains(&key) {
+        bail!("unknown flag {key:?} (flags: {})", FLAGS.join(", "));
+    }
+    set_flag(global, key, false).await
+}
+
+async fn set_flag(global: &GlobalArgs, key: &str, on: bool) -> anyhow::Result<()> {
+    let s = change(global, |s| {
+        s.noout = on;
+        Ok(())
+    })
+    .await?;
+    let done = match on {
+        true => format!("{key} set: down OSDs stay in, their data is not re-replicated"),
+        false => format!("{key} unset"),
+    };
+    print_settings(global, &s, &done)
 }
 
 /// The failing checks, one line each with what clears it; `detail` adds the OSDs/PGs.
@@ -143,6 +176,9 @@ fn print_settings(global: &GlobalArgs, s: &ClusterSettings, done: &str) -> anyho
     }
     println!("nearfull-ratio {}", s.nearfull_ratio);
     println!("full-ratio     {}", s.full_ratio);
+    if s.noout {
+        println!("flags          noout");
+    }
     for m in &s.mutes {
         println!("muted          {} {}", m.code, until_text(m.until));
     }

@@ -34,7 +34,8 @@ pub struct HealthCheck {
 }
 
 /// Every code a check may have, for `basalt health mute` to refuse a typo.
-pub const CODES: [&str; 9] = [
+pub const CODES: [&str; 10] = [
+    "NOOUT",
     "PG_INACTIVE",
     "PG_UNFOUND",
     "OSD_DOWN",
@@ -101,6 +102,17 @@ pub fn checks(r: &StatusReport, settings: &ClusterSettings, now: u64) -> Vec<Hea
             detail,
             "look at the OSDs named (their logs, `basalt osd ls`): a slow or failing disk, an \
              overloaded host, or a peer that stopped answering",
+        ));
+    }
+    if settings.noout {
+        out.push(check(
+            "NOOUT",
+            Severity::Warn,
+            "the noout flag is set: OSDs that stay down are never marked out, and their data \
+             is not re-replicated"
+                .into(),
+            Vec::new(),
+            "`basalt cluster unset noout` once the maintenance is over",
         ));
     }
     for c in &mut out {

@@ -160,6 +160,10 @@ pub struct ClusterSettings {
     /// An OSD this full is an error: writes needing new objects are about to fail.
     #[serde(default = "default_full_ratio")]
     pub full_ratio: f64,
+    /// Maintenance: the monitor marks no down OSD out, however long it stays down (its
+    /// data is not re-replicated; a host can reboot without data moving).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub noout: bool,
     /// Health checks an operator muted: they show, but do not count toward the health.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mutes: Vec<HealthMute>,
@@ -170,6 +174,7 @@ impl Default for ClusterSettings {
         Self {
             nearfull_ratio: default_nearfull_ratio(),
             full_ratio: default_full_ratio(),
+            noout: false,
             mutes: Vec::new(),
         }
     }

@@ -49,8 +49,8 @@ fn placement_inputs(m: &ClusterMap) -> (Vec<(OsdId, String, u64)>, Vec<PoolSpec>
 /// changed; otherwise the new map at `current.epoch + 1`.
 ///
 /// An OSD is up while its liveness record exists. It is in while up (unless an operator
-/// marked it out), and stays in while down until `out_after_ms` passed, so a restart moves
-/// no data; once out, its PGs are placed elsewhere and recovered there. An OSD in
+/// marked it out), and stays in while down until `out_after_ms` passed (None: never, the
+/// cluster's `noout` flag), so a restart moves no data; once out, its PGs are placed elsewhere and recovered there. An OSD in
 /// `reported` (taken down by its peers' reports, its liveness record still standing) is down
 /// too, and `unflushed` until its record says it flushed its store after going down.
 #[allow(clippy::too_many_arguments)] // One input per kind of record, and the clock.
@@ -62,7 +62,7 @@ pub fn derive_map(
     pools: &[PoolRecord],
     clock: &mut DownClock,
     now_ms: u64,
-    out_after_ms: u64,
+    out_after_ms: Option<u64>,
 ) -> Option<ClusterMap> {
     let mut m = current.clone();
     m.osds.retain(|id, _| osds.iter().any(|r| r.id == *id));
@@ -102,7 +102,9 @@ pub fn derive_map(
                 info.unflushed = reported.get(&rec.id).is_some_and(|a| {
                     a.incarnation == info.incarnation && a.flushed_down <= info.up_from
                 });
-                if rec.admin_out || now_ms.saturating_sub(since) >= out_after_ms {
+                let timed_out =
+                    out_after_ms.is_some_and(|after| now_ms.saturating_sub(since) >= after);
+                if rec.admin_out || timed_out {
                     info.is_in = false;
                 }
             }
@@ -305,6 +307,39 @@ mod tests {
         assert_eq!(m4.pgs, m1.pgs, "deterministic placement returns");
     }
 
+    /// Goal: with the cluster's noout flag (no out timer), a down OSD stays in however long
+    /// it is down and placement never changes; once the flag is cleared, an OSD down longer
+    /// than the timer goes out at once.
+    #[test]
+    fn noout_keeps_a_down_osd_in() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = first_map(&osds, &mut clock, 4);
+        let mut some_alive = all_alive(4);
+        some_alive.remove(&2);
+        let noout = |cur: &ClusterMap, clock: &mut DownClock, now| {
+            derive_map(
+                cur,
+                &osds,
+                &some_alive,
+                &BTreeMap::new(),
+                &[pool()],
+                clock,
+                now,
+                None,
+            )
+        };
+        let m2 = noout(&m1, &mut clock, 100).unwrap();
+        assert!(!m2.osds[&2].up && m2.osds[&2].is_in);
+        assert!(
+            noout(&m2, &mut clock, 3_600_000).is_none(),
+            "an hour later: no change"
+        );
+        let m3 = next_map(&m2, &osds, &some_alive, &mut clock, 3_600_100).unwrap();
+        assert!(!m3.osds[&2].is_in, "out once noout is cleared");
+        assert_eq!(m2.pgs, m1.pgs);
+    }
+
     /// Goal: a restart (new incarnation, same address) is a new map epoch with the same
     /// placement, so the OSD's PGs start new intervals.
     #[test]
@@ -362,7 +397,7 @@ mod tests {
             &[pool()],
             clock,
             now_ms,
-            1000,
+            Some(1000),
         )
     }
 
@@ -540,7 +575,16 @@ mod tests {
             clock: &mut DownClock,
             now: u64,
         ) -> Option<ClusterMap> {
-            derive_map(cur, osds, alive, reported, &[pool()], clock, now, 1000)
+            derive_map(
+                cur,
+                osds,
+                alive,
+                reported,
+                &[pool()],
+                clock,
+                now,
+                Some(1000),
+            )
         }
         let m2 = run(&m1, &osds, &rest, &reported, &mut clock, 100).unwrap();
         assert!(!m2.osds[&2].up && m2.osds[&2].unflushed);

@@ -2,8 +2,9 @@
 
 use crate::derive::{derive_map, down_by_reports, DownClock, ReportSettle, Reports};
 use basalt_meta::schema::{
-    parse_failure_key, AliveRecord, FailureReport, MonitorRecord, OsdRecord, PoolRecord,
-    ALIVE_PREFIX, FAILURES_PREFIX, MAP_KEY, MONITOR_KEY, OSDS_PREFIX, POOLS_PREFIX,
+    parse_failure_key, AliveRecord, ClusterSettings, FailureReport, MonitorRecord, OsdRecord,
+    PoolRecord, ALIVE_PREFIX, FAILURES_PREFIX, MAP_KEY, MONITOR_KEY, OSDS_PREFIX, POOLS_PREFIX,
+    SETTINGS_KEY,
 };
 use basalt_meta::{LeaseId, MetaError, MetaStore};
 use basalt_placement::ClusterMap;
@@ -198,7 +199,18 @@ async fn update_map(
     settle: &mut ReportSettle,
     now_ms: u64,
 ) -> Result<Option<u64>, MetaError> {
-    let out_after_ms = config.out_after_secs * 1000;
+    // The cluster's noout flag (maintenance) stops the out timer. An unreadable settings
+    // record is taken as noout: marking OSDs out moves data, which waiting never loses.
+    let noout = match meta.get(SETTINGS_KEY).await? {
+        None => false,
+        Some((bytes, _)) => serde_json::from_slice::<ClusterSettings>(&bytes)
+            .map(|s| s.noout)
+            .unwrap_or_else(|e| {
+                tracing::warn!("unreadable cluster settings {SETTINGS_KEY}, acting as noout: {e}");
+                true
+            }),
+    };
+    let out_after_ms = (!noout).then_some(config.out_after_secs * 1000);
     let osds: Vec<OsdRecord> = decode_all(meta.list(OSDS_PREFIX).await?)
         .into_iter()
         .map(|(_, r)| r)
