@@ -25,6 +25,9 @@ mod watch;
 use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// This binary's release and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BASALT_COMMIT"), ")");
+
 /// Default address of the control API of `basalt up`.
 /// Where `basalt up` puts its control socket by default (DATA_DIR/control.sock).
 pub const DEFAULT_CONTROL: &str = "basalt-data/control.sock";
@@ -32,7 +35,7 @@ pub const DEFAULT_CONTROL: &str = "basalt-data/control.sock";
 #[derive(Parser, Debug)]
 #[command(
     name = "basalt",
-    version,
+    version = VERSION,
     about = "Basalt: replicated block volumes over NBD on a cluster of commodity disks",
     long_about = "Basalt pools disks into replicated block volumes served over NBD.\n\n\
         One machine: start a local cluster with `basalt up`, then attach \
@@ -261,6 +264,7 @@ fn init_logging(default: &str) {
 
 fn main() -> std::process::ExitCode {
     basalt_store::memory::keep_io_buffers_in_heap();
+    basalt_node::build::set_version(VERSION);
     quiet_on_closed_stdout();
     let argv = match config::apply(std::env::args_os().collect()) {
         Ok(argv) => argv,

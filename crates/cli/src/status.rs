@@ -218,8 +218,8 @@ fn print_data(r: &StatusReport) {
 pub fn print_osds(r: &StatusReport) {
     println!("osds:");
     println!(
-        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  I/O",
-        "ID", "HOST", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS", "FULL"
+        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {:<14} VERSION",
+        "ID", "HOST", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS", "FULL", "I/O"
     );
     for o in &r.osds {
         let state = format!(
@@ -240,8 +240,20 @@ pub fn print_osds(r: &StatusReport) {
         };
         let io = if o.io.is_empty() { "-" } else { &o.io };
         println!(
-            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {io}",
-            o.id, o.host, o.addr, state, used, cap, objs, full
+            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {io:<14} {}",
+            o.id,
+            o.host,
+            o.addr,
+            state,
+            used,
+            cap,
+            objs,
+            full,
+            if o.version.is_empty() {
+                "-"
+            } else {
+                &o.version
+            }
         );
         if let Some(e) = &o.error {
             println!("       error: {e}");

@@ -30,6 +30,19 @@ fn status_reports_osds_pgs_and_usage() {
     assert_eq!(before["pgs_total"], 32);
     assert_eq!(before["volumes"], 1);
 
+    // Every OSD names the build it runs: this binary's.
+    let version = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let version = version.trim().strip_prefix("basalt ").unwrap();
+    assert!(version.contains(" ("), "{version}");
+    for o in osds {
+        assert_eq!(o["version"], version, "{o}");
+        assert_eq!(o["wire"], 2, "{o}");
+    }
+
     qemu_io_ok(&cluster.uri("vol0"), &["write -P 0x77 0 8M"]);
     let after = status_json(&cluster);
     for o in after["osds"].as_array().expect("osds array") {

@@ -34,8 +34,9 @@ pub struct HealthCheck {
 }
 
 /// Every code a check may have, for `basalt health mute` to refuse a typo.
-pub const CODES: [&str; 10] = [
+pub const CODES: [&str; 11] = [
     "NOOUT",
+    "VERSIONS_MIXED",
     "PG_INACTIVE",
     "PG_UNFOUND",
     "OSD_DOWN",
@@ -104,6 +105,7 @@ pub fn checks(r: &StatusReport, settings: &ClusterSettings, now: u64) -> Vec<Hea
              overloaded host, or a peer that stopped answering",
         ));
     }
+    versions_check(r, &mut out);
     if settings.noout {
         out.push(check(
             "NOOUT",
@@ -304,6 +306,36 @@ fn fullness_checks(r: &StatusReport, s: &ClusterSettings, out: &mut Vec<HealthCh
     }
 }
 
+/// OSDs running different releases, commits or formats: normal during a rolling upgrade,
+/// worth a warning otherwise.
+fn versions_check(r: &StatusReport, out: &mut Vec<HealthCheck>) {
+    let mut by_version: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for o in r.osds.iter().filter(|o| o.up && !o.version.is_empty()) {
+        let key = format!(
+            "{} (wire {}, store format {})",
+            o.version, o.wire, o.store_format
+        );
+        by_version.entry(key).or_default().push(o.id);
+    }
+    if by_version.len() < 2 {
+        return;
+    }
+    let detail = by_version
+        .iter()
+        .map(|(version, ids)| {
+            let ids: Vec<String> = ids.iter().map(|id| format!("osd.{id}")).collect();
+            format!("{version}: {}", ids.join(", "))
+        })
+        .collect();
+    out.push(check(
+        "VERSIONS_MIXED",
+        Severity::Warn,
+        format!("OSDs run {} different versions", by_version.len()),
+        detail,
+        "finish the upgrade host by host (docs/operations.md, \"Upgrading\")",
+    ));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +426,31 @@ mod tests {
             until: None,
         };
         assert_eq!(health_word(&checks(&r, &s, 100)), "HEALTH_WARN");
+    }
+
+    /// Goal: OSDs on two builds warn VERSIONS_MIXED naming which runs which; one build, or
+    /// versions unknown (older OSDs), say nothing.
+    #[test]
+    fn mixed_versions_warn() {
+        let mut r = report([1, 1, 1]);
+        let s = ClusterSettings::default();
+        assert!(checks(&r, &s, 0).is_empty());
+        for o in &mut r.osds {
+            o.version = "0.1.0 (aaaa)".into();
+            o.wire = 2;
+            o.store_format = 2;
+        }
+        assert!(checks(&r, &s, 0).is_empty());
+        r.osds[2].version = "0.1.0 (bbbb)".into();
+        let c = checks(&r, &s, 0);
+        assert_eq!(codes(&c), [("VERSIONS_MIXED", false)]);
+        assert_eq!(
+            c[0].detail,
+            [
+                "0.1.0 (aaaa) (wire 2, store format 2): osd.0, osd.1",
+                "0.1.0 (bbbb) (wire 2, store format 2): osd.2"
+            ]
+        );
     }
 
     /// Goal: every check says what clears it, and every code it can produce is one

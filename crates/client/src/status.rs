@@ -3,7 +3,9 @@
 
 use crate::cluster::{Cluster, OsdStats};
 use crate::error::ClientError;
-use basalt_meta::schema::{MonitorRecord, PgRecord, MONITOR_KEY, PGS_PREFIX};
+use basalt_meta::schema::{
+    AliveRecord, MonitorRecord, PgRecord, ALIVE_PREFIX, MONITOR_KEY, PGS_PREFIX,
+};
 use basalt_placement::{ClusterMap, PoolSpec};
 use basalt_proto::slowop::SlowOp;
 use basalt_proto::OsdId;
@@ -28,6 +30,15 @@ pub struct OsdStatus {
     /// FLUSHes wait for it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unflushed: bool,
+    /// The release and commit of its binary, from its liveness record (empty: down, or an
+    /// older OSD).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The wire and store formats it speaks (0: unknown).
+    #[serde(default)]
+    pub wire: u8,
+    #[serde(default)]
+    pub store_format: u32,
     /// None when the OSD did not answer.
     pub stats: Option<OsdStats>,
     /// Operations the OSD reports slow: in flight, or finished within the last minute.
@@ -362,7 +373,27 @@ pub async fn gather_with_rates(
 /// OSD that does not answer costs [`STAT_TIMEOUT_MS`] once, not once per OSD after it.
 async fn osd_statuses(cluster: &Cluster) -> Vec<OsdStatus> {
     let map = cluster.map();
-    futures::future::join_all(map.osds.values().map(|o| osd_status(cluster, o))).await
+    let mut osds =
+        futures::future::join_all(map.osds.values().map(|o| osd_status(cluster, o))).await;
+    // Versions come from the liveness records (an unreadable list leaves them unknown).
+    let alive = cluster.meta().list(ALIVE_PREFIX).await.unwrap_or_default();
+    for (key, bytes, _) in alive {
+        let Some(id) = key[ALIVE_PREFIX.len()..].parse::<u32>().ok() else {
+            continue;
+        };
+        let Ok(rec) = serde_json::from_slice::<AliveRecord>(&bytes) else {
+            continue;
+        };
+        if let Some(o) = osds
+            .iter_mut()
+            .find(|o| o.id == id && o.incarnation == rec.incarnation)
+        {
+            o.version = rec.version;
+            o.wire = rec.wire;
+            o.store_format = rec.store_format;
+        }
+    }
+    osds
 }
 
 /// One OSD of the map with its STAT answer (bounded by [`STAT_TIMEOUT_MS`]) when it is up.
@@ -390,6 +421,9 @@ async fn osd_status(cluster: &Cluster, o: &basalt_placement::OsdInfo) -> OsdStat
         incarnation: o.incarnation,
         io: o.io.clone(),
         unflushed: o.unflushed,
+        version: String::new(),
+        wire: 0,
+        store_format: 0,
         stats,
         slow_ops,
         error,

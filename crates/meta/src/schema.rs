@@ -217,7 +217,7 @@ pub struct OsdRecord {
 }
 
 /// Written by a running OSD under its lease: vanishes when the OSD stops renewing it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AliveRecord {
     /// Data-plane address, "IP:PORT".
     pub addr: String,
@@ -236,6 +236,15 @@ pub struct AliveRecord {
     /// OSD marked down while running holds no acknowledged write that is not durable.
     #[serde(default, skip_serializing_if = "is_zero_epoch")]
     pub flushed_down: u32,
+    /// The release and commit of the OSD's binary (`0.1.0 (1a2b3c4d5e)`); empty from an
+    /// older OSD.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The data-plane frame version and the store format it speaks (0: an older OSD).
+    #[serde(default)]
+    pub wire: u8,
+    #[serde(default)]
+    pub store_format: u32,
 }
 
 /// A pool as `basalt pool create` defines it. The monitor gives it an id and puts it in the map.

@@ -242,6 +242,7 @@ mod tests {
             started: 0,
             metrics_addr: None,
             io: String::new(),
+            ..AliveRecord::default()
         }
     }
 

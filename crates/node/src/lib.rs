@@ -10,6 +10,7 @@
 //! `monitor` the monitor candidate, `metrics_http` every process's `/metrics`, `data_tls`
 //! the making of data-plane TLS credentials, `signal` how a daemon is told to stop.
 
+pub mod build;
 pub mod data_tls;
 pub mod gateway;
 pub mod image_import;

@@ -11,14 +11,31 @@ use basalt_metrics::prometheus_client::metrics::counter::ConstCounter;
 use basalt_metrics::{family, gauge, Kind, Registry};
 use std::sync::Arc;
 
-/// `process_cpu_seconds_total` (user + system time of every thread, from /proc/self/stat)
-/// and `process_resident_memory_bytes`, named and typed as Prometheus's process collector
-/// does; nothing when /proc cannot be read.
+/// `basalt_build_info`, then `process_cpu_seconds_total` (user + system time of every
+/// thread, from /proc/self/stat) and `process_resident_memory_bytes`, named and typed as
+/// Prometheus's process collector does (nothing when /proc cannot be read).
 #[derive(Debug)]
 pub struct ProcessCollector;
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let build = crate::build::info();
+        let (wire, store_format) = (build.wire.to_string(), build.store_format.to_string());
+        family(
+            &mut enc,
+            "basalt_build_info",
+            "The release and commit of this process's binary, and the wire and store formats \
+             it speaks (always 1)",
+            Kind::Gauge,
+            [(
+                [
+                    ("version", build.version.as_str()),
+                    ("wire", wire.as_str()),
+                    ("store_format", store_format.as_str()),
+                ],
+                gauge(1),
+            )],
+        )?;
         let Ok(stat) = basalt_bench::procstat::read(std::process::id()) else {
             return Ok(());
         };

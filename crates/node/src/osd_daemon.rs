@@ -147,6 +147,7 @@ impl OsdDaemon {
             host: config.host.clone(),
             lease_ttl_secs: config.lease_ttl_secs.max(2),
             metrics_addr: metrics_task.as_ref().map(|m| m.0.to_string()),
+            version: crate::build::info().version,
         };
         let osd = RunningOsd::start(osd_config, map, meta.clone(), registration)
             .await

@@ -23,6 +23,8 @@ pub struct Registration {
     pub lease_ttl_secs: u64,
     /// Prometheus endpoint, when served.
     pub metrics_addr: Option<String>,
+    /// The release and commit of the binary, for the liveness record.
+    pub version: String,
 }
 
 fn now_secs() -> u64 {
@@ -69,6 +71,9 @@ pub async fn register(
         metrics_addr: reg.metrics_addr.clone(),
         io: osd.store.io_mode(),
         flushed_down: 0,
+        version: reg.version.clone(),
+        wire: basalt_proto::frame::WIRE_VERSION,
+        store_format: basalt_store::SUPERBLOCK_FORMAT_VERSION,
     };
     let alive = serde_json::to_vec(&alive).expect("record serialises");
     let lease = publish(&osd, &alive, reg.lease_ttl_secs).await?;

@@ -254,6 +254,7 @@ impl SimCluster {
             host: format!("host{id}"),
             lease_ttl_secs: self.shape.lease_ttl_secs,
             metrics_addr: None,
+            version: "sim".into(),
         };
         let running = RunningOsd::start(config, map, meta, registration)
             .await

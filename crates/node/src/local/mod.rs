@@ -299,6 +299,7 @@ async fn start_osds(
             host: "localhost".into(),
             lease_ttl_secs: LOCAL_LEASE_TTL_SECS,
             metrics_addr: None,
+            version: crate::build::info().version,
         };
         let osd = RunningOsd::start(osd_config, map.clone(), meta.store.clone(), registration)
             .await
