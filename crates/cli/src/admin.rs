@@ -52,6 +52,36 @@ pub enum PoolCommand {
     ///   basalt pool rm cold --meta etcd://10.0.0.1:2379
     #[command(verbatim_doc_comment)]
     Rm { name: String },
+    /// Show one pool's settings.
+    ///
+    /// Examples:
+    ///   basalt pool get rbd
+    #[command(verbatim_doc_comment)]
+    Get { name: String },
+    /// Change a pool: size (replicas), min-size, failure-domain (host or osd).
+    ///
+    /// The monitor places the pool's PGs again and recovery moves the data while clients
+    /// keep reading and writing: more replicas are copied in, fewer are dropped, a new
+    /// failure domain moves copies apart or together. Returns once the cluster map shows
+    /// the change (`basalt status` then shows the recovery). Refused, saying why, when the
+    /// result is not a valid pool or the cluster cannot place it (--allow-unplaceable
+    /// overrides the latter). An erasure-coded pool's size (K+M) is fixed. pgs (PG split and
+    /// merge) is not built yet and is refused.
+    ///
+    /// Examples:
+    ///   basalt pool set rbd size 3
+    ///   basalt pool set rbd min-size 2
+    ///   basalt pool set rbd failure-domain host
+    #[command(verbatim_doc_comment)]
+    Set {
+        name: String,
+        /// size, min-size, failure-domain or pgs.
+        key: String,
+        value: String,
+        /// Change it even when the cluster has too few failure domains to place every copy.
+        #[arg(long)]
+        allow_unplaceable: bool,
+    },
 }
 
 /// `pool create`'s flags.
@@ -91,6 +121,13 @@ pub async fn run_pool(global: &GlobalArgs, command: PoolCommand) -> anyhow::Resu
         PoolCommand::Create(args) => create_pool_cmd(global, args).await,
         PoolCommand::Rm { name } => remove_pool_cmd(global, name).await,
         PoolCommand::Ls => list_pools_cmd(global).await,
+        PoolCommand::Get { name } => get_pool_cmd(global, &name).await,
+        PoolCommand::Set {
+            name,
+            key,
+            value,
+            allow_unplaceable,
+        } => set_pool_cmd(global, name, key, value, allow_unplaceable).await,
     }
 }
 
@@ -210,6 +247,89 @@ async fn remove_pool_cmd(global: &GlobalArgs, name: String) -> anyhow::Result<()
 }
 
 /// `pool ls`.
+/// `pool get NAME`: the pool's record, one setting per line.
+async fn get_pool_cmd(global: &GlobalArgs, name: &str) -> anyhow::Result<()> {
+    let pools = match global.meta.meta {
+        Some(_) => basalt_client::pools::list_pools(global.meta.connect().await?.as_ref()).await?,
+        None => {
+            let resp = crate::control::call(&global.control, &Request::PoolLs).await?;
+            resp.pools.unwrap_or_default()
+        }
+    };
+    let Some(p) = pools.into_iter().find(|p| p.name == name) else {
+        return Err(basalt_client::ClientError::NoSuchPool { name: name.into() }.into());
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+        return Ok(());
+    }
+    println!("name           {}", p.name);
+    println!("id             {}", p.id);
+    match p.ec {
+        Some(ec) => println!("scheme         erasure code {ec}"),
+        None => println!("scheme         replicated"),
+    }
+    println!("size           {}", p.size);
+    println!("min-size       {}", p.min_size);
+    println!("pgs            {}", p.pg_count);
+    println!("failure-domain {}", p.failure_domain);
+    println!(
+        "object-size    {}",
+        basalt_proto::size::human_bytes(p.object_size as u64)
+    );
+    Ok(())
+}
+
+/// `pool set NAME KEY VALUE`: over the metadata (--meta) or the control API.
+async fn set_pool_cmd(
+    global: &GlobalArgs,
+    name: String,
+    key: String,
+    value: String,
+    allow_unplaceable: bool,
+) -> anyhow::Result<()> {
+    use basalt_client::pool_change::{set_pool, PoolSetting};
+    let r = match global.meta.meta {
+        Some(_) => {
+            let setting = PoolSetting::parse(&key, &value)?;
+            let meta = global.meta.connect().await?;
+            let mut maps = basalt_client::follow_map(meta.clone())
+                .await
+                .context("read the cluster map")?;
+            set_pool(
+                meta.as_ref(),
+                &name,
+                &setting,
+                allow_unplaceable,
+                &mut maps,
+                global.wait(),
+            )
+            .await?
+        }
+        None => {
+            let req = Request::PoolSet {
+                name: name.clone(),
+                key: key.clone(),
+                value: value.clone(),
+                allow_unplaceable,
+                wait_ms: global.wait().map(|w| w.as_millis() as u64),
+            };
+            let resp = crate::control::call(&global.control, &req).await?;
+            resp.pool.context("the control API sent no pool")?
+        }
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "pool \"{}\": {key} {value}; `basalt status` shows the data moving until every PG \
+             is active+clean",
+            r.name
+        );
+    }
+    Ok(())
+}
+
 async fn list_pools_cmd(global: &GlobalArgs) -> anyhow::Result<()> {
     let pools = match global.meta.meta {
         Some(_) => basalt_client::pools::list_pools(global.meta.connect().await?.as_ref()).await?,

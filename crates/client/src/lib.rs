@@ -16,6 +16,7 @@ pub mod mapwatch;
 pub mod object;
 pub mod osds;
 pub mod pool;
+pub mod pool_change;
 pub mod pool_spec;
 pub mod pools;
 pub mod scrub;

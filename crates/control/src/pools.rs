@@ -22,6 +22,30 @@ pub(crate) async fn pool_request(
                 .await
                 .map(Response::pool)
         }
+        Request::PoolSet {
+            name,
+            key,
+            value,
+            allow_unplaceable,
+            wait_ms,
+        } => {
+            let setting = match basalt_client::pool_change::PoolSetting::parse(&key, &value) {
+                Ok(s) => s,
+                Err(e) => return Response::failed(e),
+            };
+            let mut maps = cluster.map_watch();
+            let wait = wait_ms.map(Duration::from_millis);
+            basalt_client::pool_change::set_pool(
+                cluster.meta().as_ref(),
+                &name,
+                &setting,
+                allow_unplaceable,
+                &mut maps,
+                wait,
+            )
+            .await
+            .map(Response::pool)
+        }
         Request::PoolRm { name, wait_ms } => {
             let reserved = cluster
                 .map()

@@ -143,6 +143,18 @@ pub enum Request {
     /// Every pool record.
     #[serde(rename = "pool_ls")]
     PoolLs,
+    /// Change one setting of a pool (`basalt pool set`): `key` size, min-size,
+    /// failure-domain or pgs; with `wait_ms`, reply once the map shows it.
+    #[serde(rename = "pool_set")]
+    PoolSet {
+        name: String,
+        key: String,
+        value: String,
+        #[serde(default)]
+        allow_unplaceable: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
     /// Remove an empty pool; with `wait_ms`, reply once it is out of the cluster map.
     #[serde(rename = "pool_rm")]
     PoolRm {

@@ -186,9 +186,10 @@ pub async fn handle<F: Fn(u64, u64) + Send + Sync>(
         | Request::ImageRm { .. } => crate::images::image_request(cluster, ctx, req)
             .await
             .unwrap_or_else(Response::failed),
-        Request::PoolCreate { .. } | Request::PoolLs | Request::PoolRm { .. } => {
-            crate::pools::pool_request(cluster, ctx, req).await
-        }
+        Request::PoolCreate { .. }
+        | Request::PoolLs
+        | Request::PoolSet { .. }
+        | Request::PoolRm { .. } => crate::pools::pool_request(cluster, ctx, req).await,
         Request::ObjvolCreate { .. }
         | Request::ObjvolRefresh { .. }
         | Request::ObjvolLs
