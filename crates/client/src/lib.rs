@@ -13,6 +13,7 @@ pub mod frame_io;
 pub mod images;
 pub mod mapwatch;
 pub mod object;
+pub mod osd_admin;
 pub mod osds;
 pub mod pool;
 pub mod pool_spec;
