@@ -337,11 +337,9 @@ pub async fn drain_osds(
     let maps = crate::follow_map(meta.clone()).await?;
     let osds: BTreeSet<OsdId> = ids.iter().copied().collect();
     // What they held before placement moves anything (the map from before `out`).
-    let held = pgs_naming(
-        &osds,
-        &maps.borrow(),
-        &read_pg_records(meta.as_ref()).await?,
-    );
+    // (Cloned: the map's guard must not be held across the read below.)
+    let before = maps.borrow().clone();
+    let held = pgs_naming(&osds, &before, &read_pg_records(meta.as_ref()).await?);
     for id in ids {
         let left = wait.map(|w| w.saturating_sub(started.elapsed()));
         crate::osds::set_osd_out(meta.clone(), *id, true, left).await?;
