@@ -386,6 +386,35 @@ pub enum OsdAdminCommand {
     ///   basalt osd in 3
     #[command(verbatim_doc_comment)]
     In { id: u32 },
+    /// Empty an OSD before removing it: mark it out, then wait until no PG needs it.
+    ///
+    /// Returns once no PG lists it (acting set, complete copies, holders, EC sources) and
+    /// every PG it held is active+clean elsewhere; progress on stderr once a second (PGs
+    /// left, objects degraded). Past --wait-timeout it fails (exit 5) and the drain goes
+    /// on: run it again to keep waiting. --no-wait: once it is marked out.
+    ///
+    /// Example:
+    ///   basalt osd drain 3 --wait-timeout 3600
+    #[command(verbatim_doc_comment)]
+    Drain { id: u32 },
+    /// Remove an OSD from the cluster for good: its record, liveness and failure reports.
+    ///
+    /// Refused while it runs (stop it first), or while a PG still needs it — its only
+    /// complete copy, chunks an erasure-coded PG cannot rebuild without, unfound stripes
+    /// waiting for it — naming those PGs (drain it first). --force removes it anyway and
+    /// prints what is lost first. Its id is never used again: an OSD started with it (its
+    /// old data directory) is refused. Returns once the cluster map no longer has it.
+    ///
+    /// Examples:
+    ///   basalt osd rm 3
+    ///   basalt osd rm 3 --force    # its disk is lost: prints the PGs lost with it
+    #[command(verbatim_doc_comment)]
+    Rm {
+        id: u32,
+        /// Remove even though PGs still need it: what only it holds is lost.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// A client handle on the cluster for tools (follows the map).
@@ -407,6 +436,12 @@ pub async fn run_osd_admin(global: &GlobalArgs, command: OsdAdminCommand) -> any
             } else {
                 crate::status::print_osds(&report);
             }
+        }
+        OsdAdminCommand::Drain { id } => {
+            crate::drain_cmd::drain(global, &[id], &format!("osd.{id}")).await?
+        }
+        OsdAdminCommand::Rm { id, force } => {
+            crate::drain_cmd::remove(global, &[id], force, &format!("osd.{id}")).await?
         }
         OsdAdminCommand::Out { id } | OsdAdminCommand::In { id } => {
             let out = matches!(command, OsdAdminCommand::Out { .. });

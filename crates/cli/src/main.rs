@@ -7,6 +7,7 @@ mod config;
 mod control;
 mod daemons;
 mod disk_cmd;
+mod drain_cmd;
 mod exit;
 mod global;
 mod help;
@@ -147,6 +148,16 @@ enum Command {
         command: Option<admin::OsdAdminCommand>,
         #[command(flatten)]
         args: daemons::OsdArgs,
+    },
+    /// Drain or remove every OSD of a host (a host is known by its OSDs' `--host`).
+    ///
+    /// Examples:
+    ///   basalt host drain node3
+    ///   basalt host rm node3
+    #[command(verbatim_doc_comment)]
+    Host {
+        #[command(subcommand)]
+        command: drain_cmd::HostCommand,
     },
     /// Make a block device into an OSD's store (`disk prepare`), list those (`disk ls`).
     ///
@@ -342,6 +353,7 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
             args.meta = global.meta;
             block_on(daemons::run_osd(args))
         }
+        Command::Host { command } => block_on(drain_cmd::run_host(&global, command)),
         Command::Disk { command } => block_on(disk_cmd::run(command, &global.meta, global.json)),
         Command::S3 {
             command: Some(command),

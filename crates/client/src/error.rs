@@ -96,9 +96,51 @@ pub enum ClientError {
     /// A compare-and-swap lost to another writer of `what`; nothing was changed.
     #[error("{what} changed concurrently; try again")]
     ChangedConcurrently { what: String },
+    /// No OSD has that id (`removed`: `basalt osd rm` removed it; ids are never reused).
+    #[error("osd.{id} does not exist{}", removed_note(.removed))]
+    NoSuchOsd { id: u32, removed: bool },
+    /// No OSD record names that host (`known` lists the hosts that have OSDs).
+    #[error("no OSD is on host \"{name}\" (hosts with OSDs: {known})")]
+    NoSuchHost { name: String, known: String },
+    /// A removal refused because the OSD runs.
+    #[error(
+        "osd.{id} is up (its liveness record stands: it runs, or stopped less than a lease \
+         ago): stop it before removing it (drain it first, `basalt osd drain {id}`, so that \
+         the cluster holds its data elsewhere)"
+    )]
+    OsdUp { id: u32 },
+    /// A removal refused because PG records still need the OSDs (`pgs` names them, why).
+    #[error(
+        "{osds} still needed by pg {pgs}; drain first (`basalt osd drain`, `basalt host \
+         drain`) or bring the OSDs back, or pass --force to remove anyway, losing what only \
+         they hold"
+    )]
+    OsdNeeded { osds: String, pgs: String },
+    /// A drain that did not finish within its bound; the OSDs stay out and data keeps
+    /// moving.
+    #[error(
+        "timed out after {timeout_ms} ms draining {osds}: {pgs_left} PGs still need them \
+         ({pgs}), {degraded_objects} objects degraded; they are marked out and recovery goes \
+         on: run the drain again to keep waiting (--wait-timeout), see `basalt status`"
+    )]
+    NotDrained {
+        osds: String,
+        timeout_ms: u64,
+        pgs_left: usize,
+        pgs: String,
+        degraded_objects: u64,
+    },
     /// An OSD's reply could not be understood.
     #[error("malformed reply: {reason}")]
     BadReply { reason: String },
+}
+
+/// The end of [`ClientError::NoSuchOsd`]'s message.
+fn removed_note(removed: &bool) -> &'static str {
+    match removed {
+        true => " any more: it was removed already (ids are never reused)",
+        false => "",
+    }
 }
 
 impl ClientError {
@@ -110,14 +152,19 @@ impl ClientError {
             | NoSuchSnapshot { .. }
             | NoSuchImage { .. }
             | NoSuchPool { .. }
-            | NotFound { .. } => ErrorKind::NotFound,
+            | NotFound { .. }
+            | NoSuchOsd { .. }
+            | NoSuchHost { .. } => ErrorKind::NotFound,
             Map(basalt_placement::MapError::NoSuchPool { .. }) => ErrorKind::NotFound,
             VolumeExists { .. } | PoolExists { .. } | Exists { .. } => ErrorKind::Exists,
-            InUse { .. } | PoolInUse { .. } | KvConflict { .. } | ChangedConcurrently { .. } => {
-                ErrorKind::Conflict
-            }
+            InUse { .. }
+            | PoolInUse { .. }
+            | KvConflict { .. }
+            | ChangedConcurrently { .. }
+            | OsdUp { .. }
+            | OsdNeeded { .. } => ErrorKind::Conflict,
             Invalid { .. } | OutOfRange { .. } | ReadOnly { .. } => ErrorKind::Invalid,
-            NotVisible { .. } => ErrorKind::Timeout,
+            NotVisible { .. } | NotDrained { .. } => ErrorKind::Timeout,
             Connect { .. }
             | Auth { .. }
             | Closed { .. }

@@ -14,6 +14,7 @@ pub mod health;
 pub mod images;
 pub mod mapwatch;
 pub mod object;
+pub mod osd_admin;
 pub mod osds;
 pub mod pool;
 pub mod pool_change;

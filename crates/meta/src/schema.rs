@@ -9,6 +9,7 @@
 //! | `/basalt/alive/ID` | [`AliveRecord`], under the OSD's lease | the OSD |
 //! | `/basalt/failures/TARGET/REPORTER` | [`FailureReport`]: REPORTER cannot reach OSD TARGET, under the reporter's lease | the reporting OSD |
 //! | `/basalt/next_osd_id` | decimal counter | `basalt osd` when allocating an id |
+//! | `/basalt/removed_osds/ID` | [`RemovedOsdRecord`]: a removed OSD, whose id is never used again | `basalt osd rm`, `basalt host rm` |
 //! | `/basalt/pools/NAME` | [`PoolRecord`] | `basalt pool create` |
 //! | `/basalt/next_pool_id` | decimal counter of pool ids | `basalt pool create` |
 //! | `/basalt/removed_pools/ID` | [`RemovedPoolRecord`]: a removed pool, whose objects OSDs delete | `basalt pool rm` |
@@ -33,6 +34,7 @@ pub const OSDS_PREFIX: &str = "/basalt/osds/";
 pub const ALIVE_PREFIX: &str = "/basalt/alive/";
 pub const FAILURES_PREFIX: &str = "/basalt/failures/";
 pub const NEXT_OSD_ID_KEY: &str = "/basalt/next_osd_id";
+pub const REMOVED_OSDS_PREFIX: &str = "/basalt/removed_osds/";
 pub const POOLS_PREFIX: &str = "/basalt/pools/";
 pub const NEXT_POOL_ID_KEY: &str = "/basalt/next_pool_id";
 pub const REMOVED_POOLS_PREFIX: &str = "/basalt/removed_pools/";
@@ -66,6 +68,28 @@ pub struct RemovedPoolRecord {
     pub id: u32,
     pub name: String,
     pub removed_unix: u64,
+}
+
+/// Key of a removed OSD's record.
+pub fn removed_osd_key(id: u32) -> String {
+    format!("{REMOVED_OSDS_PREFIX}{id}")
+}
+
+/// An OSD `basalt osd rm` removed. Kept for good: an OSD process started again with that
+/// id (its old data directory, or `--id`) is refused instead of re-registering, since the
+/// cluster already gave up its data and placed its PGs elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedOsdRecord {
+    pub id: u32,
+    pub host: String,
+    /// Its store's id, when its record had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+    /// Seconds since the Unix epoch.
+    pub removed_unix: u64,
+    /// Removed with `--force` while some PG still needed it.
+    #[serde(default)]
+    pub forced: bool,
 }
 
 /// Key of a layer's record.

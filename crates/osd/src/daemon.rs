@@ -158,6 +158,12 @@ pub enum OsdError {
     Meta(#[source] basalt_meta::MetaError),
     #[error("register with the cluster")]
     Register(#[source] basalt_meta::MetaError),
+    #[error(
+        "osd.{id} was removed from the cluster (`basalt osd rm`); its id is never used again \
+         and its data was given up. Wipe this OSD's data directory (and its device, if any) \
+         and start it as a new OSD: it gets a new id"
+    )]
+    Removed { id: OsdId },
 }
 
 /// The state shared by every connection of one OSD.

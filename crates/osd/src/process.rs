@@ -26,6 +26,7 @@ impl RunningOsd {
         meta: Arc<dyn MetaStore>,
         registration: Registration,
     ) -> Result<RunningOsd, OsdError> {
+        refuse_removed(meta.as_ref(), config.id).await?;
         let handle = Osd::start(config, map, meta).await?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let keepalive = register(handle.osd.clone(), handle.addr, registration, stop_rx)
@@ -56,5 +57,15 @@ impl RunningOsd {
         self.keepalive.abort();
         drop(self.stop_tx);
         drop(self.handle);
+    }
+}
+
+/// Refuse to start OSD `id` once `basalt osd rm` removed it: its PGs were placed elsewhere
+/// and its data given up, so re-registering it silently would bring back a stale copy.
+async fn refuse_removed(meta: &dyn MetaStore, id: basalt_proto::OsdId) -> Result<(), OsdError> {
+    let key = basalt_meta::schema::removed_osd_key(id);
+    match meta.get(&key).await.map_err(OsdError::Register)? {
+        Some(_) => Err(OsdError::Removed { id }),
+        None => Ok(()),
     }
 }
