@@ -228,7 +228,8 @@ fn osd_checks(r: &StatusReport, out: &mut Vec<HealthCheck>) {
             format!("{} OSDs down", down.len()),
             down,
             "start it again (`systemctl start basalt-osd@NAME` on its host); one gone for \
-             good: `basalt osd out ID` moves its data elsewhere",
+             good: `basalt osd drain ID`, then `basalt osd rm ID` (docs/operations.md, \
+             \"Removing a disk or a host\")",
         ));
     }
     let silent: Vec<String> = r
