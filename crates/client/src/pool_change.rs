@@ -99,12 +99,7 @@ pub async fn set_pool(
     wait: Option<Duration>,
 ) -> Result<PoolRecord, ClientError> {
     let key = pool_key(name);
-    let Some((bytes, rev)) = meta.get(&key).await? else {
-        return Err(ClientError::NoSuchPool { name: name.into() });
-    };
-    let record: PoolRecord = serde_json::from_slice(&bytes).map_err(|e| ClientError::BadReply {
-        reason: format!("the record of pool \"{name}\": {e}"),
-    })?;
+    let (record, rev) = crate::pools::read_pool(meta, name).await?;
     let new = changed(&record, setting)?;
     if new == record {
         return Ok(record);

@@ -153,6 +153,21 @@ pub async fn create_pool(
     Ok(record)
 }
 
+/// Pool `name`'s record and its revision (for a compare-and-swap); NoSuchPool when absent.
+pub async fn read_pool(
+    meta: &dyn MetaStore,
+    name: &str,
+) -> Result<(PoolRecord, basalt_meta::Revision), ClientError> {
+    let key = pool_key(name);
+    let Some((bytes, rev)) = meta.get(&key).await? else {
+        return Err(ClientError::NoSuchPool { name: name.into() });
+    };
+    let record = serde_json::from_slice(&bytes).map_err(|e| ClientError::BadReply {
+        reason: format!("pool record {key}: {e}"),
+    })?;
+    Ok((record, rev))
+}
+
 /// Every pool record, by name (records that do not decode are skipped).
 pub async fn list_pools(meta: &dyn MetaStore) -> Result<Vec<PoolRecord>, ClientError> {
     Ok(meta
@@ -248,12 +263,7 @@ pub async fn remove_pool(
     wait: Option<Duration>,
 ) -> Result<PoolRecord, ClientError> {
     let key = pool_key(name);
-    let Some((bytes, rev)) = meta.get(&key).await? else {
-        return Err(ClientError::NoSuchPool { name: name.into() });
-    };
-    let record: PoolRecord = serde_json::from_slice(&bytes).map_err(|e| ClientError::BadReply {
-        reason: format!("pool record {key}: {e}"),
-    })?;
+    let (record, rev) = read_pool(meta, name).await?;
     let in_use = |users| ClientError::PoolInUse {
         name: name.into(),
         users,
@@ -273,6 +283,7 @@ pub async fn remove_pool(
     crate::mapwatch::wait_for_map(maps, &what, wait, |m| !m.pools.contains_key(&record.id)).await?;
     if let Some(users) = pool_users(meta, record.id).await? {
         // Made from a map that still had the pool: keep the pool for it.
+        let bytes = serde_json::to_vec(&record).expect("a pool record serialises");
         let kept = matches!(meta.compare_and_swap(&key, 0, bytes).await, Ok(Some(_)));
         return Err(in_use(if kept {
             format!("{users} (made while it was being removed; the pool is kept)")

@@ -3,9 +3,7 @@
 
 use crate::cluster::{Cluster, OsdStats};
 use crate::error::ClientError;
-use basalt_meta::schema::{
-    AliveRecord, MonitorRecord, PgRecord, ALIVE_PREFIX, MONITOR_KEY, PGS_PREFIX,
-};
+use basalt_meta::schema::{AliveRecord, MonitorRecord, PgRecord, ALIVE_PREFIX, MONITOR_KEY};
 use basalt_placement::{ClusterMap, PoolSpec};
 use basalt_proto::slowop::SlowOp;
 use basalt_proto::OsdId;
@@ -283,16 +281,7 @@ pub struct PgStatus {
 
 /// Every PG record, by PG key suffix ("POOL.INDEX").
 pub async fn pg_records(cluster: &Cluster) -> Result<HashMap<String, PgRecord>, ClientError> {
-    Ok(cluster
-        .meta()
-        .list(PGS_PREFIX)
-        .await?
-        .into_iter()
-        .filter_map(|(k, v, _)| {
-            let rec = serde_json::from_slice(&v).ok()?;
-            Some((k[PGS_PREFIX.len()..].to_string(), rec))
-        })
-        .collect())
+    crate::osd_admin::read_pg_records(cluster.meta().as_ref()).await
 }
 
 /// The state of every PG, from the map (who should serve it) and the PG records (what its

@@ -112,6 +112,8 @@ pub struct Proc {
 struct ProcInner {
     host: Host,
     spec: ProcessSpec,
+    /// The program restarts run instead of the spec's ([`Proc::restart_as`]: an upgrade).
+    program: Mutex<Option<OsString>>,
     log_path: PathBuf,
     registry: Arc<Registry>,
     state: Mutex<ProcState>,
@@ -194,6 +196,7 @@ impl Proc {
             inner: Arc::new(ProcInner {
                 host: host.clone(),
                 spec,
+                program: Mutex::new(None),
                 log_path,
                 registry,
                 state: Mutex::new(state),
@@ -353,6 +356,13 @@ impl Proc {
         self.wait(SIGNAL_WAIT)
     }
 
+    /// [`Self::restart`] running `program` instead, from now on (the same arguments,
+    /// environment and log): an upgrade of the process's binary.
+    pub fn restart_as(&self, program: impl AsRef<OsStr>) -> Result<()> {
+        *lock(&self.inner.program) = Some(program.as_ref().to_owned());
+        self.restart()
+    }
+
     /// Starts the same spec again on the same host, appending to the same log. The current
     /// incarnation must have exited (kill it first); fails once the Net is dropped.
     pub fn restart(&self) -> Result<()> {
@@ -367,10 +377,17 @@ impl Proc {
             .open(&self.inner.log_path)
             .with_context(|| format!("open {}", self.inner.log_path.display()))?;
         writeln!(log, "==== basalt-testcluster: restart ====")?;
+        let spec = match lock(&self.inner.program).clone() {
+            Some(program) => ProcessSpec {
+                program,
+                ..self.inner.spec.clone()
+            },
+            None => self.inner.spec.clone(),
+        };
         let mut state = lock(&self.inner.state);
         *state = start(
             &self.inner.host,
-            &self.inner.spec,
+            &spec,
             &self.inner.log_path,
             &self.inner.registry,
         )?;

@@ -189,6 +189,24 @@ pub struct Loader {
     pub region_mib: u64,
 }
 
+/// The fio job [`Loader`] runs on region `region` (of `region_mib` MiB): random 4 KiB
+/// writes, each verified; add `--verify_only=1` to check a region written before.
+pub fn region_job(region: u64, region_mib: u64) -> Vec<String> {
+    [
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=8",
+        &format!("--offset={}m", region * region_mib),
+        &format!("--size={region_mib}m"),
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--do_verify=1",
+        "--verify_backlog=64",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 impl Loader {
     pub fn start(uri: String, dir: PathBuf, regions: u64, region_mib: u64) -> Self {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -199,24 +217,9 @@ impl Loader {
             while !flag.load(std::sync::atomic::Ordering::SeqCst) || done < regions as usize {
                 let region = done as u64 % regions;
                 let name = format!("load{done}");
-                let offset = format!("--offset={}m", region * region_mib);
-                let size = format!("--size={region_mib}m");
-                let fio = Fio::new(
-                    &uri,
-                    &dir,
-                    &name,
-                    &[
-                        "--rw=randwrite",
-                        "--bs=4k",
-                        "--iodepth=8",
-                        &offset,
-                        &size,
-                        "--verify=crc32c",
-                        "--verify_fatal=1",
-                        "--do_verify=1",
-                        "--verify_backlog=64",
-                    ],
-                );
+                let job = region_job(region, region_mib);
+                let job: Vec<&str> = job.iter().map(String::as_str).collect();
+                let fio = Fio::new(&uri, &dir, &name, &job);
                 let bin = require_tool("fio", "fio");
                 let out = run(
                     Command::new(bin).args(&fio.args).current_dir(&dir),
