@@ -38,7 +38,7 @@ fn rolling_upgrade_under_verified_writes() {
         .prefix("basalt-upgrade-")
         .tempdir()
         .unwrap();
-    let mh = MultiHost(
+    let mut mh = MultiHost(
         BasaltCluster::start(Layout::default(), &old).unwrap_or_else(|e| panic!("{e:#}")),
     );
     mh.cli_ok(&["volume", "create", "vol", "--size", "64M"]);
@@ -61,6 +61,8 @@ fn rolling_upgrade_under_verified_writes() {
     }
     let jobs = loader.finish();
     assert!(jobs >= 4, "only {jobs} fio jobs ran during the upgrade");
+    // The administrator's tools are upgraded with the hosts: `status` below is the new one.
+    mh.0.basalt = new.into();
 
     // The gateway last (its clients reconnect), then every region verified through it.
     let gateway = mh.gateway.as_ref().expect("the cluster's gateway");
