@@ -78,7 +78,7 @@ pub fn apply(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
             Some(ValueSource::CommandLine | ValueSource::EnvVariable)
         );
         if !set {
-            extra.extend(flag_words(arg, &key, &value));
+            extra.extend(flag_words(&key, &value));
         }
     }
     let mut out = argv;
@@ -266,16 +266,11 @@ fn settings_for(
 
 /// The command-line words of one setting: `--key=value` per value, `--key` for a true
 /// switch, nothing for a false one.
-fn flag_words(arg: &clap::Arg, key: &str, value: &toml::Value) -> Vec<OsString> {
+fn flag_words(key: &str, value: &toml::Value) -> Vec<OsString> {
     match value {
-        toml::Value::Boolean(on) => {
-            let wanted = matches!(arg.get_action(), ArgAction::SetTrue) == *on;
-            if wanted {
-                vec![format!("--{key}").into()]
-            } else {
-                Vec::new()
-            }
-        }
+        // The flag's name says what it does (`--sparse`, `--no-local-path`): `true` gives it.
+        toml::Value::Boolean(true) => vec![format!("--{key}").into()],
+        toml::Value::Boolean(false) => Vec::new(),
         toml::Value::Array(items) => items
             .iter()
             .filter_map(scalar_word)
