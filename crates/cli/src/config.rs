@@ -87,6 +87,65 @@ pub fn apply(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     Ok(out)
 }
 
+/// `basalt config check`: the file in force (checked whole by [`apply`] before any command
+/// runs), and for each command and instance it configures, the flags it adds.
+pub fn describe(file: Option<&Path>) -> anyhow::Result<(PathBuf, Vec<(String, Vec<String>)>)> {
+    let file = match file {
+        Some(f) => f.to_path_buf(),
+        None if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
+        None => bail!("no config file: {DEFAULT_PATH} does not exist and --config names none"),
+    };
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("read the config file {}", file.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| anyhow!("config file {}: {e}", file.display()))?;
+    check_file(&crate::Cli::command(), &table)
+        .map_err(|e| anyhow!("config file {}: {e}", file.display()))?;
+    let mut out = Vec::new();
+    let mut walk = vec![(Vec::<String>::new(), &table)];
+    // Bound: the file's tables, each visited once.
+    while let Some((path, t)) = walk.pop() {
+        let mut tree = crate::Cli::command();
+        tree.build();
+        let mut cmd = &tree;
+        for name in &path {
+            cmd = cmd.find_subcommand(name).unwrap_or(cmd);
+        }
+        for (key, value) in t.iter().rev() {
+            let toml::Value::Table(inner) = value else {
+                continue;
+            };
+            if key == "global" && path.is_empty() {
+                continue;
+            }
+            if path.is_empty() || cmd.find_subcommand(key).is_some() {
+                let mut sub = path.clone();
+                sub.push(key.clone());
+                walk.push((sub, inner));
+            } else {
+                let line = format!("basalt {} --instance {key}", path.join(" "));
+                let settings = settings_for(&table, &path, Some(key))?;
+                out.push((line, words_of(&settings)));
+            }
+        }
+        if !path.is_empty() {
+            let settings = settings_for(&table, &path, None)?;
+            out.push((format!("basalt {}", path.join(" ")), words_of(&settings)));
+        }
+    }
+    out.sort();
+    Ok((file, out))
+}
+
+fn words_of(settings: &[(String, toml::Value)]) -> Vec<String> {
+    settings
+        .iter()
+        .flat_map(|(k, v)| flag_words(k, v))
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// The names of the command that runs (`["osd"]`, `["pool", "create"]`), its definition
 /// and its matches.
 fn running_command<'a>(
@@ -447,6 +506,32 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(debug(&cli), debug(&direct));
+    }
+
+    /// Goal: `basalt config check` lists every command and instance the example configures,
+    /// with the flags each gets (global ones included, instances over their command's).
+    #[test]
+    fn check_lists_what_each_command_gets() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("basalt.toml");
+        std::fs::write(&file, include_str!("../../../contrib/systemd/basalt.toml")).unwrap();
+        let (_, lines) = describe(Some(&file)).unwrap();
+        let find = |cmd: &str| {
+            lines
+                .iter()
+                .find(|(c, _)| c == cmd)
+                .map(|(_, w)| w.join(" "))
+                .unwrap_or_else(|| panic!("no {cmd} in {lines:?}"))
+        };
+        let nvme1 = find("basalt osd --instance nvme1");
+        assert!(nvme1.contains("--listen=10.0.0.1:6801"), "{nvme1}");
+        assert!(
+            nvme1.contains("--host=host1") && nvme1.contains("--keyring="),
+            "{nvme1}"
+        );
+        assert!(!nvme1.contains("6800"), "{nvme1}");
+        assert!(find("basalt s3").contains("--master-key=/etc/basalt/s3-master.key"));
+        assert_eq!(lines.len(), 6, "{lines:?}");
     }
 
     /// Goal: a typo or a bad value anywhere in the file is an error naming the table and

@@ -234,6 +234,11 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// The config file (/etc/basalt/basalt.toml, or --config): check it.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
     ///
     /// Examples:
@@ -320,7 +325,7 @@ impl Command {
             | Command::Mon(_)
             | Command::Nbd(_)
             | Command::Nvmf(_) => Some("info"),
-            Command::Completions { .. } | Command::Man { .. } => None,
+            Command::Completions { .. } | Command::Man { .. } | Command::Config { .. } => None,
             _ => Some("warn"),
         }
     }
@@ -394,9 +399,47 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
         }
         Command::Pg { command } => block_on(admin::run_pg(&global, command)),
         Command::Bench { command } => bench::run(command, &global.meta),
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => config_check(&global),
         Command::Completions { shell } => help::completions(&mut Cli::command(), shell),
         Command::Man { out } => help::man_pages(&Cli::command(), &out),
     }
+}
+
+/// `basalt config ...`
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Check the config file and print, for each command and instance it configures, the
+    /// flags it adds (the command line and BASALT_* variables still override them). A bad
+    /// file is an error naming the table and key (exit 2), as it is for every command.
+    ///
+    /// Examples:
+    ///   basalt config check
+    ///   basalt config check --config ./basalt.toml
+    #[command(verbatim_doc_comment)]
+    Check,
+}
+
+/// `basalt config check`.
+fn config_check(global: &global::GlobalArgs) -> anyhow::Result<()> {
+    let (file, lines) = config::describe(global.config.as_deref())?;
+    if global.json {
+        let map: serde_json::Map<String, serde_json::Value> = lines
+            .into_iter()
+            .map(|(cmd, words)| (cmd, words.into()))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&map)?);
+        return Ok(());
+    }
+    println!("{}: valid", file.display());
+    for (cmd, words) in lines {
+        println!("  {cmd}");
+        for w in words {
+            println!("      {w}");
+        }
+    }
+    Ok(())
 }
 
 /// Run `work` to its end on a new multi-threaded runtime.
