@@ -87,9 +87,13 @@ pub fn apply(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     Ok(out)
 }
 
+/// For each command line a config file configures (`basalt osd --instance nvme0`), the
+/// flags it adds.
+pub type Configured = Vec<(String, Vec<String>)>;
+
 /// `basalt config check`: the file in force (checked whole by [`apply`] before any command
 /// runs), and for each command and instance it configures, the flags it adds.
-pub fn describe(file: Option<&Path>) -> anyhow::Result<(PathBuf, Vec<(String, Vec<String>)>)> {
+pub fn describe(file: Option<&Path>) -> anyhow::Result<(PathBuf, Configured)> {
     let file = match file {
         Some(f) => f.to_path_buf(),
         None if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
