@@ -47,7 +47,19 @@ pub fn apply(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
         return Ok(argv);
     };
     let (path, leaf, leaf_matches) = running_command(&tree, &matches);
+    let instance = leaf_matches
+        .try_get_one::<String>("instance")
+        .ok()
+        .flatten()
+        .cloned();
     let Some(file) = config_path(leaf_matches)? else {
+        // --instance only selects a table of the file: without one it would do nothing.
+        if let Some(name) = instance {
+            bail!(
+                "--instance {name} selects a table of the config file, and there is none \
+                 ({DEFAULT_PATH} does not exist; --config names another)"
+            );
+        }
         return Ok(argv);
     };
     let text = std::fs::read_to_string(&file)
@@ -56,11 +68,6 @@ pub fn apply(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
         .parse()
         .map_err(|e| anyhow!("config file {}: {e}", file.display()))?;
     check_file(&tree, &table).map_err(|e| anyhow!("config file {}: {e}", file.display()))?;
-    let instance = leaf_matches
-        .try_get_one::<String>("instance")
-        .ok()
-        .flatten()
-        .cloned();
     let settings = settings_for(&table, &path, instance.as_deref())
         .map_err(|e| anyhow!("config file {}: {e}", file.display()))?;
     let mut extra = Vec::new();
@@ -107,11 +114,11 @@ pub fn describe(file: Option<&Path>) -> anyhow::Result<(PathBuf, Configured)> {
     check_file(&crate::Cli::command(), &table)
         .map_err(|e| anyhow!("config file {}: {e}", file.display()))?;
     let mut out = Vec::new();
+    let mut tree = crate::Cli::command();
+    tree.build();
     let mut walk = vec![(Vec::<String>::new(), &table)];
     // Bound: the file's tables, each visited once.
     while let Some((path, t)) = walk.pop() {
-        let mut tree = crate::Cli::command();
-        tree.build();
         let mut cmd = &tree;
         for name in &path {
             cmd = cmd.find_subcommand(name).unwrap_or(cmd);
@@ -559,5 +566,11 @@ mod tests {
         let argv = words("basalt volume ls --config /nonexistent/basalt.toml");
         let err = apply(argv).unwrap_err();
         assert!(err.to_string().contains("does not exist"), "{err}");
+        // --instance without a file to select from is refused, not ignored (the test
+        // machine has no /etc/basalt/basalt.toml; with one this case does not arise).
+        if !Path::new(DEFAULT_PATH).exists() {
+            let err = apply(words("basalt osd --instance nvme0")).unwrap_err();
+            assert!(err.to_string().contains("there is none"), "{err}");
+        }
     }
 }
