@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use basalt_client::Cluster;
 use basalt_meta::schema::{alive_key, osd_key, AliveRecord, OsdRecord};
 use basalt_nbd::VolumeExports;
-use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
+use basalt_placement::{ClusterMap, PoolSpec};
 use basalt_proto::size::format_size;
 use basalt_proto::ObjectId;
 use std::net::SocketAddr;
@@ -142,13 +142,7 @@ impl Existing {
             osds: up.len() as u32,
             replicas: spec.size,
             min_size: Some(spec.min_size),
-            failure_domain: Some(
-                match spec.failure_domain {
-                    FailureDomain::Host => "host",
-                    FailureDomain::Osd => "osd",
-                }
-                .into(),
-            ),
+            failure_domain: Some(spec.failure_domain.name().into()),
             pgs: spec.pg_count,
             object_size: format_size(u64::from(spec.object_size)),
             osd_size: capacity_range(&capacities),

@@ -26,6 +26,11 @@ pub enum PoolCommand {
     ///   basalt pool create rbd --size 3 --min-size 2 --pgs 64 --failure-domain host
     ///   basalt pool create cold --ec 4+2 --pgs 64    # 1.5x the data, survives 2 failures
     ///   basalt pool create scratch --size 2    # on `basalt up`: failure domain osd
+    ///   basalt pool create fast --size 3 --failure-domain rack --device-class nvme
+    ///
+    /// Racks and zones are the OSDs' --location (`basalt osd --location zone=z1,rack=r2`);
+    /// device classes are detected (nvme, ssd, hdd) or given with `basalt osd
+    /// --device-class`. `basalt osd ls` shows both.
     ///
     /// A pool needing more hosts (or OSDs) than the cluster has is refused, saying why:
     /// its PGs could never hold all their copies (with fewer than --min-size, never serve
@@ -58,7 +63,7 @@ pub enum PoolCommand {
     ///   basalt pool get rbd
     #[command(verbatim_doc_comment)]
     Get { name: String },
-    /// Change a pool: size (replicas), min-size, failure-domain (host or osd).
+    /// Change a pool: size (replicas), min-size, failure-domain, device-class.
     ///
     /// The monitor places the pool's PGs again and recovery moves the data while clients
     /// keep reading and writing: more replicas are copied in, fewer are dropped, a new
@@ -71,11 +76,13 @@ pub enum PoolCommand {
     /// Examples:
     ///   basalt pool set rbd size 3
     ///   basalt pool set rbd min-size 2
-    ///   basalt pool set rbd failure-domain host
+    ///   basalt pool set rbd failure-domain rack
+    ///   basalt pool set rbd device-class nvme    # `any` lifts it
     #[command(verbatim_doc_comment)]
     Set {
         name: String,
-        /// size, min-size, failure-domain or pgs.
+        /// size, min-size, failure-domain (osd, host, rack, zone), device-class (a class or
+        /// any) or pgs.
         key: String,
         value: String,
         /// Change it even when the cluster has too few failure domains to place every copy.
@@ -101,10 +108,15 @@ pub struct PoolCreateArgs {
     /// Placement groups (the unit of placement and recovery) [default: 64].
     #[arg(long)]
     pgs: Option<u32>,
-    /// Where two members of a PG must never meet: "host" or "osd" [default: "osd" when
-    /// every OSD is on one host, as on `basalt up`; else "host"].
-    #[arg(long)]
+    /// Where two members of a PG must never meet: osd, host, rack or zone (racks and
+    /// zones from the OSDs' --location) [default: osd when every OSD is on one host, as on
+    /// `basalt up`; else host].
+    #[arg(long, value_name = "DOMAIN")]
     failure_domain: Option<String>,
+    /// Keep the pool on OSDs of this device class (nvme, ssd, hdd, or one given to `basalt
+    /// osd --device-class`) [default: any].
+    #[arg(long, value_name = "CLASS")]
+    device_class: Option<String>,
     /// Object size of volumes in this pool [default: 128K, for --ec K × 128K]; must be
     /// the OSDs' store object size (× K for --ec).
     #[arg(long)]
@@ -140,6 +152,7 @@ async fn create_pool_cmd(global: &GlobalArgs, args: PoolCreateArgs) -> anyhow::R
         min_size,
         pgs,
         failure_domain,
+        device_class,
         object_size,
         allow_unplaceable,
     } = args;
@@ -165,6 +178,7 @@ async fn create_pool_cmd(global: &GlobalArgs, args: PoolCreateArgs) -> anyhow::R
         min_size,
         pg_count: pgs,
         failure_domain,
+        device_class,
         object_size,
         allow_unplaceable,
     };
@@ -199,12 +213,15 @@ async fn create_pool_cmd(global: &GlobalArgs, args: PoolCreateArgs) -> anyhow::R
         None => format!("{} replicas", r.size),
     };
     println!(
-        "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}{}",
+        "created pool \"{}\" (id {}): {scheme}, min_size {}, {} PGs, failure domain {}{}{}",
         r.name,
         r.id,
         r.min_size,
         r.pg_count,
         r.failure_domain,
+        r.device_class
+            .as_ref()
+            .map_or(String::new(), |c| format!(", device class {c}")),
         if global.no_wait {
             " (--no-wait: it may not be in the cluster map yet)"
         } else {
@@ -273,6 +290,10 @@ async fn get_pool_cmd(global: &GlobalArgs, name: &str) -> anyhow::Result<()> {
     println!("min-size       {}", p.min_size);
     println!("pgs            {}", p.pg_count);
     println!("failure-domain {}", p.failure_domain);
+    println!(
+        "device-class   {}",
+        p.device_class.as_deref().unwrap_or("any")
+    );
     println!(
         "object-size    {}",
         basalt_proto::size::human_bytes(p.object_size as u64)

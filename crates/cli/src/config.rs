@@ -512,7 +512,8 @@ mod tests {
         let cli = with_file(example, "basalt osd --instance nvme1").unwrap();
         let direct = crate::Cli::try_parse_from(words(
             "basalt osd --instance nvme1 --meta etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 \
-             --keyring /etc/basalt/keyring --host host1 --data /var/lib/basalt/nvme1 \
+             --keyring /etc/basalt/keyring --host host1 --location zone=z1,rack=r1 \
+             --data /var/lib/basalt/nvme1 \
              --device /dev/disk/by-id/nvme-EXAMPLE_SERIAL_1 --listen 10.0.0.1:6801",
         ))
         .unwrap();

@@ -206,6 +206,15 @@ pub struct OsdArgs {
     /// Failure-domain name of this machine [default: the hostname].
     #[arg(long)]
     pub host: Option<String>,
+    /// Where this machine stands above its host, for pools with failure domain rack or
+    /// zone: zone=NAME,rack=NAME (either may be left out). Every OSD of a host gives the
+    /// same one.
+    #[arg(long, value_name = "zone=Z,rack=R")]
+    pub location: Option<String>,
+    /// The store's device class (nvme, ssd, hdd, or a name of your own), for pools with
+    /// --device-class [default: detected from the device, or the disk under --data].
+    #[arg(long, value_name = "CLASS")]
+    pub device_class: Option<String>,
     /// Capacity of the store file, e.g. 100G (first start only; allocated in full unless
     /// --sparse).
     #[arg(long, default_value = "8G")]
@@ -348,6 +357,16 @@ fn osd_config(args: &OsdArgs) -> anyhow::Result<basalt_node::OsdDaemonConfig> {
         listen,
         id: args.id,
         host: args.host.clone().unwrap_or_else(basalt_node::hostname),
+        location: basalt_placement::parse_location(args.location.as_deref().unwrap_or(""))
+            .map_err(|e| anyhow::anyhow!("--location: {e}"))?,
+        device_class: match &args.device_class {
+            Some(class) => {
+                basalt_placement::check_device_class(class)
+                    .map_err(|e| anyhow::anyhow!("--device-class: {e}"))?;
+                Some(class.clone())
+            }
+            None => None,
+        },
         capacity_bytes: parse_size(&args.capacity)?,
         object_size_bytes: parse_size(&args.object_size)? as u32,
         wal_bytes: parse_size_or_zero(args.wal_size.as_deref())?,
@@ -371,12 +390,18 @@ pub async fn run_osd(args: OsdArgs) -> anyhow::Result<()> {
     let config = osd_config(&args)?;
     let (meta, meta_latency) = args.meta.connect_timed().await?;
     let secret = args.meta.checked_secret(meta.as_ref()).await?;
+    let mut place = basalt_placement::format_location(&config.location);
+    if !place.is_empty() {
+        place.insert_str(0, ", ");
+    }
     let host = config.host.clone();
     let osd = basalt_node::OsdDaemon::start(config, meta, meta_latency, secret).await?;
     let id = osd.id;
     println!(
-        "osd.{id} serving on {} (host {host}, incarnation {:x}, store {}, io {}{})",
+        "osd.{id} serving on {} (host {host}{place}, class {}, incarnation {:x}, store {}, io \
+         {}{})",
         osd.addr,
+        osd.class,
         osd.incarnation,
         osd.store.display(),
         osd.io_mode,

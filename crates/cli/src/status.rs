@@ -217,11 +217,26 @@ fn print_data(r: &StatusReport) {
 /// Print the OSD table of a report.
 pub fn print_osds(r: &StatusReport) {
     println!("osds:");
+    // The location column only where some OSD has one (most clusters are racks of hosts
+    // in one room, or one host).
+    let located = r.osds.iter().any(|o| !o.location.is_empty());
+    let location_header = if located {
+        format!(" {:<18}", "LOCATION")
+    } else {
+        String::new()
+    };
     println!(
-        "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {:<14} VERSION",
-        "ID", "HOST", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS", "FULL", "I/O"
+        "  {:<4} {:<12}{location_header} {:<5} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {:<14} \
+         VERSION",
+        "ID", "HOST", "CLASS", "ADDR", "STATE", "USED", "CAPACITY", "OBJECTS", "FULL", "I/O"
     );
     for o in &r.osds {
+        let location = match (located, o.location.as_str()) {
+            (false, _) => String::new(),
+            (true, "") => format!(" {:<18}", "-"),
+            (true, l) => format!(" {l:<18}"),
+        };
+        let class = if o.class.is_empty() { "-" } else { &o.class };
         let state = format!(
             "{},{}{}",
             if o.up { "up" } else { "down" },
@@ -240,7 +255,8 @@ pub fn print_osds(r: &StatusReport) {
         };
         let io = if o.io.is_empty() { "-" } else { &o.io };
         println!(
-            "  {:<4} {:<12} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {io:<14} {}",
+            "  {:<4} {:<12}{location} {class:<5} {:<22} {:<10} {:>11} {:>11} {:>8} {:>6}  {io:<14} \
+             {}",
             o.id,
             o.host,
             o.addr,

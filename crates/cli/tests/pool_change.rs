@@ -105,3 +105,193 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
     eprintln!("{jobs} fio jobs wrote and verified during the changes");
     assert!(jobs >= 4, "only {jobs} fio jobs ran");
 }
+
+/// The acting sets of the PGs of pool `id`, as the OSDs' `location` field names them.
+fn acting_locations(st: &serde_json::Value, id: u64) -> Vec<Vec<String>> {
+    let location: HashMap<u64, String> = st["osds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let l = o["location"].as_str().unwrap_or("");
+            (o["id"].as_u64().unwrap(), l.to_string())
+        })
+        .collect();
+    st["pgs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pg"].as_str().unwrap().starts_with(&format!("{id}.")))
+        .map(|p| {
+            p["acting"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| location[&o.as_u64().unwrap()].clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// Goal: OSDs carry a location and a device class; a pool holding data moves from failure
+/// domain host to rack while fio writes and verifies, after which no two copies of a PG
+/// share a rack; what the racks, zones and classes cannot give (a zone domain where no
+/// OSD has a zone, nvme copies in three racks when only two have nvme, a class no OSD has,
+/// an unknown domain or location key) is refused with the reason and changes nothing.
+#[test]
+fn pool_moves_to_rack_failure_domain_under_verified_writes() {
+    let dir = tempfile::Builder::new()
+        .prefix("basalt-poolrack-")
+        .tempdir()
+        .unwrap();
+    // Four hosts in three racks; the host alone in rack r3 has a disk of class hdd.
+    let place = |rack: &str, class: &str| -> Vec<String> {
+        let args = [
+            "--location",
+            &format!("rack={rack}"),
+            "--device-class",
+            class,
+        ];
+        args.iter().map(|a| a.to_string()).collect()
+    };
+    let mh = MultiHost::start(Layout {
+        hosts: 4,
+        osds_per_host: 1,
+        pgs: 16,
+        host_osd_args: vec![
+            place("r1", "nvme"),
+            place("r1", "nvme"),
+            place("r2", "nvme"),
+            place("r3", "hdd"),
+        ],
+        ..Layout::default()
+    });
+    let ls = mh.cli_ok(&["osd", "ls"]);
+    assert!(ls.contains("LOCATION") && ls.contains("CLASS"), "{ls}");
+    assert!(ls.contains("rack=r3") && ls.contains("hdd"), "{ls}");
+
+    mh.cli_ok(&[
+        "pool",
+        "create",
+        "p",
+        "--size",
+        "3",
+        "--pgs",
+        "16",
+        "--failure-domain",
+        "host",
+    ]);
+    let pool: serde_json::Value =
+        serde_json::from_str(&mh.cli_ok(&["pool", "get", "p", "--json"])).unwrap();
+    let id = pool["id"].as_u64().unwrap();
+    mh.cli_ok(&["volume", "create", "vol", "--pool", "p", "--size", "64M"]);
+    let loader = Loader::start(mh.uri("vol"), dir.path().into(), 4, 8);
+    std::thread::sleep(Duration::from_secs(3));
+    // Under failure domain host, some PG has two copies in rack r1 (hosts 0 and 1):
+    // the change below has something to move.
+    let st = mh.wait_clean(Duration::from_secs(120));
+    let shared = acting_locations(&st, id)
+        .iter()
+        .filter(|set| set.iter().collect::<BTreeSet<_>>().len() < set.len())
+        .count();
+    assert!(
+        shared > 0,
+        "no PG had two copies in one rack before the change"
+    );
+
+    mh.cli_ok(&["pool", "set", "p", "failure-domain", "rack"]);
+    let st = mh.wait_clean(Duration::from_secs(180));
+    let sets = acting_locations(&st, id);
+    assert_eq!(sets.len(), 16);
+    for set in &sets {
+        let racks: BTreeSet<&String> = set.iter().collect();
+        assert_eq!(racks.len(), 3, "copies share a rack: {set:?}");
+    }
+
+    let before = mh.cli_ok(&["pool", "get", "p", "--json"]);
+    for (key, value, expect) in [
+        ("failure-domain", "zone", "needs 3 zones"),
+        (
+            "failure-domain",
+            "row",
+            "--failure-domain must be osd, host, rack or zone",
+        ),
+        ("device-class", "nvme", "needs 3 racks of device class nvme"),
+        (
+            "device-class",
+            "ssd",
+            "no OSD has it (device classes here: hdd: 1 OSD, nvme: 3 OSDs)",
+        ),
+    ] {
+        let out = mh.cli(&["pool", "set", "p", key, value]).unwrap();
+        let all = common::text(&out);
+        assert!(
+            !out.status.success(),
+            "pool set {key} {value} accepted: {all}"
+        );
+        assert!(all.contains(expect), "pool set {key} {value}: {all}");
+    }
+    assert_eq!(mh.cli_ok(&["pool", "get", "p", "--json"]), before);
+    let out = mh
+        .cli(&[
+            "pool",
+            "create",
+            "q",
+            "--device-class",
+            "ssd",
+            "--failure-domain",
+            "osd",
+        ])
+        .unwrap();
+    let all = common::text(&out);
+    assert!(
+        !out.status.success() && all.contains("no OSD has it"),
+        "{all}"
+    );
+    assert!(!mh.cli_ok(&["pool", "ls"]).contains(" q "));
+    // A pool on the nvme OSDs alone, two copies in distinct racks, is placeable.
+    mh.cli_ok(&[
+        "pool",
+        "create",
+        "fast",
+        "--size",
+        "2",
+        "--min-size",
+        "1",
+        "--pgs",
+        "8",
+        "--failure-domain",
+        "rack",
+        "--device-class",
+        "nvme",
+    ]);
+    let st = mh.wait_clean(Duration::from_secs(120));
+    let fast = st["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "fast")
+        .map(|p| p["id"].as_u64().unwrap())
+        .unwrap();
+    for set in acting_locations(&st, fast) {
+        assert!(
+            !set.contains(&"rack=r3".to_string()),
+            "an hdd OSD holds {set:?}"
+        );
+        assert_eq!(set.iter().collect::<BTreeSet<_>>().len(), 2, "{set:?}");
+    }
+
+    // An OSD with an unknown location key does not start.
+    let out = std::process::Command::new(multihost::basalt_bin())
+        .args(["osd", "--data", dir.path().join("bad").to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:1", "--location", "row=7"])
+        .output()
+        .unwrap();
+    let all = common::text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("unknown location key \"row\""), "{all}");
+
+    let jobs = loader.finish();
+    eprintln!("{jobs} fio jobs wrote and verified during the change");
+    assert!(jobs >= 4, "only {jobs} fio jobs ran");
+}

@@ -183,6 +183,8 @@ mod tests {
             .map(|&(id, up, is_in)| OsdStatus {
                 id,
                 host: "h".into(),
+                location: String::new(),
+                class: String::new(),
                 addr: "a".into(),
                 up,
                 is_in,

@@ -34,9 +34,10 @@ pub struct HealthCheck {
 }
 
 /// Every code a check may have, for `basalt health mute` to refuse a typo.
-pub const CODES: [&str; 11] = [
+pub const CODES: [&str; 12] = [
     "NOOUT",
     "VERSIONS_MIXED",
+    "HOST_LOCATION_MIXED",
     "PG_INACTIVE",
     "PG_UNFOUND",
     "OSD_DOWN",
@@ -106,6 +107,7 @@ pub fn checks(r: &StatusReport, settings: &ClusterSettings, now: u64) -> Vec<Hea
         ));
     }
     versions_check(r, &mut out);
+    locations_check(r, &mut out);
     if settings.noout {
         out.push(check(
             "NOOUT",
@@ -307,6 +309,39 @@ fn fullness_checks(r: &StatusReport, s: &ClusterSettings, out: &mut Vec<HealthCh
     }
 }
 
+/// Hosts whose OSDs name different locations: a host stands in one rack of one zone, and
+/// a pool with failure domain rack or zone could otherwise keep two copies on one host.
+fn locations_check(r: &StatusReport, out: &mut Vec<HealthCheck>) {
+    let mut by_host: std::collections::BTreeMap<&str, Vec<(u32, &str)>> = Default::default();
+    for o in &r.osds {
+        by_host
+            .entry(o.host.as_str())
+            .or_default()
+            .push((o.id, o.location.as_str()));
+    }
+    let detail: Vec<String> = by_host
+        .iter()
+        .filter(|(_, osds)| osds.iter().any(|(_, l)| *l != osds[0].1))
+        .map(|(host, osds)| {
+            let each: Vec<String> = osds
+                .iter()
+                .map(|(id, l)| format!("osd.{id} {}", if l.is_empty() { "(none)" } else { l }))
+                .collect();
+            format!("host {host}: {}", each.join(", "))
+        })
+        .collect();
+    if detail.is_empty() {
+        return;
+    }
+    out.push(check(
+        "HOST_LOCATION_MIXED",
+        Severity::Warn,
+        format!("{} hosts' OSDs disagree on their location", detail.len()),
+        detail,
+        "restart the host's OSDs with one --location (basalt.toml's [osd] location)",
+    ));
+}
+
 /// OSDs running different releases, commits or formats: normal during a rolling upgrade,
 /// worth a warning otherwise.
 fn versions_check(r: &StatusReport, out: &mut Vec<HealthCheck>) {
@@ -476,5 +511,24 @@ mod tests {
             );
         }
         assert_eq!(c[0].severity, Severity::Err, "worst first");
+    }
+
+    /// Goal: OSDs of one host naming different locations are a warning naming each; one
+    /// location per host is not.
+    #[test]
+    fn a_host_in_two_racks_is_a_warning() {
+        let mut r = report([1, 1, 1]);
+        for o in &mut r.osds {
+            o.host = "h".into();
+            o.location = "rack=r1".into();
+        }
+        assert!(checks(&r, &ClusterSettings::default(), 0).is_empty());
+        r.osds[2].location = "rack=r2".into();
+        let found = checks(&r, &ClusterSettings::default(), 0);
+        assert_eq!(codes(&found), [("HOST_LOCATION_MIXED", false)]);
+        assert_eq!(
+            found[0].detail,
+            ["host h: osd.0 rack=r1, osd.1 rack=r1, osd.2 rack=r2"]
+        );
     }
 }

@@ -531,6 +531,7 @@ mod tests {
             failure_domain: FailureDomain::Osd,
             object_size: 1 << 17,
             ec,
+            device_class: None,
         };
         m.pools.insert(1, pool(1, "rbd", None));
         m.pools
@@ -657,6 +658,7 @@ mod tests {
                     io: String::new(),
                     up_from: 1,
                     unflushed: false,
+                    ..Default::default()
                 },
             );
         }
@@ -705,7 +707,7 @@ mod tests {
                 host: format!("h{}", id / 2),
                 capacity_bytes: 1 << 30,
                 admin_out: false,
-                store_id: None,
+                ..OsdRecord::default()
             };
             put(osd_key(id), serde_json::to_vec(&rec).expect("json")).await;
         }

@@ -1,5 +1,5 @@
-//! Changing a pool after creation (`basalt pool set`): its size, min_size or failure
-//! domain. Each change is a new pool record; the monitor puts it in its next map, placement
+//! Changing a pool after creation (`basalt pool set`): its size, min_size, failure domain
+//! or device class. Each change is a new pool record; the monitor puts it in its next map, placement
 //! is computed again, and peering and recovery move the data as after `osd out` (clients
 //! keep writing meanwhile). The PG count (split and merge) is designed (docs/design.md,
 //! "PG split and merge") but not built, and is refused with that reason.
@@ -19,18 +19,22 @@ pub enum PoolSetting {
     Size(u32),
     MinSize(u32),
     FailureDomain(String),
+    /// None: any class.
+    DeviceClass(Option<String>),
     Pgs(u32),
 }
 
 /// The keys `basalt pool set` takes.
-pub const POOL_SETTING_KEYS: [&str; 4] = ["size", "min-size", "failure-domain", "pgs"];
+pub const POOL_SETTING_KEYS: [&str; 5] =
+    ["size", "min-size", "failure-domain", "device-class", "pgs"];
 
 fn invalid(reason: String) -> ClientError {
     ClientError::Invalid { reason }
 }
 
 impl PoolSetting {
-    /// `size 3`, `min-size 2`, `failure-domain host`, `pgs 128`.
+    /// `size 3`, `min-size 2`, `failure-domain rack`, `device-class nvme` (`any` for
+    /// none), `pgs 128`.
     pub fn parse(key: &str, value: &str) -> Result<Self, ClientError> {
         let number = || {
             value
@@ -42,6 +46,8 @@ impl PoolSetting {
             "min-size" => Ok(Self::MinSize(number()?)),
             "pgs" => Ok(Self::Pgs(number()?)),
             "failure-domain" => Ok(Self::FailureDomain(value.to_string())),
+            "device-class" if value == "any" => Ok(Self::DeviceClass(None)),
+            "device-class" => Ok(Self::DeviceClass(Some(value.to_string()))),
             _ => Err(invalid(format!(
                 "unknown pool setting {key:?} (settable: {})",
                 POOL_SETTING_KEYS.join(", ")
@@ -73,6 +79,7 @@ pub fn changed(record: &PoolRecord, setting: &PoolSetting) -> Result<PoolRecord,
         }
         PoolSetting::MinSize(min_size) => new.min_size = *min_size,
         PoolSetting::FailureDomain(fd) => new.failure_domain = fd.clone(),
+        PoolSetting::DeviceClass(class) => new.device_class = class.clone(),
         PoolSetting::Pgs(pgs) => {
             return Err(invalid(format!(
                 "changing the PG count of pool \"{}\" ({} now, {pgs} asked) is not built yet: \
@@ -120,16 +127,14 @@ pub async fn set_pool(
     }
     if let Some(wait) = wait {
         let what = format!("pool \"{name}\" has its new settings in the cluster map");
-        let fd = match new.failure_domain.as_str() {
-            "osd" => FailureDomain::Osd,
-            _ => FailureDomain::Host,
-        };
+        let fd = FailureDomain::parse(&new.failure_domain);
         crate::mapwatch::wait_for_map(maps, &what, wait, |m| {
             m.pools.values().any(|p| {
                 p.id == new.id
                     && p.size == new.size
                     && p.min_size == new.min_size
-                    && p.failure_domain == fd
+                    && Some(p.failure_domain) == fd
+                    && p.device_class == new.device_class
             })
         })
         .await?;
@@ -151,6 +156,7 @@ mod tests {
             failure_domain: "host".into(),
             object_size: 128 << 10,
             ec: None,
+            device_class: None,
         }
     }
 
@@ -164,10 +170,19 @@ mod tests {
         assert_eq!(set("size", "4").unwrap().size, 4);
         assert_eq!(set("min-size", "1").unwrap().min_size, 1);
         assert_eq!(set("failure-domain", "osd").unwrap().failure_domain, "osd");
+        assert_eq!(
+            set("failure-domain", "rack").unwrap().failure_domain,
+            "rack"
+        );
+        let nvme = set("device-class", "nvme").unwrap();
+        assert_eq!(nvme.device_class.as_deref(), Some("nvme"));
+        let any = PoolSetting::parse("device-class", "any").and_then(|s| changed(&nvme, &s));
+        assert_eq!(any.unwrap().device_class, None);
         for (k, v, expect) in [
             ("size", "1", "lower min-size first"),
             ("min-size", "4", "--min-size must be between 1 and --size"),
-            ("failure-domain", "rack", "--failure-domain must be"),
+            ("failure-domain", "row", "--failure-domain must be"),
+            ("device-class", "NVMe!", "device class \"NVMe!\" must be"),
             ("pgs", "128", "not built yet"),
             ("size", "x", "not a whole number"),
             ("colour", "red", "unknown pool setting"),

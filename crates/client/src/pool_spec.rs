@@ -9,10 +9,10 @@
 use crate::error::ClientError;
 use basalt_meta::schema::{OsdRecord, PoolRecord, OSDS_PREFIX};
 use basalt_meta::MetaStore;
-use basalt_placement::{ClusterMap, FailureDomain, PoolSpec};
+use basalt_placement::{ClusterMap, FailureDomain, OsdInfo, PoolSpec};
 use basalt_proto::EcProfile;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Replicas of a replicated pool when none are asked for.
 pub const DEFAULT_REPLICAS: u32 = 3;
@@ -38,9 +38,13 @@ pub struct PoolRequest {
     /// [default: 64]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pg_count: Option<u32>,
-    /// "host" or "osd" [default: "osd" when every OSD is on one host, else "host"].
+    /// "osd", "host", "rack" or "zone" [default: "osd" when every OSD is on one host,
+    /// else "host"].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domain: Option<String>,
+    /// Only OSDs of this device class hold the pool [default: any].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<String>,
     /// [default: 128K, K × 128K for `ec`]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_size: Option<u32>,
@@ -49,11 +53,11 @@ pub struct PoolRequest {
     pub allow_unplaceable: bool,
 }
 
-/// The failure domains a cluster offers: its hosts and OSDs counted in placement.
+/// The failure domains a cluster offers: its OSDs counted in placement, each with its
+/// host, location and device class.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterShape {
-    pub hosts: BTreeSet<String>,
-    pub osds: usize,
+    pub osds: Vec<OsdInfo>,
 }
 
 impl ClusterShape {
@@ -67,8 +71,13 @@ impl ClusterShape {
                 continue;
             };
             if !record.admin_out {
-                shape.hosts.insert(record.host);
-                shape.osds += 1;
+                shape.osds.push(OsdInfo {
+                    id: record.id,
+                    host: record.host,
+                    location: record.location,
+                    class: record.class,
+                    ..OsdInfo::default()
+                });
             }
         }
         Ok(shape)
@@ -76,63 +85,111 @@ impl ClusterShape {
 
     /// The OSDs of `map` counted in placement.
     pub fn of_map(map: &ClusterMap) -> Self {
-        let counted = map.osds.values().filter(|o| o.is_in);
         Self {
-            hosts: counted.clone().map(|o| o.host.clone()).collect(),
-            osds: counted.count(),
+            osds: map.osds.values().filter(|o| o.is_in).cloned().collect(),
         }
     }
 
     /// The failure domain a pool gets when none is asked for: "osd" on a one-host cluster
     /// (there is no second host to keep a copy on), else "host".
     pub fn default_failure_domain(&self) -> &'static str {
-        if self.osds > 0 && self.hosts.len() <= 1 {
+        let hosts: BTreeSet<&str> = self.osds.iter().map(|o| o.host.as_str()).collect();
+        if !self.osds.is_empty() && hosts.len() <= 1 {
             "osd"
         } else {
             "host"
         }
     }
 
-    /// How many distinct `failure_domain`s ("host" or "osd") the cluster has.
-    fn domains(&self, failure_domain: &str) -> usize {
-        match failure_domain {
-            "osd" => self.osds,
-            _ => self.hosts.len(),
-        }
+    /// The OSDs of device class `class` (all with None).
+    fn of_class<'a>(&'a self, class: Option<&'a str>) -> impl Iterator<Item = &'a OsdInfo> {
+        self.osds
+            .iter()
+            .filter(move |o| class.is_none_or(|c| o.class == c))
     }
 
-    /// Why `pool` cannot be placed on this cluster (fewer failure domains than members per
-    /// PG), or None when it can.
+    /// How many distinct failure domains of kind `fd` the OSDs of `class` span.
+    fn domains(&self, fd: FailureDomain, class: Option<&str>) -> usize {
+        let keys: BTreeSet<String> = self.of_class(class).filter_map(|o| o.domain(fd)).collect();
+        keys.len()
+    }
+
+    /// The device classes of the OSDs, with how many OSDs have each ("nvme: 3 OSDs, hdd:
+    /// 1 OSD"; "none" without OSDs).
+    pub fn classes(&self) -> String {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in &self.osds {
+            let class = if o.class.is_empty() {
+                "unknown"
+            } else {
+                o.class.as_str()
+            };
+            *counts.entry(class).or_default() += 1;
+        }
+        if counts.is_empty() {
+            return "none".into();
+        }
+        counts
+            .iter()
+            .map(|(c, n)| format!("{c}: {n} OSD{}", if *n == 1 { "" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Why `pool` cannot be placed on this cluster (no OSD of its device class, or fewer
+    /// failure domains than members per PG), or None when it can.
     pub fn shortfall(&self, pool: &PoolRecord) -> Option<String> {
-        let fd = pool.failure_domain.as_str();
-        self.shortfall_of(&pool.name, (pool.size, pool.min_size), fd, pool.ec)
+        let fd = FailureDomain::parse(&pool.failure_domain).unwrap_or(FailureDomain::Host);
+        let class = pool.device_class.as_deref();
+        self.shortfall_of(&pool.name, (pool.size, pool.min_size), fd, class, pool.ec)
     }
 
     /// [`Self::shortfall`] of a pool in the map (as `basalt status` explains it).
     pub fn map_shortfall(&self, pool: &PoolSpec) -> Option<String> {
-        let fd = match pool.failure_domain {
-            FailureDomain::Osd => "osd",
-            FailureDomain::Host => "host",
-        };
-        self.shortfall_of(&pool.name, (pool.size, pool.min_size), fd, pool.ec)
+        let class = pool.device_class.as_deref();
+        let members = (pool.size, pool.min_size);
+        self.shortfall_of(&pool.name, members, pool.failure_domain, class, pool.ec)
     }
 
     fn shortfall_of(
         &self,
         name: &str,
         (size, min_size): (u32, u32),
-        fd: &str,
+        fd: FailureDomain,
+        class: Option<&str>,
         ec: Option<EcProfile>,
     ) -> Option<String> {
-        let have = self.domains(fd);
+        if let Some(class) = class {
+            if self.of_class(Some(class)).next().is_none() {
+                return Some(format!(
+                    "pool \"{name}\" asks for device class {class}, and no OSD has it \
+                     (device classes here: {})",
+                    self.classes()
+                ));
+            }
+        }
+        let have = self.domains(fd, class);
         let need = size as usize;
         if have >= need {
             return None;
         }
-        let unit = if fd == "osd" { "OSD" } else { "host" };
+        let unit = if fd == FailureDomain::Osd {
+            "OSD"
+        } else {
+            fd.name()
+        };
         let members = match ec {
             Some(ec) => format!("the {need} chunks of its {ec} code"),
             None => format!("its {need} replicas"),
+        };
+        let of_class = class.map_or(String::new(), |c| format!(" of device class {c}"));
+        let unlocated = self
+            .of_class(class)
+            .filter(|o| o.domain(fd).is_none())
+            .count();
+        let unlocated = match unlocated {
+            0 => String::new(),
+            n => format!(" ({n} OSDs have no {fd} in their --location and do not count)"),
         };
         let effect = if have < min_size as usize {
             "its PGs cannot become active (every I/O to it would wait)"
@@ -140,8 +197,8 @@ impl ClusterShape {
             "its PGs stay degraded"
         };
         Some(format!(
-            "pool \"{name}\" needs {need} {unit}s (failure domain {fd}) for {members}, and the \
-             cluster has {have}: {effect}"
+            "pool \"{name}\" needs {need} {unit}s{of_class} (failure domain {fd}) for {members}, \
+             and the cluster has {have}{unlocated}: {effect}"
         ))
     }
 }
@@ -167,6 +224,7 @@ impl PoolRequest {
                 .object_size
                 .unwrap_or_else(|| ec.map_or(1, |e| e.k).saturating_mul(DEFAULT_OBJECT_SIZE)),
             ec,
+            device_class: self.device_class.clone(),
         }
     }
 }
@@ -193,15 +251,16 @@ pub async fn create_pool_for(
     crate::pools::check_pool(&record)?;
     if !request.allow_unplaceable {
         if let Some(why) = shape.shortfall(&record) {
-            let fix = if record.failure_domain == "host" && shape.osds >= record.size as usize {
+            let fd = record.failure_domain.as_str();
+            let fix = if fd == "host" && shape.osds.len() >= record.size as usize {
                 "--failure-domain osd, "
             } else {
                 ""
             };
-            let more = if record.failure_domain == "host" {
-                "hosts"
+            let more = if fd == "osd" {
+                "OSDs".into()
             } else {
-                "OSDs"
+                format!("{fd}s")
             };
             return Err(ClientError::Invalid {
                 reason: format!(
@@ -234,10 +293,16 @@ pub async fn create_pool_visible(
 mod tests {
     use super::*;
 
+    /// `osds` OSDs spread over `hosts` in turn.
     fn shape(hosts: &[&str], osds: usize) -> ClusterShape {
         ClusterShape {
-            hosts: hosts.iter().map(|h| h.to_string()).collect(),
-            osds,
+            osds: (0..osds)
+                .map(|i| OsdInfo {
+                    id: i as u32,
+                    host: hosts[i % hosts.len()].to_string(),
+                    ..OsdInfo::default()
+                })
+                .collect(),
         }
     }
 
@@ -299,5 +364,58 @@ mod tests {
         }
         .record(&any);
         assert_eq!((single.size, single.min_size, single.pg_count), (1, 1, 64));
+    }
+
+    /// Goal: rack and zone domains count the racks and zones of the OSDs' locations (OSDs
+    /// without one do not count, and the reason says so), and a device class counts only
+    /// its OSDs; one no OSD has is named with the classes there are.
+    #[test]
+    fn racks_zones_and_device_classes_count_as_placement_does() {
+        let located = |id: u32, rack: &str, zone: &str, class: &str| OsdInfo {
+            id,
+            host: format!("h{id}"),
+            location: [("rack", rack), ("zone", zone)]
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            class: class.into(),
+            ..OsdInfo::default()
+        };
+        let shape = ClusterShape {
+            osds: vec![
+                located(0, "r1", "z1", "nvme"),
+                located(1, "r2", "z1", "nvme"),
+                located(2, "r3", "z2", "hdd"),
+                located(3, "", "", "nvme"),
+            ],
+        };
+        let pool = |fd: &str, class: Option<&str>| {
+            PoolRequest {
+                name: "p".into(),
+                failure_domain: Some(fd.into()),
+                device_class: class.map(str::to_string),
+                ..PoolRequest::default()
+            }
+            .record(&shape)
+        };
+        assert_eq!(shape.shortfall(&pool("rack", None)), None);
+        let why = shape.shortfall(&pool("zone", None)).unwrap();
+        assert!(
+            why.contains("needs 3 zones") && why.contains("has 2"),
+            "{why}"
+        );
+        assert!(why.contains("1 OSDs have no zone"), "{why}");
+        let why = shape.shortfall(&pool("rack", Some("nvme"))).unwrap();
+        assert!(
+            why.contains("of device class nvme") && why.contains("has 2"),
+            "{why}"
+        );
+        assert_eq!(shape.shortfall(&pool("host", Some("nvme"))), None);
+        let why = shape.shortfall(&pool("host", Some("ssd"))).unwrap();
+        assert!(
+            why.contains("no OSD has it") && why.contains("hdd: 1 OSD, nvme: 3 OSDs"),
+            "{why}"
+        );
     }
 }

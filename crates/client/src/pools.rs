@@ -64,10 +64,13 @@ pub fn check_pool(record: &PoolRecord) -> Result<(), ClientError> {
             "--pgs must be between 1 and {POOL_PGS_MAX}, got {pg_count}"
         )));
     }
-    if fd != "host" && fd != "osd" {
+    if basalt_placement::FailureDomain::parse(fd).is_none() {
         return Err(invalid(format!(
-            "--failure-domain must be \"host\" or \"osd\", got \"{fd}\""
+            "--failure-domain must be osd, host, rack or zone, got \"{fd}\""
         )));
+    }
+    if let Some(class) = &record.device_class {
+        basalt_placement::check_device_class(class).map_err(invalid)?;
     }
     if record.ec.is_none()
         && (!object_size.is_power_of_two() || !(4096..=4 << 20).contains(&object_size))
@@ -333,6 +336,7 @@ mod tests {
             failure_domain: "host".into(),
             object_size,
             ec: Some(EcProfile { k, m }),
+            device_class: None,
         }
     }
 
@@ -350,6 +354,7 @@ mod tests {
             failure_domain: basalt_placement::FailureDomain::Osd,
             object_size: 128 << 10,
             ec: None,
+            device_class: None,
         };
         map.pools.insert(7, pool);
         map

@@ -15,6 +15,12 @@ use std::collections::HashMap;
 pub struct OsdStatus {
     pub id: u32,
     pub host: String,
+    /// Where its host stands (`zone=z1,rack=r2`; empty: not said).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub location: String,
+    /// Its device class (`nvme`, `ssd`, `hdd`, ...; empty: an older OSD).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub class: String,
     pub addr: String,
     pub up: bool,
     pub is_in: bool,
@@ -404,6 +410,8 @@ async fn osd_status(cluster: &Cluster, o: &basalt_placement::OsdInfo) -> OsdStat
     OsdStatus {
         id: o.id,
         host: o.host.clone(),
+        location: basalt_placement::format_location(&o.location),
+        class: o.class.clone(),
         addr: o.addr.clone(),
         up: o.up && error.is_none(),
         is_in: o.is_in,
@@ -685,6 +693,7 @@ mod tests {
             io: String::new(),
             up_from: 1,
             unflushed: false,
+            ..Default::default()
         }
     }
 
@@ -747,6 +756,7 @@ mod tests {
                 failure_domain: basalt_placement::FailureDomain::Host,
                 object_size: 128 << 10,
                 ec: None,
+                device_class: None,
             },
         );
         map.recompute();

@@ -27,6 +27,7 @@
 //! | `/basalt/watchers/VOLUME/ID` | a gateway that has the volume open, under its lease (`basalt_client::watchers`) | NBD/NVMe gateways |
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub const MAP_KEY: &str = "/basalt/map";
 pub const MONITOR_KEY: &str = "/basalt/monitor";
@@ -224,7 +225,7 @@ pub struct HealthMute {
 }
 
 /// What the cluster knows of an OSD whether it runs or not.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdRecord {
     pub id: u32,
     /// Failure-domain name of its machine.
@@ -238,6 +239,13 @@ pub struct OsdRecord {
     /// name the OSD of a device. Absent in records of older OSDs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_id: Option<String>,
+    /// Where it stands above its host (`zone`, `rack`), as its `--location` said.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub location: BTreeMap<String, String>,
+    /// Its device class (`nvme`, `ssd`, `hdd`: detected, or its `--device-class`); empty in
+    /// records of older OSDs.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub class: String,
 }
 
 /// Written by a running OSD under its lease: vanishes when the OSD stops renewing it.
@@ -288,6 +296,9 @@ pub struct PoolRecord {
     /// replicated pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ec: Option<basalt_proto::EcProfile>,
+    /// Only OSDs of this device class hold the pool's PGs (None: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<String>,
 }
 
 /// One copy of a PG known to hold its complete, current contents.

@@ -24,23 +24,28 @@ fn pool_spec(p: &PoolRecord) -> PoolSpec {
         size: p.size,
         min_size: p.min_size,
         pg_count: p.pg_count,
-        failure_domain: if p.failure_domain == "osd" {
-            FailureDomain::Osd
-        } else {
-            FailureDomain::Host
-        },
+        // A record names a valid domain (checked when written); anything else is read as
+        // the safest, host.
+        failure_domain: FailureDomain::parse(&p.failure_domain).unwrap_or(FailureDomain::Host),
         object_size: p.object_size,
         ec: p.ec,
+        device_class: p.device_class.clone(),
     }
 }
 
-/// What placement depends on: the OSDs that are in (with host and weight) and the pools.
-fn placement_inputs(m: &ClusterMap) -> (Vec<(OsdId, String, u64)>, Vec<PoolSpec>) {
+/// What placement depends on of one OSD: id, host, weight, location and device class.
+type PlacementOsd = (OsdId, String, u64, BTreeMap<String, String>, String);
+
+/// What placement depends on: the OSDs that are in and the pools.
+fn placement_inputs(m: &ClusterMap) -> (Vec<PlacementOsd>, Vec<PoolSpec>) {
     let osds = m
         .osds
         .values()
         .filter(|o| o.is_in)
-        .map(|o| (o.id, o.host.clone(), o.weight))
+        .map(|o| {
+            let (host, location, class) = (o.host.clone(), o.location.clone(), o.class.clone());
+            (o.id, host, o.weight, location, class)
+        })
         .collect();
     (osds, m.pools.values().cloned().collect())
 }
@@ -78,8 +83,12 @@ pub fn derive_map(
             io: String::new(),
             up_from: 0,
             unflushed: false,
+            location: BTreeMap::new(),
+            class: String::new(),
         });
         info.host = rec.host.clone();
+        info.location = rec.location.clone();
+        info.class = rec.class.clone();
         info.weight = weight(rec.capacity_bytes);
         match alive.get(&rec.id) {
             Some(a) => {
@@ -230,7 +239,7 @@ mod tests {
             host: host.into(),
             capacity_bytes: 8 << 30,
             admin_out: false,
-            store_id: None,
+            ..OsdRecord::default()
         }
     }
 
@@ -256,6 +265,7 @@ mod tests {
             failure_domain: "host".into(),
             object_size: 128 << 10,
             ec: None,
+            device_class: None,
         }
     }
 
@@ -282,6 +292,67 @@ mod tests {
             assert_eq!(hosts.len(), 3);
         }
         assert!(next_map(&m, &osds, &all_alive(4), &mut clock, 10).is_none());
+    }
+
+    /// Goal: an OSD's location and device class reach the map, and a change of either
+    /// places the PGs again (a rack-domain pool then spreads over the new racks; a class
+    /// the pool does not take leaves it).
+    #[test]
+    fn locations_and_classes_place_again() {
+        let mut osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        for (i, o) in osds.iter_mut().enumerate() {
+            o.location.insert("rack".into(), format!("r{}", i / 2));
+            o.class = "ssd".into();
+        }
+        let mut clock = DownClock::default();
+        let pools = |fd: &str, class: Option<&str>| {
+            vec![PoolRecord {
+                failure_domain: fd.into(),
+                device_class: class.map(str::to_string),
+                size: 2,
+                ..pool()
+            }]
+        };
+        let derive = |cur: &ClusterMap, osds: &[OsdRecord], pools: &[PoolRecord], c: &mut _| {
+            derive_map(
+                cur,
+                osds,
+                &all_alive(4),
+                &BTreeMap::new(),
+                pools,
+                c,
+                0,
+                None,
+            )
+        };
+        let m1 = derive(
+            &ClusterMap::default(),
+            &osds,
+            &pools("rack", None),
+            &mut clock,
+        )
+        .unwrap();
+        assert_eq!(m1.osds[&3].location["rack"], "r1");
+        assert_eq!(m1.osds[&3].class, "ssd");
+        for pg in m1.all_pgs() {
+            let racks: std::collections::BTreeSet<_> = m1
+                .placement(pg)
+                .unwrap()
+                .iter()
+                .map(|id| m1.osds[id].location["rack"].clone())
+                .collect();
+            assert_eq!(racks.len(), 2, "{pg:?}");
+        }
+        // osd.3 moves to a rack of its own: placed again.
+        osds[3].location.insert("rack".into(), "r2".into());
+        let m2 = derive(&m1, &osds, &pools("rack", None), &mut clock).unwrap();
+        assert_ne!(m2.pgs, m1.pgs);
+        // osd.0 is an hdd now; a pool of ssd keeps off it.
+        osds[0].class = "hdd".into();
+        let m3 = derive(&m2, &osds, &pools("osd", Some("ssd")), &mut clock).unwrap();
+        assert!(m3
+            .all_pgs()
+            .all(|pg| !m3.placement(pg).unwrap().contains(&0)));
     }
 
     /// Goal: a down OSD leaves the acting sets at once but stays in (no data moves) until

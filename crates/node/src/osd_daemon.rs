@@ -30,6 +30,10 @@ pub struct OsdDaemonConfig {
     pub id: Option<u32>,
     /// Failure-domain name of this machine.
     pub host: String,
+    /// Where this machine stands above its host (`zone`, `rack`; empty: not said).
+    pub location: std::collections::BTreeMap<String, String>,
+    /// The store's device class (None: detected from the device or the data directory).
+    pub device_class: Option<String>,
     /// Store capacity and object size (first start).
     pub capacity_bytes: u64,
     pub object_size_bytes: u32,
@@ -60,6 +64,8 @@ pub struct OsdDaemon {
     pub store: PathBuf,
     /// How the store's I/O runs (`direct uring`, ...).
     pub io_mode: String,
+    /// The store's device class, detected or given.
+    pub class: String,
     /// Where `/metrics` is served.
     pub metrics: Option<SocketAddr>,
     osd: RunningOsd,
@@ -143,8 +149,24 @@ impl OsdDaemon {
             io: config.io,
             heartbeat: config.heartbeat,
         };
+        let class = match &config.device_class {
+            Some(class) => class.clone(),
+            None => {
+                let under = config.device.as_deref().unwrap_or(dir);
+                let detected = basalt_store::detect_device_class(under);
+                tracing::info!(
+                    osd = id,
+                    "device class {} ({}; --device-class overrides)",
+                    detected.class,
+                    detected.reason
+                );
+                detected.class.to_string()
+            }
+        };
         let registration = Registration {
             host: config.host.clone(),
+            location: config.location.clone(),
+            class: class.clone(),
             lease_ttl_secs: config.lease_ttl_secs.max(2),
             metrics_addr: metrics_task.as_ref().map(|m| m.0.to_string()),
             version: crate::build::info().version,
@@ -164,6 +186,7 @@ impl OsdDaemon {
             incarnation: osd.osd().incarnation,
             store,
             io_mode: osd.osd().store.io_mode(),
+            class,
             metrics: metrics_task.as_ref().map(|m| m.0),
             osd,
             monitor,

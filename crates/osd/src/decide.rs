@@ -233,6 +233,7 @@ mod tests {
                 io: String::new(),
                 up_from: 0,
                 unflushed: false,
+                ..Default::default()
             };
             m.osds.insert(id, info);
         }

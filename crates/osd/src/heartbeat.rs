@@ -572,6 +572,7 @@ mod tests {
                     io: String::new(),
                     up_from,
                     unflushed: false,
+                    ..Default::default()
                 },
             );
         }

@@ -19,6 +19,10 @@ use tokio::task::JoinHandle;
 pub struct Registration {
     /// Failure-domain name of its machine.
     pub host: String,
+    /// Where the machine stands above its host (`zone`, `rack`; empty: not said).
+    pub location: std::collections::BTreeMap<String, String>,
+    /// Its device class (`nvme`, `ssd`, `hdd`, ...).
+    pub class: String,
     /// Liveness lease TTL: the OSD is marked down this long after it stops renewing.
     pub lease_ttl_secs: u64,
     /// Prometheus endpoint, when served.
@@ -56,6 +60,8 @@ pub async fn register(
         capacity_bytes,
         admin_out: existing.as_ref().is_some_and(|r| r.admin_out),
         store_id: Some(format!("{:016x}", osd.store.layout().store_id)),
+        location: reg.location.clone(),
+        class: reg.class.clone(),
     };
     if existing.as_ref() != Some(&record) {
         meta.put(

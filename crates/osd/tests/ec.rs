@@ -49,6 +49,7 @@ fn ec_map(osds: u32, k: u32, m: u32, min_size: u32) -> ClusterMap {
             failure_domain: FailureDomain::Osd,
             object_size: k * OBJECT_SIZE,
             ec: Some(EcProfile { k, m }),
+            device_class: None,
         },
     );
     map

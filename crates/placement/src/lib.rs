@@ -7,5 +7,8 @@ pub mod hash;
 pub mod map;
 pub mod rendezvous;
 
-pub use map::{ClusterMap, FailureDomain, MapError, OsdInfo, PoolSpec, NO_OSD};
+pub use map::{
+    check_device_class, format_location, parse_location, ClusterMap, FailureDomain, MapError,
+    OsdInfo, PoolSpec, LOCATION_KEYS, NO_OSD,
+};
 pub use rendezvous::{place_pg, place_pg_positions};

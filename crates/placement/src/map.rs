@@ -7,16 +7,117 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
 
-/// Where replicas of one PG must not meet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Where replicas of one PG must not meet: no two copies (or chunks) of a PG share one.
+/// Rack and zone come from the OSDs' locations (`--location zone=z1,rack=r2`); an OSD
+/// without that key is not a candidate for a pool with that failure domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FailureDomain {
     Osd,
     Host,
+    Rack,
+    Zone,
+}
+
+impl FailureDomain {
+    /// Every failure domain, smallest first.
+    pub const ALL: [FailureDomain; 4] = [Self::Osd, Self::Host, Self::Rack, Self::Zone];
+
+    /// The name used in pool records and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Osd => "osd",
+            Self::Host => "host",
+            Self::Rack => "rack",
+            Self::Zone => "zone",
+        }
+    }
+
+    /// The failure domain called `name` ("osd", "host", "rack" or "zone").
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+impl std::fmt::Display for FailureDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The keys an OSD's location may have, largest first. The host is not one of them: it is
+/// the OSD's `--host`.
+pub const LOCATION_KEYS: [&str; 2] = ["zone", "rack"];
+
+/// Parse a location as `--location` gives it: `zone=z1,rack=r2` (either key may be left
+/// out; empty for none). Names are 1 to 64 letters, digits, '.', '_' or '-'.
+pub fn parse_location(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut location = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            return Err(format!(
+                "location \"{part}\" is not KEY=NAME (for example zone=z1,rack=r2)"
+            ));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if !LOCATION_KEYS.contains(&key) {
+            return Err(format!(
+                "unknown location key \"{key}\": the keys are {} (the host is the OSD's --host)",
+                LOCATION_KEYS.join(" and ")
+            ));
+        }
+        if !valid_name(value) {
+            return Err(format!(
+                "location {key}=\"{value}\": a name is 1 to 64 letters, digits, '.', '_' or '-'"
+            ));
+        }
+        if location
+            .insert(key.to_string(), value.to_string())
+            .is_some()
+        {
+            return Err(format!("location key \"{key}\" is given twice"));
+        }
+    }
+    Ok(location)
+}
+
+/// A location as `--location` takes it (`zone=z1,rack=r2`); empty for none.
+pub fn format_location(location: &BTreeMap<String, String>) -> String {
+    LOCATION_KEYS
+        .iter()
+        .filter_map(|k| location.get(*k).map(|v| format!("{k}={v}")))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A device class name (`nvme`, `ssd`, `hdd`, or an operator's own): 1 to 32 lowercase
+/// letters, digits or '-'.
+pub fn check_device_class(class: &str) -> Result<(), String> {
+    let ok = !class.is_empty()
+        && class.len() <= 32
+        && class
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "device class \"{class}\" must be 1 to 32 lowercase letters, digits or '-' (nvme, \
+             ssd, hdd, ...)"
+        ))
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// One OSD as the cluster knows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdInfo {
     pub id: OsdId,
     /// Failure-domain name of the machine it runs on.
@@ -48,6 +149,32 @@ pub struct OsdInfo {
     /// writes not yet durable, so a FLUSH must reach it (or wait until it says it flushed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unflushed: bool,
+    /// Where it stands above its host: `zone` and `rack` (either may be absent).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub location: BTreeMap<String, String>,
+    /// Its device class (`nvme`, `ssd`, `hdd`, ...); empty from an older OSD.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub class: String,
+}
+
+impl OsdInfo {
+    /// The failure domain of `domain`'s kind this OSD is in; None when its location does
+    /// not say (it is then no candidate for pools with that failure domain).
+    pub fn domain(&self, domain: FailureDomain) -> Option<String> {
+        match domain {
+            FailureDomain::Osd => Some(format!("osd.{}", self.id)),
+            FailureDomain::Host => Some(self.host.clone()),
+            FailureDomain::Rack => self.location.get("rack").cloned(),
+            FailureDomain::Zone => self.location.get("zone").cloned(),
+        }
+    }
+
+    /// Whether a pool's PGs may be placed here: its device class (when the pool names one)
+    /// and a location with the pool's failure domain.
+    pub fn serves(&self, pool: &PoolSpec) -> bool {
+        pool.device_class.as_ref().is_none_or(|c| *c == self.class)
+            && self.domain(pool.failure_domain).is_some()
+    }
 }
 
 /// A redundancy scheme and its placement settings.
@@ -67,6 +194,9 @@ pub struct PoolSpec {
     /// placed by position: see [`ClusterMap::positions`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ec: Option<EcProfile>,
+    /// Only OSDs of this device class hold its PGs (None: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<String>,
 }
 
 /// An empty position of an erasure-coded PG's placement (too few OSDs or failure domains)
@@ -230,9 +360,13 @@ impl ClusterMap {
     /// new intervals where acting sets changed.
     pub fn recompute(&mut self) {
         let previous = self.clone();
-        let candidates: Vec<&OsdInfo> = self.osds.values().filter(|o| o.is_in).collect();
         let mut pgs = BTreeMap::new();
         for pool in self.pools.values() {
+            let candidates: Vec<&OsdInfo> = self
+                .osds
+                .values()
+                .filter(|o| o.is_in && o.serves(pool))
+                .collect();
             let table = (0..pool.pg_count)
                 .map(|index| {
                     let pg = PgId {
@@ -302,6 +436,7 @@ mod tests {
                     io: String::new(),
                     up_from: 0,
                     unflushed: false,
+                    ..OsdInfo::default()
                 },
             );
         }
@@ -316,6 +451,7 @@ mod tests {
                 failure_domain: FailureDomain::Osd,
                 object_size: 128 << 10,
                 ec: None,
+                device_class: None,
             },
         );
         m.recompute();

@@ -30,23 +30,26 @@ pub fn place_pg(
     domain: FailureDomain,
     candidates: &[&OsdInfo],
 ) -> Vec<OsdId> {
-    let mut ranked: Vec<(f64, &OsdInfo)> = candidates.iter().map(|o| (straw(pg, o), *o)).collect();
+    let mut ranked: Vec<(f64, &OsdInfo, String)> = candidates
+        .iter()
+        .filter_map(|o| Some((straw(pg, o), *o, o.domain(domain)?)))
+        .collect();
     // Longest straw first; ties broken by id so the order is total and deterministic.
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
-    let mut chosen: Vec<&OsdInfo> = Vec::with_capacity(size);
-    for (_, osd) in ranked {
+    // The first OSD of each domain in this order wins it: the longest of a domain's straws
+    // is distributed as one straw of the domain's total weight, so domains are chosen in
+    // proportion to their weight as a hierarchy of buckets would choose them, and a domain
+    // leaving moves only the PGs that had one of its OSDs.
+    let mut chosen: Vec<(OsdId, String)> = Vec::with_capacity(size);
+    for (_, osd, key) in ranked {
         if chosen.len() == size {
             break;
         }
-        let clash = match domain {
-            FailureDomain::Osd => false,
-            FailureDomain::Host => chosen.iter().any(|c| c.host == osd.host),
-        };
-        if !clash {
-            chosen.push(osd);
+        if !chosen.iter().any(|(_, k)| *k == key) {
+            chosen.push((osd.id, key));
         }
     }
-    chosen.iter().map(|o| o.id).collect()
+    chosen.into_iter().map(|(id, _)| id).collect()
 }
 
 /// The straw of `osd` for position `position` of `pg` (erasure-coded PGs).
@@ -72,30 +75,30 @@ pub fn place_pg_positions(
     candidates: &[&OsdInfo],
 ) -> Vec<Option<OsdId>> {
     // prefs[i]: candidates by position i's straws, longest first (ties: lower id first).
-    let prefs: Vec<Vec<(f64, &OsdInfo)>> = (0..width)
+    // Candidates without a domain of this kind take no part.
+    let candidates: Vec<(&OsdInfo, String)> = candidates
+        .iter()
+        .filter_map(|o| Some((*o, o.domain(domain)?)))
+        .collect();
+    let prefs: Vec<Vec<(f64, &OsdInfo, &str)>> = (0..width)
         .map(|i| {
-            let mut ranked: Vec<(f64, &OsdInfo)> = candidates
+            let mut ranked: Vec<(f64, &OsdInfo, &str)> = candidates
                 .iter()
-                .map(|o| (positional_straw(pg, i, o), *o))
+                .map(|(o, key)| (positional_straw(pg, i, o), *o, key.as_str()))
                 .collect();
             ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
             ranked
         })
         .collect();
-    let key = |o: &OsdInfo| match domain {
-        FailureDomain::Osd => o.id.to_string(),
-        FailureDomain::Host => o.host.clone(),
-    };
     let mut next = vec![0usize; width];
     // Failure domain → (position, straw) holding it.
-    let mut held: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
+    let mut held: std::collections::BTreeMap<&str, (usize, f64)> = Default::default();
     let mut out: Vec<Option<OsdId>> = vec![None; width];
     let mut waiting: Vec<usize> = (0..width).rev().collect();
     // Bound: each position asks each candidate at most once.
     while let Some(i) = waiting.pop() {
-        while let Some(&(straw, osd)) = prefs[i].get(next[i]) {
+        while let Some(&(straw, osd, k)) = prefs[i].get(next[i]) {
             next[i] += 1;
-            let k = key(osd);
             match held.get(&k) {
                 Some(&(j, other)) if other > straw || (other == straw && j < i) => continue,
                 Some(&(j, _)) => {
@@ -128,6 +131,7 @@ mod tests {
             io: String::new(),
             up_from: 0,
             unflushed: false,
+            ..OsdInfo::default()
         }
     }
 

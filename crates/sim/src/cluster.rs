@@ -126,6 +126,7 @@ impl SimCluster {
                 failure_domain: "osd".into(),
                 object_size: shape.object_size,
                 ec: shape.ec,
+                device_class: None,
             },
         )
         .await
@@ -252,6 +253,8 @@ impl SimCluster {
         };
         let registration = Registration {
             host: format!("host{id}"),
+            location: Default::default(),
+            class: "ssd".into(),
             lease_ttl_secs: self.shape.lease_ttl_secs,
             metrics_addr: None,
             version: "sim".into(),

@@ -11,6 +11,7 @@ mod checkpoint;
 mod crc_pages;
 mod crcs;
 mod device;
+mod device_class;
 pub mod engine;
 mod error;
 mod free_slots;
@@ -30,6 +31,7 @@ pub mod wal;
 mod zeroed;
 
 pub use device::Disk;
+pub use device_class::{detect_device_class, DetectedClass};
 pub use error::StoreError;
 pub use medium::{BlockDevice, DeviceError, MAX_SECTOR_BYTES, MIN_DEVICE_BYTES};
 pub use memdisk::{MemDisk, MemDiskHandle};

@@ -41,6 +41,8 @@ pub struct Layout {
     pub data_tls: bool,
     /// Extra arguments of every `basalt osd` (e.g. `--slow-op-ms 1000`).
     pub osd_args: Vec<String>,
+    /// Extra arguments of the OSDs of host `i` (e.g. `--location rack=r1`), by host index.
+    pub host_osd_args: Vec<Vec<String>>,
 }
 
 impl Default for Layout {
@@ -55,6 +57,7 @@ impl Default for Layout {
             ec: None,
             data_tls: false,
             osd_args: Vec::new(),
+            host_osd_args: Vec::new(),
         }
     }
 }
@@ -207,7 +210,8 @@ impl BasaltCluster {
                 "--stray-scan-secs",
                 "2",
             ])
-            .args(self.layout.osd_args.iter().map(String::as_str));
+            .args(self.layout.osd_args.iter().map(String::as_str))
+            .args(self.layout.host_osd_args.get(host).into_iter().flatten());
         let proc = self.net.spawn(h, spec)?;
         proc.wait_for_line("serving on", DAEMON_START)
             .with_context(|| format!("osd.{id} did not start:\n{}", proc.log()))?;

@@ -297,6 +297,10 @@ async fn start_osds(
         };
         let registration = Registration {
             host: "localhost".into(),
+            location: Default::default(),
+            class: basalt_store::detect_device_class(&config.data_dir)
+                .class
+                .into(),
             lease_ttl_secs: LOCAL_LEASE_TTL_SECS,
             metrics_addr: None,
             version: crate::build::info().version,

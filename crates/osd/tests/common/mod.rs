@@ -33,6 +33,7 @@ pub fn base_map() -> ClusterMap {
                 io: String::new(),
                 up_from: 0,
                 unflushed: false,
+                ..Default::default()
             },
         );
     }
@@ -47,6 +48,7 @@ pub fn base_map() -> ClusterMap {
             failure_domain: FailureDomain::Osd,
             object_size: OBJECT_SIZE,
             ec: None,
+            device_class: None,
         },
     );
     map
