@@ -12,6 +12,19 @@ pub struct DownClock {
     since_ms: HashMap<OsdId, u64>,
 }
 
+impl DownClock {
+    /// When the out timer of an OSD that `map` shows down and still in ends (None: no such
+    /// OSD, or no timer: `noout`).
+    pub fn next_out(&self, map: &ClusterMap, out_after_ms: Option<u64>) -> Option<u64> {
+        let after = out_after_ms?;
+        self.since_ms
+            .iter()
+            .filter(|(id, _)| map.osds.get(id).is_some_and(|o| !o.up && o.is_in))
+            .map(|(_, since)| since.saturating_add(after))
+            .min()
+    }
+}
+
 /// Placement weight of an OSD: its capacity in GiB, at least 1.
 fn weight(capacity_bytes: u64) -> u64 {
     (capacity_bytes >> 30).max(1)

@@ -56,23 +56,93 @@ fn now_secs() -> u64 {
 
 /// Run a monitor candidate until `stop`: campaign for the role, and while holding it keep
 /// the map up to date. Never returns an error: metadata outages are waited out.
+///
+/// A candidate that does not hold the role watches the role's key and campaigns when it
+/// goes away (and once every lease TTL in case a watch event was lost), so standby
+/// candidates cost the metadata store nothing while the cluster is idle, however many OSD
+/// processes run one. Without a watch it looks every tick.
 pub async fn run(meta: Arc<dyn MetaStore>, config: MonitorConfig, mut stop: watch::Receiver<bool>) {
     let tick = Duration::from_millis(config.tick_ms.max(10));
-    // Bound: one campaign per tick until stopped.
+    let recheck = Duration::from_secs(config.lease_ttl_secs.max(1));
+    // Bound: one campaign per role change, per recheck or per tick until stopped.
     while !*stop.borrow() {
+        // Watch first: a holder that leaves between the campaign and the wait is seen.
+        let mut role = Changes::open(meta.as_ref(), &[MONITOR_KEY]).await;
         match campaign(meta.as_ref(), &config).await {
             Ok(Some(lease)) => {
+                drop(role);
                 tracing::info!(holder = %config.holder, "took the monitor role");
                 lead(meta.as_ref(), &config, lease, &mut stop).await;
                 let _ = meta.revoke_lease(lease).await;
+                continue;
             }
             Ok(None) => {}
             Err(e) => tracing::debug!("monitor campaign: {e}"),
         }
+        let wait = if role.complete() { recheck } else { tick };
         tokio::select! {
             biased;
             _ = stop.changed() => {}
-            _ = tokio::time::sleep(tick) => {}
+            _ = role.next() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Watches on a few keys or prefixes, merged: [`Changes::next`] completes at the next change
+/// under any of them. A watch that could not be set up, or that ended (a slow consumer, a
+/// metadata outage), makes the set incomplete: callers then look every tick instead.
+struct Changes {
+    rx: tokio::sync::mpsc::Receiver<()>,
+    lost: Arc<std::sync::atomic::AtomicBool>,
+    forwarders: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Changes {
+    async fn open(meta: &dyn MetaStore, prefixes: &[&str]) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut forwarders = Vec::new();
+        for prefix in prefixes {
+            let Ok(mut events) = meta.watch_prefix(prefix, 0).await else {
+                lost.store(true, std::sync::atomic::Ordering::Relaxed);
+                continue;
+            };
+            let (tx, lost) = (tx.clone(), lost.clone());
+            forwarders.push(tokio::spawn(async move {
+                // Bound: one pass per event, until the watch ends.
+                while let Some(Ok(_)) = events.recv().await {
+                    // A change already waiting to be seen covers this one too.
+                    let _ = tx.try_send(());
+                }
+                lost.store(true, std::sync::atomic::Ordering::Relaxed);
+                let _ = tx.try_send(());
+            }));
+        }
+        Self {
+            rx,
+            lost,
+            forwarders,
+        }
+    }
+
+    /// Every watch is in place.
+    fn complete(&self) -> bool {
+        !self.lost.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The next change (never, once every watch ended: callers also wait on a timer).
+    async fn next(&mut self) {
+        if self.rx.recv().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Changes {
+    fn drop(&mut self) {
+        for f in &self.forwarders {
+            f.abort();
         }
     }
 }
@@ -104,8 +174,11 @@ async fn campaign(
     }
 }
 
-/// Hold the role: renew the lease and update the map every tick, until the lease cannot be
-/// renewed for half its TTL (another candidate may take over after the whole TTL) or stop.
+/// Hold the role: renew the lease, and update the map whenever a record it derives from
+/// changes (OSDs, liveness, failure reports, pools, settings: watched), when a timer of its
+/// own ends (a report settling, a down OSD's out timer), and every few seconds in any case;
+/// every tick when a watch is missing. Until the lease cannot be renewed for half its TTL
+/// (another candidate may take over after the whole TTL) or stop.
 async fn lead(
     meta: &dyn MetaStore,
     config: &MonitorConfig,
@@ -120,10 +193,11 @@ async fn lead(
     let mut last_renew_try = Instant::now();
     let mut clock = DownClock::default();
     let mut settle = ReportSettle::default();
-    // A failure report wakes the holder at once (failover must not wait for a tick); without
-    // the watch it still looks every tick.
-    let mut reports = meta.watch_prefix(FAILURES_PREFIX, 0).await.ok();
-    // Bound: one round per tick (or per report) until the role is lost or the candidate stops.
+    // Watched before the first read, so no change falls between a read and its watch.
+    let mut changes = Changes::open(meta, &WATCHED).await;
+    let mut next_update = Instant::now();
+    // Bound: one round per change, timer or tick until the role is lost or the candidate
+    // stops.
     loop {
         if last_renew_try.elapsed() >= renew_every {
             last_renew_try = Instant::now();
@@ -140,40 +214,52 @@ async fn lead(
             tracing::warn!(holder = %config.holder, "giving up the monitor role: metadata unreachable");
             return;
         }
-        let now_ms = started.elapsed().as_millis() as u64;
-        // A reported OSD that ripens before the next tick wakes the holder then.
-        let mut wait = tick;
-        match update_map(meta, config, &mut clock, &mut settle, now_ms).await {
-            Ok(Some(ripens_ms)) => {
-                wait = wait.min(Duration::from_millis(ripens_ms.saturating_sub(now_ms)));
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!("monitor update: {e}"),
+        if !changes.complete() {
+            // Set the watches up again (the records are read right after).
+            changes = Changes::open(meta, &WATCHED).await;
+            next_update = Instant::now();
         }
+        if Instant::now() >= next_update {
+            let now_ms = started.elapsed().as_millis() as u64;
+            let mut wait = if changes.complete() {
+                IDLE_RECHECK.max(tick)
+            } else {
+                tick
+            };
+            match update_map(meta, config, &mut clock, &mut settle, now_ms).await {
+                Ok(Some(due_ms)) => {
+                    wait = wait.min(Duration::from_millis(due_ms.saturating_sub(now_ms)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!("monitor update: {e}");
+                    wait = tick;
+                }
+            }
+            next_update = Instant::now() + wait;
+        }
+        let renew_at = last_renew_try + renew_every;
         tokio::select! {
             biased;
             _ = stop.changed() => return,
-            event = next_report(&mut reports) => {
-                if event.is_none() {
-                    reports = None;
-                }
-            }
-            _ = tokio::time::sleep(wait) => {}
+            _ = changes.next() => next_update = Instant::now(),
+            _ = tokio::time::sleep_until(next_update.min(renew_at)) => {}
         }
     }
 }
 
-/// The next change under the failure reports (None: the watch ended or there is none, and
-/// then this never completes).
-async fn next_report(reports: &mut Option<basalt_meta::WatchReceiver>) -> Option<()> {
-    match reports {
-        Some(rx) => match rx.recv().await {
-            Some(Ok(_)) => Some(()),
-            _ => None,
-        },
-        None => std::future::pending().await,
-    }
-}
+/// What the holder watches: every record the map is derived from.
+const WATCHED: [&str; 5] = [
+    OSDS_PREFIX,
+    ALIVE_PREFIX,
+    FAILURES_PREFIX,
+    POOLS_PREFIX,
+    SETTINGS_KEY,
+];
+
+/// How often the holder derives the map with its watches in place and nothing changing:
+/// a safety net only (a lost event costs at most this long).
+const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 fn decode_all<T: serde::de::DeserializeOwned>(
     entries: Vec<(String, Vec<u8>, u64)>,
@@ -190,8 +276,9 @@ fn decode_all<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
-/// Read the records, derive the map, write it if it changed. Returns when the next
-/// reported OSD's settle time ends (None: none is waiting).
+/// Read the records, derive the map, write it if it changed. Returns when the map may
+/// next change with no record changing: a reported OSD's settle time ends, or a down OSD's
+/// out timer (None: neither is running).
 async fn update_map(
     meta: &dyn MetaStore,
     config: &MonitorConfig,
@@ -265,8 +352,10 @@ async fn update_map(
         now_ms,
         out_after_ms,
     ) else {
-        return Ok(ripens_ms);
+        let out_ms = clock.next_out(&current, out_after_ms);
+        return Ok(earliest(ripens_ms, out_ms));
     };
+    let out_ms = clock.next_out(&next, out_after_ms);
     let value = serde_json::to_vec(&next).expect("map serialises");
     if meta.compare_and_swap(MAP_KEY, rev, value).await?.is_some() {
         let up = next.osds.values().filter(|o| o.up).count();
@@ -279,5 +368,107 @@ async fn update_map(
             "published map"
         );
     }
-    Ok(ripens_ms)
+    Ok(earliest(ripens_ms, out_ms))
+}
+
+/// The earlier of two optional times.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_meta::{EmbeddedMeta, MetaLatency, MetaOp, TimedMeta};
+
+    /// Metadata calls of one candidate that read or write records (leases aside).
+    fn record_calls(l: &MetaLatency) -> u64 {
+        [
+            MetaOp::Get,
+            MetaOp::List,
+            MetaOp::CompareAndSwap,
+            MetaOp::Put,
+        ]
+        .iter()
+        .map(|op| l.count(*op))
+        .sum()
+    }
+
+    /// Goal: with the cluster idle, a standby candidate makes no metadata call between its
+    /// rechecks (once per lease TTL, not once per tick), and the holder reads the records
+    /// only when one changes (and at its idle recheck); a change (a pool created) still
+    /// reaches the map at once, and a holder that stops is replaced by the standby.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_candidates_leave_the_metadata_alone() {
+        let meta: Arc<dyn MetaStore> = Arc::new(EmbeddedMeta::in_memory());
+        let spawn = |name: &str| {
+            let latency = Arc::new(MetaLatency::default());
+            let timed: Arc<dyn MetaStore> = Arc::new(TimedMeta::new(meta.clone(), latency.clone()));
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(run(timed, MonitorConfig::new(name), stop_rx));
+            (latency, stop_tx, task)
+        };
+        let (first, first_stop, first_task) = spawn("first");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (second, second_stop, second_task) = spawn("second");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let holder = |m: &Arc<dyn MetaStore>| {
+            let m = m.clone();
+            async move {
+                let (v, _) = m.get(MONITOR_KEY).await.unwrap().expect("a holder");
+                serde_json::from_slice::<MonitorRecord>(&v).unwrap().holder
+            }
+        };
+        assert_eq!(holder(&meta).await, "first");
+
+        // Ten ticks of an idle cluster.
+        let (a, b) = (record_calls(&first), record_calls(&second));
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        let (da, db) = (record_calls(&first) - a, record_calls(&second) - b);
+        assert_eq!(db, 0, "the standby made {db} calls while idle");
+        assert_eq!(da, 0, "the holder made {da} record calls while idle");
+
+        // A change reaches the map at once.
+        let pool = basalt_meta::schema::PoolRecord {
+            id: 1,
+            name: "p".into(),
+            size: 1,
+            min_size: 1,
+            pg_count: 4,
+            failure_domain: "osd".into(),
+            object_size: 128 << 10,
+            ec: None,
+            device_class: None,
+        };
+        meta.put(
+            &basalt_meta::schema::pool_key("p"),
+            serde_json::to_vec(&pool).unwrap(),
+        )
+        .await
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let map = meta.get(MAP_KEY).await.unwrap();
+            let map: Option<ClusterMap> = map.map(|(v, _)| serde_json::from_slice(&v).unwrap());
+            if map.is_some_and(|m| m.pools.contains_key(&1)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the pool never reached the map");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // The holder stops (revoking its lease): the standby takes over.
+        first_stop.send(true).unwrap();
+        first_task.await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while meta.get(MONITOR_KEY).await.unwrap().is_none() || holder(&meta).await != "second" {
+            assert!(Instant::now() < deadline, "the standby never took over");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        second_stop.send(true).unwrap();
+        second_task.await.unwrap();
+    }
 }
