@@ -750,8 +750,8 @@ fn stat(osd: &Osd) -> Bytes {
     out.freeze()
 }
 
-/// USAGE: objects and allocated bytes of each requested inode in this store (None: a
-/// malformed request).
+/// USAGE: objects and allocated bytes of each requested inode in this store, from the
+/// store's per-inode counters (None: a malformed request).
 fn usage(store: &basalt_store::Store, payload: &[u8]) -> Option<Bytes> {
     let count = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) as usize;
     if count == 0 || count > basalt_proto::USAGE_MAX_INODES || payload.len() != 4 + 8 * count {
@@ -761,21 +761,8 @@ fn usage(store: &basalt_store::Store, payload: &[u8]) -> Option<Bytes> {
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
-    let mut totals: std::collections::HashMap<InodeId, (u64, u64)> =
-        inodes.iter().map(|&i| (i, (0, 0))).collect();
-    for (obj, _) in store.objects() {
-        if let Some(t) = totals.get_mut(&obj.inode) {
-            let blocks: u32 = store
-                .allocation(obj)
-                .map(|words| words.iter().map(|w| w.count_ones()).sum())
-                .unwrap_or(0);
-            t.0 += 1;
-            t.1 += blocks as u64 * basalt_proto::IMAGE_BLOCK_BYTES as u64;
-        }
-    }
     let mut out = BytesMut::with_capacity(16 * inodes.len());
-    for inode in inodes {
-        let (objects, bytes) = totals[&inode];
+    for (objects, bytes) in store.usage(&inodes) {
         out.extend_from_slice(&objects.to_le_bytes());
         out.extend_from_slice(&bytes.to_le_bytes());
     }

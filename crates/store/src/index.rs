@@ -14,7 +14,7 @@ use crate::free_slots::FreeSlots;
 use crate::objects::ObjectTable;
 use crate::options::BLOCK_BYTES;
 use crate::zeroed::ZeroedArray;
-use basalt_proto::{ObjectId, Version};
+use basalt_proto::{InodeId, ObjectId, Version};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -88,6 +88,9 @@ pub(crate) struct Index {
     in_flight: HashMap<u32, Arc<AlignedBuf>, FastHash>,
     pool: Vec<Box<Block>>,
     used_blocks: u64,
+    /// Per inode with objects here: (objects, allocated blocks). Kept as objects change, so
+    /// a volume's usage is read without walking the table (`Store::usage`).
+    usage: HashMap<InodeId, (u64, u64), FastHash>,
     /// The checkpoint being written, if any (see [`Index::begin_cut`]).
     cut: Option<cut::Cut>,
 }
@@ -118,6 +121,7 @@ impl Index {
             in_flight: HashMap::default(),
             pool: Vec::new(),
             used_blocks: 0,
+            usage: HashMap::default(),
             cut: None,
         }
     }
@@ -239,6 +243,7 @@ impl Index {
         overlay: Option<(u64, &[&[u8]])>,
     ) {
         self.touch(slot);
+        self.uncount(obj);
         match self.objects.find(obj) {
             Some(at) => {
                 assert_eq!(at, slot, "write record names the object's slot");
@@ -259,6 +264,7 @@ impl Index {
         for (i, &crc) in crcs.iter().enumerate() {
             self.set_block(slot, first + i, crc);
         }
+        self.count(obj);
         if let Some((lsn, blocks)) = overlay {
             for (i, data) in blocks.iter().enumerate() {
                 self.put_overlay(slot, (first + i) as u32, lsn, data);
@@ -282,6 +288,7 @@ impl Index {
             "remap covers the whole object"
         );
         self.touch(slot);
+        self.uncount(obj);
         if let Some(old) = self.objects.remove(obj) {
             self.touch(old);
             self.release_slot(old, free_lsn);
@@ -291,6 +298,7 @@ impl Index {
             self.set_block(slot, b, crc);
         }
         self.objects.insert(obj, slot, version);
+        self.count(obj);
     }
 
     /// Blocks `first..first + count` of `obj` become holes. An object left with no block is
@@ -307,6 +315,7 @@ impl Index {
             return false;
         };
         self.touch(slot);
+        self.uncount(obj);
         self.objects.set_version(slot, version);
         let (first, end) = (first as usize, (first + count) as usize);
         assert!(end <= self.blocks_per_slot, "trim beyond the object");
@@ -322,6 +331,7 @@ impl Index {
             self.objects.remove(obj);
             self.release_slot(slot, free_lsn);
         }
+        self.count(obj);
         true
     }
 
@@ -331,6 +341,7 @@ impl Index {
             return false;
         };
         self.touch(slot);
+        self.uncount(obj);
         self.objects.remove(obj);
         self.release_slot(slot, free_lsn);
         true
@@ -344,6 +355,8 @@ impl Index {
             return false;
         };
         self.touch(slot);
+        self.uncount(from);
+        self.uncount(obj);
         self.objects.remove(from);
         let (_, version) = self.objects.record(slot);
         if let Some(old) = self.objects.find(obj) {
@@ -352,6 +365,7 @@ impl Index {
             self.release_slot(old, free_lsn);
         }
         self.objects.insert(obj, slot, version);
+        self.count(obj);
         true
     }
 
@@ -432,6 +446,7 @@ impl Index {
             }
         }
         self.objects.insert(e.obj, slot, e.version);
+        self.count(e.obj);
         Ok(())
     }
 
@@ -474,6 +489,41 @@ impl Index {
         self.used_blocks
     }
 
+    /// Objects and allocated blocks of `inode` in this store.
+    pub fn usage(&self, inode: InodeId) -> (u64, u64) {
+        self.usage.get(&inode).copied().unwrap_or((0, 0))
+    }
+
+    /// Take `obj`'s share out of its inode's usage (before a change to it).
+    fn uncount(&mut self, obj: ObjectId) {
+        if let Some(blocks) = self.blocks_of(obj) {
+            let u = self.usage.get_mut(&obj.inode).expect("a counted object");
+            *u = (u.0 - 1, u.1 - blocks);
+            if u.0 == 0 {
+                self.usage.remove(&obj.inode);
+            }
+        }
+    }
+
+    /// Add `obj`'s share to its inode's usage (after a change to it).
+    fn count(&mut self, obj: ObjectId) {
+        if let Some(blocks) = self.blocks_of(obj) {
+            let u = self.usage.entry(obj.inode).or_default();
+            *u = (u.0 + 1, u.1 + blocks);
+        }
+    }
+
+    /// The allocated blocks of `obj`, None when it does not exist.
+    fn blocks_of(&self, obj: ObjectId) -> Option<u64> {
+        let slot = self.objects.find(obj)?;
+        Some(
+            self.alloc_words(slot)
+                .iter()
+                .map(|w| w.count_ones() as u64)
+                .sum(),
+        )
+    }
+
     /// Check every cross-structure invariant (O(slots): tests and debug recovery only).
     pub fn check_invariants(&self) {
         self.objects.check_invariants();
@@ -485,13 +535,19 @@ impl Index {
             .count();
         assert_eq!(used, self.objects.len(), "one used slot per object");
         let mut blocks = 0u64;
+        let mut usage: HashMap<InodeId, (u64, u64)> = HashMap::new();
         for slot in self.objects.slots() {
             assert_eq!(self.state(slot), SlotState::Used);
             let words = self.alloc_words(slot);
             assert!(words.iter().any(|&w| w != 0), "objects have a block");
-            blocks += words.iter().map(|w| w.count_ones() as u64).sum::<u64>();
+            let n = words.iter().map(|w| w.count_ones() as u64).sum::<u64>();
+            blocks += n;
+            let u = usage.entry(self.objects.record(slot).0.inode).or_default();
+            *u = (u.0 + 1, u.1 + n);
         }
         assert_eq!(blocks, self.used_blocks, "used block count");
+        let kept: HashMap<InodeId, (u64, u64)> = self.usage.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(kept, usage, "per-inode usage");
         let mut free = 0u64;
         for slot in 0..self.state.len() as u32 {
             let state = self.state(slot);

@@ -644,6 +644,19 @@ impl Store {
         read(&self.index).object(obj).map(|m| m.version)
     }
 
+    /// Objects and allocated bytes of each of `inodes` in this store, from counters the
+    /// store keeps (no walk of its objects).
+    pub fn usage(&self, inodes: &[basalt_proto::InodeId]) -> Vec<(u64, u64)> {
+        let index = read(&self.index);
+        inodes
+            .iter()
+            .map(|&i| {
+                let (objects, blocks) = index.usage(i);
+                (objects, blocks * BLOCK as u64)
+            })
+            .collect()
+    }
+
     /// Every object and its version, sorted by object id.
     pub fn objects(&self) -> Vec<(ObjectId, Version)> {
         read(&self.index).objects()

@@ -242,8 +242,13 @@ pub fn assert_stats_consistent(store: &Store) {
     assert_eq!(stats.slots_total - stats.slots_free, stats.objects);
     let mut used = 0;
     let mut data = vec![0; store.object_size() as usize];
+    // Per inode, as the walk finds it: (objects, allocated bytes).
+    let mut by_inode: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
     for (obj, _) in &objects {
         let alloc = allocation_bits(store, *obj);
+        let u = by_inode.entry(obj.inode).or_default();
+        u.0 += 1;
+        u.1 += alloc.iter().filter(|&&a| a).count() as u64 * BLOCK as u64;
         assert!(
             alloc.iter().any(|&a| a),
             "object {obj} exists without a block"
@@ -260,6 +265,13 @@ pub fn assert_stats_consistent(store: &Store) {
         }
     }
     assert_eq!(stats.used_bytes, used);
+    // The store's usage counters agree with the walk (and an inode with nothing is zero).
+    let inodes: Vec<u64> = by_inode.keys().copied().chain([u64::MAX]).collect();
+    let counted = store.usage(&inodes);
+    for (inode, got) in inodes.iter().zip(counted) {
+        let want = by_inode.get(inode).copied().unwrap_or((0, 0));
+        assert_eq!(got, want, "usage of inode {inode:#x}");
+    }
 }
 
 /// Flip one bit of the file at `offset`.
