@@ -167,6 +167,12 @@ impl Authority {
 
     /// The current generation of every client entity with a record: a session whose
     /// (entity, generation) is not here was revoked.
+    /// Changes to the entity records from now on (a key revoked or re-keyed): what open
+    /// sessions are checked against again.
+    pub async fn watch_entities(&self) -> Result<basalt_meta::WatchReceiver, AuthError> {
+        Ok(self.meta.watch_prefix(AUTH_ENTITIES_PREFIX, 0).await?)
+    }
+
     pub async fn live_generations(&self) -> Result<HashMap<String, String>, AuthError> {
         Ok(list_entities(self.meta.as_ref())
             .await?

@@ -19,6 +19,7 @@ pub mod cpu;
 pub mod environment;
 pub mod existing;
 pub mod fio;
+pub mod fleet;
 pub mod guest;
 pub mod interrupt;
 pub mod multihost;

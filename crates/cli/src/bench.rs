@@ -48,6 +48,17 @@ pub enum BenchCommand {
     Storage(StorageArgs),
     /// Print the change of every figure between two `bench storage` results.json files.
     Compare(CompareArgs),
+    /// How the control plane scales with the OSD count: for each size, a cluster of real
+    /// `basalt osd` processes in network namespaces (one etcd, stores on tmpfs) left idle,
+    /// then measured: etcd messages per second (and per OSD), and the wall time of
+    /// `basalt status`. Needs root; each size takes about a minute plus its start.
+    ///
+    /// Examples:
+    ///
+    ///   basalt bench fleet                              # 8, 32 and 96 OSDs
+    ///   basalt bench fleet --osds 16,100 --osds-per-host 10 --out fleet.md
+    #[command(verbatim_doc_comment)]
+    Fleet(FleetArgs),
     /// The store's RAM per object (the `memory` section of `bench storage` runs this as a
     /// child process): prints the measurement as JSON.
     #[command(hide = true)]
@@ -104,6 +115,28 @@ pub struct StorageArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct FleetArgs {
+    /// Cluster sizes to measure, in OSDs (rounded up to whole hosts).
+    #[arg(long, value_delimiter = ',', default_value = "8,32,96")]
+    osds: Vec<usize>,
+    /// OSDs per host (network namespace).
+    #[arg(long, default_value_t = 8)]
+    osds_per_host: usize,
+    /// Seconds the idle cluster's etcd traffic is counted.
+    #[arg(long, default_value_t = 10)]
+    idle: u64,
+    /// `basalt status` runs timed per size.
+    #[arg(long, default_value_t = 5)]
+    status_runs: usize,
+    /// Where the OSD stores go (tmpfs by default: the disk is not what is measured).
+    #[arg(long, default_value = "/dev/shm")]
+    scratch: PathBuf,
+    /// Write the table (Markdown) here as well.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 pub struct CompareArgs {
     /// results.json of the earlier run.
     a: PathBuf,
@@ -157,6 +190,10 @@ pub fn run(command: BenchCommand, meta: &MetaArgs) -> anyhow::Result<()> {
             nbd(args)
         }
         BenchCommand::Storage(args) => storage(args, meta),
+        BenchCommand::Fleet(args) => {
+            refuse_access_flags(meta, "`bench fleet` starts the clusters it measures")?;
+            fleet(args)
+        }
         BenchCommand::Compare(args) => {
             print!("{}", basalt_bench::compare_files(&args.a, &args.b)?);
             Ok(())
@@ -295,6 +332,60 @@ fn storage(args: StorageArgs, meta: &MetaArgs) -> anyhow::Result<()> {
     }
     .context("basalt bench storage")?;
     println!("{}", report.display());
+    Ok(())
+}
+
+/// `bench fleet`: one cluster per size, measured in turn.
+fn fleet(args: FleetArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if args.osds.is_empty() || args.osds.contains(&0) || args.osds_per_host == 0 {
+        anyhow::bail!("--osds and --osds-per-host must be positive");
+    }
+    let exe = std::env::current_exe().context("find the basalt executable")?;
+    let idle = std::time::Duration::from_secs(args.idle.max(1));
+    let mut rows = Vec::new();
+    for &osds in &args.osds {
+        eprintln!(
+            "fleet: starting {osds} OSDs ({} per host), then {} s idle and {} status runs",
+            args.osds_per_host,
+            idle.as_secs(),
+            args.status_runs
+        );
+        let row = basalt_bench::fleet::measure(
+            osds,
+            args.osds_per_host,
+            &args.scratch,
+            &exe,
+            idle,
+            args.status_runs.max(1),
+        )
+        .with_context(|| format!("measure a cluster of {osds} OSDs"))?;
+        let methods: Vec<String> = row
+            .by_method
+            .iter()
+            .map(|(m, r)| format!("{m} {r:.1}"))
+            .collect();
+        let calls: Vec<String> = row
+            .osd_calls
+            .iter()
+            .map(|(op, r)| format!("{op} {r:.1}"))
+            .collect();
+        eprintln!(
+            "fleet: {} OSDs: {:.1} etcd msgs/s idle ({}; the OSD processes' calls: {}), status \
+             {:.0} ms (median)",
+            row.osds,
+            row.etcd_messages_per_sec,
+            methods.join(", "),
+            calls.join(", "),
+            row.status_median().as_secs_f64() * 1000.0
+        );
+        rows.push(row);
+    }
+    let table = basalt_bench::fleet::table(&rows, idle);
+    print!("{table}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &table).with_context(|| format!("write {}", out.display()))?;
+    }
     Ok(())
 }
 

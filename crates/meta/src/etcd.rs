@@ -74,6 +74,9 @@ pub struct EtcdMeta {
     namespace: String,
     endpoints: String,
     request_timeout: Duration,
+    /// The TTL of each lease this process granted and has not revoked (what a keep-alive
+    /// renews it for).
+    granted: std::sync::Mutex<std::collections::HashMap<LeaseId, u64>>,
 }
 
 impl EtcdMeta {
@@ -127,6 +130,7 @@ impl EtcdMeta {
             namespace: config.namespace,
             endpoints,
             request_timeout,
+            granted: Default::default(),
         };
         // Probe: the client connects lazily, so ask for the server status to know etcd is
         // there.
@@ -447,6 +451,11 @@ impl MetaStore for EtcdMeta {
         let resp = self
             .call("grant lease", &what, leases.grant(ttl, None))
             .await?;
+        let granted = u64::try_from(resp.ttl()).unwrap_or(ttl_secs.max(1));
+        self.granted
+            .lock()
+            .expect("leases lock")
+            .insert(resp.id(), granted);
         Ok(resp.id())
     }
 
@@ -457,7 +466,19 @@ impl MetaStore for EtcdMeta {
         let renewed = self
             .timed("keep-alive", &what, leases.keep_alive(lease))
             .await?;
-        drop(renewed.map_err(|e| self.lease_error("keep-alive", &what, lease, e))?);
+        if let Err(e) = renewed {
+            let e = self.lease_error("keep-alive", &what, lease, e);
+            if matches!(e, MetaError::LeaseNotFound { .. }) {
+                self.granted.lock().expect("leases lock").remove(&lease);
+            }
+            return Err(e);
+        }
+        // The renewal was answered with a TTL above zero (the client checks): the lease is
+        // renewed for the TTL it was granted with, which this process knows for its own
+        // leases. Only a lease granted elsewhere costs a second request to learn it.
+        if let Some(ttl) = self.granted.lock().expect("leases lock").get(&lease) {
+            return Ok(*ttl);
+        }
         let resp = self
             .timed("lease TTL", &what, leases.time_to_live(lease, None))
             .await?
@@ -469,6 +490,7 @@ impl MetaStore for EtcdMeta {
     }
 
     async fn revoke_lease(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.granted.lock().expect("leases lock").remove(&lease);
         let mut leases = self.lease_client();
         let what = format!("lease {lease}");
         match self.timed("revoke", &what, leases.revoke(lease)).await? {

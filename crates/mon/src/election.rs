@@ -58,19 +58,22 @@ fn now_secs() -> u64 {
 /// the map up to date. Never returns an error: metadata outages are waited out.
 ///
 /// A candidate that does not hold the role watches the role's key and campaigns when it
-/// goes away (and once every lease TTL in case a watch event was lost), so standby
+/// changes (and every [`STANDBY_RECHECK`] in any case), so standby
 /// candidates cost the metadata store nothing while the cluster is idle, however many OSD
 /// processes run one. Without a watch it looks every tick.
 pub async fn run(meta: Arc<dyn MetaStore>, config: MonitorConfig, mut stop: watch::Receiver<bool>) {
     let tick = Duration::from_millis(config.tick_ms.max(10));
-    let recheck = Duration::from_secs(config.lease_ttl_secs.max(1));
+    let mut role: Option<Changes> = None;
     // Bound: one campaign per role change, per recheck or per tick until stopped.
     while !*stop.borrow() {
         // Watch first: a holder that leaves between the campaign and the wait is seen.
-        let mut role = Changes::open(meta.as_ref(), &[MONITOR_KEY]).await;
+        let watching = match role.take() {
+            Some(r) if r.complete() => r,
+            _ => Changes::open(meta.as_ref(), &[MONITOR_KEY]).await,
+        };
         match campaign(meta.as_ref(), &config).await {
             Ok(Some(lease)) => {
-                drop(role);
+                drop(watching);
                 tracing::info!(holder = %config.holder, "took the monitor role");
                 lead(meta.as_ref(), &config, lease, &mut stop).await;
                 let _ = meta.revoke_lease(lease).await;
@@ -79,15 +82,24 @@ pub async fn run(meta: Arc<dyn MetaStore>, config: MonitorConfig, mut stop: watc
             Ok(None) => {}
             Err(e) => tracing::debug!("monitor campaign: {e}"),
         }
-        let wait = if role.complete() { recheck } else { tick };
+        let watching = role.insert(watching);
+        let wait = if watching.complete() {
+            STANDBY_RECHECK
+        } else {
+            tick
+        };
         tokio::select! {
             biased;
             _ = stop.changed() => {}
-            _ = role.next() => {}
+            _ = watching.next() => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }
 }
+
+/// How often a standby candidate with its watch in place looks at the role anyway (a
+/// safety net: the watch reports the holder leaving at once).
+const STANDBY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Watches on a few keys or prefixes, merged: [`Changes::next`] completes at the next change
 /// under any of them. A watch that could not be set up, or that ended (a slow consumer, a
@@ -397,8 +409,8 @@ mod tests {
         .sum()
     }
 
-    /// Goal: with the cluster idle, a standby candidate makes no metadata call between its
-    /// rechecks (once per lease TTL, not once per tick), and the holder reads the records
+    /// Goal: with the cluster idle, a standby candidate makes no metadata call (it watches
+    /// the role; not a read per tick), and the holder reads the records
     /// only when one changes (and at its idle recheck); a change (a pool created) still
     /// reaches the map at once, and a holder that stops is replaced by the standby.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

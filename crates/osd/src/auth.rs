@@ -12,8 +12,12 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify};
 
-/// How often open sessions of client entities are checked against the entity records.
+/// How often open sessions of client entities are checked against the entity records
+/// when the records cannot be watched.
 pub const REVOCATION_CHECK: Duration = Duration::from_secs(1);
+/// How often they are checked with the watch in place (a safety net: a change to the
+/// records triggers a check at once).
+pub const REVOCATION_RECHECK: Duration = Duration::from_secs(30);
 
 /// Refusal reasons, in the order of [`AuthCounters::refused`]; the last two are data-plane
 /// TLS's (a plaintext peer of a TLS OSD, a failed TLS handshake).
@@ -210,16 +214,42 @@ pub fn permitted(caps: Option<Caps>, header: &basalt_proto::Header) -> bool {
     caps.is_none_or(|c| c.permits(header))
 }
 
-/// Check open sessions against the entity records every [`REVOCATION_CHECK`] until `stop`.
+/// Check open sessions against the entity records whenever one changes (watched), every
+/// [`REVOCATION_RECHECK`] in any case, and every [`REVOCATION_CHECK`] while the watch is
+/// missing; until `stop`. An idle cluster then makes no metadata request for this.
 pub async fn watch_revocations(auth: Arc<OsdAuth>, mut stop: watch::Receiver<bool>) {
+    // Bound: one round per watch set up, until stopped.
     loop {
+        // Watch first, then check: a change between the two is seen by one or the other.
+        let mut changes = auth.authority.watch_entities().await.ok();
+        let every = match changes {
+            Some(_) => REVOCATION_RECHECK,
+            None => REVOCATION_CHECK,
+        };
+        // Bound: one check per change or timer, until the watch ends or stop.
+        loop {
+            let n = auth.revoke_stale().await;
+            if n > 0 {
+                tracing::info!("revoked {n} session(s)");
+            }
+            let changed = async {
+                match changes.as_mut() {
+                    Some(rx) => matches!(rx.recv().await, Some(Ok(_))),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stop.changed() => return,
+                alive = changed => if !alive {
+                    break;
+                },
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+        // The watch ended: set it up again after a pause.
         tokio::select! {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(REVOCATION_CHECK) => {}
-        }
-        let n = auth.revoke_stale().await;
-        if n > 0 {
-            tracing::info!("revoked {n} session(s)");
         }
     }
 }
