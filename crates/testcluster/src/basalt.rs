@@ -153,7 +153,9 @@ impl BasaltCluster {
             ])?,
         };
         c.start_gateway()?;
-        c.wait_clean(Duration::from_secs(60))?;
+        // A minute, and a second more per OSD: a large cluster on two cores peers slowly.
+        let osds = (layout.hosts * layout.osds_per_host) as u64;
+        c.wait_clean(Duration::from_secs(60 + osds))?;
         Ok(c)
     }
 
