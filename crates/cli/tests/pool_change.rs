@@ -11,17 +11,16 @@ use multihost::{Layout, Loader, MultiHost};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-/// The acting sets of the PGs of pool `id`, as hosts.
-fn acting_hosts(st: &serde_json::Value, id: u64) -> Vec<Vec<String>> {
-    let host: HashMap<u64, String> = st["osds"]
+/// The acting sets of the PGs of pool `id`, each member named by its OSD's `field` in the
+/// status report (`host`, `location`).
+fn acting_by(st: &serde_json::Value, id: u64, field: &str) -> Vec<Vec<String>> {
+    let name: HashMap<u64, String> = st["osds"]
         .as_array()
         .unwrap()
         .iter()
         .map(|o| {
-            (
-                o["id"].as_u64().unwrap(),
-                o["host"].as_str().unwrap().into(),
-            )
+            let value = o[field].as_str().unwrap_or("");
+            (o["id"].as_u64().unwrap(), value.to_string())
         })
         .collect();
     st["pgs"]
@@ -34,7 +33,7 @@ fn acting_hosts(st: &serde_json::Value, id: u64) -> Vec<Vec<String>> {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|o| host[&o.as_u64().unwrap()].clone())
+                .map(|o| name[&o.as_u64().unwrap()].clone())
                 .collect()
         })
         .collect()
@@ -73,14 +72,14 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
 
     mh.cli_ok(&["pool", "set", "p", "size", "3"]);
     let st = mh.wait_clean(Duration::from_secs(180));
-    let sets = acting_hosts(&st, id);
+    let sets = acting_by(&st, id, "host");
     assert_eq!(sets.len(), 16);
     assert!(sets.iter().all(|s| s.len() == 3), "{sets:?}");
 
     mh.cli_ok(&["pool", "set", "p", "failure-domain", "host"]);
     mh.cli_ok(&["pool", "set", "p", "min-size", "2"]);
     let st = mh.wait_clean(Duration::from_secs(180));
-    for set in acting_hosts(&st, id) {
+    for set in acting_by(&st, id, "host") {
         let hosts: BTreeSet<&String> = set.iter().collect();
         assert_eq!(hosts.len(), 3, "copies share a host: {set:?}");
     }
@@ -104,33 +103,6 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
     let jobs = loader.finish();
     eprintln!("{jobs} fio jobs wrote and verified during the changes");
     assert!(jobs >= 4, "only {jobs} fio jobs ran");
-}
-
-/// The acting sets of the PGs of pool `id`, as the OSDs' `location` field names them.
-fn acting_locations(st: &serde_json::Value, id: u64) -> Vec<Vec<String>> {
-    let location: HashMap<u64, String> = st["osds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| {
-            let l = o["location"].as_str().unwrap_or("");
-            (o["id"].as_u64().unwrap(), l.to_string())
-        })
-        .collect();
-    st["pgs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["pg"].as_str().unwrap().starts_with(&format!("{id}.")))
-        .map(|p| {
-            p["acting"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| location[&o.as_u64().unwrap()].clone())
-                .collect()
-        })
-        .collect()
 }
 
 /// Goal: OSDs carry a location and a device class; a pool holding data moves from failure
@@ -190,7 +162,7 @@ fn pool_moves_to_rack_failure_domain_under_verified_writes() {
     // Under failure domain host, some PG has two copies in rack r1 (hosts 0 and 1):
     // the change below has something to move.
     let st = mh.wait_clean(Duration::from_secs(120));
-    let shared = acting_locations(&st, id)
+    let shared = acting_by(&st, id, "location")
         .iter()
         .filter(|set| set.iter().collect::<BTreeSet<_>>().len() < set.len())
         .count();
@@ -201,7 +173,7 @@ fn pool_moves_to_rack_failure_domain_under_verified_writes() {
 
     mh.cli_ok(&["pool", "set", "p", "failure-domain", "rack"]);
     let st = mh.wait_clean(Duration::from_secs(180));
-    let sets = acting_locations(&st, id);
+    let sets = acting_by(&st, id, "location");
     assert_eq!(sets.len(), 16);
     for set in &sets {
         let racks: BTreeSet<&String> = set.iter().collect();
@@ -273,7 +245,7 @@ fn pool_moves_to_rack_failure_domain_under_verified_writes() {
         .find(|p| p["name"] == "fast")
         .map(|p| p["id"].as_u64().unwrap())
         .unwrap();
-    for set in acting_locations(&st, fast) {
+    for set in acting_by(&st, fast, "location") {
         assert!(
             !set.contains(&"rack=r3".to_string()),
             "an hdd OSD holds {set:?}"

@@ -37,6 +37,7 @@ impl LoopDevice {
             String::from_utf8_lossy(&out.stderr)
         );
         let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        wait_until_exclusive(&path);
         LoopDevice { path, _dir: dir }
     }
 
@@ -44,6 +45,33 @@ impl LoopDevice {
     #[allow(dead_code)]
     pub fn name(&self) -> String {
         self.path.display().to_string()
+    }
+}
+
+/// Wait (at most 5 s) until `path` can be opened exclusively: a freshly attached loop
+/// device was once seen refusing O_EXCL (EBUSY) for a moment in a test that opened it at
+/// once, with nothing else of the test holding it (a kernel or udev probe of the new device
+/// is the likely holder). The tests' own opens come after this.
+fn wait_until_exclusive(path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_EXCL: i32 = 0o200;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    // Bound: 5 s of 20 ms pauses.
+    loop {
+        let open = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(O_EXCL)
+            .open(path);
+        match open {
+            Ok(_) => return,
+            Err(e) if std::time::Instant::now() >= deadline => {
+                panic!(
+                    "{} stays busy after losetup attached it: {e}",
+                    path.display()
+                )
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
     }
 }
 
