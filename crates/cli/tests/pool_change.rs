@@ -39,6 +39,37 @@ fn acting_by(st: &serde_json::Value, id: u64, field: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Pool `p` created with `flags` (after `pool create p`), its id, and a volume `vol` in it
+/// that fio writes and verifies from now on (in `dir`).
+fn pool_under_writes(mh: &MultiHost, dir: &std::path::Path, flags: &[&str]) -> (u64, Loader) {
+    let mut args = vec!["pool", "create", "p"];
+    args.extend_from_slice(flags);
+    mh.cli_ok(&args);
+    let pool: serde_json::Value =
+        serde_json::from_str(&mh.cli_ok(&["pool", "get", "p", "--json"])).unwrap();
+    let id = pool["id"].as_u64().unwrap();
+    mh.cli_ok(&["volume", "create", "vol", "--pool", "p", "--size", "64M"]);
+    let loader = Loader::start(mh.uri("vol"), dir.into(), 4, 8);
+    std::thread::sleep(Duration::from_secs(3));
+    (id, loader)
+}
+
+/// Each `pool set p KEY VALUE` of `refused` fails naming its reason, and pool `p` is
+/// unchanged afterwards.
+fn refused_unchanged(mh: &MultiHost, refused: &[(&str, &str, &str)]) {
+    let before = mh.cli_ok(&["pool", "get", "p", "--json"]);
+    for (key, value, expect) in refused {
+        let out = mh.cli(&["pool", "set", "p", key, value]).unwrap();
+        let all = common::text(&out);
+        assert!(
+            !out.status.success(),
+            "pool set {key} {value} accepted: {all}"
+        );
+        assert!(all.contains(expect), "pool set {key} {value}: {all}");
+    }
+    assert_eq!(mh.cli_ok(&["pool", "get", "p", "--json"]), before);
+}
+
 /// Goal: `basalt pool set` changes a pool that holds data while clients write: size 2 → 3
 /// gives every PG three copies, failure domain osd → host spreads them over three hosts,
 /// and fio verifies every block throughout; a size the cluster cannot place, a PG count
@@ -50,10 +81,7 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
         .tempdir()
         .unwrap();
     let mh = MultiHost::start(Layout::default());
-    mh.cli_ok(&[
-        "pool",
-        "create",
-        "p",
+    let flags = [
         "--size",
         "2",
         "--min-size",
@@ -62,13 +90,8 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
         "16",
         "--failure-domain",
         "osd",
-    ]);
-    let pool: serde_json::Value =
-        serde_json::from_str(&mh.cli_ok(&["pool", "get", "p", "--json"])).unwrap();
-    let id = pool["id"].as_u64().unwrap();
-    mh.cli_ok(&["volume", "create", "vol", "--pool", "p", "--size", "64M"]);
-    let loader = Loader::start(mh.uri("vol"), dir.path().into(), 4, 8);
-    std::thread::sleep(Duration::from_secs(3));
+    ];
+    let (id, loader) = pool_under_writes(&mh, dir.path(), &flags);
 
     mh.cli_ok(&["pool", "set", "p", "size", "3"]);
     let st = mh.wait_clean(Duration::from_secs(180));
@@ -84,21 +107,14 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
         assert_eq!(hosts.len(), 3, "copies share a host: {set:?}");
     }
 
-    let before = mh.cli_ok(&["pool", "get", "p", "--json"]);
-    for (key, value, expect) in [
-        ("size", "4", "needs 4 hosts"),
-        ("pgs", "32", "not built yet"),
-        ("min-size", "4", "--min-size must be between 1 and --size"),
-    ] {
-        let out = mh.cli(&["pool", "set", "p", key, value]).unwrap();
-        let all = common::text(&out);
-        assert!(
-            !out.status.success(),
-            "pool set {key} {value} accepted: {all}"
-        );
-        assert!(all.contains(expect), "pool set {key} {value}: {all}");
-    }
-    assert_eq!(mh.cli_ok(&["pool", "get", "p", "--json"]), before);
+    refused_unchanged(
+        &mh,
+        &[
+            ("size", "4", "needs 4 hosts"),
+            ("pgs", "32", "not built yet"),
+            ("min-size", "4", "--min-size must be between 1 and --size"),
+        ],
+    );
 
     let jobs = loader.finish();
     eprintln!("{jobs} fio jobs wrote and verified during the changes");
@@ -142,23 +158,8 @@ fn pool_moves_to_rack_failure_domain_under_verified_writes() {
     assert!(ls.contains("LOCATION") && ls.contains("CLASS"), "{ls}");
     assert!(ls.contains("rack=r3") && ls.contains("hdd"), "{ls}");
 
-    mh.cli_ok(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--pgs",
-        "16",
-        "--failure-domain",
-        "host",
-    ]);
-    let pool: serde_json::Value =
-        serde_json::from_str(&mh.cli_ok(&["pool", "get", "p", "--json"])).unwrap();
-    let id = pool["id"].as_u64().unwrap();
-    mh.cli_ok(&["volume", "create", "vol", "--pool", "p", "--size", "64M"]);
-    let loader = Loader::start(mh.uri("vol"), dir.path().into(), 4, 8);
-    std::thread::sleep(Duration::from_secs(3));
+    let flags = ["--size", "3", "--pgs", "16", "--failure-domain", "host"];
+    let (id, loader) = pool_under_writes(&mh, dir.path(), &flags);
     // Under failure domain host, some PG has two copies in rack r1 (hosts 0 and 1):
     // the change below has something to move.
     let st = mh.wait_clean(Duration::from_secs(120));
@@ -180,30 +181,23 @@ fn pool_moves_to_rack_failure_domain_under_verified_writes() {
         assert_eq!(racks.len(), 3, "copies share a rack: {set:?}");
     }
 
-    let before = mh.cli_ok(&["pool", "get", "p", "--json"]);
-    for (key, value, expect) in [
-        ("failure-domain", "zone", "needs 3 zones"),
-        (
-            "failure-domain",
-            "row",
-            "--failure-domain must be osd, host, rack or zone",
-        ),
-        ("device-class", "nvme", "needs 3 racks of device class nvme"),
-        (
-            "device-class",
-            "ssd",
-            "no OSD has it (device classes here: hdd: 1 OSD, nvme: 3 OSDs)",
-        ),
-    ] {
-        let out = mh.cli(&["pool", "set", "p", key, value]).unwrap();
-        let all = common::text(&out);
-        assert!(
-            !out.status.success(),
-            "pool set {key} {value} accepted: {all}"
-        );
-        assert!(all.contains(expect), "pool set {key} {value}: {all}");
-    }
-    assert_eq!(mh.cli_ok(&["pool", "get", "p", "--json"]), before);
+    refused_unchanged(
+        &mh,
+        &[
+            ("failure-domain", "zone", "needs 3 zones"),
+            (
+                "failure-domain",
+                "row",
+                "--failure-domain must be osd, host, rack or zone",
+            ),
+            ("device-class", "nvme", "needs 3 racks of device class nvme"),
+            (
+                "device-class",
+                "ssd",
+                "no OSD has it (device classes here: hdd: 1 OSD, nvme: 3 OSDs)",
+            ),
+        ],
+    );
     let out = mh
         .cli(&[
             "pool",
