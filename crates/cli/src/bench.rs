@@ -338,11 +338,12 @@ fn storage(args: StorageArgs, meta: &MetaArgs) -> anyhow::Result<()> {
 /// `bench fleet`: one cluster per size, measured in turn.
 fn fleet(args: FleetArgs) -> anyhow::Result<()> {
     use anyhow::Context;
-    if args.osds.is_empty() || args.osds.contains(&0) || args.osds_per_host == 0 {
-        anyhow::bail!("--osds and --osds-per-host must be positive");
+    let positive = [args.osds_per_host, args.idle as usize, args.status_runs];
+    if args.osds.is_empty() || args.osds.contains(&0) || positive.contains(&0) {
+        anyhow::bail!("--osds, --osds-per-host, --idle and --status-runs must be positive");
     }
     let exe = std::env::current_exe().context("find the basalt executable")?;
-    let idle = std::time::Duration::from_secs(args.idle.max(1));
+    let idle = std::time::Duration::from_secs(args.idle);
     let mut rows = Vec::new();
     for &osds in &args.osds {
         eprintln!(
@@ -357,7 +358,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<()> {
             &args.scratch,
             &exe,
             idle,
-            args.status_runs.max(1),
+            args.status_runs,
         )
         .with_context(|| format!("measure a cluster of {osds} OSDs"))?;
         let methods: Vec<String> = row

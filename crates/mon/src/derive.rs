@@ -47,20 +47,25 @@ fn pool_spec(p: &PoolRecord) -> PoolSpec {
 }
 
 /// What placement depends on of one OSD: id, host, weight, location and device class.
-type PlacementOsd = (OsdId, String, u64, BTreeMap<String, String>, String);
+type PlacementOsd<'a> = (OsdId, &'a str, u64, &'a BTreeMap<String, String>, &'a str);
 
 /// What placement depends on: the OSDs that are in and the pools.
-fn placement_inputs(m: &ClusterMap) -> (Vec<PlacementOsd>, Vec<PoolSpec>) {
+fn placement_inputs(m: &ClusterMap) -> (Vec<PlacementOsd<'_>>, Vec<&PoolSpec>) {
     let osds = m
         .osds
         .values()
         .filter(|o| o.is_in)
         .map(|o| {
-            let (host, location, class) = (o.host.clone(), o.location.clone(), o.class.clone());
-            (o.id, host, o.weight, location, class)
+            (
+                o.id,
+                o.host.as_str(),
+                o.weight,
+                &o.location,
+                o.class.as_str(),
+            )
         })
         .collect();
-    (osds, m.pools.values().cloned().collect())
+    (osds, m.pools.values().collect())
 }
 
 /// The map implied by the records, starting from `current`. Returns None when nothing

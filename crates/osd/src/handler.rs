@@ -352,7 +352,8 @@ pub(crate) fn dispatch(
     }
 }
 
-/// USAGE: the space this OSD's objects of the asked inodes take, in its own task.
+/// USAGE: the space this OSD's objects of the asked inodes take (read from the store's
+/// counters: no walk, so no thread of its own).
 fn usage_request(
     osd: &Arc<Osd>,
     h: Header,
@@ -362,11 +363,9 @@ fn usage_request(
 ) {
     let osd = osd.clone();
     spawn_reply(Queued::new(&osd, &h), sink, h, permit, async move {
-        let store = osd.store.clone();
-        match osd.store_call(move || Ok(usage(&store, &payload))).await {
-            Ok(Some(out)) => (Status::Ok, out),
-            Ok(None) => (Status::Invalid, Bytes::new()),
-            Err(e) => (status_of(&e), Bytes::new()),
+        match usage(&osd.store, &payload) {
+            Some(out) => (Status::Ok, out),
+            None => (Status::Invalid, Bytes::new()),
         }
     });
 }

@@ -9,6 +9,6 @@ pub mod rendezvous;
 
 pub use map::{
     check_device_class, format_location, parse_location, ClusterMap, FailureDomain, MapError,
-    OsdInfo, PoolSpec, LOCATION_KEYS, NO_OSD,
+    OsdInfo, PoolSpec, NO_OSD,
 };
 pub use rendezvous::{place_pg, place_pg_positions};

@@ -10,7 +10,7 @@ use thiserror::Error;
 /// Where replicas of one PG must not meet: no two copies (or chunks) of a PG share one.
 /// Rack and zone come from the OSDs' locations (`--location zone=z1,rack=r2`); an OSD
 /// without that key is not a candidate for a pool with that failure domain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FailureDomain {
     Osd,
@@ -91,8 +91,16 @@ pub fn format_location(location: &BTreeMap<String, String>) -> String {
 }
 
 /// A device class name (`nvme`, `ssd`, `hdd`, or an operator's own): 1 to 32 lowercase
-/// letters, digits or '-'.
+/// letters, digits or '-'; not `any`, which `pool set NAME device-class any` reads as "no
+/// class".
 pub fn check_device_class(class: &str) -> Result<(), String> {
+    if class == "any" {
+        return Err(
+            "device class \"any\" is reserved: `basalt pool set NAME device-class any` lifts a \
+             pool's class"
+                .into(),
+        );
+    }
     let ok = !class.is_empty()
         && class.len() <= 32
         && class
@@ -590,6 +598,31 @@ mod tests {
             ClusterMap::pg_of(spec, stripe.chunk(2, true)),
             ClusterMap::pg_of(spec, stripe)
         );
+    }
+
+    /// Goal: locations and device classes as operators write them are read or refused
+    /// with the reason: unknown or repeated keys, bad names, and the reserved class `any`.
+    #[test]
+    fn locations_and_classes_are_checked() {
+        let l = parse_location(" rack=r2, zone=z1 ").unwrap();
+        assert_eq!(format_location(&l), "zone=z1,rack=r2");
+        assert!(parse_location("").unwrap().is_empty());
+        for (bad, why) in [
+            ("row=1", "unknown location key \"row\""),
+            ("host=h1", "unknown location key \"host\""),
+            ("rack=r1,rack=r2", "given twice"),
+            ("rack", "is not KEY=NAME"),
+            ("rack=r 1", "a name is 1 to 64"),
+        ] {
+            let err = parse_location(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        assert!(check_device_class("nvme").is_ok());
+        assert!(check_device_class("NVMe")
+            .unwrap_err()
+            .contains("lowercase"));
+        assert!(check_device_class("").is_err());
+        assert!(check_device_class("any").unwrap_err().contains("reserved"));
     }
 
     /// Goal: an unknown PG or pool is an error, not a panic.
