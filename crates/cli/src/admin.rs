@@ -317,6 +317,14 @@ async fn set_pool_cmd(
             let mut maps = basalt_client::follow_map(meta.clone())
                 .await
                 .context("read the cluster map")?;
+            // A PG count change reports the PGs that peered under it while it waits.
+            let mut progress = |peered: u32, total: u32| {
+                if !global.json {
+                    eprintln!(
+                        "pool \"{name}\": {peered} of {total} PGs peered under the new count"
+                    );
+                }
+            };
             set_pool(
                 meta.as_ref(),
                 &name,
@@ -324,6 +332,7 @@ async fn set_pool_cmd(
                 allow_unplaceable,
                 &mut maps,
                 global.wait(),
+                &mut progress,
             )
             .await?
         }

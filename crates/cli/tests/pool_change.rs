@@ -1,6 +1,6 @@
-//! Changing a pool after creation on a 3-host cluster in network namespaces: more replicas
-//! and a wider failure domain while fio writes and verifies, and the changes the cluster
-//! refuses leave the pool as it was.
+//! Changing a pool after creation on a 3-host cluster in network namespaces: more replicas,
+//! a wider failure domain and PG split and merge while fio writes and verifies, and the
+//! changes the cluster refuses leave the pool as it was.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -73,7 +73,8 @@ fn refused_unchanged(mh: &MultiHost, refused: &[(&str, &str, &str)]) {
 /// Goal: `basalt pool set` changes a pool that holds data while clients write: size 2 → 3
 /// gives every PG three copies, failure domain osd → host spreads them over three hosts,
 /// and fio verifies every block throughout; a size the cluster cannot place, a PG count
-/// change (not built) and a min-size above the size are refused and change nothing.
+/// that is neither a multiple nor a divisor and a min-size above the size are refused and
+/// change nothing.
 #[test]
 fn pool_size_and_failure_domain_change_under_verified_writes() {
     let dir = tempfile::Builder::new()
@@ -111,13 +112,75 @@ fn pool_size_and_failure_domain_change_under_verified_writes() {
         &mh,
         &[
             ("size", "4", "needs 4 hosts"),
-            ("pgs", "32", "not built yet"),
+            ("pgs", "24", "a multiple of it (a split) or a divisor"),
             ("min-size", "4", "--min-size must be between 1 and --size"),
         ],
     );
 
     let jobs = loader.finish();
     eprintln!("{jobs} fio jobs wrote and verified during the changes");
+    assert!(jobs >= 4, "only {jobs} fio jobs ran");
+}
+
+/// The states of pool `id`'s PGs in a status report.
+fn pg_states_of(st: &serde_json::Value, id: u64) -> Vec<String> {
+    st["pgs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pg"].as_str().unwrap().starts_with(&format!("{id}.")))
+        .map(|p| p["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Goal: `basalt pool set p pgs N` splits a pool's 32 PGs into 128 and merges them back
+/// into 32 while fio writes and verifies: each change returns once every PG peered under
+/// the new count, every PG is then active+clean, and no block is lost or fails; a count
+/// that is neither a multiple nor a divisor, zero, and one that puts more PG copies on the
+/// OSDs than they may hold are refused and change nothing.
+#[test]
+fn pg_split_and_merge_under_verified_writes() {
+    let dir = tempfile::Builder::new()
+        .prefix("basalt-pgsplit-")
+        .tempdir()
+        .unwrap();
+    let mh = MultiHost::start(Layout::default());
+    let flags = ["--size", "3", "--pgs", "32", "--failure-domain", "host"];
+    let (id, loader) = pool_under_writes(&mh, dir.path(), &flags);
+
+    for pgs in [128, 32] {
+        let started = std::time::Instant::now();
+        let out = mh
+            .cli(&["pool", "set", "p", "pgs", &pgs.to_string()])
+            .unwrap();
+        let all = common::text(&out);
+        assert!(out.status.success(), "pool set p pgs {pgs}: {all}");
+        assert!(
+            all.contains(&format!("{pgs} of {pgs} PGs peered under the new count")),
+            "no progress up to every PG: {all}"
+        );
+        eprintln!("pgs {pgs}: every PG peered after {:?}", started.elapsed());
+        let st = mh.wait_clean(Duration::from_secs(240));
+        let states = pg_states_of(&st, id);
+        assert_eq!(states.len(), pgs, "{states:?}");
+        assert!(states.iter().all(|s| s == "active+clean"), "{states:?}");
+        let pool: serde_json::Value =
+            serde_json::from_str(&mh.cli_ok(&["pool", "get", "p", "--json"])).unwrap();
+        assert_eq!(pool["pg_count"].as_u64(), Some(pgs as u64));
+        eprintln!("pgs {pgs}: active+clean after {:?}", started.elapsed());
+    }
+
+    refused_unchanged(
+        &mh,
+        &[
+            ("pgs", "48", "a multiple of it (a split) or a divisor"),
+            ("pgs", "0", "pgs must be between 1 and 4096"),
+            ("pgs", "4096", "PG copies on each of the 6 OSDs"),
+        ],
+    );
+
+    let jobs = loader.finish();
+    eprintln!("{jobs} fio jobs wrote and verified during the split and the merge");
     assert!(jobs >= 4, "only {jobs} fio jobs ran");
 }
 

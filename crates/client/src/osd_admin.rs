@@ -15,7 +15,7 @@ use basalt_meta::schema::{
     FAILURES_PREFIX, OSDS_PREFIX, PGS_PREFIX,
 };
 use basalt_meta::{MetaStore, Revision};
-use basalt_placement::{ClusterMap, NO_OSD};
+use basalt_placement::{ClusterMap, PoolSpec, NO_OSD};
 use basalt_proto::{OsdId, PgId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -169,11 +169,16 @@ pub fn pgs_needing(
     records: &HashMap<String, PgRecord>,
 ) -> Vec<PgNeed> {
     let remaining: BTreeSet<OsdId> = existing.difference(removing).copied().collect();
-    let mut needs: Vec<(PgId, PgNeed)> = parse_pg_records(records)
-        .into_iter()
+    let parsed = parse_pg_records(records);
+    let mut needs: Vec<(PgId, PgNeed)> = parsed
+        .iter()
+        .map(|(pg, rec)| (*pg, *rec))
         .filter_map(|(pg, rec)| {
             // A record of a removed pool needs nothing: the pool's data is given up.
             let pool = map.pools.get(&pg.pool)?;
+            if !record_still_used(pool, pg, rec, &parsed) {
+                return None;
+            }
             let reason = need_of(removing, &remaining, rec, pool.ec.map(|e| e.k))?;
             Some((
                 pg,
@@ -189,6 +194,37 @@ pub fn pgs_needing(
         .collect();
     needs.sort_by_key(|(pg, _)| (pg.pool, pg.index));
     needs.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Does `rec`, the record of `pg`, still say where data is, across PG count changes? A
+/// record of the current count's era does; one of the era before does while a PG of the
+/// current count that takes its objects has not peered yet; an older one (an index the
+/// pool had two changes ago) does not.
+fn record_still_used(
+    pool: &PoolSpec,
+    pg: PgId,
+    rec: &PgRecord,
+    records: &HashMap<PgId, &PgRecord>,
+) -> bool {
+    if pool.pg_count_before == 0 || (pg.index < pool.pg_count && rec.of_era(pool.pg_count_since)) {
+        return true;
+    }
+    if pg.index >= pool.pg_count.max(pool.pg_count_before) {
+        return false;
+    }
+    // A record of the previous era: needed by the PGs whose predecessor it is, until they
+    // peered under the new count.
+    let successors = (0..pool.pg_count)
+        .filter(|i| pool.predecessors(*i).contains(&pg.index))
+        .map(|index| PgId {
+            pool: pg.pool,
+            index,
+        });
+    successors.into_iter().any(|s| {
+        records
+            .get(&s)
+            .is_none_or(|r| r.inherited != 0 || !r.of_era(pool.pg_count_since))
+    })
 }
 
 /// Names of PGs for a message: the first [`PGS_NAMED_MAX`], then how many more.
@@ -516,6 +552,8 @@ mod tests {
             unfound_objects: 0,
             unfound_waiting: Vec::new(),
             ec_sources: Vec::new(),
+            fence: 0,
+            inherited: 0,
         }
     }
 
@@ -532,6 +570,8 @@ mod tests {
             object_size: 1 << 17,
             ec,
             device_class: None,
+            pg_count_since: 0,
+            pg_count_before: 0,
         };
         m.pools.insert(1, pool(1, "rbd", None));
         m.pools

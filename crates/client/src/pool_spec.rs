@@ -108,6 +108,11 @@ impl ClusterShape {
             .filter(move |o| class.is_none_or(|c| o.class == c))
     }
 
+    /// How many OSDs can hold a pool of device class `class` (None: any).
+    pub fn serving(&self, class: Option<&str>) -> usize {
+        self.of_class(class).count()
+    }
+
     /// How many distinct failure domains of kind `fd` the OSDs of `class` span.
     fn domains(&self, fd: FailureDomain, class: Option<&str>) -> usize {
         let keys: BTreeSet<String> = self.of_class(class).filter_map(|o| o.domain(fd)).collect();

@@ -355,6 +355,8 @@ mod tests {
             object_size: 128 << 10,
             ec: None,
             device_class: None,
+            pg_count_since: 0,
+            pg_count_before: 0,
         };
         map.pools.insert(7, pool);
         map

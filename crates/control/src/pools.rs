@@ -42,6 +42,7 @@ pub(crate) async fn pool_request(
                 allow_unplaceable,
                 &mut maps,
                 wait,
+                &mut |_, _| {},
             )
             .await
             .map(Response::pool)

@@ -312,7 +312,7 @@ pub struct CompleteCopy {
 /// a replica finishes recovery. The next primary reads it to know where the authoritative
 /// contents are: any copy listed in `complete` of the last activated interval holds every
 /// write acknowledged so far (writes are acknowledged only once every member applied them).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgRecord {
     /// Map epoch at which the interval began (the primary's version epoch).
     pub epoch: u32,
@@ -345,6 +345,23 @@ pub struct PgRecord {
     /// the next primary finds chunks a placement change left elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ec_sources: Vec<Vec<u32>>,
+    /// The pool's PG count changed at this epoch and a PG of the new count took its
+    /// contents from this record (docs/design.md, "PG split and merge"): a primary of an
+    /// interval below it must not activate (0: never fenced).
+    #[serde(default, skip_serializing_if = "is_zero_epoch")]
+    pub fence: u32,
+    /// A split child's record copied from its parent's last record before the split at
+    /// this epoch: the child's objects are on the parent's copies (0: the PG's own record).
+    #[serde(default, skip_serializing_if = "is_zero_epoch")]
+    pub inherited: u32,
+}
+
+impl PgRecord {
+    /// Written in the era of the pool's PG count that began at `since` (by the PG's own
+    /// primary at or after it, or inherited from a split parent at it).
+    pub fn of_era(&self, since: u32) -> bool {
+        self.epoch >= since || self.inherited >= since
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -43,7 +43,26 @@ fn pool_spec(p: &PoolRecord) -> PoolSpec {
         object_size: p.object_size,
         ec: p.ec,
         device_class: p.device_class.clone(),
+        pg_count_since: 0,
+        pg_count_before: 0,
     }
+}
+
+/// `p`'s spec in the map following `current` (at `epoch`): a PG count that differs from
+/// the current map's begins a new era there (docs/design.md, "PG split and merge"); an
+/// unchanged one keeps its era.
+fn pool_spec_at(p: &PoolRecord, current: &ClusterMap, epoch: u32) -> PoolSpec {
+    let mut spec = pool_spec(p);
+    if let Some(old) = current.pools.get(&p.id) {
+        if old.pg_count == p.pg_count {
+            spec.pg_count_since = old.pg_count_since;
+            spec.pg_count_before = old.pg_count_before;
+        } else {
+            spec.pg_count_since = epoch;
+            spec.pg_count_before = old.pg_count;
+        }
+    }
+    spec
 }
 
 /// What placement depends on of one OSD: id, host, weight, location and device class.
@@ -137,7 +156,10 @@ pub fn derive_map(
             }
         }
     }
-    m.pools = pools.iter().map(|p| (p.id, pool_spec(p))).collect();
+    m.pools = pools
+        .iter()
+        .map(|p| (p.id, pool_spec_at(p, current, current.epoch + 1)))
+        .collect();
     if placement_inputs(&m) != placement_inputs(current) || m.pgs.len() != m.pools.len() {
         m.recompute();
     } else {
@@ -250,6 +272,7 @@ impl ReportSettle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use basalt_proto::PgId;
 
     fn osd(id: OsdId, host: &str) -> OsdRecord {
         OsdRecord {
@@ -469,6 +492,61 @@ mod tests {
             };
             assert_eq!(m3.interval(pg), expect, "{pg}");
         }
+    }
+
+    /// Goal: a PG count change begins an era at its epoch: every PG of the pool starts an
+    /// interval there (even those whose acting set is unchanged), the map remembers the
+    /// count before, and later maps keep the era until the count changes again.
+    #[test]
+    fn pg_count_change_begins_an_era() {
+        let osds: Vec<_> = (0..4).map(|i| osd(i, &format!("h{i}"))).collect();
+        let mut clock = DownClock::default();
+        let m1 = first_map(&osds, &mut clock, 4);
+        let spec = |m: &ClusterMap| {
+            let p = &m.pools[&1];
+            (p.pg_count, p.pg_count_before, p.pg_count_since)
+        };
+        assert_eq!(spec(&m1), (16, 0, 0));
+        let derive = |cur: &ClusterMap, pgs: u32, clock: &mut DownClock| {
+            let pool = PoolRecord {
+                pg_count: pgs,
+                ..pool()
+            };
+            let alive = all_alive(4);
+            let (none, pools) = (BTreeMap::new(), [pool]);
+            derive_map(cur, &osds, &alive, &none, &pools, clock, 10, Some(1000)).unwrap()
+        };
+        let m2 = derive(&m1, 64, &mut clock);
+        assert_eq!(spec(&m2), (64, 16, 2));
+        assert_eq!(m2.all_pgs().count(), 64);
+        assert!(m2.all_pgs().all(|pg| m2.interval(pg) == 2));
+        // Parents keep their placement: only the count changed for them.
+        for index in 0..16 {
+            let pg = PgId { pool: 1, index };
+            assert_eq!(m2.placement(pg).unwrap(), m1.placement(pg).unwrap());
+        }
+        // An OSD restarting later keeps the era.
+        let mut restarted = all_alive(4);
+        restarted.insert(1, alive("10.0.0.1:7000", 2));
+        let pools = [PoolRecord {
+            pg_count: 64,
+            ..pool()
+        }];
+        let m3 = derive_map(
+            &m2,
+            &osds,
+            &restarted,
+            &BTreeMap::new(),
+            &pools,
+            &mut clock,
+            20,
+            None,
+        )
+        .unwrap();
+        assert_eq!(spec(&m3), (64, 16, 2));
+        let m4 = derive(&m3, 16, &mut clock);
+        assert_eq!(spec(&m4), (16, 64, 4));
+        assert!(m4.all_pgs().all(|pg| m4.interval(pg) == 4));
     }
 
     /// The map after `cur` with `alive` up (none down by reports), one pool, out after 1 s.

@@ -251,6 +251,8 @@ mod tests {
             complete: complete.to_vec(),
             degraded_objects: 0,
             holders: Vec::new(),
+            fence: 0,
+            inherited: 0,
         }
     }
 

@@ -10,7 +10,7 @@ use crate::decide::LocalReadRefusal;
 use crate::layers::{first_holder, LayerError};
 use crate::metrics::OsdCounters;
 use crate::pg::PgPhase;
-use crate::recovery::{apply_image, push_object, read_image, PushKind};
+use crate::recovery::{apply_image, push_object, read_image, ListScope, PushKind};
 use crate::slow::OpGuard;
 use basalt_client::frame_io::{read_frame, write_frames};
 use basalt_client::{LocalHandler, ReplySink};
@@ -210,7 +210,7 @@ pub(crate) fn dispatch(
         Opcode::List | Opcode::Pull if !expected_incarnation(osd, &h) => {
             sink.send(h.reply(Status::Unavailable), Bytes::new());
         }
-        Opcode::List if seal_must_wait(osd, &h) => {
+        Opcode::List if seal_must_wait(osd, &h) || predecessors_unsealed(osd, &h) => {
             // A seal for a newer interval: judged against the request's map, after every
             // promise this OSD gave a run that map shows down has run out.
             let osd = osd.clone();
@@ -218,6 +218,9 @@ pub(crate) fn dispatch(
                 let reply = if crate::heartbeat::wait_for_map(&osd, h.map_epoch, MAP_WAIT).await {
                     let dropped = crate::heartbeat::dropped_by_seal(&osd, h.pg, h.map_epoch, None);
                     crate::heartbeat::wait_to_seal(&osd, &dropped, h.map_epoch).await;
+                    if let Ok(Some(scope)) = ListScope::decode(h.prev_version, h.pg) {
+                        crate::peering::seal_predecessors(&osd, h.pg, scope).await;
+                    }
                     list(&osd, &h)
                 } else {
                     (Status::Unavailable, Bytes::new())
@@ -513,6 +516,9 @@ pub(crate) fn local_gate(osd: &Osd, h: &Header) -> Result<u32, LocalReadRefusal>
     if map.pools.get(&h.pg.pool).is_none_or(|p| p.ec.is_some()) {
         return Err(LocalReadRefusal::NotReplica);
     }
+    if !object_in_pg(&map, h) {
+        return Err(LocalReadRefusal::IntervalMoved);
+    }
     let map_interval = map.interval(h.pg);
     let in_map_acting = map.acting(h.pg).is_ok_and(|a| a.contains(&osd.id));
     osd.pgs.with(h.pg, |e| {
@@ -706,9 +712,14 @@ pub(crate) fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
     if osd.fenced() {
         return Err(Status::Unavailable);
     }
-    if h.map_epoch > osd.map().epoch {
+    let map = osd.map();
+    if h.map_epoch > map.epoch {
         // The client knows a newer map than we do; ours arrives shortly.
         return Err(Status::Unavailable);
+    }
+    if !object_in_pg(&map, h) {
+        // Routed before the pool's PG count changed: the client fetches the map.
+        return Err(Status::NotPrimary);
     }
     osd.pgs.with(h.pg, |e| {
         let interval = crate::decide::client_gate(e, h.map_epoch)?;
@@ -719,6 +730,18 @@ pub(crate) fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
         }
         Ok(interval)
     })
+}
+
+/// Is the object of `h` in `h.pg` under `map`? True for requests addressed to a PG rather
+/// than an object (scrub, unfound stripes), and for a pool the map lacks (refused later).
+/// A client that computed the PG before the pool's PG count changed is not served by a PG
+/// its object left.
+fn object_in_pg(map: &ClusterMap, h: &Header) -> bool {
+    let by_object = h.opcode.addresses_object();
+    match map.pools.get(&h.pg.pool) {
+        Some(pool) if by_object => ClusterMap::pg_of(pool, h.object) == h.pg,
+        _ => true,
+    }
 }
 
 fn in_object(osd: &Osd, h: &Header) -> bool {
@@ -900,18 +923,28 @@ pub(crate) fn local_list(
     limit: usize,
 ) -> Option<Vec<(basalt_proto::ObjectId, Version)>> {
     let pool = map.pools.get(&pg.pool)?;
-    Some(
-        osd.store
-            .objects()
-            .into_iter()
-            .filter(|(obj, _)| {
-                *obj >= from
-                    && inode_pool(obj.inode) == pg.pool
-                    && ClusterMap::pg_of(pool, *obj) == pg
-            })
-            .take(limit)
-            .collect(),
-    )
+    Some(local_list_counted(osd, pg, pool.pg_count, from, limit))
+}
+
+/// [`local_list`] for the pool's PGs counted `count` (a LIST's scope: the lister's map
+/// may be newer than ours).
+pub(crate) fn local_list_counted(
+    osd: &Osd,
+    pg: PgId,
+    count: u32,
+    from: basalt_proto::ObjectId,
+    limit: usize,
+) -> Vec<(basalt_proto::ObjectId, Version)> {
+    osd.store
+        .objects()
+        .into_iter()
+        .filter(|(obj, _)| {
+            *obj >= from
+                && inode_pool(obj.inode) == pg.pool
+                && ClusterMap::pg_index(*obj, count) == pg.index
+        })
+        .take(limit)
+        .collect()
 }
 
 /// Is this OSD the incarnation a LIST or PULL is meant for (`version.epoch`, 0 = any)?
@@ -939,15 +972,51 @@ fn seal_must_wait(osd: &Osd, h: &Header) -> bool {
     // the seal waits if one they hold is still running.
     let dropped = crate::heartbeat::dropped_by_seal(osd, h.pg, h.map_epoch, None);
     osd.leases.bar(&dropped, h.map_epoch);
-    osd.leases.seal_not_before(|| osd.map(), &dropped) > tokio::time::Instant::now()
+    osd.leases
+        .seal_not_before(|| osd.map(), &dropped, h.map_epoch)
+        > tokio::time::Instant::now()
 }
 
-/// LIST: seal the PG below the request's epoch, then list its objects.
+/// Does this LIST seal a predecessor of its PG that is not sealed yet (the pool's PG
+/// count changed: see [`crate::peering::seal_predecessors`])?
+fn predecessors_unsealed(osd: &Osd, h: &Header) -> bool {
+    let Ok(Some(scope)) = ListScope::decode(h.prev_version, h.pg) else {
+        return false;
+    };
+    scope.predecessors(h.pg.index).into_iter().any(|index| {
+        let pred = PgId {
+            pool: h.pg.pool,
+            index,
+        };
+        osd.pgs.with(pred, |e| e.sealed) < scope.since
+    })
+}
+
+/// LIST: seal the PG below the request's epoch (and its predecessors below the PG count
+/// change, when the lister's map has one), then list its objects under the lister's count.
 fn list(osd: &Osd, h: &Header) -> (Status, Bytes) {
-    osd.pgs.with(h.pg, |e| e.sealed = e.sealed.max(h.map_epoch));
-    let map = osd.map();
-    let Some(entries) = local_list(osd, &map, h.pg, h.object, LIST_MAX_ENTRIES) else {
+    let Ok(scope) = ListScope::decode(h.prev_version, h.pg) else {
         return (Status::Invalid, Bytes::new());
+    };
+    osd.pgs.with(h.pg, |e| e.sealed = e.sealed.max(h.map_epoch));
+    let entries = match scope {
+        Some(scope) => {
+            for index in scope.predecessors(h.pg.index) {
+                let pred = PgId {
+                    pool: h.pg.pool,
+                    index,
+                };
+                osd.pgs.with(pred, |e| e.sealed = e.sealed.max(scope.since));
+            }
+            local_list_counted(osd, h.pg, scope.count, h.object, LIST_MAX_ENTRIES)
+        }
+        None => {
+            let map = osd.map();
+            let Some(entries) = local_list(osd, &map, h.pg, h.object, LIST_MAX_ENTRIES) else {
+                return (Status::Invalid, Bytes::new());
+            };
+            entries
+        }
     };
     let mut out = BytesMut::with_capacity(entries.len() * LIST_ENTRY_BYTES);
     for (obj, version) in entries {

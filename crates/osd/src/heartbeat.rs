@@ -78,11 +78,36 @@ struct Held {
 
 /// A promise this OSD gave a peer: no seal for a newer interval until `until`, unless the
 /// map still shows that run of the peer up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Promise {
     incarnation: u64,
     up_from: u32,
-    until: Instant,
+    /// The leases given to that run still running (or the last one): each with the epoch
+    /// of the map its ping carried, and when it ends.
+    grants: Vec<(u32, Instant)>,
+}
+
+impl Promise {
+    /// When the last lease given to the run ends.
+    fn until(&self) -> Instant {
+        self.grants
+            .iter()
+            .map(|g| g.1)
+            .max()
+            .unwrap_or(Instant::now())
+    }
+
+    /// When the last lease given to the run while its map was older than `epoch` ends
+    /// (None: none was): a peer whose map reached `epoch` knows every interval that began
+    /// there, so what it was promised since cannot let it serve a copy such an interval
+    /// dropped.
+    fn until_below(&self, epoch: u32) -> Option<Instant> {
+        self.grants
+            .iter()
+            .filter(|g| g.0 < epoch)
+            .map(|g| g.1)
+            .max()
+    }
 }
 
 /// The peer leases of one OSD, both ways. Without heartbeats (`lease` None: the OSDs of
@@ -173,14 +198,27 @@ impl PeerLeases {
             o.up && o.incarnation == incarnation && o.up_from == up_from && up_from != 0
         });
         if up {
-            promised.insert(
-                sender,
-                Promise {
-                    incarnation,
-                    up_from,
-                    until: Instant::now() + lease,
-                },
-            );
+            let now = Instant::now();
+            let until = now + lease;
+            let same_run = |p: &Promise| p.incarnation == incarnation && p.up_from == up_from;
+            match promised.get_mut(&sender) {
+                Some(p) if same_run(p) => {
+                    // One grant per map epoch, the newest; the ended ones go (the last stays
+                    // until replaced, so `until` always has one).
+                    p.grants.retain(|g| g.0 != sender_epoch && g.1 > now);
+                    p.grants.push((sender_epoch, until));
+                }
+                _ => {
+                    promised.insert(
+                        sender,
+                        Promise {
+                            incarnation,
+                            up_from,
+                            grants: vec![(sender_epoch, until)],
+                        },
+                    );
+                }
+            }
         }
         up
     }
@@ -199,15 +237,17 @@ impl PeerLeases {
         }
     }
 
-    /// The earliest instant at which this OSD may seal a PG for a newer interval, given
-    /// `map()` (read under the promise lock): every promise to a run that map no longer
-    /// shows up, or to one of `dropped` (members the new interval drops, barred first with
-    /// [`PeerLeases::bar`]), must have run out, and a lease must have passed since this
-    /// process started (promises of an earlier process of this OSD died with it).
+    /// The earliest instant at which this OSD may seal a PG for a newer interval beginning
+    /// at `epoch`, given `map()` (read under the promise lock): every promise to a run that
+    /// map no longer shows up must have run out, and every promise to one of `dropped`
+    /// (members the new interval drops, barred first with [`PeerLeases::bar`]) given while
+    /// its map was older than `epoch`; and a lease must have passed since this process
+    /// started (promises of an earlier process of this OSD died with it).
     pub fn seal_not_before(
         &self,
         map: impl FnOnce() -> Arc<ClusterMap>,
         dropped: &[OsdId],
+        epoch: u32,
     ) -> Instant {
         let Some(lease) = self.lease else {
             return self.started;
@@ -216,13 +256,18 @@ impl PeerLeases {
         let map = map();
         promised
             .iter()
-            .filter(|(id, p)| {
-                dropped.contains(id)
-                    || !map.osds.get(id).is_some_and(|o| {
-                        o.up && o.incarnation == p.incarnation && o.up_from == p.up_from
-                    })
+            .filter_map(|(id, p)| {
+                let running = map.osds.get(id).is_some_and(|o| {
+                    o.up && o.incarnation == p.incarnation && o.up_from == p.up_from
+                });
+                if !running {
+                    Some(p.until())
+                } else if dropped.contains(id) {
+                    p.until_below(epoch)
+                } else {
+                    None
+                }
             })
-            .map(|(_, p)| p.until)
             .fold(self.started + lease, Instant::max)
     }
 }
@@ -267,7 +312,7 @@ pub(crate) async fn wait_to_seal(osd: &Osd, dropped: &[OsdId], epoch: u32) {
     // Bound: a handful of passes; each waits out what the map showed when it began (the
     // dropped members get no new promise, so their part ends within one lease).
     for _ in 0..16 {
-        let not_before = osd.leases.seal_not_before(|| osd.map(), dropped);
+        let not_before = osd.leases.seal_not_before(|| osd.map(), dropped, epoch);
         if not_before <= Instant::now() {
             return;
         }
@@ -587,7 +632,10 @@ mod tests {
         let lease = Duration::from_millis(600);
         let leases = PeerLeases::new(Some(lease));
         let start = Instant::now();
-        assert_eq!(leases.seal_not_before(|| map_with(&[]), &[]), start + lease);
+        assert_eq!(
+            leases.seal_not_before(|| map_with(&[]), &[], 9),
+            start + lease
+        );
         let up = map_with(&[(1, 7, 3, true)]);
         assert!(!leases.grant(|| up.clone(), 1, 8, 3, 5), "another run");
         assert!(
@@ -598,10 +646,10 @@ mod tests {
         assert!(leases.grant(|| up.clone(), 1, 7, 3, 5));
         let granted_at = Instant::now();
         // While the map shows the run up, nothing waits for it.
-        assert!(leases.seal_not_before(|| up.clone(), &[]) <= Instant::now());
+        assert!(leases.seal_not_before(|| up.clone(), &[], 9) <= Instant::now());
         let down = map_with(&[(1, 7, 3, false)]);
         assert_eq!(
-            leases.seal_not_before(|| down.clone(), &[]),
+            leases.seal_not_before(|| down.clone(), &[], 9),
             granted_at + lease
         );
         assert!(
@@ -610,7 +658,7 @@ mod tests {
         );
         let back = map_with(&[(1, 7, 9, true)]);
         assert_eq!(
-            leases.seal_not_before(|| back.clone(), &[]),
+            leases.seal_not_before(|| back.clone(), &[], 9),
             granted_at + lease,
             "back up with a new up_from: the old promise still binds"
         );
@@ -627,9 +675,9 @@ mod tests {
         let up = map_with(&[(1, 7, 3, true)]);
         assert!(leases.grant(|| up.clone(), 1, 7, 3, 5));
         let granted_at = Instant::now();
-        assert!(leases.seal_not_before(|| up.clone(), &[]) <= Instant::now());
+        assert!(leases.seal_not_before(|| up.clone(), &[], 9) <= Instant::now());
         assert_eq!(
-            leases.seal_not_before(|| up.clone(), &[1]),
+            leases.seal_not_before(|| up.clone(), &[1], 9),
             granted_at + lease,
             "dropped though up: its promise binds"
         );
@@ -640,12 +688,24 @@ mod tests {
             "a ping with a map older than the seal is not promised"
         );
         assert_eq!(
-            leases.seal_not_before(|| up.clone(), &[1]),
+            leases.seal_not_before(|| up.clone(), &[1], 9),
             granted_at + lease
         );
         assert!(
             leases.grant(|| up.clone(), 1, 7, 3, 9),
             "its map reached the seal: promised again"
+        );
+        // That promise does not hold the seal up (the member knows the new interval), the
+        // one given under the older map still does until it ends.
+        assert_eq!(
+            leases.seal_not_before(|| up.clone(), &[1], 9),
+            granted_at + lease
+        );
+        tokio::time::sleep(lease - Duration::from_millis(100)).await;
+        assert!(leases.seal_not_before(|| up.clone(), &[1], 9) <= Instant::now());
+        assert!(
+            leases.seal_not_before(|| up.clone(), &[1], 10) > Instant::now(),
+            "a seal of a later interval waits for it"
         );
     }
 
@@ -674,7 +734,7 @@ mod tests {
         // Without heartbeats every lease is held and nothing waits.
         let none = PeerLeases::new(None);
         assert!(none.holds_all(0, &acting));
-        assert!(none.seal_not_before(|| map_with(&[]), &[1]) <= Instant::now());
+        assert!(none.seal_not_before(|| map_with(&[]), &[1], 9) <= Instant::now());
     }
 
     /// Goal: settings under which leases cannot work are refused.

@@ -22,11 +22,11 @@ use crate::decide::{carried_holders, choose_source, diff, narrowed, Source};
 use crate::error::PgError;
 use crate::pg::PgPhase;
 use crate::recovery::{
-    apply_image_or_delete, call_peer, list_local, list_remote, read_record, recover_pg,
+    apply_image_or_delete, call_peer, list_local, list_remote, read_record, recover_pg, ListScope,
 };
 use basalt_meta::schema::{pg_key, CompleteCopy, PgRecord};
 use basalt_placement::ClusterMap;
-use basalt_proto::{Flags, Header, ObjectImage, Opcode, OsdId, PgId, Status};
+use basalt_proto::{Flags, Header, ObjectId, ObjectImage, Opcode, OsdId, PgId, Status, Version};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +53,9 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
     let registered = map.osds.get(&osd.id).map(|o| o.incarnation) == Some(osd.incarnation);
     if let Some(me) = map.osds.get(&osd.id).filter(|o| registered && !o.up) {
         crate::liveness::flush_while_down(osd, map.epoch, me.up_from);
+    }
+    if map.pools.values().any(|p| p.pg_count_before > p.pg_count) {
+        retire_merged(osd, map);
     }
     for pg in map.all_pgs() {
         // The interval comes from the map, not from the maps this OSD happened to see: it
@@ -97,6 +100,23 @@ fn on_map(osd: &Arc<Osd>, map: &Arc<ClusterMap>) {
                 tracing::info!(osd = osd.id, %pg, interval, "an OSD that unfound stripes wait for is up: peering again");
             }
             tokio::spawn(peer_pg(osd.clone(), pg, interval, generation, acting));
+        }
+    }
+}
+
+/// After a merge, the PGs beyond a pool's count are gone: this OSD stops serving any it
+/// was primary of (their objects belong to the PGs they merged into).
+fn retire_merged(osd: &Osd, map: &ClusterMap) {
+    for (pg, entry) in osd.pgs.snapshot() {
+        let gone = map
+            .pools
+            .get(&pg.pool)
+            .is_some_and(|p| pg.index >= p.pg_count);
+        if gone && entry.phase != PgPhase::Replica {
+            osd.pgs.with(pg, |e| {
+                e.generation += 1;
+                e.phase = PgPhase::Replica;
+            });
         }
     }
 }
@@ -219,13 +239,15 @@ async fn try_peer(
     if pool.ec.is_some() {
         return try_peer_ec(osd, &map, pg, interval, generation, acting, began).await;
     }
+    let scope = ListScope::of(&map, pg.pool);
     let record = read_record(osd, pg).await?;
     let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
     if let Some((rec, _)) = &record {
-        if rec.epoch > interval {
-            // Activated by a newer interval already: our map is behind; wait for it.
+        if rec.epoch > interval || rec.fence > interval {
+            // Activated by a newer interval already (or taken by the PGs of a new PG
+            // count): our map is behind; wait for it.
             return Err(PgError::RecordAhead {
-                recorded: rec.epoch,
+                recorded: rec.epoch.max(rec.fence),
             }
             .into());
         }
@@ -235,19 +257,32 @@ async fn try_peer(
     let dropped = crate::heartbeat::dropped_by_seal(osd, pg, interval, Some(acting));
     crate::heartbeat::wait_to_seal(osd, &dropped, interval).await;
     osd.pgs.with(pg, |e| e.sealed = e.sealed.max(interval));
+    seal_predecessors(osd, pg, scope).await;
     let me = CompleteCopy {
         osd: osd.id,
         incarnation: osd.incarnation,
     };
-    let source = choose_source(me, &map, record.as_ref().map(|r| &r.0))?;
-    if let Source::Remote(src, incarnation) = source {
-        sync_from(osd, &map, pg, interval, generation, src, incarnation).await?;
-        // What was pulled may include writes the client already flushed on the source: it
-        // must be durable here before the record names this copy complete (after a power
-        // cut, any complete copy may become the authority).
-        let flushed = crate::handler::flush(osd).await;
-        if flushed != Status::Ok {
-            return Err(PgError::Flush(flushed).into());
+    // Where the contents come from: this PG's own record, or after a PG count change the
+    // (fenced) records of its predecessors.
+    let own = record.as_ref().map(|r| &r.0);
+    let sources = match own {
+        Some(rec) if rec.of_era(scope.since) => vec![(None, Some(rec.clone()))],
+        None if scope.before == 0 => vec![(None, None)],
+        _ => predecessor_records(osd, pg, scope).await?,
+    };
+    for (pred, rec) in &sources {
+        let source = choose_source(me, &map, rec.as_ref())?;
+        if let Source::Remote(src, incarnation) = source {
+            let only = pred.map(|index| (scope.before, index));
+            let from = (src, incarnation);
+            sync_from(osd, &map, pg, interval, generation, from, scope, only).await?;
+            // What was pulled may include writes the client already flushed on the source:
+            // it must be durable here before the record names this copy complete (after a
+            // power cut, any complete copy may become the authority).
+            let flushed = crate::handler::flush(osd).await;
+            if flushed != Status::Ok {
+                return Err(PgError::Flush(flushed).into());
+            }
         }
     }
     // Which replicas already equal us?
@@ -260,7 +295,7 @@ async fn try_peer(
     let mut degraded = 0u64;
     for &(peer, incarnation) in &acting[1..] {
         let listed = match connect(osd, &map, peer).await {
-            Ok(conn) => list_remote(&conn, pg, interval, incarnation).await,
+            Ok(conn) => list_remote(&conn, pg, interval, incarnation, scope).await,
             Err(e) => Err(e),
         };
         match listed {
@@ -288,7 +323,12 @@ async fn try_peer(
     if !is_current(osd, pg, generation) {
         return Err(PeerError::Superseded);
     }
-    let holders = carried_holders(record.as_ref().map(|r| &r.0), acting, &complete);
+    // Holders of every source's contents (with predecessors: of each of them).
+    let holders = sources
+        .iter()
+        .map(|(_, rec)| carried_holders(rec.as_ref(), acting, &complete))
+        .reduce(|a, b| a.into_iter().filter(|c| b.contains(c)).collect())
+        .unwrap_or_default();
     let rec = PgRecord {
         epoch: interval,
         primary: osd.id,
@@ -299,11 +339,20 @@ async fn try_peer(
         unfound_objects: 0,
         unfound_waiting: Vec::new(),
         ec_sources: Vec::new(),
+        fence: 0,
+        inherited: 0,
     };
     // Before serving as primary, know every layer frozen so far: this OSD may have been
     // down, restarted or cut off when a snapshot fenced the others.
     if let Err(e) = osd.layers.reload_frozen(osd.meta.as_ref(), began).await {
         return Err(PgError::Meta(e).into());
+    }
+    // A split parent's old record is about to be overwritten: its children take their
+    // copy of it first.
+    if let [(Some(parent), Some(old))] = sources.as_slice() {
+        if *parent == pg.index && scope.count > scope.before {
+            inherit_to_children(osd, pg, scope, old).await?;
+        }
     }
     let value = serde_json::to_vec(&rec).expect("PG record serialises");
     let key = pg_key(pg.pool, pg.index);
@@ -404,7 +453,7 @@ async fn narrow_record(
         osd: osd.id,
         incarnation: osd.incarnation,
     };
-    if rec.epoch > interval {
+    if rec.epoch > interval || rec.fence > interval {
         return Ok(());
     }
     let Some((complete, holders)) = narrowed(&rec, map, me) else {
@@ -442,20 +491,33 @@ pub(crate) async fn connect(
         })
 }
 
-/// Make our copy of the PG equal to `src`'s: pull every object whose version differs,
-/// delete every object `src` lacks. The PG is not active, so nothing writes to it meanwhile.
+/// Make our copy of the PG equal to `src`'s (`from`: the OSD and its run): pull every
+/// object whose version differs, delete every object `src` lacks. With `only` (a count
+/// before a PG count change and a predecessor's index), just the objects that were in that
+/// predecessor. The PG is not active, so nothing writes to it meanwhile.
+#[allow(clippy::too_many_arguments)] // The PG, its interval and generation, and the source.
 async fn sync_from(
     osd: &Arc<Osd>,
     map: &ClusterMap,
     pg: PgId,
     interval: u32,
     generation: u64,
-    src: OsdId,
-    incarnation: u64,
+    (src, incarnation): (OsdId, u64),
+    scope: ListScope,
+    only: Option<(u32, u32)>,
 ) -> Result<(), PeerError> {
     let conn = connect(osd, map, src).await?;
-    let theirs = list_remote(&conn, pg, interval, incarnation).await?;
-    let ours = list_local(osd, pg);
+    let in_scope = |list: Vec<(ObjectId, Version)>| -> Vec<(ObjectId, Version)> {
+        match only {
+            None => list,
+            Some((count, index)) => list
+                .into_iter()
+                .filter(|(obj, _)| ClusterMap::pg_index(*obj, count) == index)
+                .collect(),
+        }
+    };
+    let theirs = in_scope(list_remote(&conn, pg, interval, incarnation, scope).await?);
+    let ours = in_scope(list_local(osd, pg));
     let todo = diff(&theirs, &ours);
     if !todo.is_empty() {
         tracing::info!(osd = osd.id, %pg, src, objects = todo.len(), "pulling before activation");
@@ -493,6 +555,106 @@ async fn sync_from(
                 .map_err(PgError::Store)?;
         }
         crate::metrics::OsdCounters::add(&osd.counters.pulled_objects, 1);
+    }
+    Ok(())
+}
+
+/// Seal this OSD's copies of `pg`'s predecessors (after a PG count change: see
+/// [`ListScope`]) at the epoch of the change, once: writes of intervals before it name a
+/// predecessor, and the new PG is about to take their objects. Promises of local reads to
+/// members of their old intervals are waited out first (as for any seal).
+pub(crate) async fn seal_predecessors(osd: &Osd, pg: PgId, scope: ListScope) {
+    for index in scope.predecessors(pg.index) {
+        let pred = PgId {
+            pool: pg.pool,
+            index,
+        };
+        if osd.pgs.with(pred, |e| e.sealed) >= scope.since {
+            continue;
+        }
+        let dropped = crate::heartbeat::dropped_by_seal(osd, pred, scope.since, Some(&[]));
+        crate::heartbeat::wait_to_seal(osd, &dropped, scope.since).await;
+        osd.pgs.with(pred, |e| e.sealed = e.sealed.max(scope.since));
+    }
+}
+
+/// The records `pg`'s contents come from after its pool's PG count changed: each
+/// predecessor's index and its last record before the change (None: it never activated,
+/// so it held nothing), each fenced at the change so that no interval before it can
+/// activate any more.
+async fn predecessor_records(
+    osd: &Osd,
+    pg: PgId,
+    scope: ListScope,
+) -> Result<Vec<(Option<u32>, Option<PgRecord>)>, PeerError> {
+    let mut out = Vec::new();
+    for index in scope.predecessors(pg.index) {
+        let pred = PgId {
+            pool: pg.pool,
+            index,
+        };
+        let Some((mut rec, rev)) = read_record(osd, pred).await? else {
+            out.push((Some(index), None));
+            continue;
+        };
+        if rec.of_era(scope.since) {
+            // A split parent activated under the new count: it gave this child a record
+            // first, which the next attempt reads.
+            return Err(PgError::RecordChanged.into());
+        }
+        if rec.fence < scope.since {
+            rec.fence = scope.since;
+            let value = serde_json::to_vec(&rec).expect("PG record serialises");
+            match osd
+                .meta
+                .compare_and_swap(&pg_key(pred.pool, pred.index), rev, value)
+                .await
+            {
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(PgError::RecordChanged.into()),
+                Err(e) => return Err(PgError::Meta(e).into()),
+            }
+        }
+        out.push((Some(index), Some(rec)));
+    }
+    if out.is_empty() {
+        return Err(PgError::NoPool { pool: pg.pool }.into());
+    }
+    Ok(out)
+}
+
+/// Give each child of split parent `pg` that has no record of the new count's era a copy
+/// of the parent's fenced last record before the split (`old`), marked inherited: the
+/// parent is about to overwrite it with its own record of the new era.
+async fn inherit_to_children(
+    osd: &Osd,
+    pg: PgId,
+    scope: ListScope,
+    old: &PgRecord,
+) -> Result<(), PeerError> {
+    let copy = PgRecord {
+        inherited: scope.since,
+        ..old.clone()
+    };
+    let value = serde_json::to_vec(&copy).expect("PG record serialises");
+    for i in 1..scope.count / scope.before {
+        let child = PgId {
+            pool: pg.pool,
+            index: pg.index + i * scope.before,
+        };
+        let key = pg_key(child.pool, child.index);
+        let rev = match read_record(osd, child).await? {
+            Some((rec, _)) if rec.of_era(scope.since) => continue,
+            Some((_, rev)) => rev,
+            None => 0,
+        };
+        match osd.meta.compare_and_swap(&key, rev, value.clone()).await {
+            Ok(Some(_)) => {}
+            // The child peered meanwhile (or another run of this primary did this): look
+            // again on the next attempt.
+            Ok(None) => return Err(PgError::RecordChanged.into()),
+            Err(e) => return Err(PgError::Meta(e).into()),
+        }
     }
     Ok(())
 }

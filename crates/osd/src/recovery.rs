@@ -268,13 +268,78 @@ pub(crate) async fn call_peer(
     }
 }
 
-/// LIST a PG on a peer (which also seals it below `epoch`), following the cursor. The peer
-/// must be the process `incarnation` (0: any).
+/// The PG count a LIST is made under, as the lister's map has it: the count, the count
+/// before its last change and the epoch of that change (docs/design.md, "PG split and
+/// merge"). The member lists under `count` (its own map may be older) and seals the PG's
+/// predecessors at `since`. Carried in the request's `prev_version` (epoch `since`, counter
+/// `before << 32 | count`); zero from an older OSD, which lists under its own map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ListScope {
+    pub count: u32,
+    pub before: u32,
+    pub since: u32,
+}
+
+impl ListScope {
+    /// The scope of `pool` in `map` (count 0 when the map lacks the pool).
+    pub fn of(map: &basalt_placement::ClusterMap, pool: basalt_proto::PoolId) -> Self {
+        map.pools.get(&pool).map_or(
+            Self {
+                count: 0,
+                before: 0,
+                since: 0,
+            },
+            |p| Self {
+                count: p.pg_count,
+                before: p.pg_count_before,
+                since: p.pg_count_since,
+            },
+        )
+    }
+
+    pub fn encode(self) -> Version {
+        Version::new(
+            self.since as u64,
+            ((self.before as u64) << 32) | self.count as u64,
+        )
+    }
+
+    /// The scope a LIST names: None for none (an older OSD: list under this OSD's map),
+    /// Err for one no pool can have (a count of 0, counts that are not multiples, `pg`
+    /// outside the count).
+    pub fn decode(v: Version, pg: PgId) -> Result<Option<Self>, ()> {
+        if v == Version::ZERO {
+            return Ok(None);
+        }
+        let scope = Self {
+            count: v.counter as u32,
+            before: (v.counter >> 32) as u32,
+            since: u32::try_from(v.epoch).map_err(|_| ())?,
+        };
+        let related = scope.before == 0
+            || scope.count.is_multiple_of(scope.before)
+            || scope.before.is_multiple_of(scope.count);
+        if scope.count == 0 || pg.index >= scope.count || !related {
+            return Err(());
+        }
+        Ok(Some(scope))
+    }
+
+    /// The predecessors of `index` (see [`basalt_placement::pg_predecessors`]).
+    pub fn predecessors(self, index: u32) -> Vec<u32> {
+        basalt_placement::pg_predecessors(index, self.count, self.before)
+    }
+}
+
+/// LIST a PG on a peer (which also seals it below `epoch`, and its predecessors below the
+/// scope's `since`), following the cursor. The peer must be the process `incarnation` (0:
+/// any).
 pub(crate) async fn list_remote(
     conn: &Connection,
     pg: PgId,
     epoch: u32,
     incarnation: u64,
+    scope: ListScope,
 ) -> Result<Vec<(ObjectId, Version)>, PgError> {
     let mut out = Vec::new();
     let mut from = ObjectId::new(0, 0);
@@ -284,6 +349,7 @@ pub(crate) async fn list_remote(
         h.pg = pg;
         h.map_epoch = epoch;
         h.version = Version::new(incarnation, 0);
+        h.prev_version = scope.encode();
         h.flags = Flags(Flags::REPLICA);
         let reply = call_peer(conn, "LIST", h, Bytes::new()).await?;
         let entries = decode_list(&reply.payload).map_err(|e| PgError::BadReply {
@@ -436,7 +502,8 @@ async fn recover_replica(
         if !still_active(osd, pg, generation) {
             return Ok(false);
         }
-        let theirs = list_remote(&conn, pg, interval, incarnation).await?;
+        let scope = ListScope::of(&osd.map(), pg.pool);
+        let theirs = list_remote(&conn, pg, interval, incarnation, scope).await?;
         let kind = *kind.get_or_insert(if theirs.is_empty() {
             PushKind::Backfill
         } else {
@@ -539,4 +606,36 @@ async fn mark_complete(
 
 async fn set_degraded(osd: &Osd, pg: PgId, interval: u32, objects: u64) -> Result<(), PgError> {
     update_record(osd, pg, interval, |rec| rec.degraded_objects = objects).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a LIST's scope survives its trip through the header, a zero one means "an
+    /// older OSD: list under your own map", and a scope no pool can have is refused.
+    #[test]
+    fn list_scope_round_trips_and_refuses_nonsense() {
+        let pg = PgId { pool: 3, index: 37 };
+        let scope = ListScope {
+            count: 128,
+            before: 32,
+            since: 912,
+        };
+        assert_eq!(ListScope::decode(scope.encode(), pg), Ok(Some(scope)));
+        assert_eq!(scope.predecessors(37), vec![5]);
+        assert_eq!(ListScope::decode(Version::ZERO, pg), Ok(None));
+        let bad = |count: u32, before: u32| {
+            let s = ListScope {
+                count,
+                before,
+                since: 1,
+            };
+            ListScope::decode(s.encode(), pg)
+        };
+        assert_eq!(bad(0, 32), Err(()));
+        assert_eq!(bad(32, 128), Err(()), "pg 37 is outside 32 PGs");
+        assert_eq!(bad(128, 48), Err(()), "48 and 128 are not multiples");
+        assert_eq!(bad(64, 0).map(|s| s.is_some()), Ok(true));
+    }
 }

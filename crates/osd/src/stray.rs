@@ -50,7 +50,8 @@ fn objects_by_pg(osd: &Osd, map: &ClusterMap) -> BTreeMap<PgId, Vec<ObjectId>> {
 }
 
 /// Is `pg` clean without this OSD: a full-size acting set, not including us, every member
-/// recorded complete as its current run by the PG's current primary?
+/// recorded complete as its current run by the PG's current primary (of the pool's current
+/// PG count)?
 async fn clean_elsewhere(osd: &Osd, map: &ClusterMap, pg: PgId) -> bool {
     let (Ok(placement), Ok(acting), Some(pool)) =
         (map.placement(pg), map.acting(pg), map.pools.get(&pg.pool))
@@ -64,7 +65,11 @@ async fn clean_elsewhere(osd: &Osd, map: &ClusterMap, pg: PgId) -> bool {
     let Ok(Some((rec, _))) = read_record(osd, pg).await else {
         return false;
     };
-    rec.acting == acting
+    // After a PG count change, only a record the PG's own primary wrote under the new
+    // count says its copies are complete (an inherited one names its parent's copies).
+    rec.inherited == 0
+        && rec.epoch >= pool.pg_count_since
+        && rec.acting == acting
         && acting.iter().all(|id| {
             let incarnation = map.osds.get(id).map(|o| o.incarnation);
             rec.complete

@@ -50,6 +50,8 @@ fn ec_map(osds: u32, k: u32, m: u32, min_size: u32) -> ClusterMap {
             object_size: k * OBJECT_SIZE,
             ec: Some(EcProfile { k, m }),
             device_class: None,
+            pg_count_since: 0,
+            pg_count_before: 0,
         },
     );
     map

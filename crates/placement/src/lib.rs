@@ -8,7 +8,7 @@ pub mod map;
 pub mod rendezvous;
 
 pub use map::{
-    check_device_class, format_location, parse_location, ClusterMap, FailureDomain, MapError,
-    OsdInfo, PoolSpec, NO_OSD,
+    check_device_class, format_location, parse_location, pg_predecessors, ClusterMap,
+    FailureDomain, MapError, OsdInfo, PoolSpec, NO_OSD,
 };
 pub use rendezvous::{place_pg, place_pg_positions};

@@ -205,6 +205,43 @@ pub struct PoolSpec {
     /// Only OSDs of this device class hold its PGs (None: any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_class: Option<String>,
+    /// The epoch at which `pg_count` last changed (0: never): every PG of the pool began
+    /// an interval there, and a PG record older than it is of the previous count's era
+    /// (docs/design.md, "PG split and merge").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pg_count_since: u32,
+    /// The PG count before that change (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pg_count_before: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+impl PoolSpec {
+    /// The PGs of the previous count whose objects a PG of this count holds now: its
+    /// parent after a split, its children after a merge (itself among them when its index
+    /// existed before). Empty when the count never changed.
+    pub fn predecessors(&self, index: u32) -> Vec<u32> {
+        pg_predecessors(index, self.pg_count, self.pg_count_before)
+    }
+}
+
+/// The PGs of a pool of `before` PGs whose objects PG `index` of `now` PGs holds, when one
+/// count is a multiple of the other: its parent after a split, its children after a merge.
+/// Empty when `before` is 0 (no change) or the counts are not so related.
+pub fn pg_predecessors(index: u32, now: u32, before: u32) -> Vec<u32> {
+    if before == 0 || now == 0 || index >= now {
+        return Vec::new();
+    }
+    if now.is_multiple_of(before) {
+        vec![index % before]
+    } else if before.is_multiple_of(now) {
+        (0..before / now).map(|i| index + i * now).collect()
+    } else {
+        Vec::new()
+    }
 }
 
 /// An empty position of an erasure-coded PG's placement (too few OSDs or failure domains)
@@ -249,13 +286,19 @@ impl ClusterMap {
     /// clone family), so every layer of an object lands in the same PG, and any OSD can tell
     /// an object's PG from its id alone.
     pub fn pg_of(pool: &PoolSpec, obj: ObjectId) -> PgId {
+        PgId {
+            pool: pool.id,
+            index: Self::pg_index(obj, pool.pg_count),
+        }
+    }
+
+    /// The index of an object's PG in a pool of `pg_count` PGs (a count the pool had, or
+    /// has, while its PGs split or merge).
+    pub fn pg_index(obj: ObjectId, pg_count: u32) -> u32 {
         // A chunk key of an erasure-coded stripe lives in its stripe's PG.
         let obj = obj.stripe();
         let h = hash2(inode_family(obj.inode), obj.index);
-        PgId {
-            pool: pool.id,
-            index: (h % pool.pg_count.max(1) as u64) as u32,
-        }
+        (h % pg_count.max(1) as u64) as u32
     }
 
     /// The live OSDs of a PG, primary first (empty when every OSD of the PG is down).
@@ -327,9 +370,15 @@ impl ClusterMap {
                         .intervals
                         .get(&pg.pool)
                         .and_then(|v| v.get(index as usize));
+                    // A PG count change starts an interval for every PG of the pool.
+                    let same_count = previous
+                        .pools
+                        .get(&pool.id)
+                        .is_some_and(|p| p.pg_count == pool.pg_count);
                     match kept {
                         Some(&since)
-                            if self.interval_members(pg) == previous.interval_members(pg) =>
+                            if same_count
+                                && self.interval_members(pg) == previous.interval_members(pg) =>
                         {
                             since
                         }
@@ -428,6 +477,30 @@ impl ClusterMap {
 mod tests {
     use super::*;
 
+    /// Goal: a split PG's predecessor is its parent (`index mod before`), a merged PG's are
+    /// its children (`index + i·now`), and every object of a PG under the new count was in
+    /// one of its predecessors under the old one; unrelated counts and a pool that never
+    /// changed have none.
+    #[test]
+    fn predecessors_hold_every_object_of_their_successor() {
+        assert_eq!(pg_predecessors(37, 128, 32), vec![5]);
+        assert_eq!(pg_predecessors(5, 32, 128), vec![5, 37, 69, 101]);
+        assert_eq!(pg_predecessors(5, 32, 0), Vec::<u32>::new());
+        assert_eq!(pg_predecessors(5, 48, 32), Vec::<u32>::new());
+        assert_eq!(pg_predecessors(40, 32, 128), Vec::<u32>::new());
+        for (now, before) in [(128, 32), (32, 128), (16, 8), (1, 4), (4, 1)] {
+            for index in 0..2000u64 {
+                let obj = ObjectId::new((0x77 << 40) | (index / 7), index);
+                let new = ClusterMap::pg_index(obj, now);
+                let old = ClusterMap::pg_index(obj, before);
+                assert!(
+                    pg_predecessors(new, now, before).contains(&old),
+                    "{obj:?}: pg {new} of {now} does not name pg {old} of {before}"
+                );
+            }
+        }
+    }
+
     fn map_with(osds: u32, pool_size: u32) -> ClusterMap {
         let mut m = ClusterMap::default();
         for id in 0..osds {
@@ -460,6 +533,8 @@ mod tests {
                 object_size: 128 << 10,
                 ec: None,
                 device_class: None,
+                pg_count_since: 0,
+                pg_count_before: 0,
             },
         );
         m.recompute();

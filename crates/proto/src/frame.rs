@@ -120,6 +120,21 @@ pub const LIST_MAX_ENTRIES: usize = 65536;
 pub const LIST_ENTRY_BYTES: usize = 32;
 
 impl Opcode {
+    /// A client request about one object (its PG follows from the object: a PG count
+    /// change moves it), rather than one addressed to a PG or an OSD.
+    pub fn addresses_object(self) -> bool {
+        matches!(
+            self,
+            Self::Read
+                | Self::Write
+                | Self::Trim
+                | Self::Delete
+                | Self::Allocation
+                | Self::Call
+                | Self::CopyUp
+        )
+    }
+
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             1 => Self::Ping,

@@ -41,6 +41,9 @@ pub struct SimConfig {
     /// OSD (see [`SimConfig::local_host`]): its replica serves those reads when it may, and
     /// the checker holds them to the acknowledged values like any other.
     pub local_reads: bool,
+    /// Replicated pools double their PG count a third into the run and halve it back at
+    /// two thirds (split and merge while the writers run and faults strike).
+    pub pg_changes: bool,
 }
 
 impl Default for SimConfig {
@@ -55,6 +58,7 @@ impl Default for SimConfig {
             ec_every: 4,
             jitter_only: false,
             local_reads: true,
+            pg_changes: false,
         }
     }
 }
@@ -230,8 +234,8 @@ struct Shared {
     ops: Mutex<(u64, u64)>,
     /// Crashes (kills and power cuts) so far, per OSD.
     crashes: Mutex<Vec<u64>>,
-    /// Where every PG of the volume is served under the newest map (bit per OSD).
-    acting: Mutex<BTreeMap<PgId, OsdSet>>,
+    /// Every object's PG and where it is served under the newest map (bit per OSD).
+    acting: Mutex<BTreeMap<u64, (PgId, OsdSet)>>,
     /// Every OSD's incarnation in the newest map.
     incarnations: Mutex<BTreeMap<OsdId, u64>>,
     /// Every time a map showed an OSD down that the previous map showed up (OSD, virtual
@@ -241,8 +245,12 @@ struct Shared {
     up: Mutex<BTreeMap<OsdId, bool>>,
     /// The newest record of every PG (its complete copies and holders).
     records: Mutex<BTreeMap<PgId, basalt_meta::schema::PgRecord>>,
-    /// The PG of every object of the volume.
-    object_pgs: Vec<PgId>,
+    /// The volume's head inode and its pool: an object's PG follows from them and a map
+    /// (the pool's PG count may change during the run).
+    head: u64,
+    pool: u32,
+    /// Objects in the volume.
+    objects: u64,
     /// Every acknowledged write is durable (an erasure-coded pool stashes every chunk with
     /// FUA before it acknowledges).
     durable_on_ack: bool,
@@ -307,6 +315,15 @@ impl Shared {
             .fold(0, |s, c| s | (1u64 << c.osd))
     }
 
+    /// The PG of `object` of the volume under `map`.
+    fn pg_in(&self, map: &basalt_placement::ClusterMap, object: u64) -> Option<PgId> {
+        let pool = map.pools.get(&self.pool)?;
+        Some(basalt_placement::ClusterMap::pg_of(
+            pool,
+            ObjectId::new(self.head, object),
+        ))
+    }
+
     /// `osd` crashed: what it held unflushed is gone.
     fn crash(&self, osd: OsdId) {
         self.crashes.lock().expect("crashes lock")[osd as usize] += 1;
@@ -319,16 +336,24 @@ impl Shared {
     /// crashed meanwhile. A replica still recovering applies the write too, but its copy of
     /// the PG is not one the cluster can rely on, and the contract does not count it.
     fn holders(&self, client: &Cluster, object: u64, before: &[u64]) -> OsdSet {
-        let pg = self.object_pgs[object as usize];
-        let seen = client.map().acting(pg).map(set_of).unwrap_or(0);
+        let map = client.map();
+        let seen = self
+            .pg_in(&map, object)
+            .and_then(|pg| map.acting(pg).ok().map(set_of))
+            .unwrap_or(0);
         let newest = self
             .acting
             .lock()
             .expect("acting lock")
-            .get(&pg)
-            .copied()
+            .get(&object)
+            .map(|(_, set)| *set)
             .unwrap_or(0);
-        let complete = self.complete_now(pg);
+        let complete = self
+            .acting
+            .lock()
+            .expect("acting lock")
+            .get(&object)
+            .map_or(0, |(pg, _)| self.complete_now(*pg));
         let crashes = self.crash_counts();
         let mut out = seen & newest & complete;
         for (osd, (a, b)) in crashes.iter().zip(before).enumerate() {
@@ -386,10 +411,13 @@ async fn follow_acting(
             map.osds.values().map(|o| (o.id, o.incarnation)).collect();
         let mut acting = shared.acting.lock().expect("acting lock");
         let mut model = shared.model.lock().expect("model lock");
-        for (object, &pg) in shared.object_pgs.iter().enumerate() {
+        for object in 0..shared.objects {
+            let Some(pg) = shared.pg_in(&map, object) else {
+                continue;
+            };
             let set = map.acting(pg).map(set_of).unwrap_or(0);
-            acting.insert(pg, set);
-            let first = object as u64 * bpo;
+            acting.insert(object, (pg, set));
+            let first = object * bpo;
             model.only_held_by(first..first + bpo, set);
         }
     }
@@ -457,9 +485,6 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         .get(&cluster.pool().id)
         .cloned()
         .ok_or("the pool is not in the map")?;
-    let object_pgs = (0..config.volume_objects)
-        .map(|i| basalt_placement::ClusterMap::pg_of(&pool, ObjectId::new(volume.head(), i)))
-        .collect();
     let shared = Arc::new(Shared {
         model: Mutex::new(Model::new(size / BLOCK as u64)),
         violation: Mutex::new(None),
@@ -471,7 +496,9 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         downs: Mutex::new(Vec::new()),
         up: Mutex::new(BTreeMap::new()),
         records: Mutex::new(BTreeMap::new()),
-        object_pgs,
+        head: volume.head(),
+        pool: pool.id,
+        objects: config.volume_objects,
         digest: Mutex::new(Digest(0xcbf2_9ce4_8422_2325)),
         started,
         observer: observer.clone(),
@@ -503,6 +530,15 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         .collect();
     let mut faults = Vec::new();
     let deadline = started + Duration::from_secs(config.run_secs);
+    let changer = (config.pg_changes && !erasure_coded).then(|| {
+        tokio::spawn(change_pg_count(
+            cluster.client.clone(),
+            cluster.pool().clone(),
+            started,
+            deadline,
+            observer.clone(),
+        ))
+    });
     if config.faults {
         let mut injector = Injector::new(rng.fork(), observer.clone());
         injector.jitter_only = config.jitter_only;
@@ -518,6 +554,14 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
     for id in cluster.osd_ids() {
         if !cluster.is_running(id) {
             cluster.start_osd(id).await?;
+        }
+    }
+    // A change the faults held up is made now, the writers still running.
+    if let Some(changer) = changer {
+        match changer.await {
+            Ok(Ok(done)) => faults.extend(done),
+            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(format!("the PG count changer failed: {e}")),
         }
     }
     let _ = stop_tx.send(true);
@@ -568,6 +612,62 @@ async fn simulate(seed: u64, config: &SimConfig, observer: &Observer) -> Result<
         local_reads: cluster.client.counters.local_reads.load(Relaxed),
         local_read_fallbacks: cluster.client.counters.local_read_fallbacks.load(Relaxed),
     })
+}
+
+/// Split the pool's PGs (double the count) a third of the way to `deadline` and merge them
+/// back at two thirds, as `basalt pool set NAME pgs N` does; each change is retried every
+/// 500 ms until the cluster takes it (the previous change must settle first: faults may
+/// hold that up until they heal at `deadline`), for at most [`CLEAN_TIMEOUT`] past the
+/// deadline. Returns the changes made.
+async fn change_pg_count(
+    client: Arc<Cluster>,
+    pool: basalt_meta::schema::PoolRecord,
+    started: Instant,
+    deadline: Instant,
+    observer: Observer,
+) -> Result<Vec<String>, String> {
+    use basalt_client::pool_change::{set_pool, PoolSetting};
+    let third = deadline.saturating_duration_since(started) / 3;
+    let base = pool.pg_count;
+    let mut done = Vec::new();
+    for (at, from, to) in [
+        (started + third, base, base * 2),
+        (started + third * 2, base * 2, base),
+    ] {
+        tokio::time::sleep_until(at).await;
+        let mut maps = client.map_watch();
+        // Bound: one try per 500 ms until the deadline.
+        loop {
+            let setting = PoolSetting::Pgs(to);
+            let changed = set_pool(
+                client.meta().as_ref(),
+                &pool.name,
+                &setting,
+                false,
+                &mut maps,
+                None,
+                &mut |_, _| {},
+            )
+            .await;
+            match changed {
+                Ok(_) => {
+                    observer.note(format!("sim: pool PG count {from} -> {to}"));
+                    done.push(format!("pg count {from} -> {to}"));
+                    break;
+                }
+                Err(e) if Instant::now() < deadline + CLEAN_TIMEOUT => {
+                    tracing::debug!("PG count {from} -> {to} not taken yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => {
+                    observer.note(format!("sim: PG count {from} -> {to} never taken: {e}"));
+                    done.push(format!("refused: PG count {from} -> {to}: {e}"));
+                    return Ok(done);
+                }
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// Wait until every PG is active+clean (bounded by `timeout` of virtual time).

@@ -138,6 +138,49 @@ fn jitter_never_fails_an_osd_over() {
     run_config_seeds(&config, env_u64("BASALT_SIM_FIRST").unwrap_or(1), count);
 }
 
+/// Goal: PG split and merge keep every acknowledged write: replicated pools double their
+/// PG count a third into the run and halve it back at two thirds while the writers run and
+/// faults strike (`BASALT_SIM_SPLIT_SEEDS`, default 24; erasure-coded seeds, whose count
+/// cannot change, run without it). Each seed must have made both changes.
+#[test]
+fn pg_split_and_merge_keep_every_write() {
+    let count = env_u64("BASALT_SIM_SPLIT_SEEDS").unwrap_or(24);
+    let config = SimConfig {
+        pg_changes: true,
+        ..config(15)
+    };
+    let first = env_u64("BASALT_SIM_FIRST").unwrap_or(5_000);
+    let seeds: Vec<u64> = match env_u64("BASALT_SIM_SEED") {
+        Some(s) => vec![s],
+        None => (first..first + count).collect(),
+    };
+    let mut changed = 0;
+    for &seed in &seeds {
+        let outcome = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
+        let changes = outcome
+            .faults
+            .iter()
+            .filter(|f| f.starts_with("pg count"))
+            .count();
+        if !outcome.erasure_coded {
+            assert_eq!(
+                changes, 2,
+                "seed {seed} split and merged: {:?}",
+                outcome.faults
+            );
+            changed += 1;
+        }
+    }
+    eprintln!(
+        "PG split and merge: {changed} of {} seeds changed their PG count twice",
+        seeds.len()
+    );
+    assert!(
+        changed > 0 || seeds.len() < 2,
+        "no seed ran a replicated pool"
+    );
+}
+
 /// Goal: thousands of seeds (run with `scripts/sim.sh --seeds N` or `--ignored`).
 #[test]
 #[ignore = "long: thousands of seeds"]

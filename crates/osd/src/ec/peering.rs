@@ -112,6 +112,8 @@ pub(crate) async fn peer(
         unfound_objects: unfound,
         unfound_waiting: waiting.iter().copied().collect(),
         ec_sources: sources.clone(),
+        fence: 0,
+        inherited: 0,
     };
     let value = serde_json::to_vec(&rec).expect("PG record serialises");
     match osd
@@ -634,7 +636,8 @@ pub(super) async fn list_at(
         return Ok(crate::recovery::list_local(osd, ctx.pg));
     }
     let conn = crate::peering::connect(osd, map, peer).await?;
-    list_remote(&conn, ctx.pg, ctx.interval, incarnation).await
+    let scope = crate::recovery::ListScope::of(map, ctx.pg.pool);
+    list_remote(&conn, ctx.pg, ctx.interval, incarnation, scope).await
 }
 
 fn peer_status(op: &'static str, peer: OsdId, status: Status) -> PgError {

@@ -49,6 +49,8 @@ pub fn base_map() -> ClusterMap {
             object_size: OBJECT_SIZE,
             ec: None,
             device_class: None,
+            pg_count_since: 0,
+            pg_count_before: 0,
         },
     );
     map
