@@ -63,21 +63,27 @@ pub enum PoolCommand {
     ///   basalt pool get rbd
     #[command(verbatim_doc_comment)]
     Get { name: String },
-    /// Change a pool: size (replicas), min-size, failure-domain, device-class.
+    /// Change a pool: size (replicas), min-size, failure-domain, device-class, pgs.
     ///
     /// The monitor places the pool's PGs again and recovery moves the data while clients
     /// keep reading and writing: more replicas are copied in, fewer are dropped, a new
     /// failure domain moves copies apart or together. Returns once the cluster map shows
     /// the change (`basalt status` then shows the recovery). Refused, saying why, when the
     /// result is not a valid pool or the cluster cannot place it (--allow-unplaceable
-    /// overrides the latter). An erasure-coded pool's size (K+M) is fixed. pgs (PG split and
-    /// merge) is not built yet and is refused.
+    /// overrides the latter). An erasure-coded pool's size (K+M) is fixed.
+    ///
+    /// pgs splits the PGs (a multiple of the current count: each PG becomes several) or
+    /// merges them (a divisor) while clients write, and returns once every PG has peered
+    /// under the new count, with progress. One change at a time: the next is refused until
+    /// every PG has peered under the last. At most 300 PG copies per OSD; not for
+    /// erasure-coded pools (not built).
     ///
     /// Examples:
     ///   basalt pool set rbd size 3
     ///   basalt pool set rbd min-size 2
     ///   basalt pool set rbd failure-domain rack
     ///   basalt pool set rbd device-class nvme    # `any` lifts it
+    ///   basalt pool set rbd pgs 128              # split 32 PGs into 128
     #[command(verbatim_doc_comment)]
     Set {
         name: String,

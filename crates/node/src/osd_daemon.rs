@@ -71,6 +71,8 @@ pub struct OsdDaemon {
     osd: RunningOsd,
     monitor: Option<Monitor>,
     metrics_task: Option<MetricsTask>,
+    /// Records the newest map epoch in the data directory (`basalt_osd::check_map_epoch`).
+    epochs: tokio::task::JoinHandle<()>,
 }
 
 /// With `--device`: the store on it must be this data directory's (recorded on first use),
@@ -122,6 +124,9 @@ impl OsdDaemon {
         let map = basalt_client::follow_map(meta.clone())
             .await
             .context("read the cluster map")?;
+        // Metadata restored from a backup older than what this OSD saw: fail stop.
+        basalt_osd::check_map_epoch(dir, id, map.borrow().epoch)?;
+        let epochs = tokio::spawn(basalt_osd::record_map_epochs(dir.clone(), map.clone()));
         let collector = Arc::new(basalt_osd::metrics::OsdCollector::default());
         let mut registry = metrics_http::registry();
         registry.register_collector(Box::new(Shared(collector.clone())));
@@ -191,6 +196,7 @@ impl OsdDaemon {
             osd,
             monitor,
             metrics_task,
+            epochs,
         })
     }
 
@@ -200,6 +206,7 @@ impl OsdDaemon {
         if let Some(m) = self.monitor {
             m.stop().await;
         }
+        self.epochs.abort();
         let id = self.id;
         self.osd
             .stop()

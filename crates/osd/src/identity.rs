@@ -63,6 +63,19 @@ pub enum IdentityError {
         recorded: String,
         recorded_device: String,
     },
+    #[error(
+        "the cluster map in the metadata (epoch {found}) is older than osd.{id} has seen \
+         (epoch {seen}, in {dir}): the metadata was restored from a backup taken while the \
+         cluster ran, and its PG records may name copies that are no longer current. \
+         Refusing to start rather than serve stale data: restore a backup taken with every \
+         Basalt daemon stopped (docs/operations.md, \"Backing up etcd\")"
+    )]
+    MetadataBehind {
+        id: OsdId,
+        dir: PathBuf,
+        seen: u32,
+        found: u32,
+    },
     #[error("could not allocate an OSD id: {0}")]
     Allocate(String),
     #[error("cluster metadata: {0}")]
@@ -185,6 +198,77 @@ pub fn bind_device_store(dir: &Path, device: &Path, store_id: u64) -> Result<(),
     }
 }
 
+/// Name of the file in an OSD's data directory holding the newest cluster map epoch the
+/// OSD has seen (decimal).
+pub const MAP_EPOCH_FILE: &str = "map-epoch";
+
+/// Refuse to start osd `id` of data directory `dir` on metadata whose cluster map (epoch
+/// `epoch`) is older than one this directory's OSD has seen: epochs only grow, so the
+/// metadata went back in time (restored from a backup), and its PG records may name as
+/// complete copies that later intervals left behind. A directory that never recorded an
+/// epoch passes.
+pub fn check_map_epoch(dir: &Path, id: OsdId, epoch: u32) -> Result<(), IdentityError> {
+    let path = dir.join(MAP_EPOCH_FILE);
+    let seen = match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse::<u32>()
+            .map_err(|e| IdentityError::Unreadable {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(IdentityError::Io {
+                op: "read",
+                path,
+                source: e,
+            })
+        }
+    };
+    if epoch < seen {
+        return Err(IdentityError::MetadataBehind {
+            id,
+            dir: dir.to_path_buf(),
+            seen,
+            found: epoch,
+        });
+    }
+    Ok(())
+}
+
+/// Record in `dir` the newest map epoch `maps` shows, at most once a second, until the
+/// sender goes away (for [`check_map_epoch`] at the next start). A failed write is logged
+/// and tried again at the next map: the record is a floor, an older one stays safe.
+pub async fn record_map_epochs(
+    dir: PathBuf,
+    mut maps: tokio::sync::watch::Receiver<std::sync::Arc<basalt_placement::ClusterMap>>,
+) {
+    let mut written = 0u32;
+    // Bound: one round per map change; ends when the map follower stops.
+    loop {
+        let epoch = maps.borrow_and_update().epoch;
+        if epoch > written {
+            let path = dir.join(MAP_EPOCH_FILE);
+            let write_dir = dir.clone();
+            let text = format!("{epoch}\n");
+            let wrote = tokio::task::spawn_blocking(move || {
+                write_durably(&write_dir, &path, text.as_bytes())
+            })
+            .await;
+            match wrote {
+                Ok(Ok(())) => written = epoch,
+                Ok(Err(e)) => tracing::warn!("record the map epoch: {e}"),
+                Err(e) => tracing::warn!("record the map epoch: {e}"),
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        if maps.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Write `bytes` to `path` in `dir` through a temporary file: file, rename, directory.
 fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
     let io = |op: &'static str, path: &Path| {
@@ -206,6 +290,30 @@ fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), IdentityEr
 mod tests {
     use super::*;
     use basalt_meta::EmbeddedMeta;
+
+    /// Goal: a directory that saw map epoch 40 starts on metadata at 40 or later, and
+    /// refuses (naming both epochs and the procedure) metadata at 39: restored from an
+    /// older backup. A directory without the record starts.
+    #[test]
+    fn an_older_map_than_seen_is_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        check_map_epoch(dir.path(), 3, 1).expect("no record yet");
+        let path = dir.path().join(MAP_EPOCH_FILE);
+        write_durably(dir.path(), &path, b"40\n").expect("write");
+        check_map_epoch(dir.path(), 3, 40).expect("the same epoch");
+        check_map_epoch(dir.path(), 3, 41).expect("a newer one");
+        let err = check_map_epoch(dir.path(), 3, 39).unwrap_err().to_string();
+        assert!(
+            err.contains("epoch 39") && err.contains("epoch 40") && err.contains("osd.3"),
+            "{err}"
+        );
+        assert!(err.contains("Backing up etcd"), "{err}");
+        std::fs::write(&path, "forty").expect("write");
+        assert!(
+            check_map_epoch(dir.path(), 3, 50).is_err(),
+            "unreadable record"
+        );
+    }
 
     /// Goal: the first use allocates and records an id, later uses read it back, and a
     /// directory of another OSD is refused by name.

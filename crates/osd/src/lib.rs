@@ -39,7 +39,10 @@ pub use daemon::{
 pub use error::PgError;
 pub use handler::{link_in_process, LocalOsd, PeerOsd};
 pub use heartbeat::HeartbeatConfig;
-pub use identity::{allocate_osd_id, bind_device_store, identity, IdentityError};
+pub use identity::{
+    allocate_osd_id, bind_device_store, check_map_epoch, identity, record_map_epochs,
+    IdentityError, MAP_EPOCH_FILE,
+};
 pub use liveness::{register, Registration};
 pub use metrics::OsdCounters;
 pub use process::RunningOsd;
