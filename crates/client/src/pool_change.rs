@@ -181,6 +181,29 @@ async fn check_pg_count_now(
             spec.pg_count
         )));
     }
+    // Every OSD must seal the old PGs when the new ones list it: a build from before PG
+    // split and merge does not.
+    let mut versions = std::collections::BTreeSet::new();
+    for (_, bytes, _) in meta.list(basalt_meta::schema::ALIVE_PREFIX).await? {
+        if let Ok(alive) = serde_json::from_slice::<basalt_meta::schema::AliveRecord>(&bytes) {
+            versions.insert(alive.version);
+        }
+    }
+    if versions.len() > 1 || versions.contains("") {
+        return Err(invalid(format!(
+            "pool \"{name}\": the OSDs run different builds ({}); finish the upgrade before \
+             changing the PG count (an OSD older than PG split and merge cannot take part)",
+            versions
+                .iter()
+                .map(|v| if v.is_empty() {
+                    "unversioned"
+                } else {
+                    v.as_str()
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     let shape = ClusterShape::registered(meta).await?;
     let osds = shape.serving(new.device_class.as_deref()) as u64;
     let copies = new.pg_count as u64 * new.size as u64;

@@ -34,6 +34,8 @@ use tokio::sync::watch;
 
 /// Pause between peering attempts of an incomplete or undersized PG.
 const PEER_RETRY_MS: u64 = 500;
+/// Attempts made at once, without the pause, after losing a race for a PG record.
+const QUICK_RETRIES: u32 = 3;
 
 /// Watch the map and start an interval for every PG whose acting set changed.
 pub(crate) async fn follow_intervals(osd: Arc<Osd>, mut stop: watch::Receiver<bool>) {
@@ -182,11 +184,17 @@ async fn peer_pg(
     acting: Vec<(OsdId, u64)>,
 ) {
     let mut attempts = 0u64;
+    let mut quick = 0u32;
     // Bound: runs while the interval lasts (a new map bumps the generation and ends it).
     loop {
         match try_peer(&osd, pg, interval, generation, &acting).await {
             Ok(()) => return,
             Err(PeerError::Superseded) => return,
+            // Another primary's write won a race for a record (a split parent giving its
+            // children theirs, a fence): read again at once, a few times.
+            Err(PeerError::Retry(PgError::RecordChanged)) if quick < QUICK_RETRIES => {
+                quick += 1;
+            }
             Err(PeerError::Retry(why)) => {
                 let still = osd.pgs.with(pg, |e| {
                     if e.generation == generation {
@@ -241,7 +249,7 @@ async fn try_peer(
     }
     let scope = ListScope::of(&map, pg.pool);
     let record = read_record(osd, pg).await?;
-    let expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
+    let mut expected_rev = record.as_ref().map(|r| r.1).unwrap_or(0);
     if let Some((rec, _)) = &record {
         if rec.epoch > interval || rec.fence > interval {
             // Activated by a newer interval already (or taken by the PGs of a new PG
@@ -268,7 +276,13 @@ async fn try_peer(
     let sources = match own {
         Some(rec) if rec.of_era(scope.since) => vec![(None, Some(rec.clone()))],
         None if scope.before == 0 => vec![(None, None)],
-        _ => predecessor_records(osd, pg, scope).await?,
+        _ => {
+            let (sources, own_rev) = predecessor_records(osd, pg, scope).await?;
+            // This PG's own old record was fenced (it is its own predecessor): our write
+            // follows that.
+            expected_rev = own_rev.unwrap_or(expected_rev);
+            sources
+        }
     };
     for (pred, rec) in &sources {
         let source = choose_source(me, &map, rec.as_ref())?;
@@ -578,16 +592,21 @@ pub(crate) async fn seal_predecessors(osd: &Osd, pg: PgId, scope: ListScope) {
     }
 }
 
+/// What a PG's contents come from: each source's predecessor index (None: the PG's own
+/// record of the current count) and record (None: never activated, so it held nothing).
+type Sources = Vec<(Option<u32>, Option<PgRecord>)>;
+
 /// The records `pg`'s contents come from after its pool's PG count changed: each
-/// predecessor's index and its last record before the change (None: it never activated,
-/// so it held nothing), each fenced at the change so that no interval before it can
-/// activate any more.
+/// predecessor's index and its last record before the change, each fenced at the change
+/// so that no interval before it can activate any more; and the new revision of `pg`'s own
+/// record when it is among them (fenced here).
 async fn predecessor_records(
     osd: &Osd,
     pg: PgId,
     scope: ListScope,
-) -> Result<Vec<(Option<u32>, Option<PgRecord>)>, PeerError> {
+) -> Result<(Sources, Option<u64>), PeerError> {
     let mut out = Vec::new();
+    let mut own_rev = None;
     for index in scope.predecessors(pg.index) {
         let pred = PgId {
             pool: pg.pool,
@@ -610,6 +629,7 @@ async fn predecessor_records(
                 .compare_and_swap(&pg_key(pred.pool, pred.index), rev, value)
                 .await
             {
+                Ok(Some(new_rev)) if index == pg.index => own_rev = Some(new_rev),
                 Ok(Some(_)) => {}
                 Ok(None) => return Err(PgError::RecordChanged.into()),
                 Err(e) => return Err(PgError::Meta(e).into()),
@@ -620,7 +640,7 @@ async fn predecessor_records(
     if out.is_empty() {
         return Err(PgError::NoPool { pool: pg.pool }.into());
     }
-    Ok(out)
+    Ok((out, own_rev))
 }
 
 /// Give each child of split parent `pg` that has no record of the new count's era a copy
