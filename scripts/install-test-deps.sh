@@ -26,6 +26,8 @@ have losetup || need+=(mount)
 have nft || need+=(nftables)
 [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || have ip || need+=(iproute2)
 have protoc || need+=(protobuf-compiler)
+# The CSI spec's proto imports protobuf's well-known types (descriptor, timestamp, wrappers).
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # NBD over TLS with PSK links the system's OpenSSL (headers found through pkg-config); the
 # TLS tests make their certificates with the openssl command.
 have pkg-config || need+=(pkg-config)
@@ -97,6 +99,20 @@ if [ -n "$GO" ] && { [ ! -x "$TEST_S3" ] || [ "$TEST_S3_SRC/main.go" -nt "$TEST_
   (cd "$TEST_S3_SRC" && "$GO" build -o "$TEST_S3" .)
 elif [ -z "$GO" ]; then
   echo "no Go toolchain: the objvol test against a second S3 implementation will be skipped" >&2
+fi
+
+# csi-sanity (kubernetes-csi/csi-test) checks the CSI driver (crates/cli/tests/csi.rs), built
+# with Go from the Go module proxy. Without Go that test fails, saying how to get it.
+CSI_SANITY_VERSION=v5.4.0
+CSI_SANITY=/usr/local/bin/csi-sanity
+[ "$(id -u)" -eq 0 ] || CSI_SANITY="$HOME/.local/bin/csi-sanity"
+if [ -n "$GO" ] && [ ! -x "$CSI_SANITY" ]; then
+  echo "building csi-sanity $CSI_SANITY_VERSION into $CSI_SANITY"
+  mkdir -p "$(dirname "$CSI_SANITY")"
+  GOBIN="$(dirname "$CSI_SANITY")" "$GO" install \
+    "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$CSI_SANITY_VERSION"
+elif [ -z "$GO" ]; then
+  echo "no Go toolchain: csi-sanity cannot be built and the CSI test will fail" >&2
 fi
 
 if ! have cargo; then

@@ -5,6 +5,7 @@ mod auth_cmd;
 mod bench;
 mod config;
 mod control;
+mod csi_cmd;
 mod daemons;
 mod disk_cmd;
 mod drain_cmd;
@@ -191,6 +192,13 @@ enum Command {
     Mon(daemons::MonCmdArgs),
     /// Run an NBD gateway of a multi-host cluster: every volume, under its name.
     Nbd(daemons::NbdArgs),
+    /// Run the CSI driver Kubernetes calls (csi.basalt.dev): volumes and snapshots for
+    /// PersistentVolumeClaims and VolumeSnapshots.
+    ///
+    /// Examples:
+    ///   basalt csi --meta etcd://10.0.0.1:2379 --endpoint unix:///csi/csi.sock --mode controller
+    #[command(verbatim_doc_comment)]
+    Csi(csi_cmd::CsiArgs),
     /// Run an NVMe/TCP gateway of a multi-host cluster: every volume as subsystem
     /// nqn.2026-01.io.basalt:VOLUME (one namespace), plus a discovery controller.
     Nvmf(daemons::NvmfArgs),
@@ -324,6 +332,7 @@ impl Command {
             | Command::S3 { command: None, .. }
             | Command::Mon(_)
             | Command::Nbd(_)
+            | Command::Csi(_)
             | Command::Nvmf(_) => Some("info"),
             Command::Completions { .. } | Command::Man { .. } | Command::Config { .. } => None,
             _ => Some("warn"),
@@ -386,6 +395,10 @@ fn run(command: Command, global: global::GlobalArgs) -> anyhow::Result<()> {
         Command::Nbd(mut args) => {
             args.meta = global.meta;
             block_on(daemons::run_nbd(args))
+        }
+        Command::Csi(mut args) => {
+            args.meta = global.meta;
+            block_on(csi_cmd::run_csi(args))
         }
         Command::Nvmf(mut args) => {
             args.meta = global.meta;
