@@ -15,14 +15,21 @@ pub struct CsiArgs {
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
     pub endpoint: String,
     /// Which services to serve: controller (the Deployment beside the provisioner,
-    /// snapshotter and resizer sidecars), node (the DaemonSet on every node; attaching
-    /// volumes is not built yet and is refused) or all.
+    /// snapshotter and resizer sidecars), node (the DaemonSet on every node: attaches
+    /// volumes) or all.
     #[arg(long, default_value = "controller", value_parser = ["controller", "node", "all"])]
     pub mode: String,
     /// How Kubernetes names this node (spec.nodeName; the DaemonSet passes it) [default:
     /// this machine's name].
     #[arg(long, env = "NODE_ID")]
     pub node_id: Option<String>,
+    /// The NBD URI the node attaches a volume through, {volume} standing for its name: a
+    /// `basalt nbd` gateway on the node (its unit listens on 127.0.0.1:10809).
+    #[arg(long, default_value = "nbd://127.0.0.1:10809/{volume}")]
+    pub nbd_uri: String,
+    /// Where the node service records the volumes it staged (kept across restarts).
+    #[arg(long, default_value = "/var/lib/basalt/csi")]
+    pub state_dir: std::path::PathBuf,
     /// The pool of volumes whose StorageClass names none (parameter `pool`).
     #[arg(long, default_value = "rbd")]
     pub default_pool: String,
@@ -38,6 +45,8 @@ pub async fn run_csi(args: CsiArgs) -> anyhow::Result<()> {
         default_pool: args.default_pool,
         version: basalt_node::build::info().version,
         node_id: args.node_id.unwrap_or_else(basalt_node::hostname),
+        nbd_uri: Some(args.nbd_uri),
+        state_dir: args.state_dir,
     };
     let server = basalt_csi::CsiServer::bind(config)?;
     let shutdown = async {

@@ -1,31 +1,141 @@
-//! The CSI Node service. This step validates every request and answers what needs no
-//! attachment (capabilities, the node's id, undoing what was never done); attaching a
-//! volume to a block device on the node (docs/design.md, "Kubernetes: the CSI driver",
-//! Node) is the next step and is refused, saying so, until it lands.
+//! The CSI Node service: a volume attached to this node as a block device through an NBD
+//! gateway (`--nbd-uri`; nbdfuse and a loop device where the kernel has no NBD client, as
+//! here: `basalt_attach`), a filesystem made on first use and mounted at the staging path,
+//! bind-mounted at each target path (docs/design.md, "Kubernetes: the CSI driver", Node).
+//! What is staged is recorded under the state directory, so a restarted plugin still
+//! unstages what an earlier run staged.
 
 use crate::errors::missing;
 use crate::proto::node_server::Node;
 use crate::proto::node_service_capability::rpc::Type as RpcType;
+use crate::proto::volume_capability::access_mode::Mode as AccessMode;
+use crate::proto::volume_capability::AccessType;
 use crate::proto::*;
-use std::path::Path;
+use basalt_attach::{is_mount_point, run, Attachment};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use tonic::{Request, Response, Status};
 
 /// The Node service of one node.
 pub struct NodeService {
     /// How Kubernetes names this node (NodeGetInfo).
     node_id: String,
+    /// The NBD URI of a volume, `{volume}` standing for its name (None: this node cannot
+    /// attach; staging is refused saying so).
+    nbd_uri: Option<String>,
+    /// Where staged volumes are recorded (and their FUSE directories live).
+    state_dir: PathBuf,
+    /// One attach or detach at a time on this node.
+    busy: tokio::sync::Mutex<()>,
+}
+
+/// A volume staged on this node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Staged {
+    volume: String,
+    attachment: Attachment,
+    staging: PathBuf,
+    /// Block mode: nothing is mounted at the staging path.
+    block: bool,
+    read_only: bool,
 }
 
 impl NodeService {
-    pub fn new(node_id: String) -> Self {
-        Self { node_id }
+    pub fn new(node_id: String, nbd_uri: Option<String>, state_dir: PathBuf) -> Self {
+        Self {
+            node_id,
+            nbd_uri,
+            state_dir,
+            busy: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn record_path(&self, volume: &str) -> PathBuf {
+        self.state_dir
+            .join("volumes")
+            .join(format!("{volume}.json"))
+    }
+
+    fn staged(&self, volume: &str) -> Result<Option<Staged>, Status> {
+        match std::fs::read(self.record_path(volume)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                Status::internal(format!("the record of staged volume {volume}: {e}"))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Status::internal(format!(
+                "read the record of staged volume {volume}: {e}"
+            ))),
+        }
+    }
+
+    fn save(&self, staged: &Staged) -> Result<(), Status> {
+        let path = self.record_path(&staged.volume);
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, serde_json::to_vec(staged).unwrap_or_default())?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|e| Status::internal(format!("record {}: {e}", path.display())))
     }
 }
 
-/// Why attaching is refused in this step.
-const NOT_BUILT: &str = "attaching a Basalt volume on a node is not built yet (the NBD or \
-                         NVMe/TCP attach path of the node plugin: docs/design.md, \"Kubernetes: \
-                         the CSI driver\")";
+/// A step of attaching or mounting that failed: the node cannot do it now.
+fn step_failed(e: basalt_attach::AttachError) -> Status {
+    match e {
+        basalt_attach::AttachError::Unavailable(why) => Status::failed_precondition(why),
+        e => Status::internal(e.to_string()),
+    }
+}
+
+/// Run blocking node work (tools, mounts) off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("node work failed: {e}")))?
+}
+
+/// The filesystem on `device`, if any (`blkid`).
+fn filesystem_on(device: &str) -> Option<String> {
+    let out = Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "TYPE", device])
+        .output()
+        .ok()?;
+    let fs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!fs.is_empty()).then_some(fs)
+}
+
+/// Mount `device` (filesystem `fs`, made first if the device has none) at `at`.
+fn mount_filesystem(device: &str, fs: &str, flags: &[String], at: &Path) -> Result<(), Status> {
+    match filesystem_on(device) {
+        Some(found) if found != fs => {
+            return Err(Status::failed_precondition(format!(
+                "the volume holds a {found} filesystem, not the {fs} asked for"
+            )))
+        }
+        Some(_) => {}
+        None => {
+            let mkfs = format!("mkfs.{fs}");
+            let mut cmd = Command::new(&mkfs);
+            match fs {
+                "xfs" => cmd.args(["-q", device]),
+                _ => cmd.args(["-q", "-F", device]),
+            };
+            run("mkfs", &mut cmd).map_err(step_failed)?;
+        }
+    }
+    let mut cmd = Command::new("mount");
+    cmd.args(["-t", fs]);
+    if !flags.is_empty() {
+        cmd.args(["-o", &flags.join(",")]);
+    }
+    run("mount", cmd.arg(device).arg(at)).map_err(step_failed)?;
+    Ok(())
+}
 
 /// Check a path argument: given, and absolute.
 fn path_arg<'a>(field: &str, path: &'a str) -> Result<&'a Path, Status> {
@@ -41,17 +151,6 @@ fn path_arg<'a>(field: &str, path: &'a str) -> Result<&'a Path, Status> {
     Ok(p)
 }
 
-/// Is something mounted at `path` (a line of /proc/self/mountinfo names it)?
-fn is_mount_point(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = path.to_string_lossy();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mount_point| mount_point == want)
-}
-
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn node_stage_volume(
@@ -62,11 +161,11 @@ impl Node for NodeService {
         if req.volume_id.is_empty() {
             return Err(missing("volume_id"));
         }
-        let staging = path_arg("staging_target_path", &req.staging_target_path)?;
-        let Some(cap) = req.volume_capability.as_ref() else {
+        let staging = path_arg("staging_target_path", &req.staging_target_path)?.to_path_buf();
+        let Some(cap) = req.volume_capability.clone() else {
             return Err(missing("volume_capability"));
         };
-        if let Some(why) = crate::controller::unsupported(cap) {
+        if let Some(why) = crate::controller::unsupported(&cap) {
             return Err(Status::invalid_argument(why));
         }
         // The CO makes the staging directory; anything else there is its mistake.
@@ -76,10 +175,72 @@ impl Node for NodeService {
                 staging.display()
             )));
         }
-        Err(Status::unimplemented(NOT_BUILT))
+        let Some(template) = &self.nbd_uri else {
+            return Err(Status::failed_precondition(
+                "this node plugin has no NBD gateway to attach through (--nbd-uri)",
+            ));
+        };
+        let _busy = self.busy.lock().await;
+        if let Some(done) = self.staged(&req.volume_id)? {
+            if done.staging == staging {
+                return Ok(Response::new(NodeStageVolumeResponse {}));
+            }
+            return Err(Status::failed_precondition(format!(
+                "volume {} is staged at {} already",
+                req.volume_id,
+                done.staging.display()
+            )));
+        }
+        let read_only = matches!(
+            cap.access_mode.as_ref().map(|m| m.mode()),
+            Some(AccessMode::SingleNodeReaderOnly | AccessMode::MultiNodeReaderOnly)
+        );
+        let uri = template.replace("{volume}", &req.volume_id);
+        let fuse_dir = self.state_dir.join("fuse").join(&req.volume_id);
+        let volume = req.volume_id.clone();
+        let staged = blocking(move || {
+            let attachment = Attachment::attach(&uri, &fuse_dir, read_only).map_err(step_failed)?;
+            let block = matches!(cap.access_type, Some(AccessType::Block(_)));
+            if let Some(AccessType::Mount(m)) = &cap.access_type {
+                let fs = if m.fs_type.is_empty() {
+                    "ext4"
+                } else {
+                    &m.fs_type
+                };
+                let mut flags = m.mount_flags.clone();
+                if read_only {
+                    flags.push("ro".into());
+                }
+                if let Err(e) = mount_filesystem(&attachment.device, fs, &flags, &staging) {
+                    attachment.detach();
+                    return Err(e);
+                }
+            }
+            Ok(Staged {
+                volume,
+                attachment,
+                staging,
+                block,
+                read_only,
+            })
+        })
+        .await?;
+        if let Err(e) = self.save(&staged) {
+            let undo = staged.clone();
+            let _ = blocking(move || {
+                if !undo.block {
+                    basalt_attach::unmount(&undo.staging);
+                }
+                undo.attachment.detach();
+                Ok(())
+            })
+            .await;
+            return Err(e);
+        }
+        tracing::info!(volume = %staged.volume, device = %staged.attachment.device, staging = %staged.staging.display(), "volume staged");
+        Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
-    /// Nothing is ever staged in this step: unstaging is done (the spec's idempotence).
     async fn node_unstage_volume(
         &self,
         request: Request<NodeUnstageVolumeRequest>,
@@ -88,13 +249,30 @@ impl Node for NodeService {
         if req.volume_id.is_empty() {
             return Err(missing("volume_id"));
         }
-        let path = path_arg("staging_target_path", &req.staging_target_path)?;
-        if is_mount_point(path) {
-            return Err(Status::failed_precondition(format!(
-                "{} is a mount point this node plugin did not make: not touched",
-                path.display()
-            )));
-        }
+        let path = path_arg("staging_target_path", &req.staging_target_path)?.to_path_buf();
+        let _busy = self.busy.lock().await;
+        let Some(staged) = self.staged(&req.volume_id)? else {
+            // Never staged here (or unstaged already): done, unless something else is
+            // mounted there.
+            if is_mount_point(&path) {
+                return Err(Status::failed_precondition(format!(
+                    "{} is a mount point this node plugin did not make: not touched",
+                    path.display()
+                )));
+            }
+            return Ok(Response::new(NodeUnstageVolumeResponse {}));
+        };
+        let record = self.record_path(&req.volume_id);
+        blocking(move || {
+            if !staged.block && is_mount_point(&staged.staging) {
+                basalt_attach::unmount(&staged.staging);
+            }
+            staged.attachment.detach();
+            std::fs::remove_file(&record)
+                .map_err(|e| Status::internal(format!("remove {}: {e}", record.display())))
+        })
+        .await?;
+        tracing::info!(volume = %req.volume_id, "volume unstaged");
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
@@ -106,17 +284,72 @@ impl Node for NodeService {
         if req.volume_id.is_empty() {
             return Err(missing("volume_id"));
         }
-        path_arg("target_path", &req.target_path)?;
+        let target = path_arg("target_path", &req.target_path)?.to_path_buf();
         let Some(cap) = req.volume_capability.as_ref() else {
             return Err(missing("volume_capability"));
         };
         if let Some(why) = crate::controller::unsupported(cap) {
             return Err(Status::invalid_argument(why));
         }
-        Err(Status::unimplemented(NOT_BUILT))
+        if req.staging_target_path.is_empty() {
+            return Err(missing("staging_target_path"));
+        }
+        let _busy = self.busy.lock().await;
+        let Some(staged) = self.staged(&req.volume_id)? else {
+            return Err(Status::failed_precondition(format!(
+                "volume {} is not staged on this node",
+                req.volume_id
+            )));
+        };
+        if is_mount_point(&target) {
+            return Ok(Response::new(NodePublishVolumeResponse {}));
+        }
+        let read_only = req.readonly || staged.read_only;
+        blocking(move || {
+            let source = if staged.block {
+                // The target is a file the device is bind-mounted on.
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        Status::internal(format!("create {}: {e}", parent.display()))
+                    })?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&target)
+                    .map_err(|e| Status::internal(format!("create {}: {e}", target.display())))?;
+                PathBuf::from(&staged.attachment.device)
+            } else {
+                std::fs::create_dir_all(&target)
+                    .map_err(|e| Status::internal(format!("create {}: {e}", target.display())))?;
+                staged.staging.clone()
+            };
+            run(
+                "mount --bind",
+                Command::new("mount")
+                    .arg("--bind")
+                    .arg(&source)
+                    .arg(&target),
+            )
+            .map_err(step_failed)?;
+            if read_only {
+                let remounted = run(
+                    "remount read-only",
+                    Command::new("mount")
+                        .args(["-o", "remount,bind,ro"])
+                        .arg(&target),
+                );
+                if let Err(e) = remounted {
+                    basalt_attach::unmount(&target);
+                    return Err(step_failed(e));
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
-    /// Nothing is ever published in this step: unpublishing is done.
     async fn node_unpublish_volume(
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
@@ -125,13 +358,21 @@ impl Node for NodeService {
         if req.volume_id.is_empty() {
             return Err(missing("volume_id"));
         }
-        let path = path_arg("target_path", &req.target_path)?;
-        if is_mount_point(path) {
-            return Err(Status::failed_precondition(format!(
-                "{} is a mount point this node plugin did not make: not touched",
-                path.display()
-            )));
-        }
+        let target = path_arg("target_path", &req.target_path)?.to_path_buf();
+        let _busy = self.busy.lock().await;
+        blocking(move || {
+            if is_mount_point(&target) {
+                basalt_attach::unmount(&target);
+            }
+            // The target path goes too (a directory, or a block volume's file).
+            let removed = match std::fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir(&target),
+                Ok(_) => std::fs::remove_file(&target),
+                Err(_) => Ok(()),
+            };
+            removed.map_err(|e| Status::internal(format!("remove {}: {e}", target.display())))
+        })
+        .await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
@@ -139,14 +380,19 @@ impl Node for NodeService {
         &self,
         _: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented(NOT_BUILT))
+        Err(Status::unimplemented(
+            "NodeGetVolumeStats: not offered (GET_VOLUME_STATS is not declared)",
+        ))
     }
 
     async fn node_expand_volume(
         &self,
         _: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented(NOT_BUILT))
+        Err(Status::unimplemented(
+            "NodeExpandVolume: not offered yet (an attached device keeps its size until \
+             it is staged again)",
+        ))
     }
 
     async fn node_get_capabilities(

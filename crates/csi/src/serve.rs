@@ -53,6 +53,11 @@ pub struct CsiConfig {
     pub version: String,
     /// How Kubernetes names this node (the node service's NodeGetInfo).
     pub node_id: String,
+    /// The node's NBD URI of a volume, `{volume}` standing for its name (None: the node
+    /// service cannot attach).
+    pub nbd_uri: Option<String>,
+    /// Where the node service records what it staged.
+    pub state_dir: PathBuf,
 }
 
 /// Why the driver could not serve.
@@ -135,10 +140,13 @@ impl CsiServer {
             config.version.clone(),
             config.mode.controller(),
         );
-        let node = config
-            .mode
-            .node()
-            .then(|| NodeServer::new(NodeService::new(config.node_id.clone())));
+        let node = config.mode.node().then(|| {
+            NodeServer::new(NodeService::new(
+                config.node_id.clone(),
+                config.nbd_uri.clone(),
+                config.state_dir.clone(),
+            ))
+        });
         let controller = config
             .mode
             .controller()
