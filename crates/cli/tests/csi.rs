@@ -6,6 +6,10 @@
 mod common;
 mod multihost;
 
+use basalt_csi::proto::controller_client::ControllerClient;
+use basalt_csi::proto::node_client::NodeClient;
+use basalt_csi::proto::volume_capability::{access_mode::Mode, AccessMode, AccessType};
+use basalt_csi::proto::*;
 use multihost::{Layout, MultiHost};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -77,6 +81,23 @@ impl Drop for Driver {
     }
 }
 
+/// The test's scratch directory.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("basalt-csi-")
+        .tempdir()
+        .unwrap()
+}
+
+/// A 3-host cluster and `basalt csi --mode all` for it on a socket in a scratch directory.
+fn cluster_and_driver() -> (tempfile::TempDir, MultiHost, PathBuf, Driver) {
+    let dir = scratch();
+    let mh = MultiHost::start(Layout::default());
+    let socket = dir.path().join("csi.sock");
+    let driver = Driver::start(&mh, &socket, &dir.path().join("csi.log"));
+    (dir, mh, socket, driver)
+}
+
 /// Run csi-sanity against `socket` with `extra` flags; returns its output (it must pass).
 fn sanity(socket: &Path, dir: &Path, extra: &[&str]) -> String {
     let params = dir.join("params.yaml");
@@ -115,18 +136,27 @@ fn summary(output: &str) -> String {
 /// gateway, a filesystem made and mounted — published, unpublished and unstaged, twice).
 #[test]
 fn csi_sanity_passes() {
-    let dir = tempfile::Builder::new()
-        .prefix("basalt-csi-")
-        .tempdir()
-        .unwrap();
-    let mh = MultiHost::start(Layout::default());
-    let socket = dir.path().join("csi.sock");
-    let _driver = Driver::start(&mh, &socket, &dir.path().join("csi.log"));
+    let (dir, _mh, socket, _driver) = cluster_and_driver();
     let out = sanity(&socket, dir.path(), &[]);
     let line = summary(&out);
     eprintln!("csi-sanity: {line}");
     assert!(line.contains(" 0 Failed"), "{line}");
     assert!(line.contains("Passed"), "no csi-sanity summary: {out}");
+}
+
+/// A volume capability: access `mode`, as a block device or an ext4 filesystem.
+fn capability(mode: Mode, block: bool) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(if block {
+            AccessType::Block(volume_capability::BlockVolume {})
+        } else {
+            AccessType::Mount(volume_capability::MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            })
+        }),
+    }
 }
 
 /// A gRPC channel to the driver's unix socket.
@@ -152,31 +182,14 @@ async fn channel(socket: &Path) -> tonic::transport::Channel {
 /// snapshot is.
 #[test]
 fn bad_csi_requests_get_the_spec_codes_and_make_nothing() {
-    use basalt_csi::proto::controller_client::ControllerClient;
-    use basalt_csi::proto::node_client::NodeClient;
-    use basalt_csi::proto::volume_capability::{access_mode::Mode, AccessMode, AccessType};
-    use basalt_csi::proto::*;
     use tonic::Code;
 
-    let dir = tempfile::Builder::new()
-        .prefix("basalt-csi-")
-        .tempdir()
-        .unwrap();
-    let mh = MultiHost::start(Layout::default());
-    let socket = dir.path().join("csi.sock");
-    let _driver = Driver::start(&mh, &socket, &dir.path().join("csi.log"));
+    let (dir, _mh, socket, _driver) = cluster_and_driver();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut controller = ControllerClient::new(channel(&socket).await);
         let mut node = NodeClient::new(channel(&socket).await);
-        let cap = |mode: Mode, block: bool| VolumeCapability {
-            access_mode: Some(AccessMode { mode: mode as i32 }),
-            access_type: Some(if block {
-                AccessType::Block(volume_capability::BlockVolume {})
-            } else {
-                AccessType::Mount(volume_capability::MountVolume::default())
-            }),
-        };
+        let cap = capability;
         let create = |name: &str, params: &[(&str, &str)], bytes: i64, c: VolumeCapability| {
             CreateVolumeRequest {
                 name: name.into(),
@@ -280,28 +293,12 @@ fn bad_csi_requests_get_the_spec_codes_and_make_nothing() {
 /// files read back; everything undone leaves no mount, loop device or nbdfuse behind.
 #[test]
 fn a_volume_moves_between_nodes_with_its_files() {
-    use basalt_csi::proto::controller_client::ControllerClient;
-    use basalt_csi::proto::node_client::NodeClient;
-    use basalt_csi::proto::volume_capability::{access_mode::Mode, AccessMode, AccessType};
-    use basalt_csi::proto::*;
-
-    let dir = tempfile::Builder::new()
-        .prefix("basalt-csi-")
-        .tempdir()
-        .unwrap();
+    let dir = scratch();
     let mh = MultiHost::start(Layout::default());
     let (sock_a, sock_b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
     let _a = Driver::start_as(&mh, &sock_a, &dir.path().join("a.log"), "node-a");
     let _b = Driver::start_as(&mh, &sock_b, &dir.path().join("b.log"), "node-b");
-    let cap = VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(AccessType::Mount(volume_capability::MountVolume {
-            fs_type: "ext4".into(),
-            ..Default::default()
-        })),
-    };
+    let cap = capability(Mode::SingleNodeWriter, false);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut controller = ControllerClient::new(channel(&sock_a).await);
