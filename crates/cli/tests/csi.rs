@@ -133,7 +133,8 @@ fn summary(output: &str) -> String {
 /// the driver's capabilities call for: Identity, Controller (volumes idempotent by name,
 /// sizes, access modes, volumes from snapshots, snapshots, listing with pagination,
 /// capacity, expansion) and Node (a volume staged — attached through the cluster's NBD
-/// gateway, a filesystem made and mounted — published, unpublished and unstaged, twice).
+/// gateway, a filesystem made and mounted — published, its usage read, unpublished and
+/// unstaged).
 #[test]
 fn csi_sanity_passes() {
     let (dir, _mh, socket, _driver) = cluster_and_driver();

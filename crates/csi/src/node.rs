@@ -39,6 +39,9 @@ struct Staged {
     /// Block mode: nothing is mounted at the staging path.
     block: bool,
     read_only: bool,
+    /// The target paths it is published at.
+    #[serde(default)]
+    targets: Vec<PathBuf>,
 }
 
 impl NodeService {
@@ -88,6 +91,60 @@ fn step_failed(e: basalt_attach::AttachError) -> Status {
         basalt_attach::AttachError::Unavailable(why) => Status::failed_precondition(why),
         e => Status::internal(e.to_string()),
     }
+}
+
+/// Usage of `staged` at `path`: a filesystem's bytes and inodes (`df`), or a block
+/// device's size.
+fn volume_usage(staged: &Staged, path: &Path) -> Result<Vec<VolumeUsage>, Status> {
+    use volume_usage::Unit;
+    let number = |text: &str| text.trim().parse::<i64>().unwrap_or(0);
+    if staged.block {
+        let out = run(
+            "blockdev --getsize64",
+            Command::new("blockdev")
+                .arg("--getsize64")
+                .arg(&staged.attachment.device),
+        )
+        .map_err(step_failed)?;
+        return Ok(vec![VolumeUsage {
+            available: 0,
+            total: number(&String::from_utf8_lossy(&out.stdout)),
+            used: 0,
+            unit: Unit::Bytes as i32,
+        }]);
+    }
+    let out = run(
+        "df",
+        Command::new("df")
+            .args(["-B1", "--output=size,used,avail,itotal,iused,iavail"])
+            .arg(path),
+    )
+    .map_err(step_failed)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<i64> = text
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(number)
+        .collect();
+    if v.len() < 6 {
+        return Err(Status::internal(format!("df {}: {text}", path.display())));
+    }
+    Ok(vec![
+        VolumeUsage {
+            total: v[0],
+            used: v[1],
+            available: v[2],
+            unit: Unit::Bytes as i32,
+        },
+        VolumeUsage {
+            total: v[3],
+            used: v[4],
+            available: v[5],
+            unit: Unit::Inodes as i32,
+        },
+    ])
 }
 
 /// Run blocking node work (tools, mounts) off the runtime's threads.
@@ -222,6 +279,7 @@ impl Node for NodeService {
                 staging,
                 block,
                 read_only,
+                targets: Vec::new(),
             })
         })
         .await?;
@@ -305,6 +363,8 @@ impl Node for NodeService {
             return Ok(Response::new(NodePublishVolumeResponse {}));
         }
         let read_only = req.readonly || staged.read_only;
+        let mut published = staged.clone();
+        let at = target.clone();
         blocking(move || {
             let source = if staged.block {
                 // The target is a file the device is bind-mounted on.
@@ -347,6 +407,9 @@ impl Node for NodeService {
             Ok(())
         })
         .await?;
+        published.targets.retain(|t| *t != at);
+        published.targets.push(at);
+        self.save(&published)?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -360,6 +423,12 @@ impl Node for NodeService {
         }
         let target = path_arg("target_path", &req.target_path)?.to_path_buf();
         let _busy = self.busy.lock().await;
+        if let Some(mut staged) = self.staged(&req.volume_id)? {
+            if staged.targets.contains(&target) {
+                staged.targets.retain(|t| *t != target);
+                self.save(&staged)?;
+            }
+        }
         blocking(move || {
             if is_mount_point(&target) {
                 basalt_attach::unmount(&target);
@@ -376,13 +445,37 @@ impl Node for NodeService {
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
+    /// Bytes (and inodes, for a filesystem) of a volume staged here, at its staging path
+    /// or one of its targets: `df` of the filesystem, or the block device's size.
     async fn node_get_volume_stats(
         &self,
-        _: Request<NodeGetVolumeStatsRequest>,
+        request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented(
-            "NodeGetVolumeStats: not offered (GET_VOLUME_STATS is not declared)",
-        ))
+        let req = request.into_inner();
+        if req.volume_id.is_empty() {
+            return Err(missing("volume_id"));
+        }
+        if req.volume_path.is_empty() {
+            return Err(missing("volume_path"));
+        }
+        let Some(staged) = self.staged(&req.volume_id)? else {
+            return Err(Status::not_found(format!(
+                "volume {} is not staged on this node",
+                req.volume_id
+            )));
+        };
+        let path = PathBuf::from(&req.volume_path);
+        if path != staged.staging && !staged.targets.contains(&path) {
+            return Err(Status::not_found(format!(
+                "volume {} is not at {} on this node",
+                req.volume_id, req.volume_path
+            )));
+        }
+        let usage = blocking(move || volume_usage(&staged, &path)).await?;
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: None,
+        }))
     }
 
     async fn node_expand_volume(
@@ -405,7 +498,10 @@ impl Node for NodeService {
             )),
         };
         Ok(Response::new(NodeGetCapabilitiesResponse {
-            capabilities: vec![rpc(RpcType::StageUnstageVolume)],
+            capabilities: vec![
+                rpc(RpcType::StageUnstageVolume),
+                rpc(RpcType::GetVolumeStats),
+            ],
         }))
     }
 
