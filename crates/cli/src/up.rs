@@ -126,6 +126,11 @@ pub struct UpArgs {
     ready_file: Option<PathBuf>,
     #[command(flatten)]
     nbd_tls: crate::daemons::NbdTlsArgs,
+    /// Also serve the CSI driver (`basalt csi --mode all`: controller and node, attaching
+    /// through this cluster's NBD listener) on this unix socket, for a one-node Kubernetes
+    /// or csi-sanity (docs/cli.md, "Kubernetes: `basalt csi`").
+    #[arg(long, value_name = "unix:///PATH")]
+    csi_endpoint: Option<String>,
 }
 
 /// The cluster `args` describe; `data_tls` is the global --data-tls: data-plane TLS on the
@@ -209,6 +214,10 @@ pub async fn run(args: UpArgs, data_tls: Option<PathBuf>) -> anyhow::Result<()> 
     let config = local_config(&args, data_tls)?;
     let nbd_tls = config.nbd_tls.clone();
     let cluster = LocalCluster::start(config).await?;
+    let csi = match &args.csi_endpoint {
+        Some(endpoint) => Some(start_csi(&args, &cluster, endpoint)?),
+        None => None,
+    };
     print_banner(&args, &cluster.pool, &cluster.endpoints, nbd_tls);
     let ready = match &args.ready_file {
         Some(path) => ReadyFile::of(&cluster.endpoints)
@@ -224,10 +233,45 @@ pub async fn run(args: UpArgs, data_tls: Option<PathBuf>) -> anyhow::Result<()> 
     if let Some(path) = &args.ready_file {
         let _ = std::fs::remove_file(path);
     }
+    if let Some((stop, task)) = csi {
+        let _ = stop.send(());
+        if let Ok(Err(e)) = task.await {
+            tracing::warn!("the CSI driver stopped: {e}");
+        }
+    }
     cluster.stop().await?;
     ready?;
     eprintln!("basalt: stopped cleanly");
     Ok(())
+}
+
+/// The CSI driver of `up --csi-endpoint`: served until the sender fires.
+type CsiTask = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), basalt_csi::CsiError>>,
+);
+
+/// Serve the CSI driver (controller and node) for `cluster` on `endpoint`: volumes in its
+/// pool, attached through its NBD listener, staged volumes recorded under the data
+/// directory.
+fn start_csi(args: &UpArgs, cluster: &LocalCluster, endpoint: &str) -> anyhow::Result<CsiTask> {
+    let config = basalt_csi::CsiConfig {
+        endpoint: basalt_csi::serve::socket_path(endpoint)?,
+        mode: basalt_csi::Mode::All,
+        default_pool: cluster.pool.name.clone(),
+        version: basalt_node::build::info().version,
+        node_id: basalt_node::hostname(),
+        nbd_uri: Some(format!("nbd://{}/{{volume}}", cluster.endpoints.nbd_tcp)),
+        state_dir: args.data_dir.join("csi"),
+    };
+    let server = basalt_csi::CsiServer::bind(config)
+        .with_context(|| format!("--csi-endpoint {endpoint}"))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let client = cluster.client();
+    let task = tokio::spawn(server.run(client, async move {
+        let _ = stopped.await;
+    }));
+    Ok((stop, task))
 }
 
 /// The banner: where everything is served, then commands to try.
@@ -252,6 +296,9 @@ fn print_banner(
     );
     let nbd = e.nbd_tcp;
     println!("  NBD (TCP):   nbd://{nbd}/{vol}");
+    if let Some(csi) = &args.csi_endpoint {
+        println!("  CSI driver:  {csi} (csi.basalt.dev: controller and node)");
+    }
     println!(
         "  NBD (unix):  nbd+unix:///{vol}?socket={}",
         e.nbd_socket.display()

@@ -1,5 +1,6 @@
 //! The CSI driver (`basalt csi`) checked by csi-sanity (kubernetes-csi/csi-test, installed by
-//! scripts/install-test-deps.sh) on a 3-host cluster in network namespaces.
+//! scripts/install-test-deps.sh) on a 3-host cluster in network namespaces and on
+//! `basalt up --csi-endpoint`.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -377,4 +378,24 @@ fn a_volume_moves_between_nodes_with_its_files() {
         !mounts.contains(&ours),
         "mounts left under {ours}:\n{mounts}"
     );
+}
+
+/// Goal: csi-sanity passes as well against the driver `basalt up --csi-endpoint` serves in
+/// its own process (volumes in its pool, attached through its NBD listener).
+#[test]
+fn csi_sanity_passes_on_basalt_up() {
+    let dir = scratch();
+    let socket = dir.path().join("up-csi.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let _up = common::Cluster::start_with(&["--csi-endpoint", &endpoint]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "basalt up serves no CSI socket");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = sanity(&socket, dir.path(), &[]);
+    let line = summary(&out);
+    eprintln!("csi-sanity on basalt up: {line}");
+    assert!(line.contains(" 0 Failed"), "{line}");
+    assert!(line.contains("Passed"), "no csi-sanity summary: {out}");
 }

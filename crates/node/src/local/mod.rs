@@ -104,6 +104,12 @@ struct LocalMeta {
 }
 
 impl LocalCluster {
+    /// The cluster client the frontends use (for another frontend in this process: the
+    /// CSI driver).
+    pub fn client(&self) -> Arc<Cluster> {
+        self.cluster.clone()
+    }
+
     /// Assemble and start the cluster of `config`; returns once every PG is active and
     /// every frontend serves.
     pub async fn start(config: LocalConfig) -> anyhow::Result<Self> {
