@@ -368,7 +368,7 @@ impl Cluster {
     /// is not or it did not answer Ok (the caller then asks the primary).
     async fn try_local(&self, pg: PgId, mut header: Header) -> Option<Reply> {
         let map = self.map();
-        let pg = routed_pg(&map, pg, &header);
+        let pg = map.routed_pg(pg, header.opcode, header.object);
         let member = self.local_member(&map, pg)?;
         header.pg = pg;
         header.map_epoch = map.epoch;
@@ -391,7 +391,7 @@ impl Cluster {
         mut header: Header,
         payload: Bytes,
     ) -> Result<Reply, ClientError> {
-        let pg = routed_pg(map, pg, &header);
+        let pg = map.routed_pg(pg, header.opcode, header.object);
         let primary = *map
             .acting(pg)?
             .first()
@@ -713,16 +713,5 @@ impl basalt_metrics::prometheus_client::collector::Collector for ClientCollector
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster").finish_non_exhaustive()
-    }
-}
-
-/// The PG to send `header` to under `map`: for a request about one object, the PG the
-/// object is in now (the caller's `pg` may predate a change of the pool's PG count); else
-/// `pg` (a request addressed to a PG).
-pub(crate) fn routed_pg(map: &ClusterMap, pg: PgId, header: &Header) -> PgId {
-    let by_object = header.opcode.addresses_object();
-    match map.pools.get(&pg.pool) {
-        Some(pool) if by_object => ClusterMap::pg_of(pool, header.object),
-        _ => pg,
     }
 }

@@ -289,7 +289,7 @@ impl Volume {
     /// synchronous once connected, so a caller keeps many requests in flight.
     async fn start(&self, mut h: Header, payload: Bytes) -> Result<Started, ClientError> {
         let map = self.cluster.map();
-        h.pg = crate::cluster::routed_pg(&map, h.pg, &h);
+        h.pg = map.routed_pg(h.pg, h.opcode, h.object);
         if h.opcode == Opcode::Read {
             if let Some(member) = self.cluster.local_member(&map, h.pg) {
                 if let Ok(conn) = self.cluster.connection(member).await {

@@ -182,6 +182,9 @@ pub fn unsupported(cap: &VolumeCapability) -> Option<String> {
     match &cap.access_type {
         None => Some("a volume capability has no access type (block or mount)".into()),
         Some(AccessType::Block(_)) => None,
+        Some(AccessType::Mount(m)) if !m.volume_mount_group.is_empty() => Some(
+            "volume_mount_group: Basalt's node plugin does not offer VOLUME_MOUNT_GROUP".into(),
+        ),
         Some(AccessType::Mount(m)) => {
             let fs = m.fs_type.as_str();
             (!fs.is_empty() && !FILESYSTEMS.contains(&fs)).then(|| {
@@ -754,6 +757,12 @@ mod tests {
         }
         let why = unsupported(&cap(AccessMode::MultiNodeMultiWriter, block())).unwrap();
         assert!(why.contains("one writer node"), "{why}");
+        let group = AccessType::Mount(volume_capability::MountVolume {
+            volume_mount_group: "1000".into(),
+            ..Default::default()
+        });
+        let why = unsupported(&cap(AccessMode::SingleNodeWriter, group)).unwrap();
+        assert!(why.contains("VOLUME_MOUNT_GROUP"), "{why}");
         let why = unsupported(&cap(AccessMode::SingleNodeWriter, mount("zfs"))).unwrap();
         assert!(why.contains("zfs"), "{why}");
         let none = VolumeCapability {

@@ -75,6 +75,11 @@ pub enum CsiError {
     },
     #[error("the gRPC server stopped: {0}")]
     Server(#[from] tonic::transport::Error),
+    #[error(
+        "NBD URI \"{0}\" has no {{volume}}: every volume would attach the same export \
+         (for example nbd://127.0.0.1:10809/{{volume}})"
+    )]
+    NbdUri(String),
 }
 
 /// The socket path of an endpoint: `unix:///csi/csi.sock`, `unix:/csi/csi.sock` or a path.
@@ -98,6 +103,9 @@ pub struct CsiServer {
 impl CsiServer {
     /// Listen on `config`'s socket (a socket file left by an earlier run is replaced).
     pub fn bind(config: CsiConfig) -> Result<Self, CsiError> {
+        if let Some(uri) = config.nbd_uri.as_ref().filter(|u| !u.contains("{volume}")) {
+            return Err(CsiError::NbdUri(uri.clone()));
+        }
         let path = config.endpoint.clone();
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -160,5 +168,34 @@ impl CsiServer {
             .await;
         let _ = std::fs::remove_file(&path);
         served.map_err(CsiError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: endpoints are unix sockets, and a node NBD URI without `{volume}` (every
+    /// volume would attach one export) is refused before anything listens.
+    #[test]
+    fn endpoints_and_nbd_uris_are_checked() {
+        assert_eq!(
+            socket_path("unix:///csi/csi.sock").unwrap(),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert!(socket_path("tcp://127.0.0.1:10000").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let config = CsiConfig {
+            endpoint: dir.path().join("csi.sock"),
+            mode: Mode::All,
+            default_pool: "rbd".into(),
+            version: "test".into(),
+            node_id: "n".into(),
+            nbd_uri: Some("nbd://127.0.0.1:10809/vol0".into()),
+            state_dir: dir.path().join("state"),
+        };
+        let err = CsiServer::bind(config).err().unwrap().to_string();
+        assert!(err.contains("has no {volume}"), "{err}");
+        assert!(!dir.path().join("csi.sock").exists());
     }
 }

@@ -737,11 +737,7 @@ pub(crate) fn primary_gate(osd: &Osd, h: &Header) -> Result<u32, Status> {
 /// A client that computed the PG before the pool's PG count changed is not served by a PG
 /// its object left.
 fn object_in_pg(map: &ClusterMap, h: &Header) -> bool {
-    let by_object = h.opcode.addresses_object();
-    match map.pools.get(&h.pg.pool) {
-        Some(pool) if by_object => ClusterMap::pg_of(pool, h.object) == h.pg,
-        _ => true,
-    }
+    map.routed_pg(h.pg, h.opcode, h.object) == h.pg
 }
 
 fn in_object(osd: &Osd, h: &Header) -> bool {

@@ -292,6 +292,16 @@ impl ClusterMap {
         }
     }
 
+    /// The PG a request goes to under this map: for one about an object (`opcode`), the PG
+    /// `object` is in now — `pg`, computed earlier, may predate a change of the pool's PG
+    /// count; else `pg` itself (a request addressed to a PG).
+    pub fn routed_pg(&self, pg: PgId, opcode: basalt_proto::Opcode, object: ObjectId) -> PgId {
+        match self.pools.get(&pg.pool) {
+            Some(pool) if opcode.addresses_object() => Self::pg_of(pool, object),
+            _ => pg,
+        }
+    }
+
     /// The index of an object's PG in a pool of `pg_count` PGs (a count the pool had, or
     /// has, while its PGs split or merge).
     pub fn pg_index(obj: ObjectId, pg_count: u32) -> u32 {
