@@ -11,6 +11,9 @@
 #   basalt.addr=IP     the target's address (default 10.0.2.2, the host)
 #   basalt.addr2=IP    with paths=2: the second path goes to another gateway at this
 #                      address, and the host kills the first one mid-fio instead
+#   basalt.guarded=NAME a volume whose access list names only host
+#                      nqn.2014-08.org.nvmexpress:uuid:basalt-guest-allowed: a connect
+#                      as ...:basalt-guest-denied must fail, one as the allowed host work
 #   basalt.nbd=PORT    with fio: IOPS over NVMe/TCP and over the kernel NBD client (the
 #                      host's NBD PORT), same volume, alternating (the issue's comparison)
 # Every step prints a "basalt-guest:" line the host test looks for.
@@ -23,6 +26,7 @@ echo "basalt-guest: init"
 fail() { echo "basalt-guest: FAILED: $*"; poweroff -f; sleep 10; }
 arg() { sed -n "s/.*basalt\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 port=$(arg port); vol=$(arg vol); fio_s=$(arg fio); grow=$(arg grow); nbd=$(arg nbd); paths=$(arg paths); addr=$(arg addr); addr2=$(arg addr2)
+guarded=$(arg guarded)
 [ -n "$addr" ] || addr=10.0.2.2
 ip link set lo up; ip link set eth0 up
 ip addr add 10.0.2.15/24 dev eth0; ip route add default via 10.0.2.2
@@ -36,6 +40,23 @@ disc=$(for c in /sys/class/nvme/nvme*; do
 [ -n "$disc" ] || fail "no discovery controller in sysfs"
 echo "basalt-guest: discovery $(cat "$disc/subsysnqn") model $(cat "$disc/model")"
 echo 1 > "$disc/delete_controller"
+
+# A volume with an access list: the host it does not name is refused at connect.
+if [ -n "$guarded" ]; then
+  gnqn="nqn.2026-01.io.basalt:$guarded"
+  host="nqn.2014-08.org.nvmexpress:uuid:basalt-guest"
+  if echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$gnqn,hostnqn=$host-denied" \
+      > /dev/nvme-fabrics 2>/dev/null; then
+    fail "a host outside the access list of $guarded attached it"
+  fi
+  echo "basalt-guest: guarded refused $host-denied"
+  echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$gnqn,hostnqn=$host-allowed" \
+    > /dev/nvme-fabrics || fail "the allowed host could not attach $guarded"
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn")" = "$gnqn" ] && echo 1 > "$c/delete_controller"
+  done
+  echo "basalt-guest: guarded allowed $host-allowed"
+fi
 
 # The volume, with header and data digests.
 nqn="nqn.2026-01.io.basalt:$vol"
@@ -144,19 +165,21 @@ if [ "${fio_s:-0}" -gt 0 ] && [ -n "$nbd" ]; then
       echo "basalt-guest: fio $1 $rw iops=$(cut -d';' -f$field /tmp/fio.out)"
     done
   }
-  echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$nqn" > /dev/nvme-fabrics || fail "reconnect $nqn"
-  i=0; dev=""; while [ -z "$dev" ] && [ $i -lt 100 ]; do
-    dev=$(ls /sys/block | grep -E '^nvme[0-9]+n[0-9]+$' | head -1); [ -n "$dev" ] || sleep 0.1; i=$((i+1))
-  done
-  [ -n "$dev" ] || fail "no nvme block device after reconnecting"
-  chroot /mnt /usr/sbin/nbd-client 10.0.2.2 "$nbd" /dev/nbd0 -N "$vol" > /tmp/nbd.out 2>&1 \
-    || { cat /tmp/nbd.out; fail "nbd-client"; }
+  # One attachment at a time: the NVMe host and the NBD client are two clients to the
+  # volume's writer lock (the target cannot tell they are one machine).
   for round in 1 2; do
+    echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$nqn" > /dev/nvme-fabrics || fail "reconnect $nqn"
+    i=0; dev=""; while [ -z "$dev" ] && [ $i -lt 100 ]; do
+      dev=$(ls /sys/block | grep -E '^nvme[0-9]+n[0-9]+$' | head -1); [ -n "$dev" ] || sleep 0.1; i=$((i+1))
+    done
+    [ -n "$dev" ] || fail "no nvme block device after reconnecting"
     iops nvmf /dev/$dev
+    for c in /sys/class/nvme/nvme*; do echo 1 > "$c/delete_controller"; done
+    chroot /mnt /usr/sbin/nbd-client 10.0.2.2 "$nbd" /dev/nbd0 -N "$vol" > /tmp/nbd.out 2>&1 \
+      || { cat /tmp/nbd.out; fail "nbd-client"; }
     iops nbd /dev/nbd0
+    chroot /mnt /usr/sbin/nbd-client -d /dev/nbd0 > /dev/null 2>&1
   done
-  chroot /mnt /usr/sbin/nbd-client -d /dev/nbd0 > /dev/null 2>&1
-  for c in /sys/class/nvme/nvme*; do echo 1 > "$c/delete_controller"; done
   umount /mnt/dev; umount /mnt/proc; umount /mnt
 fi
 echo "basalt-guest: done"

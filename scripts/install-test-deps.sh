@@ -115,6 +115,25 @@ elif [ -z "$GO" ]; then
   echo "no Go toolchain: csi-sanity cannot be built and the CSI test will fail" >&2
 fi
 
+# --- basalt-k8s-validate: the Kubernetes manifests' offline check -------------------------
+# scripts/k8s-validate decodes contrib/kubernetes strictly into k8s.io/api's types (the
+# manifests test in crates/cli/tests/systemd.rs runs it), built with Go from the Go module
+# proxy (its go.mod and go.sum pin the versions). Rebuilt on every run rather than when the
+# sources look newer: with Go's build cache an unchanged rebuild takes a second or two, and
+# a stale validator would check the manifests against rules that are no longer in the tree.
+K8S_VALIDATE_SRC="$(cd "$(dirname "$0")" && pwd)/k8s-validate"
+K8S_VALIDATE=/usr/local/bin/basalt-k8s-validate
+[ "$(id -u)" -eq 0 ] || K8S_VALIDATE="$HOME/.local/bin/basalt-k8s-validate"
+if [ -n "$GO" ]; then
+  echo "building the manifest validator (scripts/k8s-validate) into $K8S_VALIDATE"
+  mkdir -p "$(dirname "$K8S_VALIDATE")"
+  # No VCS stamp: the tree may be a copy without .git, or one git calls dubious.
+  (cd "$K8S_VALIDATE_SRC" && "$GO" build -buildvcs=false -o "$K8S_VALIDATE" .)
+else
+  echo "no Go toolchain: basalt-k8s-validate cannot be built and the manifests test will fail" >&2
+fi
+# --- end basalt-k8s-validate ---------------------------------------------------------------
+
 if ! have cargo; then
   echo "cargo not found: install Rust with rustup (https://rustup.rs), then re-run" >&2
   exit 1

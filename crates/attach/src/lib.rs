@@ -83,7 +83,7 @@ impl Attachment {
         let mut child = nbdfuse
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .arg(fuse_dir)
             .arg(uri)
             .spawn()
@@ -91,6 +91,23 @@ impl Attachment {
                 step: "start nbdfuse",
                 detail: e.to_string(),
             })?;
+        // nbdfuse's messages (a refused export names why: a writer lock's holder), read
+        // by a thread that ends with the process.
+        let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let reader = child.stderr.take().map(|mut stderr| {
+            let said = said.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = [0u8; 4096];
+                // Bound: ends at EOF, when nbdfuse exits.
+                while let Ok(n @ 1..) = stderr.read(&mut buf) {
+                    let mut s = said.lock().expect("nbdfuse output");
+                    if s.len() < 16 << 10 {
+                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                }
+            })
+        });
         let file = fuse_dir.join("nbd");
         let deadline = Instant::now() + STEP_TIMEOUT;
         // Bound: the deadline, or nbdfuse exiting (it could not reach the export).
@@ -102,9 +119,16 @@ impl Attachment {
                 }
                 _ => None,
             };
-            if let Some(detail) = failed {
+            if let Some(mut detail) = failed {
                 let _ = child.kill();
                 let _ = child.wait();
+                if let Some(reader) = reader {
+                    let _ = reader.join();
+                }
+                let said = said.lock().expect("nbdfuse output");
+                if !said.trim().is_empty() {
+                    detail = format!("{detail}: {}", said.trim());
+                }
                 let _ = run(
                     "fusermount3 -uz",
                     Command::new("fusermount3").arg("-uz").arg(fuse_dir),

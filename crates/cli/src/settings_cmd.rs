@@ -234,7 +234,7 @@ async fn change(
 }
 
 /// `90s`, `30m`, `2h`, `1d` or plain seconds.
-fn parse_duration(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
         None => (text, "s"),

@@ -187,6 +187,50 @@ pub enum VolumeCommand {
         /// Name of the new volume.
         new: String,
     },
+    /// Show, hand over or break a volume's writer lock.
+    ///
+    /// A client that opens a volume for writing through a gateway (`basalt nbd`, `basalt
+    /// nvmf`, `basalt up`) holds its writer lock: another client's writable open is refused
+    /// with the holder named. Connections of one client (one NBD address, one NVMe host
+    /// NQN) share it. The lock passes on when the holder disconnects; when its gateway dies
+    /// (its lease expires) the next client takes it and fences the old holder off first.
+    ///
+    /// Examples:
+    ///   basalt volume lock show vm1-disk
+    ///   basalt volume lock handover vm1-disk --window 2m    # before a live migration
+    ///   basalt volume lock break vm1-disk                   # the holder is stuck
+    #[command(verbatim_doc_comment)]
+    Lock {
+        #[command(subcommand)]
+        command: LockCommand,
+    },
+    /// Allow NVMe/TCP hosts (by host NQN) to attach a volume; with no NQN, show the list.
+    ///
+    /// A volume starts with an empty list: any host may attach it. Once a host is named,
+    /// the NVMe/TCP gateway refuses every other host's connect (Connect Invalid Host). A
+    /// host's NQN is in its /etc/nvme/hostnqn. NBD has no host identity: restrict NBD by
+    /// network and TLS (docs/operations.md).
+    ///
+    /// Examples:
+    ///   basalt volume allow db1 nqn.2014-08.org.nvmexpress:uuid:5c1e…
+    ///   basalt volume allow db1
+    #[command(verbatim_doc_comment)]
+    Allow {
+        name: String,
+        /// Host NQNs to add.
+        hosts: Vec<String>,
+    },
+    /// Drop NVMe/TCP hosts from a volume's access list (an emptied list admits any host).
+    ///
+    /// Example:
+    ///   basalt volume deny db1 nqn.2014-08.org.nvmexpress:uuid:5c1e…
+    #[command(verbatim_doc_comment)]
+    Deny {
+        name: String,
+        /// Host NQNs to drop.
+        #[arg(required = true)]
+        hosts: Vec<String>,
+    },
     /// Show where a byte of a volume lives: its object, PG, acting set and primary (JSON).
     ///
     /// Needs --meta (a multi-host cluster's metadata).
@@ -205,6 +249,23 @@ pub struct SnapshotArgs {
     command: Option<SnapshotCommand>,
     /// The snapshot to take, VOLUME@SNAPSHOT.
     spec: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LockCommand {
+    /// Who holds the lock, since when, and whether their gateway is alive.
+    Show { name: String },
+    /// Let one more client take the lock beside its holder for a while: the destination of
+    /// a live migration (docs/platforms.md). The window closes at its first join.
+    Handover {
+        name: String,
+        /// How long the window stays open: 90s, 5m (at most 1h).
+        #[arg(long, default_value = "60s", value_parser = crate::settings_cmd::parse_duration)]
+        window: u64,
+    },
+    /// Take the lock from its holders and fence them off: their writes to the volume are
+    /// refused from now on (their clients see I/O errors). For a holder that is stuck.
+    Break { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -314,7 +375,13 @@ fn print_snapshots(v: &VolumeInfo, usage: Option<&basalt_client::VolumeUsage>) {
             used,
             s.inode as u16,
             utc_from_unix(s.created),
-            if s.removing { "  (being removed)" } else { "" }
+            if s.removing {
+                "  (being removed)"
+            } else if basalt_client::is_fence_snapshot(&s.name) {
+                "  (writer-lock fence: the fenced writer's last state)"
+            } else {
+                ""
+            }
         );
     }
 }
@@ -345,7 +412,82 @@ pub async fn run(target: VolumeApi, command: VolumeCommand) -> anyhow::Result<()
         VolumeCommand::Flatten { name } => flatten(target, name).await,
         VolumeCommand::Clone { snapshot, new } => clone(target, snapshot, new).await,
         VolumeCommand::Rm { name, force } => remove(target, name, force).await,
+        VolumeCommand::Lock { command } => lock(target, command).await,
+        VolumeCommand::Allow { name, hosts } => access(target, name, hosts, Vec::new()).await,
+        VolumeCommand::Deny { name, hosts } => access(target, name, Vec::new(), hosts).await,
     }
+}
+
+/// `volume lock show|handover|break`.
+async fn lock(target: &VolumeApi, command: LockCommand) -> anyhow::Result<()> {
+    use basalt_control::LockAction;
+    let (name, action, secs) = match command {
+        LockCommand::Show { name } => (name, LockAction::Show, 0),
+        LockCommand::Handover { name, window } => (name, LockAction::Handover, window),
+        LockCommand::Break { name } => (name, LockAction::Break, 0),
+    };
+    let resp = target
+        .call(Request::Lock {
+            name: name.clone(),
+            action,
+            secs,
+        })
+        .await?;
+    let report = resp.lock.unwrap_or_default();
+    print_json_or(target.json, &report, |r| {
+        for h in &r.broken {
+            println!("broke the lock of {}, fenced off: {}", h.describe(), name);
+        }
+        if r.record.holders.is_empty() {
+            println!("volume \"{name}\" is not locked: any client may open it for writing");
+        }
+        for (h, alive) in r.record.holders.iter().zip(&r.alive) {
+            println!(
+                "locked by {} since {} (UTC), for {}{}",
+                h.describe(),
+                utc_from_unix(h.since_unix),
+                basalt_client::locks::held_for(h.since_unix),
+                if *alive {
+                    ""
+                } else {
+                    "; its gateway is gone: the next client takes it over"
+                }
+            );
+        }
+        if r.record.handover_until > 0 {
+            println!(
+                "handover open until {} (UTC): one more client may join",
+                utc_from_unix(r.record.handover_until)
+            );
+        }
+    })
+}
+
+/// `volume allow|deny`.
+async fn access(
+    target: &VolumeApi,
+    name: String,
+    allow: Vec<String>,
+    deny: Vec<String>,
+) -> anyhow::Result<()> {
+    let resp = target
+        .call(Request::Access {
+            name: name.clone(),
+            allow,
+            deny,
+        })
+        .await?;
+    let access = resp.access.unwrap_or_default();
+    print_json_or(target.json, &access, |a| {
+        if a.nvme_hosts.is_empty() {
+            println!("volume \"{name}\": any NVMe/TCP host may attach it");
+        } else {
+            println!("volume \"{name}\": only these NVMe/TCP hosts may attach it:");
+            for h in &a.nvme_hosts {
+                println!("  {h}");
+            }
+        }
+    })
 }
 
 /// Take `name`, new in the target's pool or cloned from `from_image`.

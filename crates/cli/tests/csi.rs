@@ -42,13 +42,31 @@ struct Driver {
 
 impl Driver {
     fn start(mh: &MultiHost, socket: &Path, log: &Path) -> Self {
-        Self::start_as(mh, socket, log, "node-a")
+        Self::start_as(mh, socket, log, "node-a", None)
     }
 
-    /// [`Driver::start`] as node `node_id` (its own state directory beside `log`).
-    fn start_as(mh: &MultiHost, socket: &Path, log: &Path, node_id: &str) -> Self {
+    /// [`Driver::start`] as node `node_id` (its own state directory beside `log`), in the
+    /// network namespace `netns` when given (another machine, as its gateway sees it).
+    fn start_as(
+        mh: &MultiHost,
+        socket: &Path,
+        log: &Path,
+        node_id: &str,
+        netns: Option<&str>,
+    ) -> Self {
         let log_file = std::fs::File::create(log).unwrap();
-        let child = Command::new(multihost::basalt_bin())
+        // nsenter enters the network namespace alone (`ip netns exec` would also give the
+        // driver a mount namespace of its own, and its mounts would not be seen here).
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}"))
+                    .arg(multihost::basalt_bin());
+                c
+            }
+            None => Command::new(multihost::basalt_bin()),
+        };
+        let child = cmd
             .args(["csi", "--mode", "all", "--node-id", node_id, "--endpoint"])
             .arg(format!("unix://{}", socket.display()))
             .arg("--nbd-uri")
@@ -298,8 +316,16 @@ fn a_volume_moves_between_nodes_with_its_files() {
     let dir = scratch();
     let mh = MultiHost::start(Layout::default());
     let (sock_a, sock_b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
-    let _a = Driver::start_as(&mh, &sock_a, &dir.path().join("a.log"), "node-a");
-    let _b = Driver::start_as(&mh, &sock_b, &dir.path().join("b.log"), "node-b");
+    let _a = Driver::start_as(&mh, &sock_a, &dir.path().join("a.log"), "node-a", None);
+    // Node b is another machine: its own network namespace, its own address.
+    let ns_b = mh.hosts[1].netns.clone().expect("hosts in namespaces");
+    let _b = Driver::start_as(
+        &mh,
+        &sock_b,
+        &dir.path().join("b.log"),
+        "node-b",
+        Some(&ns_b),
+    );
     let cap = capability(Mode::SingleNodeWriter, false);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -346,6 +372,33 @@ fn a_volume_moves_between_nodes_with_its_files() {
             if name == "a" {
                 std::fs::write(&file, b"written on node a\n").unwrap();
                 std::process::Command::new("sync").status().unwrap();
+                // Node b may not write the volume while node a holds its writer lock: its
+                // stage is refused with the holder named, and leaves nothing behind.
+                let mut node_b = NodeClient::new(channel(&sock_b).await);
+                let staging_b = dir.path().join("staging-b");
+                std::fs::create_dir_all(&staging_b).unwrap();
+                let refused = node_b
+                    .node_stage_volume(NodeStageVolumeRequest {
+                        volume_id: id.clone(),
+                        staging_target_path: staging_b.display().to_string(),
+                        volume_capability: Some(cap.clone()),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect_err("a second writer is refused while the first holds the lock");
+                assert_eq!(
+                    refused.code(),
+                    tonic::Code::FailedPrecondition,
+                    "{refused:?}"
+                );
+                assert!(
+                    refused.message().contains("holds the volume's writer lock"),
+                    "the refusal says why: {}",
+                    refused.message()
+                );
+                let shown = mh.cli_ok(&["volume", "lock", "show", &id]);
+                assert!(shown.contains("locked by nbd client"), "{shown}");
+                assert!(std::fs::read_dir(&staging_b).unwrap().next().is_none());
             } else {
                 let text = std::fs::read_to_string(&file).unwrap();
                 assert_eq!(text, "written on node a\n");
@@ -377,6 +430,172 @@ fn a_volume_moves_between_nodes_with_its_files() {
     assert!(
         !mounts.contains(&ours),
         "mounts left under {ours}:\n{mounts}"
+    );
+}
+
+/// An NBD client in a child process (python3-libnbd), driven line by line: `write BLOCK
+/// CHAR` (4 KiB of CHAR, then a flush) answers `ok` or `err MESSAGE`, `read BLOCK` answers
+/// `ok CHAR`. Run in network namespace `netns` when given (another machine).
+struct NbdClient {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+/// Debian's Python, which has python3-libnbd (a python3 earlier on PATH may not).
+const PYTHON: &str = "/usr/bin/python3";
+
+const NBD_CLIENT: &str = r#"
+import nbd, sys
+h = nbd.NBD()
+said = []
+h.set_debug(True)
+h.set_debug_callback(lambda context, msg: said.append(msg))
+try:
+    h.connect_uri(sys.argv[1])
+except nbd.Error as e:
+    print("refused", e.string, "|", " | ".join(m for m in said if "locked" in m), flush=True)
+    sys.exit(3)
+print("connected", flush=True)
+for line in sys.stdin:
+    words = line.split()
+    try:
+        if words[0] == "write":
+            h.pwrite(words[2].encode() * 4096, int(words[1]) * 4096)
+            h.flush()
+            print("ok", flush=True)
+        elif words[0] == "read":
+            print("ok", h.pread(4096, int(words[1]) * 4096)[:1].decode(), flush=True)
+    except nbd.Error as e:
+        print("err", e.string, flush=True)
+"#;
+
+impl NbdClient {
+    /// Connect to `uri`; the first line says `connected` or `refused MESSAGE`.
+    fn connect(uri: &str, netns: Option<&str>) -> (Self, String) {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, PYTHON]);
+                c
+            }
+            None => Command::new(PYTHON),
+        };
+        let mut child = cmd
+            .args(["-c", NBD_CLIENT, uri])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut client = Self {
+            child,
+            stdin,
+            lines,
+        };
+        let first = client.line();
+        (client, first)
+    }
+
+    fn line(&mut self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| "no answer within 60 s".into())
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        use std::io::Write;
+        writeln!(self.stdin, "{command}").unwrap();
+        self.line()
+    }
+}
+
+impl Drop for NbdClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Goal: a volume has one writer. A second client's open is refused naming the holder; a
+/// break fences the holder off (its next write fails) and lets the other client in; when
+/// the holder's gateway dies, the next client takes the lock once its lease expires and
+/// fences it first. What the holders wrote before losing the lock stays.
+#[test]
+fn the_writer_lock_refuses_a_second_client_and_fences_on_break_and_expiry() {
+    let mh = MultiHost::start(Layout::default());
+    mh.cli_ok(&["volume", "create", "shared", "--size", "64M"]);
+    let other = mh.hosts[2].clone();
+    let other_ns = other.netns.clone().expect("hosts in namespaces");
+    // A second gateway, on a storage host: the client that dies with it.
+    let port = 10_960;
+    let gateway_b = mh.spawn_gateway_on(&mh.hosts[1], port, &[]).unwrap();
+    let uri_a = mh.uri("shared");
+    let uri_b = mh.uri_on(&mh.hosts[1], port, "shared");
+
+    let (mut a, said) = NbdClient::connect(&uri_a, None);
+    assert_eq!(said, "connected");
+    assert_eq!(a.ask("write 0 A"), "ok");
+    let (_, said) = NbdClient::connect(&uri_b, Some(&other_ns));
+    assert!(
+        said.starts_with("refused") && said.contains("locked for writing by nbd client"),
+        "a second writer is refused with the holder named: {said}"
+    );
+    let shown = mh.cli_ok(&["volume", "lock", "show", "shared"]);
+    assert!(shown.contains("locked by nbd client"), "{shown}");
+
+    // A break fences the holder off: its writes fail from then on.
+    let broke = mh.cli_ok(&["volume", "lock", "break", "shared"]);
+    assert!(broke.contains("broke the lock of nbd client"), "{broke}");
+    let fenced = a.ask("write 1 a");
+    assert!(
+        fenced.starts_with("err"),
+        "a fenced holder's write: {fenced}"
+    );
+    let (mut b, said) = NbdClient::connect(&uri_b, Some(&other_ns));
+    assert_eq!(said, "connected");
+    assert_eq!(b.ask("read 0"), "ok A");
+    assert_eq!(b.ask("read 1"), "ok \0", "the fenced write did not land");
+    assert_eq!(b.ask("write 0 B"), "ok");
+    drop(a);
+
+    // B's gateway dies with the lock held: once its lease expires, the next client takes
+    // the lock over (fencing first) and reads what B wrote.
+    gateway_b.kill9().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut c = loop {
+        let (c, said) = NbdClient::connect(&uri_a, None);
+        if said == "connected" {
+            break c;
+        }
+        assert!(said.contains("locked for writing"), "{said}");
+        assert!(
+            Instant::now() < deadline,
+            "the dead holder's lock was never taken over"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(c.ask("read 0"), "ok B");
+    assert_eq!(c.ask("write 2 C"), "ok");
+    drop(b);
+    let snapshots = mh.cli_ok(&["volume", "snapshot", "ls", "shared"]);
+    assert_eq!(
+        snapshots.matches("writer-lock fence").count(),
+        2,
+        "one fence per break or takeover:\n{snapshots}"
     );
 }
 

@@ -101,8 +101,14 @@ fn linux_initiator_attaches_a_volume_over_nvme_tcp() {
     let started = Instant::now();
     // The IOPS comparison with the kernel NBD client (`basalt.nbd=`) is the bench's `nvmf`
     // section, which the bench smoke test runs: not repeated here.
+    // A volume only one host NQN may attach (the guest tries another first).
+    cluster.volume_ok(&["create", "guarded", "--size", "16M"]);
+    let allowed = "nqn.2014-08.org.nvmexpress:uuid:basalt-guest-allowed";
+    let out = cluster.volume_ok(&["allow", "guarded", allowed]);
+    assert!(out.contains(allowed), "{out}");
     let params = format!(
-        "basalt.port={} basalt.vol=vol0 basalt.fio=3 basalt.grow={} basalt.paths=2",
+        "basalt.port={} basalt.vol=vol0 basalt.fio=3 basalt.grow={} basalt.paths=2 \
+         basalt.guarded=guarded",
         addr.port(),
         2 * GIB,
     );
@@ -119,11 +125,16 @@ fn linux_initiator_attaches_a_volume_over_nvme_tcp() {
     let text = finish(&mut vm, &console, deadline);
     for line in [
         "basalt-guest: discovery nqn.2014-08.org.nvmexpress.discovery model Basalt discovery",
+        "basalt-guest: guarded refused nqn.2014-08.org.nvmexpress:uuid:basalt-guest-denied",
+        "basalt-guest: guarded allowed nqn.2014-08.org.nvmexpress:uuid:basalt-guest-allowed",
         "basalt-guest: connected nvme0n1 tcp Basalt volume",
         "size 1073741824 lbs 4096",
         "basalt-guest: pattern ok",
         "basalt-guest: trim ok",
-        "basalt-guest: nvme discover lists nqn.2026-01.io.basalt:vol0",
+        // The discovery log lists every volume, guarded or not.
+        "basalt-guest: nvme discover lists nqn.2026-01.io.basalt:guarded nqn.2026-01.io.basalt:vol0",
+        // The kernel's own account of the refusal (Connect Invalid Host).
+        "Connect for subsystem nqn.2026-01.io.basalt:guarded is not allowed",
         "basalt-guest: paths 2 ana optimized optimized",
         "basalt-guest: removed a path mid-fio",
         "basalt-guest: fio verify ok",

@@ -1,6 +1,8 @@
 //! Running Basalt under systemd: the units of contrib/systemd pass `systemd-analyze verify`,
 //! and a daemon started the way they start it (config file, `$NOTIFY_SOCKET`) takes its
-//! flags from the file and tells systemd when it is ready and when it stops.
+//! flags from the file and tells systemd when it is ready and when it stops. Also the other
+//! deployment files: the Kubernetes manifests of contrib/kubernetes pass a strict offline
+//! check (scripts/k8s-validate) and give `basalt` only arguments it accepts.
 // Test code may unwrap (clippy.toml); clippy misses helpers outside #[test] fns (rust-clippy#11119).
 #![allow(clippy::unwrap_used)]
 
@@ -185,4 +187,162 @@ fn daemon_reads_its_config_file_and_notifies_systemd() {
         "basalt up did not exit cleanly: {status:?}\n{}",
         stderr()
     );
+}
+
+/// Longest one run of the manifest validator may take.
+const VALIDATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The manifest validator (scripts/k8s-validate): on PATH, or where a run of
+/// scripts/install-test-deps.sh as a user puts it.
+fn k8s_validate() -> PathBuf {
+    if let Some(p) = common::find_tool("basalt-k8s-validate") {
+        return p;
+    }
+    let home = std::env::var("HOME").unwrap_or_default();
+    let local = Path::new(&home).join(".local/bin/basalt-k8s-validate");
+    assert!(
+        local.is_file(),
+        "basalt-k8s-validate is missing: scripts/install-test-deps.sh builds it (go build in \
+         scripts/k8s-validate into /usr/local/bin)"
+    );
+    local
+}
+
+/// Goal: the Kubernetes manifests of contrib/kubernetes are what an API server would take
+/// as written — every document decodes strictly into its typed object (a copy with a
+/// misspelled or wrongly cased field is refused), volumes, sockets and references hold
+/// together — and every argument they give `basalt` is one this build accepts.
+#[test]
+fn kubernetes_manifests_are_valid() {
+    let validate = k8s_validate();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/kubernetes");
+    let out = common::run(
+        Command::new(&validate).arg("-containers").arg(&dir),
+        VALIDATE_TIMEOUT,
+    );
+    let all = common::text(&out);
+    assert!(
+        out.status.success(),
+        "basalt-k8s-validate {}: {}\n{all}",
+        dir.display(),
+        out.status
+    );
+    // Every manifest was read, those this test expects and any added later.
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    for expected in [
+        "namespace.yaml",
+        "csidriver.yaml",
+        "rbac.yaml",
+        "controller.yaml",
+        "node.yaml",
+        "storageclass.yaml",
+        "volumesnapshotclass.yaml",
+    ] {
+        assert!(
+            files.iter().any(|f| f == expected),
+            "no {expected} in contrib/kubernetes"
+        );
+    }
+    files.sort();
+    for file in &files {
+        assert!(
+            all.lines()
+                .any(|l| l.starts_with("ok ") && l.contains(&format!("/{file} "))),
+            "{file}: no object of it validated\n{all}"
+        );
+    }
+
+    // What the manifests run `basalt` with, checked against this build: the flags are in
+    // `basalt csi --help`, and this build parses the whole argument list, values included.
+    let help = common::run(
+        Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["csi", "--help"])
+            .env_remove("BASALT_CONFIG"),
+        VALIDATE_TIMEOUT,
+    );
+    common::assert_ok(&help, "basalt csi --help");
+    let help = common::text(&help);
+    let mut modes = Vec::new();
+    for line in all.lines() {
+        let Some(json) = line.strip_prefix("container ") else {
+            continue;
+        };
+        let c: serde_json::Value = serde_json::from_str(json).unwrap();
+        if !c["image"]
+            .as_str()
+            .unwrap()
+            .starts_with("ghcr.io/basalt-storage/basalt:")
+        {
+            continue;
+        }
+        let args: Vec<String> = c["args"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{json}: the basalt container has no args"))
+            .iter()
+            .map(|a| a.as_str().unwrap().replace("$(NODE_NAME)", "node-1"))
+            .collect();
+        assert_eq!(args.first().map(String::as_str), Some("csi"), "{json}");
+        let mode = args
+            .iter()
+            .position(|a| a == "--mode")
+            .and_then(|i| args.get(i + 1))
+            .unwrap_or_else(|| panic!("{json}: no --mode"))
+            .clone();
+        let mut wanted = vec!["--mode", "--endpoint"];
+        if mode == "node" {
+            wanted.extend(["--node-id", "--nbd-uri", "--state-dir"]);
+        }
+        for flag in wanted {
+            assert!(
+                args.iter().any(|a| a == flag),
+                "{json}: the {mode} plugin is not given {flag}"
+            );
+        }
+        for flag in args.iter().filter(|a| a.starts_with("--")) {
+            let flag = flag.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("{flag} <")),
+                "{json}: {flag} is not in `basalt csi --help`:\n{help}"
+            );
+        }
+        // clap parses (and checks the values of) every argument before it meets --help.
+        let parsed = common::run(
+            Command::new(env!("CARGO_BIN_EXE_basalt"))
+                .args(&args)
+                .arg("--help")
+                .env_remove("BASALT_CONFIG"),
+            VALIDATE_TIMEOUT,
+        );
+        assert!(
+            parsed.status.success(),
+            "{json}: basalt refuses these arguments\n{}",
+            common::text(&parsed)
+        );
+        modes.push(mode);
+    }
+    modes.sort();
+    assert_eq!(modes, ["controller", "node"], "basalt containers\n{all}");
+
+    // The validator is strict: a field misspelled or in the wrong case is refused.
+    let storage_class = std::fs::read_to_string(dir.join("storageclass.yaml")).unwrap();
+    assert!(storage_class.contains("\nallowVolumeExpansion: true"));
+    for wrong in ["alowVolumeExpansion", "AllowVolumeExpansion"] {
+        let bad = tempfile::tempdir().unwrap();
+        std::fs::write(
+            bad.path().join("storageclass.yaml"),
+            storage_class.replace("\nallowVolumeExpansion:", &format!("\n{wrong}:")),
+        )
+        .unwrap();
+        let out = common::run(Command::new(&validate).arg(bad.path()), VALIDATE_TIMEOUT);
+        let text = common::text(&out);
+        assert!(
+            !out.status.success() && text.contains(wrong),
+            "basalt-k8s-validate took a StorageClass with {wrong}: {}\n{text}",
+            out.status
+        );
+    }
 }

@@ -52,6 +52,16 @@ pub enum ClientError {
     /// A removal refused because gateways have the volume open.
     #[error("volume \"{name}\" is open in {gateways}; stop using it there, or pass --force to remove it anyway (their I/O then fails)")]
     InUse { name: String, gateways: String },
+    /// A writable open refused: another client holds the volume's writer lock.
+    #[error("volume \"{name}\" is locked for writing by {holder} (since {since}); stop it there, hand the lock over with `basalt volume lock handover {name}`, or break it with `basalt volume lock break {name}`")]
+    Locked {
+        name: String,
+        holder: String,
+        since: String,
+    },
+    /// This handle's writer lock was broken or taken over: its writes are fenced off.
+    #[error("volume \"{name}\": this client's writer lock was {how}; it may no longer write")]
+    LockLost { name: String, how: String },
     #[error("pool \"{name}\" exists")]
     PoolExists { name: String },
     /// A pool removal refused because something still lives in the pool (`users` names it).
@@ -158,6 +168,8 @@ impl ClientError {
             Map(basalt_placement::MapError::NoSuchPool { .. }) => ErrorKind::NotFound,
             VolumeExists { .. } | PoolExists { .. } | Exists { .. } => ErrorKind::Exists,
             InUse { .. }
+            | Locked { .. }
+            | LockLost { .. }
             | PoolInUse { .. }
             | KvConflict { .. }
             | ChangedConcurrently { .. }

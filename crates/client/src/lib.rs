@@ -5,6 +5,7 @@
 //! [`object`] serves clients that lay out their own objects (plain data and KV tables).
 //! OSDs use the same [`conn`] module to replicate to their peers, so there is one data path.
 
+pub mod access;
 pub mod cluster;
 pub mod conn;
 pub mod error;
@@ -12,6 +13,7 @@ pub mod events;
 pub mod frame_io;
 pub mod health;
 pub mod images;
+pub mod locks;
 pub mod mapwatch;
 pub mod object;
 pub mod osd_admin;
@@ -43,7 +45,7 @@ pub use pool_spec::{create_pool_for, create_pool_visible, ClusterShape, PoolRequ
 pub use pools::{check_pool_name, create_pool, remove_pool, wait_for_pool};
 pub use scrub::ScrubReport;
 pub use sealed::SealedLayer;
-pub use snapshots::{check_snapshot_name, parse_snapshot_spec};
+pub use snapshots::{check_snapshot_name, is_fence_snapshot, parse_snapshot_spec};
 pub use unfound::GiveUpReport;
 pub use usage::{LayerUsage, VolumeUsage};
 pub use volume::{Extent, Volume};

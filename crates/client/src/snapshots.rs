@@ -28,7 +28,17 @@ const COPY_UP_WINDOW: usize = 64;
 /// Most snapshots one volume keeps (each is a layer of every later head's chain).
 pub const MAX_SNAPSHOTS: usize = 48;
 
-/// Split `VOL@SNAP` into its two names, both checked.
+/// How the hidden snapshots a writer-lock fence takes begin (a name users cannot give).
+pub const FENCE_PREFIX: &str = ".fence-";
+
+/// Is `name` a snapshot a writer-lock fence took (hidden from CSI and NBD listings)?
+pub fn is_fence_snapshot(name: &str) -> bool {
+    name.strip_prefix(FENCE_PREFIX)
+        .is_some_and(|rest| !rest.is_empty() && check_name(rest).is_ok())
+}
+
+/// Split `VOL@SNAP` into its two names, both checked (a fence's `.fence-…` name is
+/// accepted, so such a snapshot can be read, cloned or removed like any other).
 pub fn parse_snapshot_spec(spec: &str) -> Result<(&str, &str), ClientError> {
     let Some((volume, snapshot)) = spec.split_once('@') else {
         return Err(ClientError::Invalid {
@@ -36,7 +46,9 @@ pub fn parse_snapshot_spec(spec: &str) -> Result<(&str, &str), ClientError> {
         });
     };
     check_name(volume)?;
-    check_snapshot_name(snapshot)?;
+    if !is_fence_snapshot(snapshot) {
+        check_snapshot_name(snapshot)?;
+    }
     Ok((volume, snapshot))
 }
 
@@ -112,6 +124,28 @@ impl Cluster {
         snapshot: &str,
     ) -> Result<SnapshotInfo, ClientError> {
         check_snapshot_name(snapshot)?;
+        self.take_snapshot(name, snapshot).await
+    }
+
+    /// Fence the volume's writers off (a writer lock taken from a holder that may still
+    /// write): freeze its head into a hidden snapshot (`.fence-…`) and move it on. Every OSD
+    /// refuses writes to the frozen layer from then on, and a handle that loses its lock
+    /// does not follow the head (docs/design.md, "The writer lock").
+    pub(crate) async fn fence_writers(&self, name: &str) -> Result<SnapshotInfo, ClientError> {
+        let info = self.volume_record(name).await?.0;
+        let base = format!("{FENCE_PREFIX}{}", unix_now());
+        // Bound: MAX_SNAPSHOTS names taken at most.
+        let mut snapshot = base.clone();
+        for n in 1..=MAX_SNAPSHOTS {
+            if info.snapshot(&snapshot).is_none() {
+                break;
+            }
+            snapshot = format!("{base}-{n}");
+        }
+        self.take_snapshot(name, &snapshot).await
+    }
+
+    async fn take_snapshot(&self, name: &str, snapshot: &str) -> Result<SnapshotInfo, ClientError> {
         // A snapshot an earlier command left half done (it died after freezing the head)
         // is finished first; when it is this very snapshot, that is all there is to do.
         let (info, finished) = self.settle_head(name).await?;
@@ -312,7 +346,9 @@ impl Cluster {
         name: &str,
         snapshot: &str,
     ) -> Result<VolumeInfo, ClientError> {
-        check_snapshot_name(snapshot)?;
+        if !is_fence_snapshot(snapshot) {
+            check_snapshot_name(snapshot)?;
+        }
         let (info, _) = self.settle_head(name).await?;
         let snap = info.live_snapshot(snapshot)?;
         let next_head = next_family_layer(self.meta().as_ref(), info.id).await?;
@@ -449,7 +485,9 @@ impl Cluster {
         snapshot: &str,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<(), ClientError> {
-        check_snapshot_name(snapshot)?;
+        if !is_fence_snapshot(snapshot) {
+            check_snapshot_name(snapshot)?;
+        }
         let (mut info, mut rev) = self.volume_record(volume).await?;
         let Some(pos) = info.snapshots.iter().position(|s| s.name == snapshot) else {
             return Err(ClientError::NoSuchSnapshot {

@@ -68,6 +68,8 @@ pub struct Volume {
     state: Arc<VolumeState>,
     /// A read-only view of a snapshot (its frozen layer), not the volume's head.
     snapshot: Option<String>,
+    /// The writer lock this handle writes under, if it took one (gateways do).
+    lock: Option<Arc<crate::locks::WriterLock>>,
 }
 
 /// The first attempt of an object request, in flight.
@@ -104,7 +106,16 @@ impl Volume {
             pool,
             state,
             snapshot: None,
+            lock: None,
         })
+    }
+
+    /// Write under `lock`: once it is lost (broken, or taken over after this gateway's
+    /// lease expired), every I/O of this handle fails and it never follows the volume to
+    /// the head a fence made.
+    pub fn with_lock(mut self, lock: Arc<crate::locks::WriterLock>) -> Self {
+        self.lock = Some(lock);
+        self
     }
 
     /// A read-only handle on snapshot `name` of the volume `info`.
@@ -122,6 +133,7 @@ impl Volume {
             pool,
             state,
             snapshot: Some(snap.name),
+            lock: None,
         })
     }
 
@@ -180,6 +192,9 @@ impl Volume {
                 Err(ClientError::Status {
                     status: Status::Frozen,
                 }) if self.snapshot.is_none() => {
+                    if let Some(lock) = &self.lock {
+                        lock.check().await?;
+                    }
                     self.follow_head(head, started, attempt).await?;
                     attempt += 1;
                 }
@@ -234,6 +249,9 @@ impl Volume {
         len: u64,
     ) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, ClientError> {
         let guard = self.state.gate.read().await;
+        if let Some(lock) = self.lock.as_ref().filter(|l| l.lost()) {
+            return Err(lock.lost_error());
+        }
         if self.state.removed.load(Ordering::Acquire) {
             return Err(ClientError::NoSuchVolume {
                 name: self.info.name.clone(),

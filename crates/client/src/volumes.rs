@@ -482,7 +482,8 @@ impl Cluster {
         for layer in layers.into_iter().chain([head]) {
             self.delete_layer_record(layer).await?;
         }
-        Ok(())
+        crate::locks::forget(self.meta().as_ref(), name).await?;
+        crate::access::forget(self.meta().as_ref(), name).await
     }
 }
 

@@ -55,7 +55,12 @@ pub struct Watchers {
     gateway: String,
     id: String,
     state: tokio::sync::Mutex<State>,
+    /// Writer locks this process holds, by (volume, client) (see [`crate::locks`]).
+    pub(crate) locks: tokio::sync::Mutex<LockTable>,
 }
+
+/// Writer locks held, by (volume, client).
+pub(crate) type LockTable = HashMap<(String, String), std::sync::Weak<crate::locks::WriterLock>>;
 
 impl Watchers {
     /// Records for a gateway described as `gateway` (shown by a refused `volume rm`).
@@ -76,7 +81,22 @@ impl Watchers {
                 lease: None,
                 counts: HashMap::new(),
             }),
+            locks: tokio::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// This process's session: the last part of its watcher records' keys.
+    pub fn session(&self) -> &str {
+        &self.id
+    }
+
+    /// What the gateway is, for people.
+    pub fn gateway(&self) -> &str {
+        &self.gateway
+    }
+
+    pub(crate) fn meta(&self) -> &Arc<dyn MetaStore> {
+        &self.meta
     }
 
     fn key(&self, volume: &str) -> String {

@@ -22,7 +22,7 @@ mod volumes;
 pub use client::{call, call_with_progress, ControlError};
 pub use local::run_local;
 pub use pools::pool_in_map;
-pub use protocol::{ProgressLine, Request, Response, S3Key, VolumeIo};
+pub use protocol::{LockAction, LockReport, ProgressLine, Request, Response, S3Key, VolumeIo};
 pub use s3keys::s3_key_request;
 pub use server::{handle, serve, ServeContext, Throttle, PROGRESS_EVERY_MS};
 pub use socket::bind_private_socket;

@@ -75,6 +75,23 @@ pub enum Request {
     Flatten {
         name: String,
     },
+    /// Show (`show`), open a handover window of `secs` seconds in (`handover`), or break
+    /// (`break`) the writer lock of volume `name`; replies with `lock`.
+    Lock {
+        name: String,
+        action: LockAction,
+        #[serde(default)]
+        secs: u64,
+    },
+    /// Add NVMe host NQNs to (`allow`) or drop them from (`deny`) volume `name`'s access
+    /// list; replies with `access` (both empty: just show it).
+    Access {
+        name: String,
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+    },
     /// Start importing image `name`; replies with the image and, when this process serves
     /// NBD, the URI to write its data to.
     #[serde(rename = "image_begin")]
@@ -275,6 +292,31 @@ pub struct Response {
     /// A progress line of a long operation (not its final reply).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressLine>,
+    /// `lock`: the writer lock after the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockReport>,
+    /// `access`: the volume's NVMe host access list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<basalt_client::access::AccessRecord>,
+}
+
+/// What a `lock` request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockAction {
+    Show,
+    Handover,
+    Break,
+}
+
+/// A volume's writer lock: its record, whether each holder's gateway is alive, and the
+/// holders a break removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockReport {
+    pub record: basalt_client::locks::LockRecord,
+    pub alive: Vec<bool>,
+    #[serde(default)]
+    pub broken: Vec<basalt_client::locks::LockHolder>,
 }
 
 /// Cumulative I/O of one volume on the frontends (NBD, NVMe/TCP) of the serving process:

@@ -176,6 +176,8 @@ pub async fn handle<F: Fn(u64, u64) + Send + Sync>(
         | Request::Clone { .. }
         | Request::Rollback { .. }
         | Request::SnapshotRm { .. }
+        | Request::Lock { .. }
+        | Request::Access { .. }
         | Request::Flatten { .. } => crate::volumes::volume_request(cluster, ctx, req, &progress)
             .await
             .unwrap_or_else(Response::failed),

@@ -106,8 +106,52 @@ async fn snapshot_request(
             .flatten_volume(&name, progress)
             .await
             .map(Response::volume),
+        Request::Lock { name, action, secs } => lock_request(cluster, &name, action, secs).await,
+        Request::Access { name, allow, deny } => {
+            let access = if allow.is_empty() && deny.is_empty() {
+                cluster.volume_info(&name).await?;
+                basalt_client::access::get(cluster.meta().as_ref(), &name).await?
+            } else {
+                basalt_client::access::change(cluster, &name, &allow, &deny).await?
+            };
+            Ok(Response {
+                ok: true,
+                access: Some(access),
+                ..Response::default()
+            })
+        }
         _ => Err(ClientError::Invalid {
             reason: "not a volume request".into(),
         }),
     }
+}
+
+/// Show, hand over or break the writer lock of volume `name`.
+async fn lock_request(
+    cluster: &Arc<Cluster>,
+    name: &str,
+    action: crate::protocol::LockAction,
+    secs: u64,
+) -> Result<Response, ClientError> {
+    use crate::protocol::{LockAction, LockReport};
+    cluster.volume_info(name).await?;
+    let meta = cluster.meta().as_ref();
+    let broken = match action {
+        LockAction::Show => Vec::new(),
+        LockAction::Handover => {
+            basalt_client::locks::handover(meta, name, secs).await?;
+            Vec::new()
+        }
+        LockAction::Break => basalt_client::locks::break_lock(cluster, name).await?,
+    };
+    let (record, alive) = basalt_client::locks::show(meta, name).await?;
+    Ok(Response {
+        ok: true,
+        lock: Some(LockReport {
+            record,
+            alive,
+            broken,
+        }),
+        ..Response::default()
+    })
 }

@@ -397,8 +397,15 @@ impl Controller for ControllerService {
         let Some(info) = self.find_volume(&id).await? else {
             return Ok(Response::new(DeleteVolumeResponse {}));
         };
-        if !info.snapshots.is_empty() {
-            let names: Vec<&str> = info.snapshots.iter().map(|s| s.name.as_str()).collect();
+        // A writer-lock fence's hidden layer goes with the volume; snapshots users took
+        // must be deleted first.
+        let names: Vec<&str> = info
+            .snapshots
+            .iter()
+            .map(|s| s.name.as_str())
+            .filter(|s| !basalt_client::is_fence_snapshot(s))
+            .collect();
+        if !names.is_empty() {
             return Err(Status::failed_precondition(format!(
                 "volume \"{id}\" has snapshots ({}): delete them first",
                 names.join(", ")
@@ -626,7 +633,7 @@ impl Controller for ControllerService {
             .flat_map(|v| {
                 v.snapshots
                     .iter()
-                    .filter(|s| !s.removing)
+                    .filter(|s| !s.removing && !basalt_client::is_fence_snapshot(&s.name))
                     .filter(|s| req.snapshot_id.is_empty() || s.name == req.snapshot_id)
                     .map(move |s| (s.name.clone(), csi_snapshot(v, s)))
             })

@@ -89,6 +89,15 @@ impl NodeService {
 fn step_failed(e: basalt_attach::AttachError) -> Status {
     match e {
         basalt_attach::AttachError::Unavailable(why) => Status::failed_precondition(why),
+        // The gateway refused the open by policy: another client holds the volume's
+        // writer lock (libnbd reports the refusal, not the gateway's message naming the
+        // holder).
+        e if e.to_string().contains("server policy prevents") => {
+            Status::failed_precondition(format!(
+                "{e}: another client holds the volume's writer lock (it is attached \
+                 elsewhere); `basalt volume lock show VOLUME` names the holder"
+            ))
+        }
         e => Status::internal(e.to_string()),
     }
 }

@@ -32,6 +32,10 @@ pub enum DeviceError {
     /// The device is going away (maps to `ESHUTDOWN`).
     #[error("device is shutting down")]
     ShuttingDown,
+    /// Another client holds the device's writer lock (maps to `EPERM`; refused at open
+    /// with the message, which names the holder).
+    #[error("{0}")]
+    Locked(String),
 }
 
 impl DeviceError {
@@ -44,6 +48,7 @@ impl DeviceError {
             DeviceError::ReadOnly => wire::EPERM,
             DeviceError::NotSupported => wire::ENOTSUP,
             DeviceError::ShuttingDown => wire::ESHUTDOWN,
+            DeviceError::Locked(_) => wire::EPERM,
         }
     }
 }
@@ -150,6 +155,23 @@ pub trait Exports: Send + Sync + 'static {
     /// Open an export by name ("" = default export if the implementation has one); `None` =
     /// unknown export.
     async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError>;
+
+    /// Open an export for `client` ("nbd client 10.0.0.2", "nvme host nqn.…"): the
+    /// identity a writer lock is held for. By default the same as [`Exports::open`].
+    async fn open_as(
+        &self,
+        name: &str,
+        client: &str,
+    ) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
+        let _ = client;
+        self.open(name).await
+    }
+
+    /// May NVMe host `hostnqn` attach export `name`? (Its access list; by default any.)
+    async fn admits_nvme_host(&self, name: &str, hostnqn: &str) -> Result<bool, DeviceError> {
+        let _ = (name, hostnqn);
+        Ok(true)
+    }
 
     /// Description shown by `NBD_INFO_DESCRIPTION`; by default looked up in [`Exports::list`].
     async fn describe(&self, name: &str) -> Result<String, DeviceError> {

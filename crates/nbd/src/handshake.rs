@@ -85,6 +85,8 @@ pub fn check_client_flags(flags: u32) -> Result<bool, NbdError> {
 struct Haggle<'a, S> {
     stream: &'a mut S,
     exports: &'a dyn Exports,
+    /// Who is connecting ("nbd client 10.0.0.2"): the holder a writer lock names.
+    client: &'a str,
     out: BytesMut,
     structured: bool,
     /// Export name and whether `base:allocation` was selected by the last SET_META_CONTEXT.
@@ -124,6 +126,7 @@ where
 pub(crate) async fn haggle<S>(
     stream: &mut S,
     exports: &dyn Exports,
+    client: &str,
     shutdown: &mut watch::Receiver<bool>,
     tls: TlsMode,
     progress: &mut Progress,
@@ -135,6 +138,7 @@ where
     let mut h = Haggle {
         stream,
         exports,
+        client,
         out: BytesMut::with_capacity(1024),
         structured: false,
         meta: None,
@@ -273,7 +277,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
     }
 
     async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
-        self.exports.open(name).await
+        self.exports.open_as(name, self.client).await
     }
 
     /// Handle one decoded option; `Some` ends the handshake.
@@ -469,6 +473,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Haggle<'_, S> {
 fn open_error_reply(e: &DeviceError) -> u32 {
     match e {
         DeviceError::ShuttingDown => wire::REP_ERR_SHUTDOWN,
+        DeviceError::Locked(_) => wire::REP_ERR_POLICY,
         _ => wire::REP_ERR_UNKNOWN,
     }
 }
@@ -540,7 +545,15 @@ mod tests {
             options: 0,
             tls_active,
         };
-        let r = haggle(&mut server, &exports, &mut rx, mode, &mut progress).await;
+        let r = haggle(
+            &mut server,
+            &exports,
+            "test client",
+            &mut rx,
+            mode,
+            &mut progress,
+        )
+        .await;
         drop(server);
         talk.await.unwrap();
         r

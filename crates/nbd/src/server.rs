@@ -135,8 +135,11 @@ impl Server {
             // Replies are small and latency-bound; the protocol recommends TCP_NODELAY.
             let _ = stream.set_nodelay(true);
             let server = self.clone();
+            let client = format!("nbd client {}", peer.ip());
             self.spawn_connection(peer.to_string(), async move {
-                server.run(stream, Reach::Network, |s| s.into_split()).await
+                server
+                    .run(stream, Reach::Network, client, |s| s.into_split())
+                    .await
             });
         }
         drop(listener);
@@ -163,7 +166,10 @@ impl Server {
             };
             let server = self.clone();
             self.spawn_connection("unix".into(), async move {
-                server.run(stream, Reach::Local, |s| s.into_split()).await
+                let client = "nbd client on the local socket".to_string();
+                server
+                    .run(stream, Reach::Local, client, |s| s.into_split())
+                    .await
             });
         }
         drop(listener);
@@ -177,7 +183,9 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static,
     {
-        self.run(stream, Reach::Network, tokio::io::split).await
+        let client = "nbd client on a passed-in stream".to_string();
+        self.run(stream, Reach::Network, client, tokio::io::split)
+            .await
     }
 
     /// Run `serve` as its own task if the connection bound allows; close it otherwise.
@@ -206,6 +214,7 @@ impl Server {
         &self,
         stream: S,
         reach: Reach,
+        client: String,
         split: impl FnOnce(S) -> (R, W),
     ) -> Result<(), NbdError>
     where
@@ -220,7 +229,7 @@ impl Server {
         // Negotiation is bounded in time, and by the grace period once shutdown starts, so a
         // client stalled mid-option (or mid-TLS-handshake) cannot pin a connection slot.
         let ready = tokio::select! {
-            r = tokio::time::timeout(limit, self.handshake(stream, reach, &mut shutdown)) => {
+            r = tokio::time::timeout(limit, self.handshake(stream, reach, &client, &mut shutdown)) => {
                 r.map_err(|_| NbdError::HandshakeTimeout { limit })??
             }
             _ = async { wait_for_shutdown(&mut stop).await; tokio::time::sleep(grace).await } => Ready::Closed,
@@ -250,6 +259,7 @@ impl Server {
         &self,
         mut stream: S,
         reach: Reach,
+        client: &str,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Ready<S>, NbdError>
     where
@@ -264,7 +274,8 @@ impl Server {
         let Some(mut progress) = handshake::greet(&mut stream, shutdown).await? else {
             return Ok(Ready::Closed);
         };
-        let outcome = handshake::haggle(&mut stream, exports, shutdown, mode, &mut progress);
+        let outcome =
+            handshake::haggle(&mut stream, exports, client, shutdown, mode, &mut progress);
         match (outcome.await?, tls) {
             (Outcome::Transmission(negotiated), _) => Ok(Ready::Plain(stream, negotiated)),
             (Outcome::Closed, _) => Ok(Ready::Closed),
@@ -272,7 +283,7 @@ impl Server {
                 let mut secure = tls.accept(stream).await?;
                 progress.tls_active = true;
                 let outcome =
-                    handshake::haggle(&mut secure, exports, shutdown, mode, &mut progress);
+                    handshake::haggle(&mut secure, exports, client, shutdown, mode, &mut progress);
                 match outcome.await? {
                     Outcome::Transmission(negotiated) => Ok(Ready::Tls(secure, negotiated)),
                     Outcome::Closed => {

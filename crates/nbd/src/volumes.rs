@@ -134,6 +134,10 @@ fn device_error(e: ClientError) -> DeviceError {
         | ClientError::OutOfRange { .. }
         | ClientError::Invalid { .. } => DeviceError::Invalid(e.to_string()),
         ClientError::ReadOnly { .. } => DeviceError::ReadOnly,
+        ClientError::Locked { .. } => {
+            tracing::info!("volume open refused: {e}");
+            DeviceError::Locked(e.to_string())
+        }
         other => {
             tracing::error!("volume I/O failed: {other}");
             DeviceError::Io(other.to_string())
@@ -147,7 +151,10 @@ impl Exports for VolumeExports {
         let volumes = self.cluster.list_volumes().await.map_err(device_error)?;
         let mut exports = Vec::new();
         for v in volumes.into_iter().filter(|v| self.exported(&v.name)) {
-            for s in v.snapshots.iter().filter(|s| !s.removing) {
+            let listed = |s: &&basalt_client::SnapshotInfo| {
+                !s.removing && !basalt_client::is_fence_snapshot(&s.name)
+            };
+            for s in v.snapshots.iter().filter(listed) {
                 exports.push(ExportInfo {
                     name: format!("{}@{}", v.name, s.name),
                     description: format!(
@@ -195,6 +202,23 @@ impl Exports for VolumeExports {
     }
 
     async fn open(&self, name: &str) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
+        self.open_as(name, "a client of unknown address").await
+    }
+
+    async fn admits_nvme_host(&self, name: &str, hostnqn: &str) -> Result<bool, DeviceError> {
+        // Snapshots and images follow their volume's list; objvols have none.
+        let volume = name.split('@').next().unwrap_or(name);
+        let record = basalt_client::access::get(self.cluster.meta().as_ref(), volume)
+            .await
+            .map_err(device_error)?;
+        Ok(record.admits_nvme_host(hostnqn))
+    }
+
+    async fn open_as(
+        &self,
+        name: &str,
+        client: &str,
+    ) -> Result<Option<Arc<dyn BlockDevice>>, DeviceError> {
         let name = match (name, &self.default_volume) {
             ("", Some(default)) => default.as_str(),
             ("", None) => return Ok(None),
@@ -243,25 +267,21 @@ impl Exports for VolumeExports {
         if !self.exported(name) {
             return Ok(None);
         }
-        match self.cluster.open_volume(name).await {
-            Ok(v) => {
-                let guard = match &self.watchers {
-                    Some(w) => match w.open(name).await {
-                        Ok(g) => Some(g),
-                        // Serving matters more than the record: `volume rm` then does
-                        // not see this client.
-                        Err(e) => {
-                            tracing::warn!(volume = name, "could not record the open volume: {e}");
-                            None
-                        }
-                    },
-                    None => None,
-                };
-                Ok(Some(Arc::new(VolumeDevice(v, guard))))
+        let volume = match self.cluster.open_volume(name).await {
+            Ok(v) => v,
+            Err(ClientError::NoSuchVolume { .. }) => return Ok(None),
+            Err(e) => return Err(device_error(e)),
+        };
+        // A gateway that records its clients writes under the volume's writer lock (its
+        // watcher record comes with it): a second client is refused, naming the holder.
+        let volume = match &self.watchers {
+            Some(w) => {
+                let lock = w.lock(&self.cluster, name, client).await;
+                volume.with_lock(lock.map_err(device_error)?)
             }
-            Err(ClientError::NoSuchVolume { .. }) => Ok(None),
-            Err(e) => Err(device_error(e)),
-        }
+            None => volume,
+        };
+        Ok(Some(Arc::new(VolumeDevice(volume, None))))
     }
 }
 

@@ -30,6 +30,7 @@ fn status_of(e: &DeviceError, read: bool) -> Status {
         DeviceError::Invalid(_) | DeviceError::NotSupported => Status::INVALID_FIELD,
         DeviceError::ReadOnly => Status::WRITE_PROTECTED,
         DeviceError::ShuttingDown => Status::NAMESPACE_NOT_READY,
+        DeviceError::Locked(_) => Status::NAMESPACE_NOT_READY,
     }
 }
 

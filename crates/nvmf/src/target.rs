@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use basalt_nbd::Exports;
+use basalt_nbd::{DeviceError, Exports};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -284,12 +284,31 @@ impl Target {
                 exports: self.exports.clone(),
             }
         } else if let Some(name) = subnqn.strip_prefix(NQN_PREFIX) {
-            match self.exports.open(name).await {
+            match self.exports.admits_nvme_host(name, &hostnqn).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(subnqn, hostnqn, "nvmf connect refused: the host is not on the volume's access list (basalt volume allow)");
+                    return Err((Status::CONNECT_INVALID_HOST, 0));
+                }
+                Err(e) => {
+                    tracing::warn!(subnqn, "nvmf connect: read the access list: {e}");
+                    return Err((Status::NAMESPACE_NOT_READY, 0));
+                }
+            }
+            match self
+                .exports
+                .open_as(name, &format!("nvme host {hostnqn}"))
+                .await
+            {
                 Ok(Some(device)) => Kind::Volume {
                     name: name.to_string(),
                     device,
                 },
                 Ok(None) => return Err(invalid_parameter(256, true)),
+                Err(e @ DeviceError::Locked(_)) => {
+                    tracing::warn!(subnqn, hostnqn, "nvmf connect refused: {e}");
+                    return Err((Status::CONNECT_INVALID_HOST, 0));
+                }
                 Err(e) => {
                     tracing::warn!(subnqn, "nvmf connect: open volume: {e}");
                     return Err((Status::NAMESPACE_NOT_READY, 0));
