@@ -310,7 +310,9 @@ fn bad_csi_requests_get_the_spec_codes_and_make_nothing() {
 /// Goal: a volume moves between nodes as a pod's would: created, staged and published on
 /// node A (a filesystem made on first use), files written, unpublished and unstaged; then
 /// staged and published on node B (another driver process with its own state), where the
-/// files read back; everything undone leaves no mount, loop device or nbdfuse behind.
+/// files read back; node B is refused while node A holds the volume's writer lock; the
+/// volume grown between the two (offline expansion) has its filesystem grown on node B;
+/// everything undone leaves no mount, loop device or nbdfuse behind.
 #[test]
 fn a_volume_moves_between_nodes_with_its_files() {
     let dir = scratch();
@@ -402,6 +404,48 @@ fn a_volume_moves_between_nodes_with_its_files() {
             } else {
                 let text = std::fs::read_to_string(&file).unwrap();
                 assert_eq!(text, "written on node a\n");
+                // The volume grew while no node had it (offline expansion): the device
+                // staged here has the new size, and the filesystem grew to it (at staging,
+                // offline; NodeExpandVolume then finds it done).
+                let stats = |node: NodeClient<tonic::transport::Channel>| {
+                    let (id, path) = (id.clone(), target.display().to_string());
+                    async move {
+                        let mut node = node;
+                        let usage = node
+                            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                                volume_id: id,
+                                volume_path: path,
+                                staging_target_path: String::new(),
+                            })
+                            .await
+                            .unwrap()
+                            .into_inner()
+                            .usage;
+                        usage[0].total
+                    }
+                };
+                let before = stats(node.clone()).await;
+                assert!(
+                    before > 100 << 20,
+                    "the filesystem grew at staging: {before}"
+                );
+                let grown = node
+                    .node_expand_volume(NodeExpandVolumeRequest {
+                        volume_id: id.clone(),
+                        volume_path: target.display().to_string(),
+                        capacity_range: Some(CapacityRange {
+                            required_bytes: 128 << 20,
+                            limit_bytes: 0,
+                        }),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert_eq!(grown.capacity_bytes, 128 << 20);
+                let after = stats(node.clone()).await;
+                assert_eq!(after, before, "nothing more to grow");
+                assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
             }
             node.node_unpublish_volume(NodeUnpublishVolumeRequest {
                 volume_id: id.clone(),
@@ -416,6 +460,22 @@ fn a_volume_moves_between_nodes_with_its_files() {
             })
             .await
             .unwrap();
+            if name == "a" {
+                let expanded = controller
+                    .controller_expand_volume(ControllerExpandVolumeRequest {
+                        volume_id: id.clone(),
+                        capacity_range: Some(CapacityRange {
+                            required_bytes: 128 << 20,
+                            limit_bytes: 0,
+                        }),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert_eq!(expanded.capacity_bytes, 128 << 20);
+                assert!(expanded.node_expansion_required);
+            }
         }
         controller
             .delete_volume(DeleteVolumeRequest {
@@ -533,7 +593,8 @@ impl Drop for NbdClient {
 /// Goal: a volume has one writer. A second client's open is refused naming the holder; a
 /// break fences the holder off (its next write fails) and lets the other client in; when
 /// the holder's gateway dies, the next client takes the lock once its lease expires and
-/// fences it first. What the holders wrote before losing the lock stays.
+/// fences it first. What the holders wrote before losing the lock stays. A handover window
+/// lets exactly one more client join (live migration), and the source's exit leaves it.
 #[test]
 fn the_writer_lock_refuses_a_second_client_and_fences_on_break_and_expiry() {
     let mh = MultiHost::start(Layout::default());
@@ -591,6 +652,31 @@ fn the_writer_lock_refuses_a_second_client_and_fences_on_break_and_expiry() {
     assert_eq!(c.ask("read 0"), "ok B");
     assert_eq!(c.ask("write 2 C"), "ok");
     drop(b);
+
+    // A live migration's handover: one more client joins within the window, a third is
+    // still refused; when the source goes, the destination holds the lock alone.
+    let opened = mh.cli_ok(&["volume", "lock", "handover", "shared", "--window", "30s"]);
+    assert!(opened.contains("handover open until"), "{opened}");
+    let (mut d, said) = NbdClient::connect(&uri_a, Some(&other_ns));
+    assert_eq!(said, "connected", "the migration's destination joins");
+    let third_ns = mh.hosts[0].netns.clone().expect("hosts in namespaces");
+    let (_, said) = NbdClient::connect(&uri_a, Some(&third_ns));
+    assert!(said.starts_with("refused"), "one join per handover: {said}");
+    drop(c);
+    assert_eq!(d.ask("write 3 D"), "ok");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = mh.cli_ok(&["volume", "lock", "show", "shared"]);
+        if shown.matches("locked by").count() == 1 && shown.contains(&other.ip.to_string()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the source never let go:\n{shown}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(d);
     let snapshots = mh.cli_ok(&["volume", "snapshot", "ls", "shared"]);
     assert_eq!(
         snapshots.matches("writer-lock fence").count(),

@@ -50,7 +50,9 @@ impl Identity for IdentityService {
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
         let mut capabilities = vec![PluginCapability {
             r#type: Some(plugin_capability::Type::VolumeExpansion(VolumeExpansion {
-                r#type: volume_expansion::Type::Online as i32,
+                // Offline: a node's attachment keeps the size it had when staged (the
+                // nbdfuse path cannot grow under a mounted filesystem).
+                r#type: volume_expansion::Type::Offline as i32,
             })),
         }];
         if self.controller {

@@ -156,6 +156,99 @@ fn volume_usage(staged: &Staged, path: &Path) -> Result<Vec<VolumeUsage>, Status
     ])
 }
 
+/// The size of block device `device` in bytes.
+fn device_bytes(device: &str) -> Result<i64, Status> {
+    let out = run(
+        "blockdev --getsize64",
+        Command::new("blockdev").arg("--getsize64").arg(device),
+    )
+    .map_err(step_failed)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .map_err(|_| Status::internal(format!("blockdev --getsize64 {device}: {text}")))
+}
+
+/// Bytes an ext2/3/4 filesystem on `device` spans (its superblock: `dumpe2fs -h`).
+fn ext_bytes(device: &str) -> Result<i64, Status> {
+    let out = run(
+        "dumpe2fs -h",
+        Command::new("dumpe2fs").arg("-h").arg(device),
+    )
+    .map_err(step_failed)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+    };
+    match (field("Block count:"), field("Block size:")) {
+        (Some(count), Some(size)) => Ok(count * size),
+        _ => Err(Status::internal(format!(
+            "dumpe2fs -h {device}: no block count or size"
+        ))),
+    }
+}
+
+/// Before mounting: grow an ext filesystem that is smaller than its device (the volume
+/// grew while not staged: offline expansion). Offline, because online growth needs
+/// CAP_SYS_RESOURCE, which a node plugin's container may lack; `e2fsck -f` first, as
+/// `resize2fs` requires of an unmounted filesystem.
+fn grow_ext_offline(device: &str) -> Result<(), Status> {
+    if ext_bytes(device)? >= device_bytes(device)? {
+        return Ok(());
+    }
+    // e2fsck exits 1 when it fixed something: the filesystem is consistent then.
+    match run("e2fsck", Command::new("e2fsck").args(["-f", "-p", device])) {
+        Ok(_) => {}
+        Err(e) if e.to_string().contains("exit status: 1:") => {}
+        Err(e) => return Err(step_failed(e)),
+    }
+    run("resize2fs", Command::new("resize2fs").arg(device)).map_err(step_failed)?;
+    tracing::info!(
+        device,
+        "grew the filesystem to its device before mounting it"
+    );
+    Ok(())
+}
+
+/// Grow the filesystem of `staged` to its device (a block volume: nothing to do); returns
+/// the device's size. FailedPrecondition when the device is smaller than `required`.
+fn grow_filesystem(staged: &Staged, required: i64) -> Result<i64, Status> {
+    let device = &staged.attachment.device;
+    let bytes = device_bytes(device)?;
+    if bytes < required {
+        return Err(Status::failed_precondition(format!(
+            "volume {} is attached here at {bytes} bytes, less than the {required} asked: \
+             it was grown after it was staged; unstage and stage it again (offline \
+             expansion), then expand on the node",
+            staged.volume
+        )));
+    }
+    if staged.block {
+        return Ok(bytes);
+    }
+    let grown = match filesystem_on(device).as_deref() {
+        Some("xfs") => run(
+            "xfs_growfs",
+            Command::new("xfs_growfs").arg(&staged.staging),
+        ),
+        // Staging grew it already (offline) unless the device grew since.
+        Some("ext4" | "ext3" | "ext2") if ext_bytes(device)? >= bytes => return Ok(bytes),
+        Some("ext4" | "ext3" | "ext2") => run("resize2fs", Command::new("resize2fs").arg(device)),
+        other => {
+            return Err(Status::failed_precondition(format!(
+                "volume {} holds {}: this node grows ext4 and xfs",
+                staged.volume,
+                other.unwrap_or("no filesystem")
+            )))
+        }
+    };
+    grown.map_err(step_failed)?;
+    tracing::info!(volume = %staged.volume, bytes, "filesystem grown to its device");
+    Ok(bytes)
+}
+
 /// Run blocking node work (tools, mounts) off the runtime's threads.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Status> + Send + 'static,
@@ -183,6 +276,7 @@ fn mount_filesystem(device: &str, fs: &str, flags: &[String], at: &Path) -> Resu
                 "the volume holds a {found} filesystem, not the {fs} asked for"
             )))
         }
+        Some(found) if found.starts_with("ext") => grow_ext_offline(device)?,
         Some(_) => {}
         None => {
             let mkfs = format!("mkfs.{fs}");
@@ -487,14 +581,39 @@ impl Node for NodeService {
         }))
     }
 
+    /// Grow the filesystem of a volume staged here to its device's size (`resize2fs`,
+    /// `xfs_growfs`); a block volume has nothing to grow. The device has the volume's size
+    /// as of its staging (the nbdfuse path cannot grow under a mounted filesystem): a
+    /// volume grown since must be staged again first — FailedPrecondition says so. Hence
+    /// the plugin's expansion is OFFLINE.
     async fn node_expand_volume(
         &self,
-        _: Request<NodeExpandVolumeRequest>,
+        request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "NodeExpandVolume: not offered yet (an attached device keeps its size until \
-             it is staged again)",
-        ))
+        let req = request.into_inner();
+        if req.volume_id.is_empty() {
+            return Err(missing("volume_id"));
+        }
+        if req.volume_path.is_empty() {
+            return Err(missing("volume_path"));
+        }
+        let Some(staged) = self.staged(&req.volume_id)? else {
+            return Err(Status::not_found(format!(
+                "volume {} is not staged on this node",
+                req.volume_id
+            )));
+        };
+        let path = PathBuf::from(&req.volume_path);
+        if path != staged.staging && !staged.targets.contains(&path) {
+            return Err(Status::not_found(format!(
+                "volume {} is not at {} on this node",
+                req.volume_id, req.volume_path
+            )));
+        }
+        let required = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
+        let _busy = self.busy.lock().await;
+        let capacity_bytes = blocking(move || grow_filesystem(&staged, required)).await?;
+        Ok(Response::new(NodeExpandVolumeResponse { capacity_bytes }))
     }
 
     async fn node_get_capabilities(
@@ -510,6 +629,7 @@ impl Node for NodeService {
             capabilities: vec![
                 rpc(RpcType::StageUnstageVolume),
                 rpc(RpcType::GetVolumeStats),
+                rpc(RpcType::ExpandVolume),
             ],
         }))
     }

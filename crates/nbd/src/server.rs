@@ -15,6 +15,19 @@ use crate::option::TlsMode;
 use crate::tls::{TlsConfig, TlsStream};
 use crate::transmission;
 
+/// Who a client on the gateway's own machine is: its unix-socket and loopback connections
+/// are one client to a writer lock (QEMU, qemu-io and nbdfuse on a hypervisor mix them).
+const LOCAL_CLIENT: &str = "nbd client on the gateway's host";
+
+/// The writer-lock identity of a TCP client at `ip` (see [`LOCAL_CLIENT`]).
+fn client_name(ip: std::net::IpAddr) -> String {
+    if ip.is_loopback() {
+        LOCAL_CLIENT.to_string()
+    } else {
+        format!("nbd client {ip}")
+    }
+}
+
 /// Who can reach a listener. A unix socket is guarded by its file permissions: TLS is
 /// offered there but never required, so local tools (`basalt image import`) keep working
 /// on a server that requires TLS on TCP.
@@ -135,7 +148,7 @@ impl Server {
             // Replies are small and latency-bound; the protocol recommends TCP_NODELAY.
             let _ = stream.set_nodelay(true);
             let server = self.clone();
-            let client = format!("nbd client {}", peer.ip());
+            let client = client_name(peer.ip());
             self.spawn_connection(peer.to_string(), async move {
                 server
                     .run(stream, Reach::Network, client, |s| s.into_split())
@@ -166,7 +179,7 @@ impl Server {
             };
             let server = self.clone();
             self.spawn_connection("unix".into(), async move {
-                let client = "nbd client on the local socket".to_string();
+                let client = LOCAL_CLIENT.to_string();
                 server
                     .run(stream, Reach::Local, client, |s| s.into_split())
                     .await
