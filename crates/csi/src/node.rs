@@ -45,6 +45,29 @@ struct Staged {
 }
 
 impl NodeService {
+    /// The volume `volume_id` staged here, and `volume_path` if it is its staging path or
+    /// one of its targets (InvalidArgument when either is missing, NotFound otherwise).
+    fn staged_at(&self, volume_id: &str, volume_path: &str) -> Result<(Staged, PathBuf), Status> {
+        if volume_id.is_empty() {
+            return Err(missing("volume_id"));
+        }
+        if volume_path.is_empty() {
+            return Err(missing("volume_path"));
+        }
+        let Some(staged) = self.staged(volume_id)? else {
+            return Err(Status::not_found(format!(
+                "volume {volume_id} is not staged on this node"
+            )));
+        };
+        let path = PathBuf::from(volume_path);
+        if path != staged.staging && !staged.targets.contains(&path) {
+            return Err(Status::not_found(format!(
+                "volume {volume_id} is not at {volume_path} on this node"
+            )));
+        }
+        Ok((staged, path))
+    }
+
     pub fn new(node_id: String, nbd_uri: Option<String>, state_dir: PathBuf) -> Self {
         Self {
             node_id,
@@ -555,25 +578,7 @@ impl Node for NodeService {
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
         let req = request.into_inner();
-        if req.volume_id.is_empty() {
-            return Err(missing("volume_id"));
-        }
-        if req.volume_path.is_empty() {
-            return Err(missing("volume_path"));
-        }
-        let Some(staged) = self.staged(&req.volume_id)? else {
-            return Err(Status::not_found(format!(
-                "volume {} is not staged on this node",
-                req.volume_id
-            )));
-        };
-        let path = PathBuf::from(&req.volume_path);
-        if path != staged.staging && !staged.targets.contains(&path) {
-            return Err(Status::not_found(format!(
-                "volume {} is not at {} on this node",
-                req.volume_id, req.volume_path
-            )));
-        }
+        let (staged, path) = self.staged_at(&req.volume_id, &req.volume_path)?;
         let usage = blocking(move || volume_usage(&staged, &path)).await?;
         Ok(Response::new(NodeGetVolumeStatsResponse {
             usage,
@@ -591,25 +596,7 @@ impl Node for NodeService {
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
         let req = request.into_inner();
-        if req.volume_id.is_empty() {
-            return Err(missing("volume_id"));
-        }
-        if req.volume_path.is_empty() {
-            return Err(missing("volume_path"));
-        }
-        let Some(staged) = self.staged(&req.volume_id)? else {
-            return Err(Status::not_found(format!(
-                "volume {} is not staged on this node",
-                req.volume_id
-            )));
-        };
-        let path = PathBuf::from(&req.volume_path);
-        if path != staged.staging && !staged.targets.contains(&path) {
-            return Err(Status::not_found(format!(
-                "volume {} is not at {} on this node",
-                req.volume_id, req.volume_path
-            )));
-        }
+        let (staged, _) = self.staged_at(&req.volume_id, &req.volume_path)?;
         let required = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
         let _busy = self.busy.lock().await;
         let capacity_bytes = blocking(move || grow_filesystem(&staged, required)).await?;

@@ -237,8 +237,8 @@ pub fn check_map_epoch(dir: &Path, id: OsdId, epoch: u32) -> Result<(), Identity
     Ok(())
 }
 
-/// Record in `dir` the newest map epoch `maps` shows, at most once a second, until the
-/// sender goes away (for [`check_map_epoch`] at the next start). A failed write is logged
+/// Record in `dir` the newest map epoch `maps` shows, at each change, until the sender
+/// goes away (for [`check_map_epoch`] at the next start). A failed write is logged
 /// and tried again at the next map: the record is a floor, an older one stays safe.
 pub async fn record_map_epochs(
     dir: PathBuf,
@@ -262,7 +262,10 @@ pub async fn record_map_epochs(
                 Err(e) => tracing::warn!("record the map epoch: {e}"),
             }
         }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        // No rate limit: a cluster that lived a second (restored, started, stopped) must
+        // leave its newest epoch here, or a stale backup of it would pass the check (seen:
+        // a one-per-second record kept the epoch of the restore, not the three after it).
+        // Map changes come a few at a time; each is one small durable write.
         if maps.changed().await.is_err() {
             return;
         }
