@@ -58,11 +58,16 @@ pub fn check_nqn(nqn: &str) -> Result<(), ClientError> {
 /// The access list of `volume` (empty when none was set).
 pub async fn get(meta: &dyn MetaStore, volume: &str) -> Result<AccessRecord, ClientError> {
     match meta.get(&key(volume)).await? {
-        Some((v, _)) => serde_json::from_slice(&v).map_err(|e| ClientError::Invalid {
-            reason: format!("the access record of volume \"{volume}\" is unreadable: {e}"),
-        }),
+        Some((v, _)) => decode(volume, &v),
         None => Ok(AccessRecord::default()),
     }
+}
+
+/// An access record; an unreadable one is an error, never an empty (open) list.
+fn decode(volume: &str, value: &[u8]) -> Result<AccessRecord, ClientError> {
+    serde_json::from_slice(value).map_err(|e| ClientError::Invalid {
+        reason: format!("the access record of volume \"{volume}\" is unreadable: {e}"),
+    })
 }
 
 /// Add the hosts in `allow` to the list of `volume` and drop those in `deny`; returns the
@@ -81,10 +86,7 @@ pub async fn change(
     // Bound: each lost round means another command changed the list meanwhile.
     for _ in 0..16 {
         let (mut record, rev) = match meta.get(&key(volume)).await? {
-            Some((v, rev)) => (
-                serde_json::from_slice::<AccessRecord>(&v).unwrap_or_default(),
-                rev,
-            ),
+            Some((v, rev)) => (decode(volume, &v)?, rev),
             None => (AccessRecord::default(), 0),
         };
         for nqn in allow {

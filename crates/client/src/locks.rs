@@ -366,8 +366,15 @@ impl Watchers {
         client: &str,
     ) -> Result<Arc<WriterLock>, ClientError> {
         let k = (volume.to_string(), client.to_string());
-        let mut held = self.locks.lock().await;
-        if let Some(w) = held.get(&k).and_then(std::sync::Weak::upgrade) {
+        // The table is held for lookups only, never across the metadata round trips, the
+        // grace wait or a fence below: other volumes' opens do not wait on this one.
+        if let Some(w) = self
+            .locks
+            .lock()
+            .await
+            .get(&k)
+            .and_then(std::sync::Weak::upgrade)
+        {
             if !w.lost() {
                 return Ok(w);
             }
@@ -454,6 +461,15 @@ impl Watchers {
                 // Not fenced, this client must not write: the error goes back and the
                 // record keeps the fence pending for the next taker.
                 fence(cluster, volume).await?;
+            }
+            // Another connection of this client may have taken it meanwhile (the record
+            // then lists this client once): keep that hold; this one, dropped, sees it in
+            // the table and releases nothing.
+            let mut held = self.locks.lock().await;
+            if let Some(w) = held.get(&k).and_then(std::sync::Weak::upgrade) {
+                if !w.lost() {
+                    return Ok(w);
+                }
             }
             held.insert(k, Arc::downgrade(&lock));
             return Ok(lock);
